@@ -1,0 +1,3 @@
+"""runlane adapters package."""
+
+from __future__ import annotations

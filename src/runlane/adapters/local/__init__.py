@@ -1,0 +1,3 @@
+"""runlane local package."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""runlane memory package."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""runlane postgres package."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""runlane sqlite package."""
+
+from __future__ import annotations

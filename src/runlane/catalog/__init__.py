@@ -1,0 +1,3 @@
+"""runlane catalog package."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""The `runlane` command line."""
+
+from __future__ import annotations

@@ -1,0 +1,245 @@
+"""The run: its statuses, the allowed transitions, and the value objects the ports exchange.
+
+State machine (docs/architecture.md draws it):
+
+    queued ──claim──► running ──► success | failure | timeout | cancelled
+      │                  │
+      │                  └─release (temporary executor error)──► queued
+      └──► skipped (expired, overlap, paused, missed) | cancelled
+
+A retry is a new row (attempt + 1, retry_of = previous id), never a transition back.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+
+class RunStatus(enum.StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCESS = "success"
+    FAILURE = "failure"
+    TIMEOUT = "timeout"
+    SKIPPED = "skipped"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_final(self) -> bool:
+        return self not in (RunStatus.QUEUED, RunStatus.RUNNING)
+
+
+ACTIVE_STATUSES: tuple[RunStatus, ...] = (RunStatus.QUEUED, RunStatus.RUNNING)
+FINAL_STATUSES: tuple[RunStatus, ...] = tuple(s for s in RunStatus if s.is_final)
+
+ALLOWED_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
+    RunStatus.QUEUED: frozenset(
+        {RunStatus.RUNNING, RunStatus.SKIPPED, RunStatus.CANCELLED, RunStatus.FAILURE}
+    ),
+    RunStatus.RUNNING: frozenset(
+        {
+            RunStatus.QUEUED,  # released after a temporary executor error
+            RunStatus.SUCCESS,
+            RunStatus.FAILURE,
+            RunStatus.TIMEOUT,
+            RunStatus.CANCELLED,
+        }
+    ),
+}
+
+
+def can_transition(src: RunStatus, dst: RunStatus) -> bool:
+    return dst in ALLOWED_TRANSITIONS.get(src, frozenset())
+
+
+class Trigger(enum.StrEnum):
+    SCHEDULE = "schedule"
+    CHAIN = "chain"
+    EVENT = "event"
+    MANUAL = "manual"
+    CLI = "cli"
+    MCP = "mcp"
+    RETRY = "retry"
+    SCOPE = "scope"  # a child row written by the SDK's nested run_scope()
+
+
+class EndReason(enum.StrEnum):
+    """Stable words for why a run ended the way it did."""
+
+    EXIT = "exit"  # the process exited (exit_code says how)
+    DEADLINE = "deadline"
+    EXPIRED = "expired"
+    OVERLAP = "overlap"
+    PAUSED = "paused"
+    MISSED = "missed"
+    CANCELLED = "cancelled"
+    LAUNCHER_SHUTDOWN = "launcher_shutdown"
+    LAUNCHER_LOST = "launcher_lost"
+    ORPHANED = "orphaned"
+    START_FAILED = "start_failed"
+    START_TIMEOUT = "start_timeout"
+    UPSTREAM_FAILED = "upstream_failed"
+    CHAIN_TIMEOUT = "chain_timeout"
+
+
+OverlapPolicy = Literal["forbid", "queue", "allow"]
+OverlapAction = Literal["none", "refuse", "skip"]
+
+
+@dataclass(frozen=True, slots=True)
+class NewRun:
+    """A run command ready to be written as a queued row (the accept path builds it)."""
+
+    id: str
+    job: str
+    trigger: Trigger
+    dedupe_key: str
+    executor: str
+    overlap: OverlapPolicy
+    params: dict[str, Any] = field(default_factory=dict)
+    requested_by: str | None = None
+    parent_run_id: str | None = None
+    chain_root_id: str | None = None
+    event_id: str | None = None
+    downstream: list[str] | None = None
+    scheduled_for: datetime | None = None
+    attempt: int = 1
+    retry_of: str | None = None
+    max_attempts: int = 1
+    deadline_seconds: float = 3600.0
+    kill_grace_seconds: float = 30.0
+    not_before: datetime | None = None  # earliest claim time (retries with backoff)
+    queue_ttl_seconds: float | None = None  # queued longer than this → skipped (expired)
+    traceparent: str | None = None
+    status: RunStatus = RunStatus.QUEUED  # SKIPPED for a run recorded but never started
+    end_reason: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One row of the run log."""
+
+    id: str
+    job: str
+    status: RunStatus
+    trigger: str
+    dedupe_key: str
+    attempt: int
+    executor: str
+    overlap: str
+    params: dict[str, Any] | None  # None when the stored JSON is corrupt (see params_raw)
+    params_raw: str
+    queued_at: datetime
+    requested_by: str | None = None
+    parent_run_id: str | None = None
+    chain_root_id: str | None = None
+    event_id: str | None = None
+    downstream: list[str] | None = None
+    scheduled_for: datetime | None = None
+    retry_of: str | None = None
+    max_attempts: int = 1
+    deadline_seconds: float = 3600.0
+    kill_grace_seconds: float = 30.0
+    external_id: str | None = None
+    not_before: datetime | None = None
+    queue_expires_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    deadline_at: datetime | None = None
+    exit_code: int | None = None
+    end_reason: str | None = None
+    error_code: str | None = None
+    note: str | None = None
+    log_tail: str | None = None
+    traceparent: str | None = None
+    cancel_requested_at: datetime | None = None
+    lease_owner: str | None = None
+    lease_token: str | None = None
+    lease_generation: int = 0
+    lease_expires_at: datetime | None = None
+
+    @property
+    def is_final(self) -> bool:
+        return self.status.is_final
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Proof that a launcher holds a run: every later write about the run is fenced on it."""
+
+    run_id: str
+    owner: str
+    token: str
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A run a launcher just claimed, with its lease and the database time of the claim."""
+
+    run: Run
+    lease: Lease
+    db_now: datetime
+    recovered: bool = False  # True when taken over from an expired lease
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How an execution ended, as the launcher will record it."""
+
+    status: RunStatus
+    end_reason: str
+    exit_code: int | None = None
+    error_code: str | None = None
+    log_tail: str | None = None
+    note: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AcceptResult:
+    """What the accept path did with a run command."""
+
+    run: Run
+    created: bool  # False: the dedupe key already had a row, which is returned
+
+
+def retry_dedupe_key(first_key: str, attempt: int) -> str:
+    """Dedupe key of attempt `attempt` (≥ 2) of a run whose first attempt had `first_key`."""
+    base = first_key.split("#", 1)[0]
+    return f"{base}#{attempt}"
+
+
+def schedule_dedupe_key(job: str, slot_utc: datetime) -> str:
+    return f"{job}@{slot_utc.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+
+
+def chain_dedupe_key(job: str, chain_root_id: str) -> str:
+    return f"{job}@{chain_root_id}"
+
+
+def event_dedupe_key(job: str, key: str, window_start_utc: datetime) -> str:
+    return f"{job}@{key}@{window_start_utc.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+
+
+def should_retry(outcome: Outcome, attempt: int, max_attempts: int) -> bool:
+    """Launcher-owned retries: failures and timeouts retry while attempts remain.
+
+    Cancelled and skipped runs never retry; neither does a permanent executor refusal.
+    """
+    if attempt >= max_attempts:
+        return False
+    if outcome.status not in (RunStatus.FAILURE, RunStatus.TIMEOUT):
+        return False
+    return outcome.error_code not in PERMANENT_ERROR_CODES
+
+
+PERMANENT_ERROR_CODES = frozenset({"config_error", "forbidden", "invalid_spec", "name_collision", "corrupt_params", "unknown_job"})
+
+
+def retry_backoff_seconds(attempt: int, base: float = 5.0, cap: float = 300.0) -> float:
+    """Delay before attempt `attempt + 1`: exponential from `base`, capped."""
+    return float(min(cap, base * (2.0 ** max(0, attempt - 1))))

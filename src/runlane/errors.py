@@ -1,0 +1,161 @@
+"""The error tree. Every error runlane raises on purpose derives from `RunlaneError`.
+
+    RunlaneError
+    ├── ConfigError              bad configuration (env, flags, URLs)
+    ├── CatalogError             the catalog file is missing or invalid (carries every problem)
+    ├── RunRefused               the accept path said no (unknown job, bad params, overlap)
+    │   ├── UnknownJob
+    │   ├── ParamError
+    │   ├── OverlapRefused
+    │   └── PayloadTooLarge
+    ├── NotFound                 a run, chain or job asked for does not exist
+    ├── StoreError               the database failed
+    │   ├── DatabaseUnavailable  cannot connect (temporary)
+    │   ├── SchemaOutOfDate      the database is not at the code's schema version
+    │   ├── LeaseLost            a fenced write matched zero rows: the lease is gone
+    │   └── InvalidTransition    a state change from a status that does not allow it
+    └── ExecutorError            an executor call failed
+        ├── TemporaryExecutorError   retry later (API 5xx, timeouts, spawn EAGAIN)
+        └── PermanentExecutorError   give up with a reason (forbidden, invalid spec, ENOENT)
+
+Each error has a short stable `code` (used as `error_code` in the run log and in JSON output).
+"""
+
+from __future__ import annotations
+
+
+class RunlaneError(Exception):
+    """Something went wrong in runlane."""
+
+    code = "error"
+    exit_code = 1
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or self.code).strip())
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+class ConfigError(RunlaneError):
+    """The configuration is invalid."""
+
+    code = "config_error"
+
+
+class CatalogError(RunlaneError):
+    """The catalog is invalid."""
+
+    code = "catalog_invalid"
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.problems = problems or []
+
+
+class RunRefused(RunlaneError):
+    """The run was refused."""
+
+    code = "refused"
+    exit_code = 2
+
+
+class UnknownJob(RunRefused):
+    """No job with that name is in the catalog."""
+
+    code = "unknown_job"
+
+
+class ParamError(RunRefused):
+    """The run's params do not match the job's allowlist."""
+
+    code = "bad_params"
+
+
+class PayloadTooLarge(RunRefused):
+    """The run's params are larger than allowed."""
+
+    code = "payload_too_large"
+
+
+class OverlapRefused(RunRefused):
+    """The job does not allow overlapping runs and one is already queued or running."""
+
+    code = "overlap"
+    exit_code = 3
+
+    def __init__(self, message: str, active_run_id: str) -> None:
+        super().__init__(message)
+        self.active_run_id = active_run_id
+
+
+class ConfirmationRequired(RunRefused):
+    """The job acts on the outside world and needs an explicit confirmation."""
+
+    code = "confirmation_required"
+
+
+class NotFound(RunlaneError):
+    """Not found."""
+
+    code = "not_found"
+
+
+class StoreError(RunlaneError):
+    """The database operation failed."""
+
+    code = "store_error"
+
+
+class DatabaseUnavailable(StoreError):
+    """The database cannot be reached."""
+
+    code = "database_unavailable"
+
+
+class SchemaOutOfDate(StoreError):
+    """The database schema is not at the version this runlane needs."""
+
+    code = "schema_out_of_date"
+
+
+class LeaseLost(StoreError):
+    """The run's lease is no longer ours: the fenced write matched no row."""
+
+    code = "lease_lost"
+
+
+class InvalidTransition(StoreError):
+    """The run is not in a status that allows this change."""
+
+    code = "invalid_transition"
+
+
+class ExecutorError(RunlaneError):
+    """The executor failed."""
+
+    code = "executor_error"
+
+    def __init__(self, message: str, *, error_code: str | None = None) -> None:
+        super().__init__(message)
+        if error_code:
+            self.code = error_code
+
+
+class TemporaryExecutorError(ExecutorError):
+    """The executor failed for now; try again later."""
+
+    code = "executor_temporary"
+
+    def __init__(
+        self, message: str, *, error_code: str | None = None, retry_after: float = 5.0
+    ) -> None:
+        super().__init__(message, error_code=error_code)
+        self.retry_after = retry_after
+
+
+class PermanentExecutorError(ExecutorError):
+    """The executor refused the run for good."""
+
+    code = "executor_permanent"

@@ -1,0 +1,285 @@
+"""The ports: small protocols between the launcher and the outside world.
+
+Internal and unstable: adapters in this package implement them; the conformance suites under
+`tests/` state the contract in executable form (every Store adapter passes the same tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal, Protocol
+
+from runlane.core.runs import (
+    AcceptResult,
+    Claimed,
+    Lease,
+    NewRun,
+    Outcome,
+    OverlapAction,
+    Run,
+    RunStatus,
+)
+
+
+class Clock(Protocol):
+    """Where time comes from. In production the database is the clock: `now_or_none()` returns
+    None and SQL uses `coalesce(:now, now())`. Tests pin time by returning a value."""
+
+    def now(self) -> datetime: ...
+
+    def now_or_none(self) -> datetime | None: ...
+
+
+class SystemClock:
+    """The host clock; `now_or_none()` defers to the database's clock."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def now_or_none(self) -> datetime | None:
+        return None
+
+
+class FixedClock:
+    """A clock a test moves by hand."""
+
+    def __init__(self, at: datetime) -> None:
+        self.at = at
+
+    def now(self) -> datetime:
+        return self.at
+
+    def now_or_none(self) -> datetime | None:
+        return self.at
+
+    def advance(self, seconds: float) -> None:
+        from datetime import timedelta
+
+        self.at = self.at + timedelta(seconds=seconds)
+
+
+@dataclass(frozen=True, slots=True)
+class Override:
+    """A pause or snooze on a job (row of `job_overrides`). `paused_until` None = until resumed."""
+
+    job: str
+    paused_until: datetime | None
+    reason: str | None
+    created_by: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """One launcher's liveness row (`launcher_heartbeat`)."""
+
+    launcher_id: str
+    host: str
+    pid: int
+    version: str
+    started_at: datetime
+    beat_at: datetime | None = None
+    queue_depth: int = 0
+    running: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RunFilter:
+    job: str | None = None
+    status: RunStatus | None = None
+    parent_run_id: str | None = None
+    chain_root_id: str | None = None
+    limit: int = 50
+
+
+class Store(Protocol):
+    """The run log and everything stored next to it.
+
+    Contract, for every adapter:
+    - **Accept** (`accept`) is the only way a run row is created. It writes the row (and an outbox
+      row when the adapter has a bus that needs one) in one transaction. The `dedupe_key` is
+      unique: a second accept with the same key returns the existing row with `created=False`.
+      With `overlap_action="refuse"` an active (queued/running) run of the same job raises
+      `OverlapRefused`; with `"skip"` the new row is written as `skipped` (`end_reason`
+      `overlap`). The check and the insert are atomic with respect to other accepts.
+    - **Claim** (`claim`) takes due `queued` runs (`not_before` ≤ now, not expired) in queue order,
+      admits them with `core.admission.select_admissible` against what is already running, and
+      moves them to `running` with a lease: owner, fresh token, generation + 1, expiry = database
+      now + `lease_ttl`. First claims set `started_at` and `deadline_at` from database time.
+      Concurrent claimers never get the same run.
+    - **Fencing**: `set_external_id`, `finish`, `release` apply only while the row is `running`
+      with the lease's token and generation and an unexpired lease (checked again at commit on
+      PostgreSQL with `clock_timestamp()`). Zero rows → `LeaseLost`, and nothing in that
+      transaction is kept (the retry row `finish` inserts included).
+    - `claim_abandoned` takes `running` rows whose lease expired (another launcher died or
+      stalled) with a new lease (generation + 1): their old owner's writes fail from then on.
+    - Times are database time unless the store's `Clock` pins them.
+    """
+
+    dialect: str
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def schema_version(self) -> int:
+        """The applied schema version (0 for an empty database)."""
+        ...
+
+    async def upgrade(self) -> list[int]:
+        """Apply pending migrations; return the versions applied."""
+        ...
+
+    async def ensure_current(self) -> None:
+        """Raise `SchemaOutOfDate` (with what to run) unless the schema is current."""
+        ...
+
+    async def now(self) -> datetime:
+        """Database time."""
+        ...
+
+    async def accept(self, new: NewRun, *, overlap_action: OverlapAction = "none") -> AcceptResult: ...
+
+    async def claim(
+        self,
+        owner: str,
+        *,
+        limit: int,
+        lease_ttl: float,
+        executors: Collection[str],
+        executor_caps: Mapping[str, int],
+    ) -> list[Claimed]: ...
+
+    async def claim_abandoned(
+        self, owner: str, *, limit: int, lease_ttl: float, executors: Collection[str]
+    ) -> list[Claimed]: ...
+
+    async def renew(self, leases: Sequence[Lease], lease_ttl: float) -> set[str]:
+        """Extend the given leases; return the run ids still held (others are lost)."""
+        ...
+
+    async def set_external_id(self, lease: Lease, external_id: str) -> None: ...
+
+    async def finish(
+        self,
+        lease: Lease,
+        outcome: Outcome,
+        *,
+        retry: NewRun | None = None,
+        external_id: str | None = None,
+    ) -> Run:
+        """Fenced: write the final status; insert the retry row in the same transaction."""
+        ...
+
+    async def release(
+        self, lease: Lease, *, retry_after: float, error_code: str, note: str | None = None
+    ) -> None:
+        """Fenced: back to `queued` after a temporary executor error, due again after
+        `retry_after` seconds, lease cleared, `error_code` kept for people to see."""
+        ...
+
+    async def finish_unleased(self, run_id: str, expected: RunStatus, outcome: Outcome) -> Run:
+        """End a run nobody holds a lease on (a queued run, an SDK child row), conditional on
+        `expected`: raise `InvalidTransition` when the row is no longer in that status."""
+        ...
+
+    async def expire_queued(self, *, limit: int = 500) -> list[Run]:
+        """Queued runs past `queue_expires_at` → `skipped` (`expired`)."""
+        ...
+
+    async def request_cancel(self, run_id: str, *, by: str | None = None) -> Run:
+        """Queued → `cancelled` at once; running → `cancel_requested_at` set for its launcher;
+        final → `InvalidTransition`. Unknown id → `NotFound`."""
+        ...
+
+    async def cancel_requests(self, owner: str) -> list[str]:
+        """Ids of running runs leased by `owner` that someone asked to cancel."""
+        ...
+
+    async def get_run(self, run_id: str) -> Run: ...
+
+    async def list_runs(self, flt: RunFilter) -> list[Run]: ...
+
+    async def count_queued(self) -> int: ...
+
+    async def set_override(
+        self, job: str, *, paused_until: datetime | None, reason: str | None, by: str | None
+    ) -> Override: ...
+
+    async def clear_override(self, job: str) -> bool: ...
+
+    async def overrides(self) -> dict[str, Override]: ...
+
+    async def beat(self, hb: Heartbeat) -> None: ...
+
+    async def launchers(self) -> list[Heartbeat]: ...
+
+    async def remove_launcher(self, launcher_id: str) -> None: ...
+
+    async def wait_for_wakeup(self, max_wait: float) -> bool:
+        """Wait until a run may be claimable (a new run, a freed slot) or `max_wait` seconds pass.
+        PostgreSQL uses LISTEN/NOTIFY; SQLite wakes in-process and otherwise times out."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionSpec:
+    """What an executor needs to run one attempt of one run."""
+
+    run_id: str
+    job: str
+    attempt: int
+    trigger: str
+    command: list[str]
+    params: dict[str, Any]
+    env: dict[str, str]  # RUN_ID, RUN_TRIGGER, RUN_PARENT_ID, RUNLANE_PARAMS, RUNLANE_PARAM_*
+    deadline_seconds: float  # remaining time before the run must end as `timeout`
+    kill_grace_seconds: float
+    parent_run_id: str | None = None
+    profile: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Execution:
+    """A started (or adopted) execution. `external_id` names it at the executor (pid, Job name,
+    Slurm job id); `handle` is the executor's own."""
+
+    run_id: str
+    attempt: int
+    external_id: str
+    handle: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionEvent:
+    kind: Literal["pending", "running", "finished"]
+    outcome: Outcome | None = None  # set when kind == "finished"
+
+
+class Executor(Protocol):
+    """Where a run executes. Contract:
+
+    - `start` is idempotent for (run_id, attempt): an execution with the run's deterministic
+      name that belongs to the same run and attempt is adopted, never started twice. Errors are
+      `TemporaryExecutorError` (retry later) or `PermanentExecutorError` (give up with a reason).
+    - `reattach` finds the execution of a run taken over from another launcher, or returns None
+      when there is none to find (an inline process dies with its launcher).
+    - `events` yields state changes and ends after exactly one `finished` event carrying the
+      outcome. A dropped connection is never a final state.
+    - `cancel` ends the execution (TERM, then KILL after `grace`); the `finished` event follows.
+    - `logs` returns the tail of the execution's output.
+    """
+
+    name: str
+
+    async def start(self, spec: ExecutionSpec) -> Execution: ...
+
+    async def reattach(self, spec: ExecutionSpec) -> Execution | None: ...
+
+    def events(self, execution: Execution) -> AsyncIterator[ExecutionEvent]: ...
+
+    async def cancel(self, execution: Execution, *, grace: float) -> None: ...
+
+    async def logs(self, execution: Execution, *, tail_bytes: int = 65536) -> str: ...

@@ -1,0 +1,3 @@
+"""runlane sdk package."""
+
+from __future__ import annotations

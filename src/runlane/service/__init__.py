@@ -1,0 +1,3 @@
+"""runlane service package."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""runlane testing package."""
+
+from __future__ import annotations
