@@ -1,19 +1,634 @@
-"""The `runlane` command: a thin face over the service layer."""
+"""The `runlane` command: a thin face over the service layer.
+
+Every command reads its settings from flags, then the environment (`RUNLANE_*`), then defaults.
+Errors a person can cause print one line on stderr and exit non-zero; never a traceback.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from functools import wraps
+from pathlib import Path
+from typing import Annotated, Any, ParamSpec, TypeVar
+
+import structlog
 import typer
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="runlane: a durable job launcher.")
+from runlane import __version__
+from runlane.cli import output
+from runlane.cli.output import err, out, print_json, run_dict
+from runlane.core.runs import RunStatus, Trigger
+from runlane.errors import ConfigError, NotFound, OverlapRefused, RunlaneError
+from runlane.ports import RunFilter
+from runlane.service.accept import RunRequest
+from runlane.service.config import Settings
+from runlane.service.runtime import Runtime, open_runtime
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+    help="runlane: a durable job launcher. One catalog, one run log, every trigger through one door.",
+)
+catalog_app = typer.Typer(no_args_is_help=True, help="Check the catalog and print its schema.")
+db_app = typer.Typer(no_args_is_help=True, help="Database schema: show the version, upgrade.")
+app.add_typer(catalog_app, name="catalog")
+app.add_typer(db_app, name="db")
+
+CatalogOpt = Annotated[
+    str | None, typer.Option("--catalog", "-c", help="Catalog file (env RUNLANE_CATALOG).")
+]
+DatabaseOpt = Annotated[
+    str | None,
+    typer.Option("--database", "-d", help="Database URL (env RUNLANE_DATABASE_URL)."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON and nothing else.")]
+
+
+def configure_logging(default_level: str = "warning") -> None:
+    level_name = os.environ.get("RUNLANE_LOG_LEVEL", default_level).upper()
+    level = logging.getLevelNamesMapping().get(level_name, logging.WARNING)
+    renderer: Any
+    if os.environ.get("RUNLANE_LOG_FORMAT", "console") == "json":
+        renderer = structlog.processors.JSONRenderer()
+    else:
+        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+def settings_from(catalog: str | None = None, database: str | None = None) -> Settings:
+    return Settings.from_env(catalog_path=catalog, database_url=database)
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    err.print(f"[red]error:[/] {output.escape(message)}")
+    return typer.Exit(code)
+
+
+def friendly(fn: Callable[P, T]) -> Callable[P, T]:
+    """Turn runlane's errors into one plain line on stderr and the error's exit code."""
+
+    @wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except RunlaneError as exc:
+            problems = getattr(exc, "problems", None) or []
+            for problem in problems:
+                err.print(output.escape(problem))
+            raise fail(exc.message, exc.exit_code) from None
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+
+    return wrapper
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def with_runtime(
+    settings: Settings, body: Callable[[Runtime], Awaitable[T]], *, catalog: bool = True
+) -> T:
+    async def go() -> T:
+        async with open_runtime(settings, catalog=catalog) as rt:
+            return await body(rt)
+
+    return run_async(go())
+
+
+# ---------------------------------------------------------------------- setup commands
 
 
 @app.command()
 def version() -> None:
     """Print the runlane version."""
-    from runlane import __version__
-
     typer.echo(__version__)
 
 
+@app.command()
+@friendly
+def init(
+    directory: Annotated[Path, typer.Argument(help="Where to write catalog.yaml.")] = Path(),
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing catalog.")] = False,
+) -> None:
+    """Write a starter catalog.yaml to DIR."""
+    from importlib.resources import files
+
+    directory.mkdir(parents=True, exist_ok=True)
+    target = directory / "catalog.yaml"
+    if target.exists() and not force:
+        raise fail(f"{target} already exists (use --force to overwrite)")
+    target.write_text(files("runlane.catalog").joinpath("starter.yaml").read_text())
+    out.print(f"wrote {target}")
+    out.print("next: runlane catalog check && runlane db upgrade && runlane serve")
+
+
+@catalog_app.command("check")
+@friendly
+def catalog_check(catalog: CatalogOpt = None, as_json: JsonOpt = False) -> None:
+    """Validate the catalog; report every error as FILE:LINE:COL: message."""
+    from runlane.catalog import load_catalog
+    from runlane.errors import CatalogError
+
+    path = catalog or Settings.from_env().catalog_path
+    try:
+        cat = load_catalog(path)
+    except CatalogError as exc:
+        if as_json:
+            print_json({"valid": False, "errors": exc.problems})
+            raise typer.Exit(1) from None
+        for problem in exc.problems:
+            err.print(output.escape(problem))
+        raise fail(exc.message) from None
+    summary = (
+        f"{path}: ok — {len(cat.jobs)} jobs, {len(cat.chains)} chains, "
+        f"{sum(len(j.schedules) for j in cat.jobs.values())} schedules"
+    )
+    if as_json:
+        print_json({"valid": True, "jobs": len(cat.jobs), "chains": len(cat.chains)})
+    else:
+        out.print(summary)
+
+
+@catalog_app.command("schema")
+def catalog_schema() -> None:
+    """Print the catalog's JSON Schema."""
+    from runlane.catalog import catalog_json_schema
+
+    print(json.dumps(catalog_json_schema(), indent=2, sort_keys=True))
+
+
+@db_app.command("upgrade")
+@friendly
+def db_upgrade(database: DatabaseOpt = None) -> None:
+    """Apply pending schema migrations."""
+    settings = settings_from(database=database)
+
+    async def body(rt: Runtime) -> None:
+        applied = await rt.store.upgrade()
+        version_now = await rt.store.schema_version()
+        if applied:
+            out.print(f"applied migrations {', '.join(map(str, applied))}; schema is at version {version_now}")
+        else:
+            out.print(f"schema is up to date (version {version_now})")
+
+    async def go() -> None:
+        async with open_runtime(settings, catalog=False, check_schema=False) as rt:
+            await body(rt)
+
+    run_async(go())
+
+
+@db_app.command("status")
+@friendly
+def db_status(database: DatabaseOpt = None) -> None:
+    """Show the schema version and whether it is current."""
+    settings = settings_from(database=database)
+
+    async def go() -> None:
+        async with open_runtime(settings, catalog=False, check_schema=False) as rt:
+            current = await rt.store.schema_version()
+            try:
+                await rt.store.ensure_current()
+                out.print(f"schema version {current}: current")
+            except RunlaneError as exc:
+                raise fail(exc.message) from None
+
+    run_async(go())
+
+
+@app.command()
+@friendly
+def config(catalog: CatalogOpt = None, database: DatabaseOpt = None, as_json: JsonOpt = False) -> None:
+    """Print the effective configuration (secrets masked)."""
+    from runlane.service.config import ENV_NAMES
+
+    data = settings_from(catalog, database).public()
+    if as_json:
+        print_json(data)
+        return
+    rows = [(f"{k} ({ENV_NAMES[k]})" if k in ENV_NAMES else k, v) for k, v in data.items()]
+    out.print(output.kv_table(rows))
+
+
+# ---------------------------------------------------------------------- the launcher
+
+
+@app.command()
+@friendly
+def serve(catalog: CatalogOpt = None, database: DatabaseOpt = None) -> None:
+    """Run the launcher until SIGTERM or SIGINT."""
+    from runlane.service.runtime import serve as serve_launcher
+
+    configure_logging("info")
+    settings = settings_from(catalog, database)
+    run_async(serve_launcher(settings))
+
+
+@app.command()
+@friendly
+def demo(
+    keep: Annotated[bool, typer.Option("--keep", help="Keep the demo's directory.")] = False,
+) -> None:
+    """A short guided tour on a throwaway SQLite database (about 30 seconds)."""
+    from runlane.cli.demo import run_demo
+
+    raise typer.Exit(run_demo(keep=keep))
+
+
+# ---------------------------------------------------------------------- runs
+
+
+def parse_params(pairs: list[str]) -> dict[str, str]:
+    params: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise fail(f"-p {pair!r}: expected NAME=VALUE", 2)
+        if name in params:
+            raise fail(f"-p {name}: given twice", 2)
+        params[name] = value
+    return params
+
+
+@app.command("run")
+@friendly
+def run_cmd(
+    job: Annotated[str, typer.Argument(help="The job to run.")],
+    param: Annotated[
+        list[str] | None, typer.Option("--param", "-p", help="NAME=VALUE, repeatable.")
+    ] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Follow the run to its end.")] = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Confirm a job with acts: true.")] = False,
+    as_json: JsonOpt = False,
+    catalog: CatalogOpt = None,
+    database: DatabaseOpt = None,
+) -> None:
+    """Queue a run of JOB (exit 2: bad params, 3: overlap refused)."""
+    settings = settings_from(catalog, database)
+    params = parse_params(param or [])
+    requested_by = os.environ.get("USER") or os.environ.get("LOGNAME") or "cli"
+
+    async def body(rt: Runtime) -> int:
+        try:
+            result = await rt.accept(
+                RunRequest(
+                    job=job,
+                    trigger=Trigger.CLI,
+                    params=params,
+                    params_from_strings=True,
+                    requested_by=requested_by,
+                    confirmed=yes,
+                )
+            )
+        except OverlapRefused as exc:
+            if as_json:
+                print_json({"error": exc.code, "message": exc.message, "active_run_id": exc.active_run_id})
+                return exc.exit_code
+            raise
+        run = result.run
+        if not wait:
+            if as_json:
+                print_json(run_dict(run))
+            else:
+                out.print(f"queued {run.job} as run {run.id}")
+                if run.note:
+                    out.print(f"note: {output.escape(run.note)}")
+            return 0
+        if not as_json:
+            out.print(f"queued {run.job} as run {run.id}; waiting for it to finish")
+            await warn_if_no_launcher(rt)
+        final = await follow_with_output(rt, run.id, show_output=not as_json)
+        if as_json:
+            print_json(run_dict(final))
+        else:
+            out.print(
+                f"run {final.id} (attempt {final.attempt}) ended {output.status_text(final.status.value)}"
+                + (f" ({output.escape(final.end_reason)})" if final.end_reason else "")
+            )
+        return 0 if final.status is RunStatus.SUCCESS else 1
+
+    code = with_runtime(settings, body)
+    raise typer.Exit(code)
+
+
+async def warn_if_no_launcher(rt: Runtime) -> None:
+    launchers = await rt.store.launchers()
+    now = await rt.store.now()
+    fresh = [
+        h for h in launchers
+        if h.beat_at is not None and (now - h.beat_at).total_seconds() < 3 * rt.settings.heartbeat_interval
+    ]
+    if not fresh:
+        err.print("[yellow]warning:[/] no launcher is running; start one with `runlane serve`")
+
+
+async def follow_with_output(rt: Runtime, run_id: str, *, show_output: bool) -> Any:
+    """Follow a run (and its retries) to the end, printing its output as it is written."""
+    run = await rt.store.get_run(run_id)
+    printed: dict[str, int] = {}
+    while True:
+        if show_output:
+            path = rt.log_path(run)
+            if path.exists():
+                with path.open("rb") as fh:
+                    fh.seek(printed.get(str(path), 0))
+                    chunk = fh.read()
+                    if chunk:
+                        printed[str(path)] = printed.get(str(path), 0) + len(chunk)
+                        sys.stdout.write(chunk.decode("utf-8", "replace"))
+                        sys.stdout.flush()
+        if run.status.is_final:
+            nxt = await rt.next_attempt(run)
+            if nxt is None:
+                if show_output and str(rt.log_path(run)) not in printed and run.log_tail:
+                    sys.stdout.write(run.log_tail)
+                return run
+            if show_output:
+                out.print(
+                    f"attempt {run.attempt} ended {run.status.value}; retrying as attempt {nxt.attempt}"
+                )
+            run = nxt
+            continue
+        await asyncio.sleep(0.2)
+        run = await rt.store.get_run(run.id)
+
+
+@app.command("runs")
+@friendly
+def runs_cmd(
+    run_id: Annotated[str | None, typer.Argument(help="Show one run (same as `runs show ID`).")] = None,
+    job: Annotated[str | None, typer.Option("--job", help="Only this job.")] = None,
+    status: Annotated[str | None, typer.Option("--status", help="Only this status.")] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=10000)] = 20,
+    as_json: JsonOpt = False,
+    database: DatabaseOpt = None,
+) -> None:
+    """List runs, newest first. `runlane runs show ID` shows one."""
+    settings = settings_from(database=database)
+    if run_id is not None and run_id != "show":
+        raise fail(f"unexpected argument {run_id!r}; did you mean `runlane runs show {run_id}`?", 2)
+    st = None
+    if status is not None:
+        try:
+            st = RunStatus(status)
+        except ValueError:
+            raise fail(
+                f"--status {status!r}: expected one of {', '.join(s.value for s in RunStatus)}", 2
+            ) from None
+
+    async def body(rt: Runtime) -> None:
+        runs = await rt.store.list_runs(RunFilter(job=job, status=st, limit=limit))
+        if as_json:
+            print_json([run_dict(r) for r in runs])
+        elif not runs:
+            out.print("no runs")
+        else:
+            out.print(output.runs_table(runs))
+
+    with_runtime(settings, body, catalog=False)
+
+
+
+@app.command("show", hidden=True)
+@friendly
+def show_alias(run_id: str, as_json: JsonOpt = False, database: DatabaseOpt = None) -> None:
+    """Alias of `runs show`."""
+    show_run(run_id, as_json, database)
+
+
+def show_run(run_id: str, as_json: bool, database: str | None) -> None:
+    settings = settings_from(database=database)
+
+    async def body(rt: Runtime) -> None:
+        run = await rt.resolve_run_id(run_id)
+        if as_json:
+            print_json(run_dict(run))
+            return
+        data = run_dict(run)
+        tail = data.pop("log_tail", None)
+        data["params"] = json.dumps(run.params) if run.params is not None else f"(corrupt) {run.params_raw}"
+        out.print(output.kv_table(data.items()))
+        if tail:
+            out.print("[bold]log tail[/]")
+            sys.stdout.write(tail if tail.endswith("\n") else tail + "\n")
+
+    with_runtime(settings, body, catalog=False)
+
+
+@app.command("logs")
+@friendly
+def logs_cmd(
+    run_id: str,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the run ends.")] = False,
+    database: DatabaseOpt = None,
+) -> None:
+    """Print a run's output (the per-run log file, or the saved tail)."""
+    settings = settings_from(database=database)
+
+    async def body(rt: Runtime) -> None:
+        run = await rt.resolve_run_id(run_id)
+        path = rt.log_path(run)
+        if follow:
+            await follow_with_output(rt, run.id, show_output=True)
+            return
+        if path.exists():
+            sys.stdout.write(path.read_text(errors="replace"))
+        elif run.log_tail:
+            sys.stdout.write(run.log_tail)
+        elif not run.status.is_final:
+            err.print(f"run {run.id} has no output yet ({run.status.value})")
+
+    with_runtime(settings, body, catalog=False)
+
+
+@app.command("cancel")
+@friendly
+def cancel_cmd(run_id: str, as_json: JsonOpt = False, database: DatabaseOpt = None) -> None:
+    """Cancel a queued or running run."""
+    settings = settings_from(database=database)
+    who = os.environ.get("USER") or "cli"
+
+    async def body(rt: Runtime) -> None:
+        run = await rt.resolve_run_id(run_id)
+        run = await rt.store.request_cancel(run.id, by=who)
+        if as_json:
+            print_json(run_dict(run))
+        elif run.status is RunStatus.CANCELLED:
+            out.print(f"cancelled run {run.id}")
+        else:
+            out.print(f"asked the launcher to cancel run {run.id} ({run.status.value})")
+
+    with_runtime(settings, body, catalog=False)
+
+
+@app.command("pause")
+@friendly
+def pause_cmd(
+    job: str,
+    until: Annotated[str | None, typer.Option("--until", help="A duration (2h) or an ISO time.")] = None,
+    reason: Annotated[str | None, typer.Option("--reason", help="Why, for the people who look.")] = None,
+    catalog: CatalogOpt = None,
+    database: DatabaseOpt = None,
+) -> None:
+    """Pause (or snooze, with --until) a job's scheduled and event runs."""
+    settings = settings_from(catalog, database)
+    who = os.environ.get("USER") or "cli"
+
+    async def body(rt: Runtime) -> None:
+        ov = await rt.pause(job, until=until, reason=reason, by=who)
+        when = f" until {output.iso(ov.paused_until)}" if ov.paused_until else " until resumed"
+        out.print(f"paused {job}{when}")
+
+    with_runtime(settings, body)
+
+
+@app.command("resume")
+@friendly
+def resume_cmd(job: str, catalog: CatalogOpt = None, database: DatabaseOpt = None) -> None:
+    """Resume a paused job."""
+    settings = settings_from(catalog, database)
+
+    async def body(rt: Runtime) -> None:
+        rt.require_catalog().resolve(job)
+        if await rt.store.clear_override(job):
+            out.print(f"resumed {job}")
+        else:
+            out.print(f"{job} was not paused")
+
+    with_runtime(settings, body)
+
+
+@app.command("jobs")
+@friendly
+def jobs_cmd(as_json: JsonOpt = False, catalog: CatalogOpt = None, database: DatabaseOpt = None) -> None:
+    """List the catalog's jobs with their settings and pause state."""
+    settings = settings_from(catalog, database)
+
+    async def body(rt: Runtime) -> None:
+        cat = rt.require_catalog()
+        overrides = await rt.store.overrides()
+        rows = []
+        for name in cat.job_names():
+            j = cat.resolve(name)
+            ov = overrides.get(name)
+            rows.append(
+                {
+                    "job": name,
+                    "executor": j.executor,
+                    "overlap": j.overlap,
+                    "max_attempts": j.max_attempts,
+                    "deadline_seconds": j.deadline_seconds,
+                    "acts": j.acts,
+                    "params": {k: str(v) for k, v in j.params.items()},
+                    "schedules": [s.cron for s in j.schedules],
+                    "paused": ov is not None,
+                    "paused_until": output.iso(ov.paused_until) if ov else None,
+                    "description": j.description,
+                }
+            )
+        if as_json:
+            print_json(rows)
+            return
+        from rich.table import Table
+
+        table = Table(header_style="bold")
+        for col in ("job", "executor", "overlap", "attempts", "deadline", "schedules", "params", "state"):
+            table.add_column(col)
+        from runlane.core.durations import format_duration
+
+        for r in rows:
+            table.add_row(
+                output.escape(r["job"]),
+                r["executor"],
+                r["overlap"],
+                str(r["max_attempts"]),
+                format_duration(r["deadline_seconds"]),
+                output.escape(", ".join(r["schedules"])) or "-",
+                output.escape(", ".join(f"{k}: {v}" for k, v in r["params"].items())) or "-",
+                "paused" if r["paused"] else "active",
+            )
+        out.print(table)
+
+    with_runtime(settings, body)
+
+
+@app.command("status")
+@friendly
+def status_cmd(as_json: JsonOpt = False, database: DatabaseOpt = None) -> None:
+    """Launchers, queue depth and anything stuck."""
+    settings = settings_from(database=database)
+
+    async def body(rt: Runtime) -> None:
+        launchers = await rt.store.launchers()
+        now = await rt.store.now()
+        queued = await rt.store.count_queued()
+        running = await rt.store.list_runs(RunFilter(status=RunStatus.RUNNING, limit=1000))
+        data = {
+            "now": output.iso(now),
+            "queued": queued,
+            "running": len(running),
+            "launchers": [
+                {
+                    "launcher_id": h.launcher_id,
+                    "host": h.host,
+                    "pid": h.pid,
+                    "version": h.version,
+                    "started_at": output.iso(h.started_at),
+                    "beat_at": output.iso(h.beat_at),
+                    "stale": h.beat_at is None
+                    or (now - h.beat_at).total_seconds() > 3 * settings.heartbeat_interval,
+                    "queue_depth": h.queue_depth,
+                    "running": dict(h.running),
+                }
+                for h in launchers
+            ],
+        }
+        if as_json:
+            print_json(data)
+            return
+        out.print(f"queued: {queued}   running: {len(running)}")
+        if not launchers:
+            out.print("[yellow]no launcher has reported; start one with `runlane serve`[/]")
+        for entry in data["launchers"]:  # type: ignore[attr-defined]
+            flag = " [red](stale)[/]" if entry["stale"] else ""
+            out.print(
+                f"launcher {output.escape(entry['launcher_id'])} v{entry['version']} "
+                f"beat {entry['beat_at']}{flag} running {entry['running']}"
+            )
+
+    with_runtime(settings, body, catalog=False)
+
+
 def main() -> None:
-    app()
+    configure_logging()
+    # `runlane runs show ID` → the show command (typer has no default subcommand with options).
+    argv = sys.argv[1:]
+    if len(argv) >= 2 and argv[0] == "runs" and argv[1] == "show":
+        sys.argv = [sys.argv[0], "show", *argv[2:]]
+    try:
+        app()
+    except ConfigError as exc:  # raised while reading settings, before a command's handler
+        err.print(f"[red]error:[/] {output.escape(exc.message)}")
+        raise SystemExit(2) from None
+    except NotFound as exc:
+        err.print(f"[red]error:[/] {output.escape(exc.message)}")
+        raise SystemExit(1) from None

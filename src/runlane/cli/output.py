@@ -1,0 +1,115 @@
+"""How the CLI shows things: JSON with the run log's column names, or rich tables for people."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import fields
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+__all__ = ["err", "escape", "out"]
+from rich.table import Table
+
+from runlane.core.runs import Run
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+STATUS_STYLE = {
+    "queued": "cyan",
+    "running": "yellow",
+    "success": "green",
+    "failure": "red",
+    "timeout": "magenta",
+    "skipped": "dim",
+    "cancelled": "dim",
+}
+
+# Lease token is a secret of the launcher holding it: never printed.
+HIDDEN = frozenset({"lease_token", "params_raw"})
+
+
+def iso(value: datetime | None) -> str | None:
+    """UTC ISO-8601 with a Z, the one time format of every JSON output."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return iso(value)
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def run_dict(run: Run) -> dict[str, Any]:
+    data = {f.name: jsonable(getattr(run, f.name)) for f in fields(run) if f.name not in HIDDEN}
+    if run.params is None:
+        data["params_raw"] = run.params_raw
+    return data
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(jsonable(data), indent=2, sort_keys=False, ensure_ascii=False))
+
+
+def status_text(status: str) -> str:
+    return f"[{STATUS_STYLE.get(status, 'white')}]{escape(status)}[/]"
+
+
+def short_time(value: datetime | None) -> str:
+    if value is None:
+        return "-"
+    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def duration_text(run: Run) -> str:
+    if run.started_at is None:
+        return "-"
+    end = run.finished_at or datetime.now(UTC)
+    seconds = (end - run.started_at).total_seconds()
+    if seconds < 10:
+        return f"{seconds:.2f}s"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    return f"{seconds / 60:.0f}m"
+
+
+def runs_table(runs: Sequence[Run], *, title: str | None = None) -> Table:
+    table = Table(title=title, show_lines=False, header_style="bold")
+    for col in ("id", "job", "status", "attempt", "trigger", "queued", "took", "end_reason"):
+        table.add_column(col, no_wrap=col in ("id", "status"))
+    for r in runs:
+        table.add_row(
+            escape(r.id[:8]),
+            escape(r.job),
+            status_text(r.status.value),
+            f"{r.attempt}/{r.max_attempts}",
+            escape(r.trigger),
+            short_time(r.queued_at),
+            duration_text(r),
+            escape(r.end_reason or r.error_code or ""),
+        )
+    return table
+
+
+def kv_table(rows: Iterable[tuple[str, Any]]) -> Table:
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold")
+    table.add_column()
+    for key, value in rows:
+        if value is None or value == "":
+            continue
+        table.add_row(escape(key), escape(str(value)))
+    return table

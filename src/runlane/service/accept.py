@@ -1,0 +1,117 @@
+"""The one accept path: every trigger turns its request into a run command here.
+
+A face (CLI, API, MCP), the scheduler, chains and events all call `accept_run`. It validates the
+request against the catalog (job exists, params match the allowlist and types, `acts` jobs are
+confirmed, payload size), decides the dedupe key and the overlap action for the trigger, and asks
+the store to write the queued row (+ outbox row) in one transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from runlane.catalog import Catalog, ResolvedJob, coerce_params
+from runlane.core.runs import (
+    AcceptResult,
+    NewRun,
+    OverlapAction,
+    Trigger,
+)
+from runlane.errors import ConfirmationRequired, RunRefused
+from runlane.ports import Store
+
+PERSON_TRIGGERS = frozenset({Trigger.MANUAL, Trigger.CLI, Trigger.MCP})
+
+
+@dataclass(frozen=True, slots=True)
+class RunRequest:
+    """What a trigger asks for. `params` are raw: strings from a CLI, JSON values from an API."""
+
+    job: str
+    trigger: Trigger
+    params: Mapping[str, object] | None = None
+    params_from_strings: bool = False
+    requested_by: str | None = None
+    confirmed: bool = False  # `acts: true` jobs need an explicit yes from a person
+    dedupe_key: str | None = None  # schedule/chain/event keys; None → fresh UUID
+    parent_run_id: str | None = None
+    chain_root_id: str | None = None
+    event_id: str | None = None
+    scheduled_for: datetime | None = None
+    queue_ttl_seconds: float | None = None  # None → the trigger's default
+    traceparent: str | None = None
+    downstream: list[str] | None = None
+
+
+def overlap_action_for(job: ResolvedJob, trigger: Trigger) -> OverlapAction:
+    """`forbid` refuses a person (409 / exit 3) and records a machine trigger as `skipped`."""
+    if job.overlap != "forbid":
+        return "none"
+    return "refuse" if trigger in PERSON_TRIGGERS else "skip"
+
+
+def choose_executor(
+    job: ResolvedJob, available: Collection[str], pod_fallback: str
+) -> tuple[str, str | None]:
+    """The executor a run will use, and a note when it is not the one the catalog asked for."""
+    if job.executor in available:
+        return job.executor, None
+    if job.executor == "pod" and pod_fallback == "refuse":
+        raise RunRefused(
+            f"job {job.name!r} runs as a Kubernetes pod, but no cluster is configured "
+            "and RUNLANE_POD_FALLBACK=refuse"
+        )
+    if "inline" not in available:
+        raise RunRefused(f"job {job.name!r}: executor {job.executor!r} is not available here")
+    reason = "no_cluster_fallback" if job.executor == "pod" else f"no_{job.executor}_fallback"
+    return "inline", reason
+
+
+async def accept_run(
+    store: Store,
+    catalog: Catalog,
+    request: RunRequest,
+    *,
+    available_executors: Collection[str] = ("inline",),
+    pod_fallback: str = "inline",
+) -> AcceptResult:
+    """Validate `request` and write it as a queued run. Raises a `RunRefused` subclass with a
+    message a person can act on; `OverlapRefused` carries the active run's id."""
+    job = catalog.resolve(request.job)
+    if job.acts and request.trigger in PERSON_TRIGGERS and not request.confirmed:
+        raise ConfirmationRequired(
+            f"job {job.name!r} acts on the outside world (acts: true); confirm with --yes"
+        )
+    params: dict[str, Any] = coerce_params(
+        job, request.params or {}, from_strings=request.params_from_strings
+    )
+    executor, note = choose_executor(job, available_executors, pod_fallback)
+    queue_ttl = request.queue_ttl_seconds
+    if queue_ttl is None and request.trigger in PERSON_TRIGGERS:
+        queue_ttl = job.queue_ttl_seconds
+    new = NewRun(
+        id=str(uuid.uuid4()),
+        job=job.name,
+        trigger=request.trigger,
+        dedupe_key=request.dedupe_key or str(uuid.uuid4()),
+        executor=executor,
+        overlap=job.overlap,
+        params=params,
+        requested_by=request.requested_by,
+        parent_run_id=request.parent_run_id,
+        chain_root_id=request.chain_root_id,
+        event_id=request.event_id,
+        downstream=request.downstream,
+        scheduled_for=request.scheduled_for,
+        max_attempts=job.max_attempts,
+        deadline_seconds=job.deadline_seconds,
+        kill_grace_seconds=job.kill_grace_seconds,
+        queue_ttl_seconds=queue_ttl,
+        traceparent=request.traceparent,
+        note=note,
+    )
+    return await store.accept(new, overlap_action=overlap_action_for(job, request.trigger))

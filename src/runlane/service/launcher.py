@@ -1,0 +1,499 @@
+"""The launcher: claims queued runs, supervises their executions under a lease, records outcomes.
+
+One asyncio process runs these loops (the scheduler joins in the triggers issue):
+- consumer: expire stale queued runs, claim due ones up to the free capacity, recover runs whose
+  lease expired, start one supervisor task per claimed run;
+- lease keeper: renews the leases of every supervised run; a lost lease kills the local process
+  (an inline run's new owner cannot reach it);
+- cancel watcher: ends executions someone asked to cancel;
+- heartbeat: one `launcher_heartbeat` row, every `heartbeat_interval`.
+
+Shutdown (SIGTERM/SIGINT): stop claiming, give running inline runs `shutdown_grace`, then end
+them as `failure` / `launcher_shutdown` (retried if attempts remain). Pod and Slurm executions are
+never ended by a shutdown: the next launcher reattaches to them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+import structlog
+
+from runlane import __version__
+from runlane.catalog import Catalog, ResolvedJob
+from runlane.core.runs import (
+    Claimed,
+    EndReason,
+    Lease,
+    NewRun,
+    Outcome,
+    Run,
+    RunStatus,
+    Trigger,
+    retry_backoff_seconds,
+    retry_dedupe_key,
+    should_retry,
+)
+from runlane.errors import (
+    DatabaseUnavailable,
+    LeaseLost,
+    PermanentExecutorError,
+    StoreError,
+    TemporaryExecutorError,
+    UnknownJob,
+)
+from runlane.ports import Execution, ExecutionSpec, Executor, Heartbeat, Store
+from runlane.service.config import Settings
+
+log = structlog.get_logger("runlane.launcher")
+
+T = TypeVar("T")
+
+LauncherHook = Callable[[str, str], None]
+"""Called as hook(event, run_id) at `claimed`, `started`, `finished`, `lease_lost`. Tests wait on
+these instead of sleeping; production passes nothing."""
+
+
+@dataclass(slots=True)
+class Supervised:
+    """A run this launcher holds a lease on."""
+
+    claimed: Claimed
+    lease: Lease
+    executor: Executor
+    execution: Execution | None = None
+    lost: bool = False
+    shutdown: bool = False
+    cancel_sent: bool = False
+    task: asyncio.Task[None] | None = None
+
+
+def build_env(run: Run, database_url: str, job: ResolvedJob) -> dict[str, str]:
+    """The environment a run's process sees on top of the launcher's (DESIGN.md "Inside a run")."""
+    params = run.params or {}
+    env: dict[str, str] = {}
+    if job.profile_spec is not None:
+        env.update(job.profile_spec.env or {})
+    env.update(job.env)
+    env.update(
+        {
+            "RUN_ID": run.id,
+            "RUN_TRIGGER": run.trigger,
+            "RUN_PARENT_ID": run.parent_run_id or "",
+            "RUNLANE_JOB": run.job,
+            "RUNLANE_ATTEMPT": str(run.attempt),
+            "RUNLANE_PARAMS": json.dumps(params, separators=(",", ":"), sort_keys=True),
+            "RUNLANE_DATABASE_URL": database_url,
+        }
+    )
+    for name, value in params.items():
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif value is None:
+            continue
+        else:
+            text = str(value)
+        env[f"RUNLANE_PARAM_{name.upper()}"] = text
+    return env
+
+
+def retry_command(run: Run, now: datetime) -> NewRun:
+    """The next attempt of `run`: a new row, launcher-owned, due after an exponential backoff."""
+    attempt = run.attempt + 1
+    return NewRun(
+        id=str(uuid.uuid4()),
+        job=run.job,
+        trigger=Trigger.RETRY,
+        dedupe_key=retry_dedupe_key(run.dedupe_key, attempt),
+        executor=run.executor,
+        overlap="allow" if run.overlap == "allow" else "queue",  # type: ignore[arg-type]
+        params=run.params or {},
+        requested_by=run.requested_by,
+        parent_run_id=run.parent_run_id,
+        chain_root_id=run.chain_root_id,
+        event_id=run.event_id,
+        downstream=run.downstream,
+        scheduled_for=run.scheduled_for,
+        attempt=attempt,
+        retry_of=run.id,
+        max_attempts=run.max_attempts,
+        deadline_seconds=run.deadline_seconds,
+        kill_grace_seconds=run.kill_grace_seconds,
+        not_before=now + timedelta(seconds=retry_backoff_seconds(run.attempt)),
+        traceparent=run.traceparent,
+        note=run.note,
+    )
+
+
+@dataclass
+class Launcher:
+    """The launcher process's loops around one store, one catalog and its executors."""
+
+    store: Store
+    catalog: Catalog
+    executors: Mapping[str, Executor]
+    settings: Settings
+    hook: LauncherHook | None = None
+    executor_caps: Mapping[str, int] = field(default_factory=dict)
+    retry_base_seconds: float = 5.0
+
+    def __post_init__(self) -> None:
+        self.owner = self.settings.launcher_id
+        self._active: dict[str, Supervised] = {}
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._started_at = datetime.now().astimezone()
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._last_expire = 0.0
+        self._last_recover = 0.0
+        self._last_cancel_poll = 0.0
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def running_count(self) -> int:
+        return len(self._active)
+
+    def stop(self) -> None:
+        """Ask the launcher to shut down gracefully (what SIGTERM/SIGINT do)."""
+        self._stopping.set()
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Run until `stop()`; then shut down gracefully and return."""
+        log.info(
+            "launcher.start",
+            launcher=self.owner,
+            executors=sorted(self.executors),
+            concurrency=self.settings.concurrency,
+        )
+        self._tasks = [
+            asyncio.create_task(self._wakeup_pump(), name="runlane-wakeup"),
+            asyncio.create_task(self._lease_keeper(), name="runlane-leases"),
+            asyncio.create_task(self._heartbeat_loop(), name="runlane-heartbeat"),
+        ]
+        try:
+            await self._consume_loop()
+        finally:
+            await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        log.info("launcher.stopping", launcher=self.owner, running=len(self._active))
+        pending = [s.task for s in self._active.values() if s.task is not None]
+        if pending:
+            _, still = await asyncio.wait(pending, timeout=self.settings.shutdown_grace)
+            for sup in list(self._active.values()):
+                if sup.execution is not None and sup.executor.name == "inline":
+                    sup.shutdown = True
+                    await self._cancel_execution(sup, grace=1.0)
+            if still:
+                await asyncio.wait(still, timeout=self.settings.shutdown_grace + 5.0)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        with contextlib.suppress(StoreError):
+            await self.store.remove_launcher(self.owner)
+        log.info("launcher.stopped", launcher=self.owner)
+
+    # ------------------------------------------------------------------ consumer
+
+    async def _consume_loop(self) -> None:
+        settings = self.settings
+        executors = list(self.executors)
+        while not self._stopping.is_set():
+            self._wake.clear()
+            claimed_any = False
+            try:
+                now = time.monotonic()
+                if now - self._last_expire >= settings.expire_interval:
+                    self._last_expire = now
+                    for run in await self.store.expire_queued():
+                        log.info("run.expired", run_id=run.id, job=run.job)
+                if now - self._last_cancel_poll >= settings.claim_interval:
+                    self._last_cancel_poll = now
+                    await self._poll_cancels()
+                free = settings.concurrency - len(self._active)
+                if free > 0 and now - self._last_recover >= settings.claim_interval:
+                    self._last_recover = now
+                    recovered = await self.store.claim_abandoned(
+                        self.owner, limit=free, lease_ttl=settings.lease_ttl, executors=executors
+                    )
+                    for claimed in recovered:
+                        self._supervise(claimed)
+                    free -= len(recovered)
+                if free > 0:
+                    claimed = await self.store.claim(
+                        self.owner,
+                        limit=free,
+                        lease_ttl=settings.lease_ttl,
+                        executors=executors,
+                        executor_caps=self.executor_caps,
+                    )
+                    for c in claimed:
+                        self._supervise(c)
+                    claimed_any = len(claimed) == free
+            except DatabaseUnavailable as exc:
+                log.warning("launcher.database_unavailable", error=str(exc))
+                await self._sleep_or_stop(min(5.0, settings.claim_interval * 2))
+                continue
+            except StoreError as exc:
+                log.error("launcher.claim_failed", error=str(exc), error_code=exc.code)
+                await self._sleep_or_stop(settings.claim_interval)
+                continue
+            if claimed_any:
+                continue  # the batch was full: there may be more due right now
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(settings.claim_interval):
+                    await self._wake.wait()
+
+    async def _sleep_or_stop(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._stopping.wait()
+
+    async def _wakeup_pump(self) -> None:
+        """Turn the store's wake-ups (LISTEN/NOTIFY on PostgreSQL) into the consumer's event."""
+        while True:
+            try:
+                if await self.store.wait_for_wakeup(max(self.settings.claim_interval, 1.0)):
+                    self._wake.set()
+            except StoreError:
+                await self._sleep_or_stop(1.0)
+
+    # ------------------------------------------------------------------ supervision
+
+    def _supervise(self, claimed: Claimed) -> None:
+        executor = self.executors[claimed.run.executor]
+        sup = Supervised(claimed=claimed, lease=claimed.lease, executor=executor)
+        self._active[claimed.run.id] = sup
+        sup.task = asyncio.create_task(self._supervise_run(sup), name=f"run-{claimed.run.id}")
+        self._emit("claimed", claimed.run.id)
+
+    def _emit(self, event: str, run_id: str) -> None:
+        if self.hook is not None:
+            self.hook(event, run_id)
+
+    async def _supervise_run(self, sup: Supervised) -> None:
+        run = sup.claimed.run
+        try:
+            outcome = await self._execute(sup)
+            if outcome is not None:
+                await self._record(sup, outcome)
+        except LeaseLost:
+            sup.lost = True
+        except Exception:  # a bug must not take the launcher down; the lease will expire
+            log.exception("run.supervisor_crashed", run_id=run.id, job=run.job)
+        finally:
+            if sup.lost:
+                log.warning("run.lease_lost", run_id=run.id, job=run.job)
+                self._emit("lease_lost", run.id)
+                if sup.execution is not None and sup.executor.name == "inline":
+                    await self._cancel_execution(sup, grace=0.0)
+            self._active.pop(run.id, None)
+            self._wake.set()
+            self._emit("finished", run.id)
+
+    async def _execute(self, sup: Supervised) -> Outcome | None:
+        """Start (or reattach to) the execution and wait for its outcome. None → nothing to
+        record (released for a later retry)."""
+        claimed = sup.claimed
+        run = claimed.run
+        try:
+            job = self.catalog.resolve(run.job)
+        except UnknownJob:
+            return Outcome(
+                RunStatus.FAILURE,
+                EndReason.START_FAILED,
+                error_code="unknown_job",
+                note=f"job {run.job!r} is no longer in the catalog",
+            )
+        if run.params is None:
+            return Outcome(
+                RunStatus.FAILURE,
+                EndReason.START_FAILED,
+                error_code="corrupt_params",
+                note="the stored params are not valid JSON; kept for repair",
+            )
+        spec = self._spec(run, job, claimed.db_now)
+        if spec.deadline_seconds <= 0:
+            return Outcome(RunStatus.TIMEOUT, EndReason.DEADLINE, error_code="deadline",
+                           note="deadline passed before the run could start")
+        if claimed.recovered:
+            execution = await sup.executor.reattach(spec)
+            if execution is None:
+                return Outcome(
+                    RunStatus.FAILURE,
+                    EndReason.LAUNCHER_LOST,
+                    error_code="launcher_lost",
+                    note=f"the launcher supervising attempt {run.attempt} stopped; "
+                    "its process ended with it",
+                )
+        else:
+            try:
+                execution = await sup.executor.start(spec)
+            except TemporaryExecutorError as exc:
+                delay, code, note = exc.retry_after, exc.code, str(exc)
+                await self._write(
+                    lambda: self.store.release(
+                        sup.lease, retry_after=delay, error_code=code, note=note
+                    )
+                )
+                log.warning("run.start_deferred", run_id=run.id, error_code=code)
+                return None
+            except PermanentExecutorError as exc:
+                return Outcome(
+                    RunStatus.FAILURE, EndReason.START_FAILED, error_code=exc.code, note=str(exc)
+                )
+        sup.execution = execution
+        self._emit("started", run.id)
+        log.debug("run.started", run_id=run.id, job=run.job, external_id=execution.external_id)
+        outcome: Outcome | None = None
+        async for event in sup.executor.events(execution):
+            if event.kind == "finished":
+                outcome = event.outcome
+        if outcome is None:  # an executor bug; never leave the run without a status
+            outcome = Outcome(RunStatus.FAILURE, EndReason.ORPHANED, error_code="no_outcome")
+        if sup.shutdown:
+            outcome = Outcome(
+                RunStatus.FAILURE,
+                EndReason.LAUNCHER_SHUTDOWN,
+                exit_code=outcome.exit_code,
+                error_code="launcher_shutdown",
+                log_tail=outcome.log_tail,
+                note="the launcher shut down before the run finished",
+            )
+        return outcome
+
+    def _spec(self, run: Run, job: ResolvedJob, db_now: datetime) -> ExecutionSpec:
+        remaining = job.deadline_seconds
+        if run.deadline_at is not None:
+            remaining = (run.deadline_at - db_now).total_seconds()
+        return ExecutionSpec(
+            run_id=run.id,
+            job=run.job,
+            attempt=run.attempt,
+            trigger=run.trigger,
+            command=list(job.command),
+            params=run.params or {},
+            env=build_env(run, self.settings.database_url, job),
+            deadline_seconds=remaining,
+            kill_grace_seconds=run.kill_grace_seconds,
+            parent_run_id=run.parent_run_id,
+            profile=job.profile_spec.model_dump() if job.profile_spec is not None else {},
+        )
+
+    async def _record(self, sup: Supervised, outcome: Outcome) -> None:
+        run = sup.claimed.run
+        retry = None
+        if should_retry(outcome, run.attempt, run.max_attempts):
+            retry = retry_command(run, sup.claimed.db_now)
+            db_now = await self._write(self.store.now)
+            retry = replace(
+                retry,
+                not_before=db_now
+                + timedelta(seconds=retry_backoff_seconds(run.attempt, base=self.retry_base_seconds)),
+            )
+        external_id = sup.execution.external_id if sup.execution is not None else None
+        final = await self._write(
+            lambda: self.store.finish(sup.lease, outcome, retry=retry, external_id=external_id)
+        )
+        log.info(
+            "run.finished",
+            run_id=run.id,
+            job=run.job,
+            status=final.status.value,
+            end_reason=final.end_reason,
+            attempt=run.attempt,
+            retry=retry.id if retry else None,
+        )
+
+    async def _write(self, op: Callable[[], Awaitable[T]]) -> T:
+        """A store write that survives a database outage: retried with backoff until it lands,
+        the lease is lost, or the launcher stops."""
+        delay = 0.2
+        while True:
+            try:
+                return await op()
+            except DatabaseUnavailable as exc:
+                log.warning("store.write_retry", error=str(exc), delay=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _cancel_execution(self, sup: Supervised, *, grace: float) -> None:
+        if sup.execution is None or sup.cancel_sent:
+            return
+        sup.cancel_sent = True
+        with contextlib.suppress(Exception):
+            await sup.executor.cancel(sup.execution, grace=grace)
+
+    # ------------------------------------------------------------------ leases, cancels, heartbeat
+
+    async def _lease_keeper(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.lease_renew_interval)
+            await self.renew_leases()
+
+    async def renew_leases(self) -> None:
+        """Renew every held lease; kill the executions whose lease is gone."""
+        held = [s.lease for s in self._active.values() if not s.lost]
+        if not held:
+            return
+        try:
+            kept = await self.store.renew(held, self.settings.lease_ttl)
+        except StoreError as exc:
+            log.warning("lease.renew_failed", error=str(exc), leases=len(held))
+            return
+        for lease in held:
+            if lease.run_id not in kept:
+                sup = self._active.get(lease.run_id)
+                if sup is None or sup.lost:
+                    continue
+                sup.lost = True
+                log.warning("run.lease_lost", run_id=lease.run_id)
+                if sup.executor.name == "inline":
+                    await self._cancel_execution(sup, grace=0.0)
+
+    async def _poll_cancels(self) -> None:
+        if not self._active:
+            return
+        for run_id in await self.store.cancel_requests(self.owner):
+            sup = self._active.get(run_id)
+            if sup is not None and sup.execution is not None:
+                log.info("run.cancelling", run_id=run_id)
+                await self._cancel_execution(sup, grace=sup.claimed.run.kill_grace_seconds)
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            try:
+                await self.beat()
+            except StoreError as exc:
+                log.warning("heartbeat.failed", error=str(exc))
+            await asyncio.sleep(self.settings.heartbeat_interval)
+
+    async def beat(self) -> None:
+        running: dict[str, int] = {}
+        for sup in self._active.values():
+            running[sup.executor.name] = running.get(sup.executor.name, 0) + 1
+        await self.store.beat(
+            Heartbeat(
+                launcher_id=self.owner,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                version=__version__,
+                started_at=self._started_at,
+                queue_depth=await self.store.count_queued(),
+                running=running,
+            )
+        )

@@ -1,0 +1,181 @@
+"""What the faces use: open the store and the catalog from settings, and the operations on runs.
+
+Faces (CLI, API, MCP) call these functions; none of them talks SQL or picks an adapter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import structlog
+
+from runlane.catalog import Catalog, load_catalog
+from runlane.core.durations import parse_duration
+from runlane.core.runs import AcceptResult, Run, RunStatus
+from runlane.errors import ConfigError, NotFound
+from runlane.ports import Executor, Override, RunFilter, Store
+from runlane.service.accept import RunRequest, accept_run
+from runlane.service.config import Settings
+from runlane.service.launcher import Launcher, LauncherHook
+from runlane.service.stores import store_from_url
+
+log = structlog.get_logger("runlane.runtime")
+
+
+@dataclass
+class Runtime:
+    """An open store plus (optionally) the loaded catalog."""
+
+    settings: Settings
+    store: Store
+    catalog: Catalog | None
+
+    def require_catalog(self) -> Catalog:
+        if self.catalog is None:
+            self.catalog = load_catalog(self.settings.catalog_path)
+        return self.catalog
+
+    async def accept(self, request: RunRequest) -> AcceptResult:
+        return await accept_run(
+            self.store,
+            self.require_catalog(),
+            request,
+            available_executors=available_executors(),
+            pod_fallback=self.settings.pod_fallback,
+        )
+
+    def log_path(self, run: Run) -> Path:
+        return Path(self.settings.log_dir) / f"{run.id}.{run.attempt}.log"
+
+    async def resolve_run_id(self, prefix: str) -> Run:
+        """A run by id, or by a unique prefix of at least 6 characters (as git does)."""
+        try:
+            return await self.store.get_run(prefix)
+        except NotFound:
+            if len(prefix) < 6:
+                raise
+        matches = [r for r in await self.store.list_runs(RunFilter(limit=500)) if r.id.startswith(prefix)]
+        if len(matches) == 1:
+            return matches[0]
+        if len(matches) > 1:
+            raise NotFound(f"run id prefix {prefix!r} is ambiguous ({len(matches)} runs)")
+        raise NotFound(f"no run with id {prefix!r}")
+
+    async def pause(
+        self, job: str, *, until: str | None, reason: str | None, by: str | None
+    ) -> Override:
+        self.require_catalog().resolve(job)
+        paused_until = None
+        if until:
+            paused_until = parse_until(until, await self.store.now())
+        return await self.store.set_override(job, paused_until=paused_until, reason=reason, by=by)
+
+    async def follow(self, run_id: str, *, poll: float = 0.2) -> Run:
+        """Wait until the run — and the retries that follow it — reach a final status."""
+        run = await self.store.get_run(run_id)
+        while True:
+            if run.status.is_final:
+                nxt = await self.next_attempt(run)
+                if nxt is None:
+                    return run
+                run = nxt
+                continue
+            await asyncio.sleep(poll)
+            run = await self.store.get_run(run.id)
+
+    async def next_attempt(self, run: Run) -> Run | None:
+        if run.status not in (RunStatus.FAILURE, RunStatus.TIMEOUT) or run.attempt >= run.max_attempts:
+            return None
+        for other in await self.store.list_runs(RunFilter(job=run.job, limit=200)):
+            if other.retry_of == run.id:
+                return other
+        return None
+
+
+def available_executors() -> tuple[str, ...]:
+    """The executors this build can use. Pod and Slurm join in their own issues."""
+    return ("inline",)
+
+
+def parse_until(text: str, now: datetime) -> datetime:
+    """`--until` as a duration from now (`2h`) or an ISO-8601 time (`2026-12-01T08:00Z`)."""
+    with contextlib.suppress(ValueError):
+        return now + timedelta(seconds=parse_duration(text))
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise ConfigError(
+            f"--until {text!r}: expected a duration such as 2h or an ISO time such as "
+            "2026-12-01T08:00Z"
+        ) from exc
+    if at.tzinfo is None:
+        at = at.astimezone()
+    return at
+
+
+@contextlib.asynccontextmanager
+async def open_runtime(
+    settings: Settings, *, catalog: bool = True, check_schema: bool = True
+) -> AsyncIterator[Runtime]:
+    store = store_from_url(settings.database_url)
+    cat = load_catalog(settings.catalog_path) if catalog else None
+    await store.open()
+    try:
+        if check_schema:
+            await store.ensure_current()
+        yield Runtime(settings=settings, store=store, catalog=cat)
+    finally:
+        await store.close()
+
+
+def build_executors(settings: Settings) -> dict[str, Executor]:
+    from runlane.adapters.local.inline import InlineExecutor
+
+    Path(settings.log_dir).mkdir(parents=True, exist_ok=True)
+    return {"inline": InlineExecutor(settings.log_dir)}
+
+
+async def serve(
+    settings: Settings,
+    *,
+    hook: LauncherHook | None = None,
+    stop: asyncio.Event | None = None,
+    install_signals: bool = True,
+) -> None:
+    """`runlane serve`: run the launcher until SIGTERM/SIGINT (or `stop` is set)."""
+    async with open_runtime(settings) as rt:
+        catalog = rt.require_catalog()
+        launcher = Launcher(
+            store=rt.store,
+            catalog=catalog,
+            executors=build_executors(settings),
+            settings=settings,
+            hook=hook,
+            executor_caps={"pod": catalog.global_.max_concurrent_pods},
+        )
+        loop = asyncio.get_running_loop()
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, launcher.stop)
+        watcher = None
+        if stop is not None:
+
+            async def _watch() -> None:
+                await stop.wait()
+                launcher.stop()
+
+            watcher = asyncio.create_task(_watch())
+        try:
+            await launcher.run()
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+            if install_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)

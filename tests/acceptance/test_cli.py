@@ -1,0 +1,217 @@
+"""The CLI as a person uses it: real processes, a real launcher, SQLite (the embedded default)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import CATALOG
+
+
+def runlane(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runlane", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "catalog.yaml").write_text(CATALOG)
+    e = dict(os.environ)
+    e.update(
+        RUNLANE_DATABASE_URL=f"sqlite:///{tmp_path / 'runlane.db'}",
+        RUNLANE_CATALOG=str(tmp_path / "catalog.yaml"),
+        RUNLANE_LOG_DIR=str(tmp_path / "logs"),
+        RUNLANE_CLAIM_INTERVAL="100ms",
+        RUNLANE_HEARTBEAT_INTERVAL="1s",
+        RUNLANE_SHUTDOWN_GRACE="2s",
+        RUNLANE_LOG_LEVEL="warning",
+    )
+    return e
+
+
+def no_traceback(proc: subprocess.CompletedProcess[str]) -> None:
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stdout, proc.stdout
+
+
+@pytest.fixture
+def launcher(env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    assert runlane("db", "upgrade", env=env).returncode == 0
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runlane", "serve"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    yield proc
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def test_catalog_check_ok_and_errors(env: dict[str, str], tmp_path: Path) -> None:
+    ok = runlane("catalog", "check", env=env)
+    assert ok.returncode == 0, ok.stderr
+    assert "ok" in ok.stdout and "8 jobs" in ok.stdout
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "version: 1\njobs:\n  a:\n    command: [x]\n    profil: core\n  b:\n    command: [y]\n    deadline: forever\n"
+    )
+    proc = runlane("catalog", "check", "--catalog", str(bad), env=env)
+    no_traceback(proc)
+    assert proc.returncode == 1
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith(str(bad))]
+    assert len(lines) >= 2, proc.stderr
+    assert any(":5:5:" in ln and "did you mean" in ln for ln in lines), lines
+    assert any(":8:" in ln for ln in lines), lines
+
+
+def test_catalog_schema_is_json(env: dict[str, str]) -> None:
+    proc = runlane("catalog", "schema", env=env)
+    assert proc.returncode == 0
+    schema = json.loads(proc.stdout)
+    assert "jobs" in schema["properties"]
+
+
+def test_init_writes_a_valid_starter(env: dict[str, str], tmp_path: Path) -> None:
+    target = tmp_path / "starter"
+    proc = runlane("init", str(target), env=env)
+    assert proc.returncode == 0, proc.stderr
+    check = runlane("catalog", "check", "--catalog", str(target / "catalog.yaml"), env=env)
+    assert check.returncode == 0, check.stderr
+    again = runlane("init", str(target), env=env)
+    assert again.returncode != 0 and "already exists" in again.stderr
+
+
+def test_serve_refuses_a_database_that_is_not_upgraded(env: dict[str, str]) -> None:
+    proc = runlane("serve", env=env, timeout=30)
+    no_traceback(proc)
+    assert proc.returncode != 0
+    assert "runlane db upgrade" in proc.stderr
+
+
+def test_bad_input_is_one_clear_line(env: dict[str, str]) -> None:
+    assert runlane("db", "upgrade", env=env).returncode == 0
+    unknown = runlane("run", "nope", env=env)
+    no_traceback(unknown)
+    assert unknown.returncode == 2 and "unknown job 'nope'" in unknown.stderr
+    typo = runlane("run", "helo", env=env)
+    assert "did you mean 'hello'" in typo.stderr
+    bad_type = runlane("run", "hello", "-p", "week=seven", env=env)
+    no_traceback(bad_type)
+    assert bad_type.returncode == 2 and "week" in bad_type.stderr
+    bad_pair = runlane("run", "hello", "-p", "week", env=env)
+    assert bad_pair.returncode == 2
+    acts = runlane("run", "careful", env=env)
+    assert acts.returncode == 2 and "--yes" in acts.stderr
+    missing = runlane("runs", "show", "00000000-0000-0000-0000-000000000000", env=env)
+    no_traceback(missing)
+    assert missing.returncode == 1 and "no run" in missing.stderr
+    runs = json.loads(runlane("runs", "--json", env=env).stdout)
+    assert runs == []  # nothing refused was written
+
+
+def test_unreachable_database_is_one_line(env: dict[str, str]) -> None:
+    env = dict(env, RUNLANE_DATABASE_URL="postgresql://runlane:secret@127.0.0.1:1/nowhere")
+    proc = runlane("runs", env=env)
+    no_traceback(proc)
+    assert proc.returncode != 0
+    assert "127.0.0.1" in proc.stderr and "secret" not in proc.stderr
+
+
+def test_missing_catalog_is_one_line(env: dict[str, str], tmp_path: Path) -> None:
+    proc = runlane("jobs", "--catalog", str(tmp_path / "missing.yaml"), env=env)
+    no_traceback(proc)
+    assert proc.returncode == 1 and "not found" in proc.stderr
+
+
+def test_config_masks_secrets(env: dict[str, str]) -> None:
+    env = dict(env, RUNLANE_DATABASE_URL="postgresql://runlane:hunter2@db:5432/runlane")
+    proc = runlane("config", "--json", env=env)
+    data = json.loads(proc.stdout)
+    assert "hunter2" not in proc.stdout
+    assert data["database_url"].startswith("postgresql://runlane:")
+    bad = runlane("config", env=dict(env, RUNLANE_LEASE_TTL="soon"))
+    no_traceback(bad)
+    assert bad.returncode != 0 and "RUNLANE_LEASE_TTL" in bad.stderr
+
+
+def test_end_to_end_with_a_real_launcher(
+    env: dict[str, str], launcher: subprocess.Popen[str]
+) -> None:
+    ok = runlane("run", "hello", "-p", "week=3", "--wait", env=env)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    assert "hello" in ok.stdout and "success" in ok.stdout
+
+    failed = runlane("run", "fail", "--wait", "--json", env=env)
+    assert failed.returncode == 1
+    row = json.loads(failed.stdout)
+    assert row["status"] == "failure" and row["exit_code"] == 3
+
+    runs = json.loads(runlane("runs", "--json", env=env).stdout)
+    assert {r["job"] for r in runs} == {"hello", "fail"}
+    for key in ("id", "job", "status", "attempt", "dedupe_key", "trigger", "end_reason", "queued_at"):
+        assert key in runs[0]
+    assert runs[0]["queued_at"].endswith("Z")
+    assert "lease_token" not in runs[0]
+
+    one = json.loads(runlane("runs", "show", row["id"][:8], "--json", env=env).stdout)
+    assert one["id"] == row["id"]
+    logs = runlane("logs", row["id"], env=env)
+    assert "boom" in logs.stdout
+
+    queued = json.loads(runlane("run", "long", "--json", env=env).stdout)
+    deadline = time.monotonic() + 20
+    while json.loads(runlane("runs", "show", queued["id"], "--json", env=env).stdout)["status"] != "running":
+        assert time.monotonic() < deadline
+    cancel = runlane("cancel", queued["id"], env=env)
+    assert cancel.returncode == 0
+    final = runlane("run", "hello", "--wait", env=env)  # the launcher is still healthy
+    assert final.returncode == 0
+    deadline = time.monotonic() + 20
+    while json.loads(runlane("runs", "show", queued["id"], "--json", env=env).stdout)["status"] != "cancelled":
+        assert time.monotonic() < deadline
+
+    assert runlane("pause", "hello", "--until", "2h", "--reason", "maintenance", env=env).returncode == 0
+    jobs = {j["job"]: j for j in json.loads(runlane("jobs", "--json", env=env).stdout)}
+    assert jobs["hello"]["paused"] is True and jobs["hello"]["paused_until"].endswith("Z")
+    assert runlane("resume", "hello", env=env).returncode == 0
+    jobs = {j["job"]: j for j in json.loads(runlane("jobs", "--json", env=env).stdout)}
+    assert jobs["hello"]["paused"] is False
+
+    status = json.loads(runlane("status", "--json", env=env).stdout)
+    assert len(status["launchers"]) == 1 and status["launchers"][0]["stale"] is False
+
+    launcher.send_signal(signal.SIGTERM)
+    assert launcher.wait(timeout=30) == 0
+    status = json.loads(runlane("status", "--json", env=env).stdout)
+    assert status["launchers"] == []
+
+
+def test_demo_runs_to_completion(tmp_path: Path) -> None:
+    env = dict(os.environ, RUNLANE_LOG_LEVEL="error")
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "runlane", "demo"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=90, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert time.monotonic() - started < 60
+    assert "tour complete" in proc.stdout
+    assert "refused" in proc.stdout
+    assert "timeout" in proc.stdout

@@ -1,0 +1,191 @@
+"""Fixtures for launcher tests: a catalog of small inline jobs, stores on both dialects, and a
+launcher running in the background whose hook turns events into awaitables (no sleeps)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import uuid
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from runlane.catalog import Catalog, load_catalog
+from runlane.ports import Store
+from runlane.service.config import Settings
+from runlane.service.launcher import Launcher
+from runlane.service.runtime import build_executors
+from runlane.service.stores import store_from_url
+
+PY = sys.executable
+
+CATALOG = f"""
+version: 1
+global: {{max_deadline: 1h, manual_queue_ttl: 5m, kill_grace: 1s}}
+defaults: {{executor: inline, overlap: allow, max_attempts: 1, deadline: 1m}}
+jobs:
+  hello:
+    command: [{PY}, -c, "import os, json; print('hello', os.environ['RUN_ID'], os.environ['RUN_TRIGGER'], os.environ['RUNLANE_PARAMS'], os.environ.get('RUNLANE_PARAM_WEEK', '-'))"]
+    params: {{week: int?, dry_run: bool?}}
+  fail:
+    command: [{PY}, -c, "import sys; print('boom'); sys.exit(3)"]
+  flaky:
+    command: [{PY}, -c, "import os, sys; sys.exit(1 if os.environ['RUNLANE_ATTEMPT'] == '1' else 0)"]
+    max_attempts: 3
+  slow:
+    command: [{PY}, -c, "import time; print('started', flush=True); time.sleep(60)"]
+    deadline: 1s
+    max_attempts: 1
+  long:
+    command: [{PY}, -c, "import time; print('started', flush=True); time.sleep(60)"]
+    max_attempts: 2
+  single:
+    command: [{PY}, -c, "import time; time.sleep(0.3)"]
+    overlap: forbid
+  serial:
+    command: [{PY}, -c, "import time; time.sleep(0.2)"]
+    overlap: queue
+  careful:
+    command: [{PY}, -c, "print('acted')"]
+    acts: true
+"""
+
+PG_URL = os.environ.get("RUNLANE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def _pg_available() -> str | None:
+    try:
+        with psycopg.connect(PG_URL, connect_timeout=3):
+            return None
+    except psycopg.Error as exc:
+        return str(exc)
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Any:
+    """A scratch PostgreSQL database for this session (dropped at the end)."""
+    reason = _pg_available()
+    if reason is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"PostgreSQL is required in CI: {reason}")
+        pytest.skip(f"PostgreSQL not reachable: {reason}")
+    name = f"runlane_launcher_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')  # name is ours, not input
+    base = PG_URL.rsplit("/", 1)[0]
+    yield f"{base}/{name}"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'runlane.db'}"
+    url: str = request.getfixturevalue("pg_database")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "DO $$ DECLARE t text; BEGIN FOR t IN SELECT tablename FROM pg_tables "
+            "WHERE schemaname = 'public' AND tablename <> 'schema_migrations' LOOP "
+            "EXECUTE format('TRUNCATE %I', t); END LOOP; END $$"
+        )
+    return url
+
+
+@pytest.fixture
+def catalog_file(tmp_path: Path) -> Path:
+    path = tmp_path / "catalog.yaml"
+    path.write_text(CATALOG)
+    return path
+
+
+@pytest.fixture
+def catalog(catalog_file: Path) -> Catalog:
+    return load_catalog(catalog_file)
+
+
+@pytest.fixture
+def settings(database_url: str, catalog_file: Path, tmp_path: Path) -> Settings:
+    return Settings(
+        database_url=database_url,
+        catalog_path=str(catalog_file),
+        log_dir=str(tmp_path / "logs"),
+        concurrency=8,
+        lease_ttl=10.0,
+        lease_renew_interval=2.0,
+        claim_interval=0.1,
+        heartbeat_interval=1.0,
+        shutdown_grace=1.0,
+        launcher_id=f"test-{uuid.uuid4().hex[:6]}",
+    )
+
+
+@pytest.fixture
+async def store(settings: Settings) -> AsyncIterator[Store]:
+    s = store_from_url(settings.database_url)
+    await s.open()
+    await s.upgrade()
+    yield s
+    await s.close()
+
+
+class Events:
+    """Launcher hook events as awaitables: `await events.wait("finished", run_id)`."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple[str, str], asyncio.Event] = defaultdict(asyncio.Event)
+        self.log: list[tuple[str, str]] = []
+
+    def __call__(self, event: str, run_id: str) -> None:
+        self.log.append((event, run_id))
+        self.seen[(event, run_id)].set()
+
+    async def wait(self, event: str, run_id: str, timeout: float = 30.0) -> None:
+        async with asyncio.timeout(timeout):
+            await self.seen[(event, run_id)].wait()
+
+
+class Running:
+    def __init__(self, launcher: Launcher, task: asyncio.Task[None], events: Events) -> None:
+        self.launcher = launcher
+        self.task = task
+        self.events = events
+
+    async def stop(self) -> None:
+        self.launcher.stop()
+        async with asyncio.timeout(30):
+            await self.task
+
+
+@pytest.fixture
+async def start_launcher(
+    store: Store, catalog: Catalog, settings: Settings
+) -> AsyncIterator[Callable[..., Running]]:
+    started: list[Running] = []
+
+    def start(**overrides: Any) -> Running:
+        events = Events()
+        s = replace(settings, **overrides) if overrides else settings
+        launcher = Launcher(
+            store=store,
+            catalog=catalog,
+            executors=build_executors(s),
+            settings=s,
+            hook=events,
+            retry_base_seconds=0.05,
+        )
+        task = asyncio.create_task(launcher.run())
+        r = Running(launcher, task, events)
+        started.append(r)
+        return r
+
+    yield start
+    for r in started:
+        if not r.task.done():
+            await r.stop()

@@ -1,0 +1,189 @@
+"""The launcher end to end with the inline executor, on SQLite and on the real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+
+import pytest
+
+from runlane.catalog import Catalog
+from runlane.core.runs import RunStatus, Trigger
+from runlane.errors import ConfirmationRequired, OverlapRefused, ParamError, UnknownJob
+from runlane.ports import RunFilter, Store
+from runlane.service.accept import RunRequest, accept_run
+
+from .conftest import Running
+
+
+async def accept(store: Store, catalog: Catalog, job: str, **kw: object) -> str:
+    req = RunRequest(job=job, trigger=kw.pop("trigger", Trigger.CLI), **kw)  # type: ignore[arg-type]
+    result = await accept_run(store, catalog, req)
+    return result.run.id
+
+
+async def test_success_records_output_env_and_params(
+    store: Store, catalog: Catalog, start_launcher: Callable[..., Running]
+) -> None:
+    launcher = start_launcher()
+    run_id = await accept(store, catalog, "hello", params={"week": "7"}, params_from_strings=True)
+    await launcher.events.wait("finished", run_id)
+    run = await store.get_run(run_id)
+    assert run.status is RunStatus.SUCCESS
+    assert run.exit_code == 0
+    assert run.params == {"week": 7}
+    assert run.log_tail is not None
+    words = run.log_tail.split()
+    assert words[:3] == ["hello", run_id, "cli"]
+    assert json.loads(words[3]) == {"week": 7}
+    assert words[4] == "7"
+    assert run.started_at is not None and run.finished_at is not None
+    assert run.finished_at >= run.started_at
+    assert run.external_id is not None and run.external_id.isdigit()
+
+
+async def test_failure_is_retried_as_new_rows_until_success(
+    store: Store, catalog: Catalog, start_launcher: Callable[..., Running]
+) -> None:
+    launcher = start_launcher()
+    first = await accept(store, catalog, "flaky")
+    await launcher.events.wait("finished", first)
+    run1 = await store.get_run(first)
+    assert run1.status is RunStatus.FAILURE
+    assert run1.exit_code == 1
+    retries = [r for r in await store.list_runs(RunFilter(job="flaky")) if r.retry_of == first]
+    assert len(retries) == 1
+    run2 = retries[0]
+    assert run2.attempt == 2
+    assert run2.trigger == "retry"
+    assert run2.dedupe_key == f"{run1.dedupe_key}#2"
+    await launcher.events.wait("finished", run2.id)
+    assert (await store.get_run(run2.id)).status is RunStatus.SUCCESS
+    assert len(await store.list_runs(RunFilter(job="flaky"))) == 2
+
+
+async def test_failure_without_attempts_left_is_final(
+    store: Store, catalog: Catalog, start_launcher: Callable[..., Running]
+) -> None:
+    launcher = start_launcher()
+    run_id = await accept(store, catalog, "fail")
+    await launcher.events.wait("finished", run_id)
+    run = await store.get_run(run_id)
+    assert (run.status, run.exit_code, run.error_code) == (RunStatus.FAILURE, 3, "exit_code")
+    assert "boom" in (run.log_tail or "")
+    assert len(await store.list_runs(RunFilter(job="fail"))) == 1
+
+
+async def test_deadline_ends_in_timeout(
+    store: Store, catalog: Catalog, start_launcher: Callable[..., Running]
+) -> None:
+    launcher = start_launcher()
+    run_id = await accept(store, catalog, "slow")
+    await launcher.events.wait("finished", run_id)
+    run = await store.get_run(run_id)
+    assert run.status is RunStatus.TIMEOUT
+    assert run.end_reason == "deadline"
+    assert run.started_at is not None and run.finished_at is not None
+    took = (run.finished_at - run.started_at).total_seconds()
+    assert 0.9 <= took < 10, took
+
+
+async def test_accept_refuses_bad_requests_and_writes_nothing(
+    store: Store, catalog: Catalog
+) -> None:
+    with pytest.raises(UnknownJob):
+        await accept(store, catalog, "nope")
+    with pytest.raises(ParamError):
+        await accept(store, catalog, "hello", params={"week": "seven"}, params_from_strings=True)
+    with pytest.raises(ParamError):
+        await accept(store, catalog, "hello", params={"colour": "red"}, params_from_strings=True)
+    with pytest.raises(ConfirmationRequired):
+        await accept(store, catalog, "careful")
+    assert await store.list_runs(RunFilter()) == []
+    await accept(store, catalog, "careful", confirmed=True)
+    assert len(await store.list_runs(RunFilter())) == 1
+
+
+async def test_overlap_forbid_refuses_a_person_and_skips_a_schedule(
+    store: Store, catalog: Catalog
+) -> None:
+    first = await accept(store, catalog, "single")
+    with pytest.raises(OverlapRefused) as info:
+        await accept(store, catalog, "single")
+    assert info.value.active_run_id == first
+    assert info.value.exit_code == 3
+    skipped = await accept(store, catalog, "single", trigger=Trigger.SCHEDULE, dedupe_key="single@slot")
+    row = await store.get_run(skipped)
+    assert (row.status, row.end_reason) == (RunStatus.SKIPPED, "overlap")
+
+
+async def test_overlap_queue_runs_one_at_a_time(
+    store: Store, catalog: Catalog, start_launcher: Callable[..., Running]
+) -> None:
+    a = await accept(store, catalog, "serial")
+    b = await accept(store, catalog, "serial")
+    launcher = start_launcher()
+    await launcher.events.wait("finished", a)
+    await launcher.events.wait("finished", b)
+    ra, rb = await store.get_run(a), await store.get_run(b)
+    assert ra.status is RunStatus.SUCCESS and rb.status is RunStatus.SUCCESS
+    assert ra.finished_at is not None and rb.started_at is not None
+    assert rb.started_at >= ra.finished_at
+
+
+async def test_queued_run_past_its_ttl_is_skipped_expired(
+    store: Store, catalog: Catalog, start_launcher: Callable[..., Running]
+) -> None:
+    run_id = await accept(store, catalog, "hello", queue_ttl_seconds=0.0)
+    start_launcher()
+    async with asyncio.timeout(10):
+        while (await store.get_run(run_id)).status is RunStatus.QUEUED:
+            await asyncio.sleep(0.05)
+    run = await store.get_run(run_id)
+    assert (run.status, run.end_reason) == (RunStatus.SKIPPED, "expired")
+
+
+async def test_cancel_running_run(
+    store: Store, catalog: Catalog, start_launcher: Callable[..., Running]
+) -> None:
+    launcher = start_launcher()
+    run_id = await accept(store, catalog, "long")
+    await launcher.events.wait("started", run_id)
+    requested = await store.request_cancel(run_id, by="test")
+    assert requested.status is RunStatus.RUNNING
+    assert requested.cancel_requested_at is not None
+    await launcher.events.wait("finished", run_id)
+    run = await store.get_run(run_id)
+    assert run.status is RunStatus.CANCELLED
+    # cancelled runs are never retried even with attempts left
+    assert len(await store.list_runs(RunFilter(job="long"))) == 1
+
+
+async def test_cancel_queued_run_needs_no_launcher(store: Store, catalog: Catalog) -> None:
+    run_id = await accept(store, catalog, "hello")
+    run = await store.request_cancel(run_id, by="test")
+    assert run.status is RunStatus.CANCELLED
+
+
+async def test_graceful_shutdown_ends_inline_runs_and_retries_them(
+    store: Store, catalog: Catalog, start_launcher: Callable[..., Running]
+) -> None:
+    launcher = start_launcher(shutdown_grace=0.2)
+    run_id = await accept(store, catalog, "long")
+    await launcher.events.wait("started", run_id)
+    await launcher.stop()
+    run = await store.get_run(run_id)
+    assert (run.status, run.end_reason) == (RunStatus.FAILURE, "launcher_shutdown")
+    retries = [r for r in await store.list_runs(RunFilter(job="long")) if r.retry_of == run_id]
+    assert len(retries) == 1 and retries[0].status is RunStatus.QUEUED
+    assert await store.launchers() == []
+
+
+async def test_heartbeat_is_written(
+    store: Store, catalog: Catalog, start_launcher: Callable[..., Running]
+) -> None:
+    launcher = start_launcher()
+    await launcher.launcher.beat()
+    beats = await store.launchers()
+    assert [h.launcher_id for h in beats] == [launcher.launcher.owner]
