@@ -1,0 +1,82 @@
+"""Shared set-up for the benchmarks: scratch databases, a catalog of `true` jobs, /proc readings."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+
+PG_URL = os.environ.get("RUNLANE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+CATALOG = """
+version: 1
+global: {max_deadline: 1h, manual_queue_ttl: 1h, kill_grace: 1s}
+defaults: {executor: inline, overlap: allow, max_attempts: 1, deadline: 5m}
+jobs:
+  noop:
+    command: ["true"]
+"""
+
+
+@contextmanager
+def scratch_database(kind: str, workdir: Path) -> Iterator[str]:
+    """A fresh database URL of `kind` (sqlite | postgres), removed afterwards."""
+    if kind == "sqlite":
+        yield f"sqlite:///{workdir / f'bench-{uuid.uuid4().hex[:6]}.db'}"
+        return
+    name = f"runlane_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{PG_URL.rsplit('/', 1)[0]}/{name}"
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of one process (its children excluded)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def postgres_cpu_seconds() -> float:
+    """Total CPU of every postgres process on this machine (backends, WAL writer, …)."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() in ("postgres", "postmaster"):
+                total += cpu_seconds(int(entry.name))
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return total
+
+
+def rss_mib(pid: int, field: str = "VmRSS") -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def runlane_cmd() -> list[str]:
+    return [sys.executable, "-m", "runlane"]

@@ -1,0 +1,95 @@
+"""Pickup latency on an idle launcher: enqueue → process started, one run at a time.
+
+The launcher runs in this process with a long poll interval (10 s), so a fast pickup can only
+come from the wake-up path (LISTEN/NOTIFY on PostgreSQL). Runs are enqueued through a second store
+instance (its own connection). Prints p50/p99 over the samples, median of the repetitions.
+
+    .venv/bin/python bench/latency.py --db postgres --samples 200 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+
+from _common import CATALOG, median, percentile, scratch_database
+
+from runlane.catalog import load_catalog
+from runlane.core.runs import Trigger
+from runlane.service.accept import RunRequest, accept_run
+from runlane.service.config import Settings
+from runlane.service.launcher import Launcher
+from runlane.service.runtime import build_executors
+from runlane.service.stores import store_from_url
+
+
+async def measure(url: str, work: Path, samples: int) -> list[float]:
+    catalog = load_catalog(work / "catalog.yaml")
+    settings = Settings(
+        database_url=url, catalog_path=str(work / "catalog.yaml"), log_dir=str(work / "logs"),
+        claim_interval=10.0, lease_ttl=30.0, lease_renew_interval=10.0,
+    )
+    launcher_store = store_from_url(url)
+    client = store_from_url(url)
+    await launcher_store.open()
+    await launcher_store.upgrade()
+    await client.open()
+    started: dict[str, float] = {}
+    finished: dict[str, asyncio.Event] = {}
+
+    def hook(event: str, run_id: str) -> None:
+        if event == "started":
+            started[run_id] = time.perf_counter()
+        elif event == "finished" and run_id in finished:
+            finished[run_id].set()
+
+    launcher = Launcher(store=launcher_store, catalog=catalog, executors=build_executors(settings),
+                        settings=settings, hook=hook)
+    task = asyncio.create_task(launcher.run())
+    await asyncio.sleep(1.0)  # let it go idle: this measures an idle launcher
+    latencies = []
+    try:
+        for _ in range(samples):
+            t0 = time.perf_counter()
+            result = await accept_run(client, catalog, RunRequest(job="noop", trigger=Trigger.CLI))
+            run_id = result.run.id
+            finished[run_id] = asyncio.Event()
+            await asyncio.wait_for(finished[run_id].wait(), 30)
+            latencies.append((started[run_id] - t0) * 1000)
+            await asyncio.sleep(0.02)  # idle again before the next sample
+    finally:
+        launcher.stop()
+        await task
+        await client.close()
+        await launcher_store.close()
+    return latencies
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--db", choices=["sqlite", "postgres"], default="postgres")
+    ap.add_argument("--samples", type=int, default=200)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    if args.quick:
+        args.samples, args.repeat = 10, 1
+    p50s, p99s = [], []
+    for i in range(args.repeat):
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            (work / "catalog.yaml").write_text(CATALOG)
+            with scratch_database(args.db, work) as url:
+                lat = asyncio.run(measure(url, work, args.samples))
+        p50s.append(percentile(lat, 50))
+        p99s.append(percentile(lat, 99))
+        print(f"[{args.db} #{i + 1}] pickup p50={p50s[-1]:.2f} ms p99={p99s[-1]:.2f} ms "
+              f"max={max(lat):.2f} ms (n={len(lat)})", flush=True)
+    print(f"[{args.db} median of {args.repeat}] pickup p50={median(p50s):.2f} ms p99={median(p99s):.2f} ms")
+
+
+if __name__ == "__main__":
+    main()

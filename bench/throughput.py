@@ -1,0 +1,136 @@
+"""Throughput, CPU per run and memory of a real `runlane serve` process.
+
+2,000 manual runs of a job whose command is `true`, concurrency 16: runs are enqueued through the
+accept path first, then a launcher is started and timed from its first start to its last finish
+(database timestamps). CPU per run counts the launcher process (children excluded) plus every
+PostgreSQL process. Prints one line per repetition and the medians.
+
+    .venv/bin/python bench/throughput.py --db postgres --runs 2000 --repeat 3
+    .venv/bin/python bench/throughput.py --db sqlite --runs 2000 --repeat 3
+    .venv/bin/python bench/throughput.py --quick      # a smoke run (CI uses this)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from _common import (
+    CATALOG,
+    cpu_seconds,
+    median,
+    postgres_cpu_seconds,
+    rss_mib,
+    runlane_cmd,
+    scratch_database,
+)
+
+from runlane.catalog import load_catalog
+from runlane.core.runs import RunStatus, Trigger
+from runlane.ports import RunFilter
+from runlane.service.accept import RunRequest, accept_run
+from runlane.service.stores import store_from_url
+
+
+async def enqueue(url: str, catalog_path: Path, n: int) -> float:
+    catalog = load_catalog(catalog_path)
+    store = store_from_url(url)
+    await store.open()
+    try:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            await accept_run(store, catalog, RunRequest(job="noop", trigger=Trigger.CLI))
+        return n / (time.perf_counter() - t0)
+    finally:
+        await store.close()
+
+
+async def progress(url: str) -> tuple[int, float | None]:
+    store = store_from_url(url)
+    await store.open()
+    try:
+        runs = await store.list_runs(RunFilter(status=RunStatus.SUCCESS, limit=100000))
+        if not runs:
+            return 0, None
+        first = min(r.started_at for r in runs if r.started_at)
+        last = max(r.finished_at for r in runs if r.finished_at)
+        return len(runs), (last - first).total_seconds()
+    finally:
+        await store.close()
+
+
+def one(kind: str, n: int, concurrency: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        (work / "catalog.yaml").write_text(CATALOG)
+        with scratch_database(kind, work) as url:
+            env = dict(
+                os.environ,
+                RUNLANE_DATABASE_URL=url,
+                RUNLANE_CATALOG=str(work / "catalog.yaml"),
+                RUNLANE_LOG_DIR=str(work / "logs"),
+                RUNLANE_CONCURRENCY=str(concurrency),
+                RUNLANE_LOG_LEVEL="warning",
+            )
+            subprocess.run([*runlane_cmd(), "db", "upgrade"], env=env, check=True, capture_output=True)
+            # Idle memory: a launcher with nothing to do.
+            idle = subprocess.Popen([*runlane_cmd(), "serve"], env=env)
+            time.sleep(2.0)
+            idle_rss = rss_mib(idle.pid)
+            idle.send_signal(signal.SIGTERM)
+            idle.wait(30)
+
+            enqueue_rate = asyncio.run(enqueue(url, work / "catalog.yaml", n))
+            pg_before = postgres_cpu_seconds() if kind == "postgres" else 0.0
+            proc = subprocess.Popen([*runlane_cmd(), "serve"], env=env)
+            started = time.monotonic()
+            done, span = 0, None
+            while done < n:
+                time.sleep(0.25)
+                done, span = asyncio.run(progress(url))
+                if time.monotonic() - started > 600:
+                    raise SystemExit(f"only {done}/{n} runs finished in 10 minutes")
+            launcher_cpu = cpu_seconds(proc.pid)
+            peak = rss_mib(proc.pid, "VmHWM")
+            pg_cpu = (postgres_cpu_seconds() - pg_before) if kind == "postgres" else 0.0
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+            assert span is not None
+            return {
+                "runs_per_s": n / span,
+                "enqueue_per_s": enqueue_rate,
+                "cpu_ms_per_run": 1000 * (launcher_cpu + pg_cpu) / n,
+                "launcher_cpu_ms_per_run": 1000 * launcher_cpu / n,
+                "idle_rss_mib": idle_rss,
+                "peak_rss_mib": peak,
+            }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--db", choices=["sqlite", "postgres"], default="postgres")
+    ap.add_argument("--runs", type=int, default=2000)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="50 runs, once: checks the script works")
+    args = ap.parse_args()
+    if args.quick:
+        args.runs, args.repeat = 50, 1
+    results = []
+    for i in range(args.repeat):
+        r = one(args.db, args.runs, args.concurrency)
+        results.append(r)
+        print(f"[{args.db} #{i + 1}] " + "  ".join(f"{k}={v:.2f}" for k, v in r.items()), flush=True)
+    keys = results[0].keys()
+    print(f"[{args.db} median of {len(results)}] " + "  ".join(
+        f"{k}={median([r[k] for r in results]):.2f}" for k in keys))
+
+
+if __name__ == "__main__":
+    main()
