@@ -1,0 +1,679 @@
+"""The inline executor: a run as a local subprocess in its own process group, with a bounded log.
+
+Not asyncio's subprocess API: its 3.11 child watcher starts a thread per child. Exit is watched
+with a pidfd on the event loop and output is read from a non-blocking pipe, so one launcher can
+keep thousands of short runs a minute moving on one thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import contextlib
+import errno
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import BinaryIO, Literal
+
+from runlane.core.runs import EndReason, Outcome, RunStatus
+from runlane.errors import PermanentExecutorError, TemporaryExecutorError
+from runlane.ports import Execution, ExecutionEvent, ExecutionSpec
+
+PdeathsigMode = Literal["auto", "setpriv", "prctl", "none"]
+
+_READ_CHUNK = 65536
+# After the main process exits, a descendant may still hold the output pipe open; we read what
+# it writes for this long, then stop so the run can end.
+_DRAIN_AFTER_EXIT_SECONDS = 1.0
+_TEMPORARY_SPAWN_ERRNOS = frozenset({errno.EAGAIN, errno.EMFILE, errno.ENFILE, errno.ENOMEM})
+_PR_SET_PDEATHSIG = 1
+
+
+@cache
+def setpriv_supports_pdeathsig() -> str | None:
+    """Path of a util-linux `setpriv` that accepts `--pdeathsig`, or None."""
+    path = shutil.which("setpriv")
+    if path is None:
+        return None
+    try:
+        probe = subprocess.run(
+            [path, "--pdeathsig", "KILL", "--", "true"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return path if probe.returncode == 0 else None
+
+
+def _prctl_pdeathsig() -> Callable[[], None] | None:
+    """A `preexec_fn` that asks the kernel to SIGKILL the child when its parent thread exits."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    prctl = libc.prctl
+
+    def set_pdeathsig() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+    return set_pdeathsig
+
+
+def signal_error_code(signum: int) -> str:
+    """`signal_sigsegv` for 11; `signal_<n>` for a number with no name."""
+    try:
+        return f"signal_{signal.Signals(signum).name.lower()}"
+    except ValueError:
+        return f"signal_{signum}"
+
+
+def _tail_text(data: bytes, tail_lines: int) -> str:
+    """The last `tail_lines` lines of `data`, decoded leniently."""
+    pos = len(data) - 1 if data.endswith(b"\n") else len(data)
+    for _ in range(tail_lines):
+        pos = data.rfind(b"\n", 0, pos)
+        if pos < 0:
+            break
+    if pos >= 0:
+        data = data[pos + 1 :]
+    return data.decode("utf-8", errors="replace")
+
+
+class _BoundedLog:
+    """Writes output to the run's log file up to `max_bytes`, then keeps only a tail in memory.
+
+    The file ends up at most about `max_bytes + tail_bytes` plus two marker lines: writes after
+    the limit are dropped, and at close the last `tail_bytes` of the output are appended.
+    """
+
+    __slots__ = ("_fd", "_last_written", "_max", "_tail_bytes", "dropped", "ring", "written")
+
+    def __init__(self, path: Path, max_bytes: int, tail_bytes: int) -> None:
+        # Truncate: the file belongs to this (run, attempt) execution; an earlier execution of
+        # the same attempt died with its launcher, and the bound must hold per file.
+        self._fd: int | None = os.open(
+            path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644
+        )
+        self._max = max_bytes
+        self._tail_bytes = tail_bytes
+        self._last_written = b"\n"
+        self.written = 0
+        self.dropped = 0  # bytes not written to the file
+        self.ring = bytearray()  # the last `tail_bytes` bytes of all output
+
+    def feed(self, data: bytes) -> None:
+        # Local-disk writes are short and synchronous on purpose: a thread hop per chunk would
+        # cost more than the write.
+        if self.dropped == 0:
+            room = self._max - self.written
+            if len(data) <= room:
+                self._write(data)
+                self.written += len(data)
+            else:
+                self._write(data[:room])
+                self.written += room
+                self._write_marker(
+                    f"[runlane: output truncated after {self._max} bytes; last bytes kept below]\n"
+                )
+                self.dropped = len(data) - room
+        else:
+            self.dropped += len(data)
+        ring = self.ring
+        ring += data
+        excess = len(ring) - self._tail_bytes
+        if excess > 0:
+            del ring[:excess]
+
+    def close(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            if self.dropped:
+                kept = bytes(self.ring[-min(self.dropped, len(self.ring)) :]) if self.ring else b""
+                self._write_marker(f"[runlane: {self.dropped - len(kept)} bytes dropped]\n")
+                self._write(kept)
+        finally:
+            os.close(self._fd)
+            self._fd = None
+
+    def _write_marker(self, line: str) -> None:
+        prefix = b"" if self._last_written.endswith(b"\n") else b"\n"
+        self._write(prefix + line.encode())
+
+    def _write(self, data: bytes) -> None:
+        if not data or self._fd is None:
+            return
+        view = memoryview(data)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+        self._last_written = data[-1:]
+
+
+@dataclass(slots=True)
+class _Termination:
+    status: RunStatus
+    end_reason: str
+    error_code: str | None = None
+    note: str | None = None
+
+
+class _Child:
+    """One live (or just finished) subprocess and everything that watches it."""
+
+    def __init__(
+        self,
+        executor: InlineExecutor,
+        spec: ExecutionSpec,
+        proc: subprocess.Popen[bytes],
+        pipe_fd: int,
+        log: _BoundedLog,
+        log_path: Path,
+    ) -> None:
+        self.executor = executor
+        self.spec = spec
+        self.proc = proc
+        self.pid = proc.pid
+        self.loop = asyncio.get_running_loop()
+        self.execution = Execution(spec.run_id, spec.attempt, str(proc.pid), handle=self)
+        self.log = log
+        self.log_path = log_path
+        self.pipe_fd: int | None = pipe_fd
+        self.pidfd: int | None = None
+        self.returncode: int | None = None
+        self.termination: _Termination | None = None
+        self.drain_cut = False
+        self.finished: asyncio.Future[Outcome] = self.loop.create_future()
+        self._deadline_timer: asyncio.TimerHandle | None = None
+        self._kill_timer: asyncio.TimerHandle | None = None
+        self._drain_timer: asyncio.TimerHandle | None = None
+
+    # -- watching -----------------------------------------------------------------------------
+
+    def watch(self) -> None:
+        loop = self.loop
+        assert self.pipe_fd is not None
+        loop.add_reader(self.pipe_fd, self._on_output)
+        try:
+            self.pidfd = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):
+            self.pidfd = None
+        if self.pidfd is not None:
+            loop.add_reader(self.pidfd, self._on_exit)
+        else:
+            # Kernels before 5.3 have no pidfd: a small thread waits without reaping (WNOWAIT),
+            # so the process group stays pinned until the loop thread reaps it.
+            threading.Thread(
+                target=self._wait_in_thread, name=f"runlane-wait-{self.pid}", daemon=True
+            ).start()
+        self._deadline_timer = loop.call_later(
+            max(0.0, self.spec.deadline_seconds), self._on_deadline
+        )
+
+    def _wait_in_thread(self) -> None:
+        with contextlib.suppress(ChildProcessError):
+            os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)
+        with contextlib.suppress(RuntimeError):  # the loop closed under us
+            self.loop.call_soon_threadsafe(self._on_exit)
+
+    def _on_output(self) -> None:
+        fd = self.pipe_fd
+        if fd is None:
+            return
+        try:
+            data = os.read(fd, _READ_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            self.log.feed(data)
+            return
+        self._close_pipe()
+        self._maybe_finish()
+
+    def _close_pipe(self) -> None:
+        if self.pipe_fd is not None:
+            self.loop.remove_reader(self.pipe_fd)
+            os.close(self.pipe_fd)
+            self.pipe_fd = None
+        if self._drain_timer is not None:
+            self._drain_timer.cancel()
+            self._drain_timer = None
+
+    def _has_exited(self) -> bool:
+        """True once the process has exited, reaped or not (it is never reaped elsewhere)."""
+        if self.returncode is not None:
+            return True
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True
+        return info is not None
+
+    def _on_exit(self) -> None:
+        if self.returncode is not None:
+            return
+        if self.termination is not None:
+            # The leader is a zombie until reaped, so its pid still names the group: kill the
+            # rest of the group now, while that is safe, rather than leave TERM-ignoring
+            # descendants behind.
+            self._signal_group(signal.SIGKILL)
+        rc = self.proc.poll()
+        if rc is None:  # spurious wake-up; the pidfd reader stays armed
+            return
+        self.returncode = rc
+        if self.pidfd is not None:
+            self.loop.remove_reader(self.pidfd)
+            os.close(self.pidfd)
+            self.pidfd = None
+        for timer in (self._deadline_timer, self._kill_timer):
+            if timer is not None:
+                timer.cancel()
+        self._deadline_timer = self._kill_timer = None
+        if self.pipe_fd is not None:
+            self._drain_timer = self.loop.call_later(_DRAIN_AFTER_EXIT_SECONDS, self._cut_drain)
+        self._maybe_finish()
+
+    def _cut_drain(self) -> None:
+        self._drain_timer = None
+        fd = self.pipe_fd
+        if fd is None:
+            return
+        with contextlib.suppress(OSError):
+            while data := os.read(fd, _READ_CHUNK):
+                self.log.feed(data)
+        self.drain_cut = True
+        self._close_pipe()
+        self._maybe_finish()
+
+    def _maybe_finish(self) -> None:
+        if self.returncode is None or self.pipe_fd is not None or self.finished.done():
+            return
+        try:
+            self.log.close()
+        finally:
+            self.executor._forget(self)
+            self.finished.set_result(self._outcome(self.returncode))
+
+    def _outcome(self, rc: int) -> Outcome:
+        tail = _tail_text(bytes(self.log.ring), self.executor.tail_lines)
+        note = (
+            "a descendant process kept the output pipe open after the command exited; "
+            f"output after {_DRAIN_AFTER_EXIT_SECONDS:g}s was not read"
+            if self.drain_cut
+            else None
+        )
+        term = self.termination
+        if term is not None:
+            return Outcome(
+                term.status,
+                term.end_reason,
+                exit_code=rc,
+                error_code=term.error_code,
+                log_tail=tail,
+                note=term.note or note,
+            )
+        if rc == 0:
+            return Outcome(RunStatus.SUCCESS, EndReason.EXIT, exit_code=0, log_tail=tail, note=note)
+        error_code = signal_error_code(-rc) if rc < 0 else "exit_code"
+        return Outcome(
+            RunStatus.FAILURE,
+            EndReason.EXIT,
+            exit_code=rc,
+            error_code=error_code,
+            log_tail=tail,
+            note=note,
+        )
+
+    # -- ending it ----------------------------------------------------------------------------
+
+    def _on_deadline(self) -> None:
+        self._deadline_timer = None
+        if self._has_exited():
+            return  # the exit is already on its way to `_on_exit`
+        self.terminate(
+            _Termination(RunStatus.TIMEOUT, EndReason.DEADLINE, error_code="deadline"),
+            self.spec.kill_grace_seconds,
+        )
+
+    def terminate(self, termination: _Termination, grace: float) -> None:
+        """SIGTERM the group, SIGKILL it after `grace`. The first reason given is kept."""
+        if self.returncode is not None or self.termination is not None:
+            return
+        self.termination = termination
+        if grace <= 0:
+            self._signal_group(signal.SIGKILL)
+            return
+        self._signal_group(signal.SIGTERM)
+        self._kill_timer = self.loop.call_later(grace, self._kill_after_grace)
+
+    def kill(self, termination: _Termination) -> None:
+        """SIGKILL the group now; `termination` replaces an earlier reason."""
+        if self.returncode is not None:
+            return
+        self.termination = termination
+        self._signal_group(signal.SIGKILL)
+
+    def _kill_after_grace(self) -> None:
+        self._kill_timer = None
+        self._signal_group(signal.SIGKILL)
+
+    def _signal_group(self, signum: int) -> None:
+        # Only called before the leader is reaped: until then no other process can get its id,
+        # so the group id cannot name someone else's processes.
+        if self.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signum)
+
+
+class InlineExecutor:
+    """Runs each run's command as a local subprocess (the `inline` executor).
+
+    - `start(spec)` spawns `spec.command` as an argv list (never a shell) in a new process group,
+      stdin `/dev/null`, stdout and stderr merged into `<log_dir>/<run_id>.<attempt>.log`
+      (bounded: `log_max_bytes`, then only the last `tail_bytes` are kept), environment = the
+      launcher's plus `spec.env`. Idempotent while the (run_id, attempt) is running here.
+      `external_id` is the pid. The child is SIGKILLed by the kernel when the launcher dies.
+    - `events(execution)` yields `running`, then one `finished` with the `Outcome`.
+    - The deadline (`spec.deadline_seconds`, loop clock, from start) and `cancel` send SIGTERM to
+      the group, then SIGKILL after the grace; descendants left when the leader exits that way
+      are SIGKILLed with it.
+    - `kill_now(execution, end_reason=...)` SIGKILLs the group at once and ends the run
+      `cancelled` with the given reason (for a lost lease); `shutdown(grace)` ends every live
+      run `cancelled`/`launcher_shutdown` and waits for them.
+    - `reattach(spec)` finds only this executor's own live children: an inline process dies with
+      its launcher, so there is nothing to find after a takeover.
+    - `running_count()` / `running()` serve the heartbeat.
+
+    All methods must be called from the event loop thread: the kernel's parent-death signal fires
+    when the *thread* that spawned a child exits, so spawning from a short-lived worker thread
+    would kill the child as soon as that thread ended.
+    """
+
+    name = "inline"
+
+    def __init__(
+        self,
+        log_dir: str | Path,
+        *,
+        log_max_bytes: int = 10 * 1024 * 1024,
+        tail_bytes: int = 65536,
+        tail_lines: int = 100,
+        pdeathsig: PdeathsigMode = "auto",
+    ) -> None:
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_max_bytes = log_max_bytes
+        self.tail_bytes = tail_bytes
+        self.tail_lines = tail_lines
+        self._live: dict[tuple[str, int], _Child] = {}
+        self._devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        self._setpriv: str | None = None
+        self._preexec: Callable[[], None] | None = None
+        # setpriv (exec in place, spawned with vfork) measured cheaper than fork() + prctl in
+        # bench/spawn.py; prctl is the fallback where util-linux setpriv is missing.
+        if pdeathsig in ("auto", "setpriv"):
+            self._setpriv = setpriv_supports_pdeathsig()
+            if self._setpriv is None and pdeathsig == "setpriv":
+                raise PermanentExecutorError(
+                    "setpriv with --pdeathsig is not available", error_code="config_error"
+                )
+        if self._setpriv is None and pdeathsig in ("auto", "prctl"):
+            self._preexec = _prctl_pdeathsig()
+        self.pdeathsig_mode: str = (
+            "setpriv" if self._setpriv else "prctl" if self._preexec else "none"
+        )
+
+    # -- the Executor port --------------------------------------------------------------------
+
+    async def start(self, spec: ExecutionSpec) -> Execution:
+        key = (spec.run_id, spec.attempt)
+        live = self._live.get(key)
+        if live is not None:
+            return live.execution
+        if not spec.command:
+            raise PermanentExecutorError("the job has an empty command", error_code="invalid_spec")
+        if "/" in spec.run_id or spec.run_id.startswith("."):
+            raise PermanentExecutorError(
+                f"run id {spec.run_id!r} cannot name a log file", error_code="invalid_spec"
+            )
+        env = {**os.environ, **spec.env}
+        program = spec.command[0]
+        if self._setpriv is not None:
+            # setpriv reports a missing command as exit 127 after its own exec; check first so
+            # the run fails with a clear, permanent reason instead.
+            _check_command(program, env.get("PATH"))
+            argv = [self._setpriv, "--pdeathsig", "KILL", "--", *spec.command]
+        else:
+            argv = list(spec.command)
+        log_path = self.log_path(spec.run_id, spec.attempt)
+        read_fd, write_fd = os.pipe()
+        try:
+            log = _BoundedLog(log_path, self.log_max_bytes, self.tail_bytes)
+        except OSError as exc:
+            os.close(read_fd)
+            os.close(write_fd)
+            raise TemporaryExecutorError(
+                f"cannot open the log file {log_path}: {exc.strerror}", error_code="spawn_failed"
+            ) from exc
+        try:
+            # Spawned here, on the event-loop thread, never in a worker thread: PDEATHSIG fires
+            # when the spawning thread exits, not the process.
+            # Popen returns once the child has exec'd (vfork), it does not wait for it to end.
+            proc = subprocess.Popen(  # noqa: ASYNC220
+                argv,
+                stdin=self._devnull,
+                stdout=write_fd,
+                stderr=subprocess.STDOUT,
+                env=env,
+                process_group=0,
+                preexec_fn=self._preexec,
+            )
+        except OSError as exc:
+            os.close(read_fd)
+            log.close()
+            raise _spawn_error(program, exc) from exc
+        finally:
+            os.close(write_fd)
+        os.set_blocking(read_fd, False)
+        child = _Child(self, spec, proc, read_fd, log, log_path)
+        self._live[key] = child
+        child.watch()
+        return child.execution
+
+    async def reattach(self, spec: ExecutionSpec) -> Execution | None:
+        live = self._live.get((spec.run_id, spec.attempt))
+        return live.execution if live is not None else None
+
+    async def events(self, execution: Execution) -> AsyncIterator[ExecutionEvent]:
+        child = _child_of(execution)
+        yield ExecutionEvent("running")
+        outcome = await asyncio.shield(child.finished)
+        yield ExecutionEvent("finished", outcome)
+
+    async def cancel(self, execution: Execution, *, grace: float) -> None:
+        """SIGTERM the group, SIGKILL after `grace`; the run ends `cancelled`. Idempotent; a
+        finished execution is left alone. Returns at once: `events` reports the end."""
+        _child_of(execution).terminate(
+            _Termination(RunStatus.CANCELLED, EndReason.CANCELLED), grace
+        )
+
+    async def logs(self, execution: Execution, *, tail_bytes: int = 65536) -> str:
+        return read_log_tail(_child_of(execution).log_path, tail_bytes)
+
+    # -- for the service ----------------------------------------------------------------------
+
+    def kill_now(
+        self,
+        execution: Execution,
+        *,
+        end_reason: str = EndReason.CANCELLED,
+        note: str | None = None,
+    ) -> None:
+        """SIGKILL the group at once; the run ends `cancelled` with `end_reason` (e.g.
+        `lease_lost`), replacing any reason a deadline or cancel set before."""
+        _child_of(execution).kill(_Termination(RunStatus.CANCELLED, end_reason, note=note))
+
+    async def shutdown(self, grace: float) -> None:
+        """End every live run (`cancelled`, `launcher_shutdown`): SIGTERM, SIGKILL after
+        `grace`, and wait until each has been reaped and its log closed."""
+        children = list(self._live.values())
+        for child in children:
+            child.terminate(
+                _Termination(RunStatus.CANCELLED, EndReason.LAUNCHER_SHUTDOWN),
+                grace,
+            )
+        if children:
+            await asyncio.gather(*(asyncio.shield(c.finished) for c in children))
+
+    def running_count(self) -> int:
+        return len(self._live)
+
+    def running(self) -> list[Execution]:
+        return [child.execution for child in self._live.values()]
+
+    def log_path(self, run_id: str, attempt: int) -> Path:
+        return self.log_dir / f"{run_id}.{attempt}.log"
+
+    def close(self) -> None:
+        """Release the executor's own file descriptors (after `shutdown`)."""
+        if self._devnull >= 0:
+            os.close(self._devnull)
+            self._devnull = -1
+
+    def _forget(self, child: _Child) -> None:
+        key = (child.spec.run_id, child.spec.attempt)
+        if self._live.get(key) is child:
+            del self._live[key]
+
+
+def _child_of(execution: Execution) -> _Child:
+    child = execution.handle
+    if not isinstance(child, _Child):
+        raise PermanentExecutorError(
+            f"run {execution.run_id} was not started by this inline executor",
+            error_code="invalid_spec",
+        )
+    return child
+
+
+def _check_command(program: str, path: str | None) -> None:
+    """Raise the permanent error `exec` would give for `program`, before spawning it."""
+    if "/" in program:
+        candidates = [Path(program)]
+    else:
+        candidates = [Path(d or ".", program) for d in (path or os.defpath).split(os.pathsep)]
+    found_but_not_executable = False
+    for candidate in candidates:
+        if candidate.is_file():
+            if os.access(candidate, os.X_OK):
+                return
+            found_but_not_executable = True
+    if found_but_not_executable:
+        raise PermanentExecutorError(
+            f"command {program!r} is not executable", error_code="permission_denied"
+        )
+    raise PermanentExecutorError(f"command {program!r} not found", error_code="command_not_found")
+
+
+def _spawn_error(program: str, exc: OSError) -> Exception:
+    if exc.errno == errno.ENOENT:
+        return PermanentExecutorError(
+            f"command {program!r} not found", error_code="command_not_found"
+        )
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return PermanentExecutorError(
+            f"command {program!r} is not executable", error_code="permission_denied"
+        )
+    if exc.errno == errno.ENOEXEC:
+        return PermanentExecutorError(
+            f"command {program!r} is not a program this system can run",
+            error_code="permission_denied",
+        )
+    reason = errno.errorcode.get(exc.errno or 0, "error")
+    if exc.errno in _TEMPORARY_SPAWN_ERRNOS:
+        return TemporaryExecutorError(
+            f"cannot start {program!r} now ({reason}: {exc.strerror})", error_code="spawn_failed"
+        )
+    return TemporaryExecutorError(
+        f"cannot start {program!r} ({reason}: {exc.strerror})", error_code="spawn_failed"
+    )
+
+
+def read_log_tail(path: str | Path, tail_bytes: int = 65536) -> str:
+    """The last `tail_bytes` of a log file, decoded leniently; "" when there is no file."""
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, size - tail_bytes))
+            return fh.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def _open_if_exists(path: str | Path) -> BinaryIO | None:
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        return None
+
+
+async def follow_log(
+    path: str | Path,
+    *,
+    poll: float = 0.2,
+    stop: Callable[[], Awaitable[bool]] | None = None,
+) -> AsyncIterator[str]:
+    """Yield a log file's text as it grows (from its start), like `tail -f`.
+
+    Ends once `stop()` says the run has ended and the file has been read to its end; without
+    `stop` it follows until cancelled. A file that does not exist yet is waited for.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    fh = None
+    position = 0
+    ended = False
+    try:
+        while True:
+            if fh is None:
+                fh = _open_if_exists(path)
+            data = b""
+            if fh is not None:
+                if os.fstat(fh.fileno()).st_size < position:  # rewritten by a new execution
+                    fh.seek(0)
+                    decoder.reset()
+                data = fh.read(_READ_CHUNK)
+                position = fh.tell()
+            if data:
+                text = decoder.decode(data)
+                if text:
+                    yield text
+                continue
+            if ended:
+                if final := decoder.decode(b"", final=True):
+                    yield final
+                return
+            if stop is not None and await stop():
+                # Read to the end once more: the run may have written its last bytes after our
+                # previous read but before it ended.
+                ended = True
+                continue
+            await asyncio.sleep(poll)
+    finally:
+        if fh is not None:
+            fh.close()

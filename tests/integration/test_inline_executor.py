@@ -1,0 +1,448 @@
+"""The inline executor against real subprocesses: outcomes, env, no shell, limits, bounded logs,
+launcher death. Waits are on events and outcomes (bounded by timeouts), never on sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from runlane.adapters.local.inline import (
+    InlineExecutor,
+    PdeathsigMode,
+    follow_log,
+    setpriv_supports_pdeathsig,
+)
+from runlane.core.runs import Outcome, RunStatus
+from runlane.errors import PermanentExecutorError
+from runlane.ports import Execution, ExecutionSpec
+
+PY = sys.executable
+
+
+def make_spec(
+    command: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    deadline: float = 30.0,
+    grace: float = 5.0,
+    run_id: str | None = None,
+) -> ExecutionSpec:
+    run_id = run_id or str(uuid.uuid4())
+    return ExecutionSpec(
+        run_id=run_id,
+        job="test",
+        attempt=1,
+        trigger="manual",
+        command=command,
+        params={},
+        env={"RUN_ID": run_id, **(env or {})},
+        deadline_seconds=deadline,
+        kill_grace_seconds=grace,
+    )
+
+
+def python(code: str) -> list[str]:
+    return [PY, "-c", textwrap.dedent(code)]
+
+
+async def finish(executor: InlineExecutor, execution: Execution, within: float = 15) -> Outcome:
+    async def consume() -> Outcome:
+        kinds = []
+        outcome = None
+        async for event in executor.events(execution):
+            kinds.append(event.kind)
+            outcome = event.outcome
+        assert kinds == ["running", "finished"]
+        assert outcome is not None
+        return outcome
+
+    return await asyncio.wait_for(consume(), within)
+
+
+async def wait_for_output(path: Path, needle: str, within: float = 10) -> str:
+    """Wait until `needle` appears in the log (a condition, not a sleep); return the text."""
+
+    async def scan() -> str:
+        seen = ""
+        async for text in follow_log(path, poll=0.01):
+            seen += text
+            if needle in seen:
+                return seen
+        raise AssertionError("log ended")
+
+    return await asyncio.wait_for(scan(), within)
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` runs (a zombie waiting for a reaper counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def wait_gone(pid: int, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.fixture
+def log_dir(tmp_path: Path) -> Path:
+    return tmp_path / "logs"
+
+
+@pytest.fixture
+async def executor(log_dir: Path) -> AsyncIterator[InlineExecutor]:
+    ex = InlineExecutor(log_dir)
+    yield ex
+    await asyncio.wait_for(ex.shutdown(grace=0), 10)
+    ex.close()
+
+
+@pytest.fixture
+def stray_pids() -> Iterator[list[int]]:
+    """Pids a test leaves behind on purpose; killed at the end whatever happened."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+async def test_success_records_output_in_log_and_tail(executor: InlineExecutor) -> None:
+    spec = make_spec(["sh", "-c", "echo hello; echo world >&2"])
+    execution = await executor.start(spec)
+    assert execution.external_id.isdigit()
+    outcome = await finish(executor, execution)
+    assert outcome == Outcome(RunStatus.SUCCESS, "exit", exit_code=0, log_tail="hello\nworld\n")
+    assert executor.log_path(spec.run_id, 1).read_text() == "hello\nworld\n"
+    assert await executor.logs(execution) == "hello\nworld\n"
+    assert executor.running_count() == 0
+
+
+async def test_non_zero_exit_is_failure_with_exit_code(executor: InlineExecutor) -> None:
+    outcome = await finish(executor, await executor.start(make_spec(["sh", "-c", "exit 7"])))
+    assert outcome.status is RunStatus.FAILURE
+    assert (outcome.end_reason, outcome.exit_code, outcome.error_code) == ("exit", 7, "exit_code")
+
+
+async def test_signal_death_is_named(executor: InlineExecutor) -> None:
+    spec = make_spec(["sh", "-c", "kill -SEGV $$"])
+    outcome = await finish(executor, await executor.start(spec))
+    assert outcome.status is RunStatus.FAILURE
+    assert (outcome.exit_code, outcome.error_code) == (-signal.SIGSEGV, "signal_sigsegv")
+
+
+async def test_env_is_launcher_env_plus_spec_env(
+    executor: InlineExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LAUNCHER_ONLY", "from-launcher")
+    monkeypatch.setenv("OVERRIDDEN", "launcher")
+    spec = make_spec(
+        python(
+            """
+            import json, os
+            keys = ["RUN_ID", "RUNLANE_PARAM_WEEK", "LAUNCHER_ONLY", "OVERRIDDEN"]
+            print(json.dumps({k: os.environ.get(k) for k in keys}))
+            """
+        ),
+        env={"RUNLANE_PARAM_WEEK": "12", "OVERRIDDEN": "spec"},
+    )
+    outcome = await finish(executor, await executor.start(spec))
+    assert outcome.status is RunStatus.SUCCESS
+    assert outcome.log_tail is not None
+    assert eval(outcome.log_tail.replace("null", "None")) == {
+        "RUN_ID": spec.run_id,
+        "RUNLANE_PARAM_WEEK": "12",
+        "LAUNCHER_ONLY": "from-launcher",
+        "OVERRIDDEN": "spec",
+    }
+
+
+async def test_argv_stays_literal_no_shell(executor: InlineExecutor, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    tricky = ["a b", '"quoted"', "it's", "$(touch " + str(marker) + ")", "`id`", "; exit 9", "*"]
+    spec = make_spec([PY, "-c", "import sys; print(repr(sys.argv[1:]))", *tricky])
+    outcome = await finish(executor, await executor.start(spec))
+    assert outcome.status is RunStatus.SUCCESS
+    assert outcome.log_tail == repr(tricky) + "\n"
+    assert not marker.exists()
+
+
+async def test_stdin_is_dev_null(executor: InlineExecutor) -> None:
+    spec = make_spec(python("import sys; print(repr(sys.stdin.read()))"))
+    outcome = await finish(executor, await executor.start(spec))
+    assert outcome.log_tail == "''\n"
+
+
+@pytest.mark.parametrize(
+    "command", [["runlane-no-such-command-xyz"], ["/nonexistent/dir/tool", "--flag"]]
+)
+async def test_command_not_found_is_permanent(executor: InlineExecutor, command: list[str]) -> None:
+    with pytest.raises(PermanentExecutorError) as info:
+        await executor.start(make_spec(command))
+    assert info.value.code == "command_not_found"
+    assert command[0] in str(info.value)
+    assert executor.running_count() == 0
+
+
+async def test_not_executable_is_permanent(executor: InlineExecutor, tmp_path: Path) -> None:
+    script = tmp_path / "script.sh"
+    script.write_text("#!/bin/sh\necho hi\n")
+    script.chmod(0o644)
+    with pytest.raises(PermanentExecutorError) as info:
+        await executor.start(make_spec([str(script)]))
+    assert info.value.code == "permission_denied"
+    assert str(script) in str(info.value)
+
+
+async def test_deadline_sends_term_first_and_ends_timeout(executor: InlineExecutor) -> None:
+    spec = make_spec(
+        python(
+            """
+            import signal, sys, time
+            def on_term(signum, frame):
+                print("got TERM", flush=True)
+                sys.exit(0)
+            signal.signal(signal.SIGTERM, on_term)
+            print("ready", flush=True)
+            time.sleep(60)
+            """
+        ),
+        deadline=1.0,
+        grace=10,
+    )
+    started = time.monotonic()
+    outcome = await finish(executor, await executor.start(spec))
+    assert outcome.status is RunStatus.TIMEOUT
+    assert (outcome.end_reason, outcome.error_code) == ("deadline", "deadline")
+    assert outcome.log_tail == "ready\ngot TERM\n"
+    assert outcome.exit_code == 0  # it exited cleanly on TERM, yet the run timed out
+    assert time.monotonic() - started < 8  # well before the 10 s grace
+
+
+async def test_term_ignoring_child_is_killed_after_grace(executor: InlineExecutor) -> None:
+    spec = make_spec(
+        python(
+            """
+            import signal, time
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            print("ready", flush=True)
+            time.sleep(60)
+            """
+        ),
+        deadline=1.0,
+        grace=0.3,
+    )
+    outcome = await finish(executor, await executor.start(spec))
+    assert outcome.status is RunStatus.TIMEOUT
+    assert outcome.exit_code == -signal.SIGKILL
+    assert outcome.log_tail == "ready\n"
+
+
+async def test_deadline_kills_the_whole_group(
+    executor: InlineExecutor, stray_pids: list[int]
+) -> None:
+    # The leader dies on TERM; one grandchild ignores TERM, so only the group SIGKILL that
+    # follows the leader's exit can end it (the grace is far longer than the test).
+    spec = make_spec(
+        [
+            "sh",
+            "-c",
+            "sleep 60 & echo $!; (trap '' TERM; exec sleep 61) & echo $!; echo ready; wait",
+        ],
+        deadline=1.0,
+        grace=60,
+    )
+    execution = await executor.start(spec)
+    text = await wait_for_output(executor.log_path(spec.run_id, 1), "ready")
+    grandchildren = [int(line) for line in text.split()[:2]]
+    stray_pids.extend(grandchildren)
+    outcome = await finish(executor, execution)
+    assert outcome.status is RunStatus.TIMEOUT
+    for pid in grandchildren:
+        assert wait_gone(pid, timeout=5), f"grandchild {pid} survived the deadline"
+
+
+async def test_cancel_terms_and_is_idempotent(executor: InlineExecutor) -> None:
+    spec = make_spec(["sleep", "60"])
+    execution = await executor.start(spec)
+    events = executor.events(execution)
+    first = await anext(events)
+    assert first.kind == "running"
+    await executor.cancel(execution, grace=5)
+    await executor.cancel(execution, grace=5)
+    finished = await asyncio.wait_for(anext(events), 10)
+    assert finished.outcome is not None
+    assert finished.outcome.status is RunStatus.CANCELLED
+    assert finished.outcome.end_reason == "cancelled"
+    assert finished.outcome.exit_code == -signal.SIGTERM
+    await executor.cancel(execution, grace=5)  # finished: a no-op
+    assert executor.running_count() == 0
+
+
+async def test_kill_now_ends_cancelled_with_given_reason(executor: InlineExecutor) -> None:
+    spec = make_spec(
+        python("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)")
+    )
+    execution = await executor.start(spec)
+    executor.kill_now(execution, end_reason="lease_lost")
+    outcome = await finish(executor, execution)
+    assert (outcome.status, outcome.end_reason) == (RunStatus.CANCELLED, "lease_lost")
+    assert outcome.exit_code == -signal.SIGKILL
+
+
+async def test_shutdown_ends_every_live_run(log_dir: Path) -> None:
+    ex = InlineExecutor(log_dir)
+    executions = [await ex.start(make_spec(["sleep", "60"])) for _ in range(3)]
+    assert ex.running_count() == 3
+    assert {e.run_id for e in ex.running()} == {e.run_id for e in executions}
+    await asyncio.wait_for(ex.shutdown(grace=5), 10)
+    assert ex.running_count() == 0
+    for execution in executions:
+        outcome = await finish(ex, execution)
+        assert (outcome.status, outcome.end_reason) == (RunStatus.CANCELLED, "launcher_shutdown")
+    ex.close()
+
+
+async def test_log_is_bounded_and_keeps_the_tail(log_dir: Path) -> None:
+    max_bytes, tail_bytes = 1024 * 1024, 65536
+    ex = InlineExecutor(log_dir, log_max_bytes=max_bytes, tail_bytes=tail_bytes)
+    # 500,000 lines of 10 bytes: 5,000,000 bytes, lines numbered so the tail can be checked.
+    spec = make_spec(
+        python(
+            """
+            import sys
+            out = sys.stdout
+            for i in range(500_000):
+                out.write(f"{i:09d}\\n")
+            """
+        )
+    )
+    outcome = await finish(ex, await ex.start(spec), within=60)
+    assert outcome.status is RunStatus.SUCCESS
+    data = ex.log_path(spec.run_id, 1).read_bytes()
+    assert len(data) <= max_bytes + tail_bytes + 300
+    expected = b"".join(b"%09d\n" % i for i in range(500_000))
+    assert data.startswith(expected[:max_bytes])
+    marker = b"\n[runlane: output truncated after 1048576 bytes; last bytes kept below]\n"
+    assert data[max_bytes : max_bytes + len(marker)] == marker
+    dropped = len(expected) - max_bytes - tail_bytes
+    assert f"[runlane: {dropped} bytes dropped]\n".encode() in data
+    assert data.endswith(expected[-tail_bytes:])
+    assert outcome.log_tail is not None
+    lines = outcome.log_tail.splitlines()
+    assert len(lines) == 100
+    assert lines[-1] == "000499999"
+    assert lines[0] == "000499900"
+    ex.close()
+
+
+async def test_grandchild_holding_the_pipe_does_not_hang_the_run(
+    executor: InlineExecutor, stray_pids: list[int]
+) -> None:
+    spec = make_spec(["sh", "-c", "sleep 60 & echo $!"])
+    started = time.monotonic()
+    outcome = await finish(executor, await executor.start(spec), within=10)
+    assert outcome.log_tail is not None
+    stray_pids.append(int(outcome.log_tail.split()[0]))
+    assert outcome.status is RunStatus.SUCCESS
+    assert outcome.note is not None
+    assert "kept the output pipe open" in outcome.note
+    assert time.monotonic() - started < 5
+
+
+async def test_start_is_idempotent_while_running(executor: InlineExecutor) -> None:
+    spec = make_spec(["sleep", "60"])
+    first = await executor.start(spec)
+    again = await executor.start(spec)
+    assert again is first
+    assert executor.running_count() == 1
+    assert await executor.reattach(spec) is first
+    executor.kill_now(first)
+    await finish(executor, first)
+    assert await executor.reattach(spec) is None
+
+
+async def test_reattach_unknown_run_is_none(executor: InlineExecutor) -> None:
+    assert await executor.reattach(make_spec(["true"])) is None
+
+
+async def test_follow_log_streams_until_the_run_ends(executor: InlineExecutor) -> None:
+    spec = make_spec(python("import time\nfor i in range(3):\n    print(i, flush=True)\n"))
+    execution = await executor.start(spec)
+    outcome_task = asyncio.ensure_future(finish(executor, execution))
+
+    async def ended() -> bool:
+        return outcome_task.done()
+
+    chunks = [
+        text async for text in follow_log(executor.log_path(spec.run_id, 1), poll=0.01, stop=ended)
+    ]
+    assert "".join(chunks) == "0\n1\n2\n"
+    assert (await outcome_task).status is RunStatus.SUCCESS
+
+
+LAUNCHER = """
+import asyncio, sys
+from runlane.adapters.local.inline import InlineExecutor
+from runlane.ports import ExecutionSpec
+
+async def main():
+    ex = InlineExecutor(sys.argv[1], pdeathsig=sys.argv[2])
+    spec = ExecutionSpec("r1", "j", 1, "manual", ["sleep", "60"], {}, {}, 120, 1)
+    execution = await ex.start(spec)
+    print(execution.external_id, flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+MODES: list[PdeathsigMode] = ["prctl"]
+if setpriv_supports_pdeathsig():
+    MODES.insert(0, "setpriv")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_child_dies_with_its_launcher(
+    log_dir: Path, mode: PdeathsigMode, stray_pids: list[int]
+) -> None:
+    launcher = subprocess.Popen(
+        [PY, "-c", LAUNCHER, str(log_dir), mode], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert launcher.stdout is not None
+        child_pid = int(launcher.stdout.readline())
+        stray_pids.append(child_pid)
+        assert alive(child_pid)
+        launcher.kill()
+        launcher.wait(timeout=10)
+        assert wait_gone(child_pid, timeout=10), f"{mode}: child {child_pid} outlived its launcher"
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+        if launcher.stdout is not None:
+            launcher.stdout.close()
+
+
+def test_setpriv_is_the_default_when_available(log_dir: Path) -> None:
+    ex = InlineExecutor(log_dir)
+    assert ex.pdeathsig_mode == ("setpriv" if setpriv_supports_pdeathsig() else "prctl")
+    ex.close()
