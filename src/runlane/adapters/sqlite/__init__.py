@@ -1,3 +1,7 @@
-"""runlane sqlite package."""
+"""The SQLite adapter: the run log in one local file (the embedded default)."""
 
 from __future__ import annotations
+
+from runlane.adapters.sqlite.store import CURRENT_SCHEMA_VERSION, SqliteStore
+
+__all__ = ["CURRENT_SCHEMA_VERSION", "SqliteStore"]

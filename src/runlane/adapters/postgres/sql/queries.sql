@@ -1,0 +1,294 @@
+-- Named statements of the PostgreSQL store (loaded by runlane.adapters.sqlcommon.load_queries).
+-- Every time is `coalesce(%(now)s::timestamptz, clock_timestamp())`: database time in production,
+-- the pinned Clock in tests. clock_timestamp(), not now(): now() is the transaction start.
+
+-- name: bootstrap_migrations
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    integer     PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+
+-- name: migrations_table_exists
+SELECT to_regclass('schema_migrations') IS NOT NULL AS present
+
+-- name: schema_version
+SELECT coalesce(max(version), 0) AS version FROM schema_migrations
+
+-- name: migrate_lock
+SELECT pg_advisory_xact_lock(hashtext('runlane:migrate'))
+
+-- name: record_migration
+INSERT INTO schema_migrations (version, applied_at)
+VALUES (%(version)s, coalesce(%(now)s::timestamptz, clock_timestamp()))
+
+-- name: db_now
+SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now
+
+-- name: listen_wakeup
+LISTEN runlane_wakeup
+
+-- name: job_lock
+-- Serialises accepts of one job so the overlap check and the insert are atomic.
+SELECT pg_advisory_xact_lock(hashtext('runlane:job:' || %(job)s))
+
+-- name: run_by_dedupe_key
+SELECT * FROM run_log WHERE dedupe_key = %(dedupe_key)s
+
+-- name: active_run_of_job
+SELECT id FROM run_log
+WHERE job = %(job)s AND status IN ('queued', 'running')
+ORDER BY queued_at, id
+LIMIT 1
+
+-- name: insert_run
+-- One statement: the row, the wake-up (queued rows only) and the outbox row commit together.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now),
+ins AS (
+    INSERT INTO run_log (
+        id, job, status, trigger, requested_by, params, dedupe_key, parent_run_id,
+        chain_root_id, event_id, downstream, scheduled_for, attempt, retry_of, max_attempts,
+        deadline_seconds, kill_grace_seconds, executor, overlap, not_before, queue_expires_at,
+        queued_at, started_at, finished_at, end_reason, note, traceparent
+    )
+    SELECT
+        %(id)s::uuid, %(job)s, %(status)s::text, %(trigger)s, %(requested_by)s,
+        %(params)s::jsonb, %(dedupe_key)s, %(parent_run_id)s::uuid, %(chain_root_id)s::uuid,
+        %(event_id)s, %(downstream)s::jsonb, %(scheduled_for)s::timestamptz, %(attempt)s,
+        %(retry_of)s::uuid, %(max_attempts)s, %(deadline_seconds)s, %(kill_grace_seconds)s,
+        %(executor)s, %(overlap)s, %(not_before)s::timestamptz,
+        n.now + make_interval(secs => %(queue_ttl_seconds)s::float8),
+        n.now,
+        CASE WHEN %(status)s::text = 'running' THEN n.now END,
+        CASE WHEN %(status)s::text NOT IN ('queued', 'running') THEN n.now END,
+        %(end_reason)s, %(note)s, %(traceparent)s
+    FROM n
+    ON CONFLICT (dedupe_key) DO NOTHING
+    RETURNING *
+),
+wake AS (SELECT pg_notify('runlane_wakeup', '') FROM ins WHERE ins.status = 'queued'),
+outbox_row AS (
+    INSERT INTO outbox (topic, payload, created_at)
+    SELECT %(outbox_topic)s, %(outbox_payload)s::jsonb, n.now
+    FROM ins, n
+    WHERE %(outbox)s::boolean AND ins.status = 'queued'
+    RETURNING id
+)
+SELECT ins.*, (SELECT count(*) FROM wake) AS woken FROM ins
+
+-- name: claim_lock
+-- One claimer at a time across launchers: keeps executor caps and overlap exact.
+SELECT pg_advisory_xact_lock(hashtext('runlane:claim'))
+
+-- name: claim_candidates
+-- The first coalesce() term matches run_log_claim_idx; the not_before term is the exact rule.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now)
+SELECT r.id, r.job, r.executor, r.overlap
+FROM run_log r, n
+WHERE r.status = 'queued'
+  AND coalesce(r.not_before, r.queued_at) <= n.now
+  AND (r.not_before IS NULL OR r.not_before <= n.now)
+  AND (r.queue_expires_at IS NULL OR r.queue_expires_at > n.now)
+  AND r.executor = ANY(%(executors)s::text[])
+ORDER BY coalesce(r.not_before, r.queued_at), r.queued_at, r.id
+LIMIT %(scan)s
+FOR UPDATE OF r SKIP LOCKED
+
+-- name: running_counts
+SELECT job, executor, count(*) AS n FROM run_log WHERE status = 'running' GROUP BY job, executor
+
+-- name: claim_update
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now)
+UPDATE run_log r SET
+    status = 'running',
+    lease_owner = %(owner)s,
+    lease_token = gen_random_uuid(),
+    lease_generation = r.lease_generation + 1,
+    lease_expires_at = n.now + make_interval(secs => %(ttl)s::float8),
+    started_at = coalesce(r.started_at, n.now),
+    deadline_at = coalesce(r.deadline_at, n.now + make_interval(secs => r.deadline_seconds))
+FROM n
+WHERE r.id = ANY(%(ids)s::uuid[]) AND r.status = 'queued'
+RETURNING r.*, n.now AS db_now
+
+-- name: claim_abandoned
+-- The expiry test is repeated in the UPDATE: never trust the candidate snapshot.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now),
+c AS (
+    SELECT r.id FROM run_log r, n
+    WHERE r.status = 'running' AND r.lease_token IS NOT NULL AND r.lease_expires_at < n.now
+      AND r.executor = ANY(%(executors)s::text[])
+    ORDER BY r.lease_expires_at, r.id
+    LIMIT %(limit)s
+    FOR UPDATE OF r SKIP LOCKED
+)
+UPDATE run_log r SET
+    lease_owner = %(owner)s,
+    lease_token = gen_random_uuid(),
+    lease_generation = r.lease_generation + 1,
+    lease_expires_at = n.now + make_interval(secs => %(ttl)s::float8)
+FROM c, n
+WHERE r.id = c.id AND r.status = 'running' AND r.lease_token IS NOT NULL
+  AND r.lease_expires_at < n.now
+RETURNING r.*, n.now AS db_now
+
+-- name: renew
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now)
+UPDATE run_log r SET lease_expires_at = n.now + make_interval(secs => %(ttl)s::float8)
+FROM n, unnest(%(ids)s::uuid[], %(tokens)s::uuid[], %(gens)s::bigint[]) AS l(id, token, gen)
+WHERE r.id = l.id AND r.status = 'running' AND r.lease_token = l.token
+  AND r.lease_generation = l.gen AND r.lease_expires_at > n.now
+RETURNING r.id
+
+-- name: set_external_id
+UPDATE run_log SET external_id = %(external_id)s
+WHERE id = %(id)s::uuid AND status = 'running' AND lease_token = %(token)s::uuid
+  AND lease_generation = %(gen)s
+  AND lease_expires_at > coalesce(%(now)s::timestamptz, clock_timestamp())
+RETURNING id
+
+-- name: finish
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now)
+UPDATE run_log r SET
+    status = %(status)s,
+    end_reason = %(end_reason)s,
+    exit_code = %(exit_code)s,
+    error_code = %(error_code)s,
+    log_tail = %(log_tail)s,
+    note = %(note)s,
+    finished_at = n.now,
+    external_id = coalesce(%(external_id)s, r.external_id)
+FROM n
+WHERE r.id = %(id)s::uuid AND r.status = 'running' AND r.lease_token = %(token)s::uuid
+  AND r.lease_generation = %(gen)s AND r.lease_expires_at > n.now
+RETURNING r.*
+
+-- name: lease_still_valid
+-- The commit-time fence of a multi-statement save (the row may already be final by now).
+SELECT 1 AS ok FROM run_log
+WHERE id = %(id)s::uuid AND lease_token = %(token)s::uuid AND lease_generation = %(gen)s
+  AND lease_expires_at > coalesce(%(now)s::timestamptz, clock_timestamp())
+
+-- name: release
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now),
+upd AS (
+    UPDATE run_log r SET
+        status = 'queued',
+        lease_owner = NULL,
+        lease_token = NULL,
+        lease_expires_at = NULL,
+        not_before = n.now + make_interval(secs => %(retry_after)s::float8),
+        error_code = %(error_code)s,
+        note = %(note)s
+    FROM n
+    WHERE r.id = %(id)s::uuid AND r.status = 'running' AND r.lease_token = %(token)s::uuid
+      AND r.lease_generation = %(gen)s AND r.lease_expires_at > n.now
+    RETURNING r.id
+),
+wake AS (SELECT pg_notify('runlane_wakeup', '') FROM upd)
+SELECT upd.id, (SELECT count(*) FROM wake) AS woken FROM upd
+
+-- name: finish_unleased
+-- A leased running row must be finished through its lease.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now)
+UPDATE run_log r SET
+    status = %(status)s,
+    end_reason = %(end_reason)s,
+    exit_code = %(exit_code)s,
+    error_code = %(error_code)s,
+    log_tail = %(log_tail)s,
+    note = %(note)s,
+    finished_at = n.now
+FROM n
+WHERE r.id = %(id)s::uuid AND r.status = %(expected)s
+  AND (r.status <> 'running' OR r.lease_token IS NULL)
+RETURNING r.*
+
+-- name: expire_queued
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now),
+c AS (
+    SELECT r.id FROM run_log r, n
+    WHERE r.status = 'queued' AND r.queue_expires_at <= n.now
+    ORDER BY r.queue_expires_at, r.id
+    LIMIT %(limit)s
+    FOR UPDATE OF r SKIP LOCKED
+)
+UPDATE run_log r SET status = 'skipped', end_reason = 'expired', finished_at = n.now
+FROM c, n
+WHERE r.id = c.id AND r.status = 'queued' AND r.queue_expires_at <= n.now
+RETURNING r.*
+
+-- name: cancel_queued
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now)
+UPDATE run_log r SET status = 'cancelled', end_reason = 'cancelled', finished_at = n.now,
+    note = %(note)s
+FROM n
+WHERE r.id = %(id)s::uuid AND r.status = 'queued'
+RETURNING r.*
+
+-- name: cancel_running
+-- Idempotent: a second request keeps the first request's time.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now),
+upd AS (
+    UPDATE run_log r SET cancel_requested_at = coalesce(r.cancel_requested_at, n.now)
+    FROM n
+    WHERE r.id = %(id)s::uuid AND r.status = 'running'
+    RETURNING r.*
+),
+wake AS (SELECT pg_notify('runlane_cancel', upd.id::text) FROM upd)
+SELECT upd.*, (SELECT count(*) FROM wake) AS woken FROM upd
+
+-- name: cancel_requests
+SELECT id FROM run_log
+WHERE status = 'running' AND lease_owner = %(owner)s AND cancel_requested_at IS NOT NULL
+ORDER BY id
+
+-- name: get_run
+SELECT * FROM run_log WHERE id = %(id)s::uuid
+
+-- name: list_runs
+SELECT * FROM run_log
+WHERE (%(job)s::text IS NULL OR job = %(job)s::text)
+  AND (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(parent_run_id)s::uuid IS NULL OR parent_run_id = %(parent_run_id)s::uuid)
+  AND (%(chain_root_id)s::uuid IS NULL OR chain_root_id = %(chain_root_id)s::uuid)
+ORDER BY queued_at DESC, id DESC
+LIMIT %(limit)s
+
+-- name: count_queued
+SELECT count(*) AS n FROM run_log WHERE status = 'queued'
+
+-- name: set_override
+INSERT INTO job_overrides (job, paused_until, reason, created_by, created_at)
+VALUES (%(job)s, %(paused_until)s::timestamptz, %(reason)s, %(created_by)s,
+        coalesce(%(now)s::timestamptz, clock_timestamp()))
+ON CONFLICT (job) DO UPDATE SET
+    paused_until = excluded.paused_until,
+    reason = excluded.reason,
+    created_by = excluded.created_by,
+    created_at = excluded.created_at
+RETURNING *
+
+-- name: clear_override
+DELETE FROM job_overrides WHERE job = %(job)s RETURNING job
+
+-- name: overrides
+SELECT * FROM job_overrides ORDER BY job
+
+-- name: beat
+INSERT INTO launcher_heartbeat (launcher_id, host, pid, version, started_at, beat_at, queue_depth, running)
+VALUES (%(launcher_id)s, %(host)s, %(pid)s, %(version)s, %(started_at)s::timestamptz,
+        coalesce(%(now)s::timestamptz, clock_timestamp()), %(queue_depth)s, %(running)s::jsonb)
+ON CONFLICT (launcher_id) DO UPDATE SET
+    host = excluded.host,
+    pid = excluded.pid,
+    version = excluded.version,
+    started_at = excluded.started_at,
+    beat_at = excluded.beat_at,
+    queue_depth = excluded.queue_depth,
+    running = excluded.running
+
+-- name: launchers
+SELECT * FROM launcher_heartbeat ORDER BY launcher_id
+
+-- name: remove_launcher
+DELETE FROM launcher_heartbeat WHERE launcher_id = %(launcher_id)s

@@ -1,0 +1,91 @@
+-- runlane reference schema, PostgreSQL. The numbered migrations must produce exactly this
+-- (tests/integration/test_migrations.py compares them).
+
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    integer     PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+
+CREATE TABLE run_log (
+    id                  uuid             PRIMARY KEY,
+    job                 text             NOT NULL,
+    status              text             NOT NULL
+        CHECK (status IN ('queued', 'running', 'success', 'failure', 'timeout', 'skipped', 'cancelled')),
+    trigger             text             NOT NULL,
+    requested_by        text,
+    params              jsonb            NOT NULL DEFAULT '{}',
+    dedupe_key          text             NOT NULL UNIQUE,
+    parent_run_id       uuid,
+    chain_root_id       uuid,
+    event_id            text,
+    downstream          jsonb,
+    scheduled_for       timestamptz,
+    attempt             integer          NOT NULL DEFAULT 1,
+    retry_of            uuid,
+    max_attempts        integer          NOT NULL DEFAULT 1,
+    deadline_seconds    double precision NOT NULL DEFAULT 3600,
+    kill_grace_seconds  double precision NOT NULL DEFAULT 30,
+    executor            text             NOT NULL,
+    overlap             text             NOT NULL,
+    external_id         text,
+    not_before          timestamptz,
+    queue_expires_at    timestamptz,
+    queued_at           timestamptz      NOT NULL,
+    started_at          timestamptz,
+    finished_at         timestamptz,
+    deadline_at         timestamptz,
+    exit_code           integer,
+    end_reason          text,
+    error_code          text,
+    note                text,
+    log_tail            text,
+    traceparent         text,
+    cancel_requested_at timestamptz,
+    lease_owner         text,
+    lease_token         uuid,
+    lease_generation    bigint           NOT NULL DEFAULT 0,
+    lease_expires_at    timestamptz
+);
+
+-- The claim scans due queued runs in claim order; the partial index stays small because final
+-- rows drop out of it.
+CREATE INDEX run_log_claim_idx ON run_log ((coalesce(not_before, queued_at)), queued_at, id)
+    WHERE status = 'queued';
+-- Abandoned-lease recovery and the running counts that admission needs.
+CREATE INDEX run_log_running_lease_idx ON run_log (lease_expires_at) WHERE status = 'running';
+CREATE INDEX run_log_job_status_idx ON run_log (job, status);
+CREATE INDEX run_log_parent_idx ON run_log (parent_run_id) WHERE parent_run_id IS NOT NULL;
+CREATE INDEX run_log_chain_root_idx ON run_log (chain_root_id) WHERE chain_root_id IS NOT NULL;
+CREATE INDEX run_log_queued_at_idx ON run_log (queued_at DESC, id DESC);
+CREATE INDEX run_log_queue_expiry_idx ON run_log (queue_expires_at)
+    WHERE status = 'queued' AND queue_expires_at IS NOT NULL;
+
+CREATE TABLE job_overrides (
+    job          text        PRIMARY KEY,
+    paused_until timestamptz,
+    reason       text,
+    created_by   text,
+    created_at   timestamptz NOT NULL
+);
+
+CREATE TABLE launcher_heartbeat (
+    launcher_id text        PRIMARY KEY,
+    host        text        NOT NULL,
+    pid         integer     NOT NULL,
+    version     text        NOT NULL,
+    started_at  timestamptz NOT NULL,
+    beat_at     timestamptz,
+    queue_depth integer     NOT NULL DEFAULT 0,
+    running     jsonb       NOT NULL DEFAULT '{}'
+);
+
+-- Written by accept when the store feeds a message bus; a relay publishes and stamps rows.
+CREATE TABLE outbox (
+    id           bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    topic        text        NOT NULL,
+    payload      jsonb       NOT NULL,
+    created_at   timestamptz NOT NULL,
+    published_at timestamptz
+);
+
+CREATE INDEX outbox_unpublished_idx ON outbox (id) WHERE published_at IS NULL;

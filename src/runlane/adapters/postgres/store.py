@@ -1,0 +1,648 @@
+"""The run log on PostgreSQL: claims with SKIP LOCKED, fenced writes, LISTEN/NOTIFY wake-ups."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import DictRow, dict_row
+from psycopg.types.string import TextLoader
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from runlane.adapters import sqlcommon
+from runlane.adapters.sqlcommon import RowReader, aware_utc
+from runlane.core.runs import (
+    AcceptResult,
+    Claimed,
+    Lease,
+    NewRun,
+    Outcome,
+    OverlapAction,
+    Run,
+    RunStatus,
+    can_transition,
+)
+from runlane.errors import (
+    DatabaseUnavailable,
+    InvalidTransition,
+    LeaseLost,
+    NotFound,
+    OverlapRefused,
+    StoreError,
+)
+from runlane.ports import Clock, Heartbeat, Override, RunFilter, SystemClock
+
+_PACKAGE = "runlane.adapters.postgres"
+Q = sqlcommon.load_queries(_PACKAGE)
+MIGRATIONS = sqlcommon.load_migrations(_PACKAGE)
+CURRENT_SCHEMA_VERSION = MIGRATIONS[-1].version
+
+_Conn = AsyncConnection[Any]
+
+
+def _decode_time(value: object) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return aware_utc(value)
+    raise ValueError(f"not a timestamp: {value!r}")
+
+
+_READ = RowReader(_decode_time)
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _where(url: str) -> str:
+    """`host:port/db` of a connection string, for messages (never the password)."""
+    try:
+        info = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return sqlcommon.mask_url(url)
+    host = str(info.get("host") or "localhost")
+    port = str(info.get("port") or "5432")
+    db = str(info.get("dbname") or info.get("user") or "")
+    return f"{host}:{port}/{db}"
+
+
+def _password(url: str) -> str | None:
+    try:
+        value = conninfo_to_dict(url).get("password")
+    except psycopg.ProgrammingError:
+        return None
+    return str(value) if value else None
+
+
+class PostgresStore:
+    """`runlane.ports.Store` on PostgreSQL (psycopg 3, async pool)."""
+
+    dialect = "postgresql"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        clock: Clock | None = None,
+        outbox: bool = False,
+        pool_max: int = 8,
+    ) -> None:
+        self._url = url
+        self._clock: Clock = clock or SystemClock()
+        self._outbox = outbox
+        self._pool_max = max(1, pool_max)
+        self._pool: AsyncConnectionPool[_Conn] | None = None
+        self._listen_conn: _Conn | None = None
+        self._listener: asyncio.Task[None] | None = None
+        self._wakeup = asyncio.Event()
+
+    # --- connections ----------------------------------------------------------------------------
+
+    def _unavailable(self, exc: BaseException) -> DatabaseUnavailable:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        password = _password(self._url)
+        if password:
+            reason = reason.replace(password, "***")
+        return DatabaseUnavailable(f"cannot reach PostgreSQL at {_where(self._url)}: {reason}")
+
+    @staticmethod
+    async def _configure(conn: _Conn) -> None:
+        # JSON and UUID columns come back as text: params_raw must keep the stored text, and run
+        # ids are plain strings everywhere else in runlane.
+        for name in ("json", "jsonb", "uuid"):
+            conn.adapters.register_loader(name, TextLoader)
+
+    async def _connect_direct(self) -> _Conn:
+        try:
+            conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+        except psycopg.OperationalError as exc:
+            raise self._unavailable(exc) from None
+        await self._configure(conn)
+        return conn
+
+    async def open(self) -> None:
+        if self._pool is not None:
+            return
+        # A direct connection first: it reports the real reason when the server is unreachable
+        # (the pool would only time out) and it becomes the LISTEN connection.
+        listen_conn = await self._connect_direct()
+        try:
+            await listen_conn.execute(Q["listen_wakeup"])
+        except psycopg.OperationalError as exc:
+            await listen_conn.close()
+            raise self._unavailable(exc) from None
+        pool: AsyncConnectionPool[_Conn] = AsyncConnectionPool(
+            self._url,
+            min_size=1,
+            max_size=self._pool_max,
+            kwargs={"autocommit": True},
+            configure=self._configure,
+            open=False,
+        )
+        try:
+            await pool.open(wait=True, timeout=10.0)
+        except (PoolTimeout, psycopg.OperationalError) as exc:
+            await pool.close()
+            await listen_conn.close()
+            raise self._unavailable(exc) from None
+        self._pool = pool
+        self._listen_conn = listen_conn
+        self._listener = asyncio.create_task(self._listen_forever(listen_conn))
+
+    async def close(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
+            self._listener = None
+        if self._listen_conn is not None:
+            await self._listen_conn.close()
+            self._listen_conn = None
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
+
+    async def _listen_forever(self, conn: _Conn | None) -> None:
+        """Turn notifications into `_wakeup`; re-LISTEN on a new connection when one drops."""
+        backoff = 0.1
+        while True:
+            if conn is None:
+                try:
+                    conn = await self._connect_direct()
+                    await conn.execute(Q["listen_wakeup"])
+                except (DatabaseUnavailable, psycopg.OperationalError):
+                    if conn is not None:
+                        await conn.close()
+                        conn = None
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 5.0)
+                    continue
+                self._listen_conn = conn
+                backoff = 0.1
+            try:
+                async for _notify in conn.notifies():
+                    self._wakeup.set()
+            except psycopg.OperationalError:
+                pass
+            # The connection dropped: a notification may have been lost, so wake waiters once.
+            self._wakeup.set()
+            await conn.close()
+            self._listen_conn = None
+            conn = None
+
+    @contextlib.asynccontextmanager
+    async def _conn(self) -> AsyncIterator[_Conn]:
+        if self._pool is None:
+            raise StoreError("the PostgreSQL store is not open: call open() first")
+        try:
+            async with self._pool.connection() as conn:
+                yield conn
+        except (PoolTimeout, psycopg.OperationalError) as exc:
+            raise self._unavailable(exc) from exc
+
+    def _now(self) -> datetime | None:
+        return self._clock.now_or_none()
+
+    async def _fetchone(self, sql: str, params: Mapping[str, object]) -> DictRow | None:
+        async with self._conn() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(sql, params)
+            return await cur.fetchone()
+
+    async def _fetchall(self, sql: str, params: Mapping[str, object]) -> list[DictRow]:
+        async with self._conn() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(sql, params)
+            return await cur.fetchall()
+
+    # --- schema ---------------------------------------------------------------------------------
+
+    async def schema_version(self) -> int:
+        async with self._conn() as conn:
+            return await self._schema_version(conn)
+
+    @staticmethod
+    async def _schema_version(conn: _Conn) -> int:
+        cur = conn.cursor(row_factory=dict_row)
+        await cur.execute(Q["migrations_table_exists"])
+        row = await cur.fetchone()
+        if row is None or not row["present"]:
+            return 0
+        await cur.execute(Q["schema_version"])
+        row = await cur.fetchone()
+        return 0 if row is None else RowReader.integer(row, "version")
+
+    async def upgrade(self) -> list[int]:
+        applied: list[int] = []
+        async with self._conn() as conn:
+            await conn.execute(Q["bootstrap_migrations"])
+            for migration in MIGRATIONS:
+                async with conn.transaction():
+                    # Concurrent upgrades (two launchers starting) apply each migration once.
+                    await conn.execute(Q["migrate_lock"])
+                    if await self._schema_version(conn) >= migration.version:
+                        continue
+                    await conn.execute(migration.sql)
+                    await conn.execute(
+                        Q["record_migration"], {"version": migration.version, "now": self._now()}
+                    )
+                applied.append(migration.version)
+        return applied
+
+    async def ensure_current(self) -> None:
+        sqlcommon.check_schema_version(await self.schema_version(), CURRENT_SCHEMA_VERSION)
+
+    async def now(self) -> datetime:
+        row = await self._fetchone(Q["db_now"], {"now": self._now()})
+        assert row is not None
+        return _READ.time(row, "now")
+
+    # --- accept ---------------------------------------------------------------------------------
+
+    def _insert_params(
+        self, new: NewRun, status: RunStatus, end_reason: str | None
+    ) -> dict[str, object]:
+        for label, value in (
+            ("id", new.id),
+            ("parent_run_id", new.parent_run_id),
+            ("chain_root_id", new.chain_root_id),
+            ("retry_of", new.retry_of),
+        ):
+            if value is not None and not _is_uuid(value):
+                raise StoreError(f"run {label} {value!r} is not a UUID")
+        return {
+            "now": self._now(),
+            "id": new.id,
+            "job": new.job,
+            "status": status.value,
+            "trigger": str(new.trigger),
+            "requested_by": new.requested_by,
+            "params": sqlcommon.dump_json(new.params),
+            "dedupe_key": new.dedupe_key,
+            "parent_run_id": new.parent_run_id,
+            "chain_root_id": new.chain_root_id,
+            "event_id": new.event_id,
+            "downstream": None if new.downstream is None else sqlcommon.dump_json(new.downstream),
+            "scheduled_for": new.scheduled_for,
+            "attempt": new.attempt,
+            "retry_of": new.retry_of,
+            "max_attempts": new.max_attempts,
+            "deadline_seconds": float(new.deadline_seconds),
+            "kill_grace_seconds": float(new.kill_grace_seconds),
+            "executor": new.executor,
+            "overlap": new.overlap,
+            "not_before": new.not_before,
+            "queue_ttl_seconds": new.queue_ttl_seconds,
+            "end_reason": end_reason,
+            "note": new.note,
+            "traceparent": new.traceparent,
+            "outbox": self._outbox,
+            "outbox_topic": sqlcommon.OUTBOX_TOPIC_RUN_QUEUED,
+            "outbox_payload": sqlcommon.outbox_payload(new.id, new.job, new.executor, new.attempt),
+        }
+
+    async def accept(self, new: NewRun, *, overlap_action: OverlapAction = "none") -> AcceptResult:
+        if overlap_action == "none" or new.status == RunStatus.SKIPPED:
+            # The common case is one statement (row + wake-up + outbox): one round trip.
+            params = self._insert_params(new, new.status, new.end_reason)
+            row = await self._fetchone(Q["insert_run"], params)
+            if row is not None:
+                return AcceptResult(_READ.run(row), created=True)
+            return await self._existing(new)
+        status: RunStatus = new.status
+        end_reason = new.end_reason
+        async with self._conn() as conn, conn.pipeline(), conn.transaction():
+            await conn.execute(Q["job_lock"], {"job": new.job})
+            existing_cur = conn.cursor(row_factory=dict_row)
+            await existing_cur.execute(Q["run_by_dedupe_key"], {"dedupe_key": new.dedupe_key})
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(Q["active_run_of_job"], {"job": new.job})
+            existing = await existing_cur.fetchone()
+            if existing is not None:
+                # A repeated command is answered with its row, even when that row is the active one.
+                return AcceptResult(_READ.run(existing), created=False)
+            active = await cur.fetchone()
+            if active is not None:
+                active_id = RowReader.text(active, "id")
+                if overlap_action == "refuse":
+                    raise OverlapRefused(
+                        f"job {new.job} already has an active run {active_id}", active_id
+                    )
+                status, end_reason = RunStatus.SKIPPED, "overlap"
+            await cur.execute(Q["insert_run"], self._insert_params(new, status, end_reason))
+            row = await cur.fetchone()
+        if row is not None:
+            return AcceptResult(_READ.run(row), created=True)
+        return await self._existing(new)
+
+    async def _existing(self, new: NewRun) -> AcceptResult:
+        """The row that already holds `new.dedupe_key` (ON CONFLICT DO NOTHING returned none)."""
+        row = await self._fetchone(Q["run_by_dedupe_key"], {"dedupe_key": new.dedupe_key})
+        if row is None:
+            raise StoreError(f"run with dedupe key {new.dedupe_key!r} vanished during accept")
+        return AcceptResult(_READ.run(row), created=False)
+
+    # --- claims ---------------------------------------------------------------------------------
+
+    async def claim(
+        self,
+        owner: str,
+        *,
+        limit: int,
+        lease_ttl: float,
+        executors: Collection[str],
+        executor_caps: Mapping[str, int],
+    ) -> list[Claimed]:
+        if limit <= 0 or not executors:
+            return []
+        now = self._now()
+        # Scan a few more rows than asked: admission may pass over some (overlap, caps).
+        scan = min(limit * 4, limit + 256)
+        async with self._conn() as conn, conn.pipeline(), conn.transaction():
+            await conn.execute(Q["claim_lock"])
+            cand_cur = conn.cursor(row_factory=dict_row)
+            await cand_cur.execute(
+                Q["claim_candidates"],
+                {"now": now, "executors": list(executors), "scan": scan},
+            )
+            count_cur = conn.cursor(row_factory=dict_row)
+            await count_cur.execute(Q["running_counts"])
+            cand_rows = await cand_cur.fetchall()
+            if not cand_rows:
+                return []
+            count_rows = await count_cur.fetchall()
+            chosen = sqlcommon.admit(cand_rows, count_rows, executor_caps, limit)
+            if not chosen:
+                return []
+            upd = conn.cursor(row_factory=dict_row)
+            await upd.execute(
+                Q["claim_update"],
+                {"now": now, "owner": owner, "ttl": float(lease_ttl), "ids": chosen},
+            )
+            rows = await upd.fetchall()
+        return _claimed(rows, chosen, recovered=False)
+
+    async def claim_abandoned(
+        self, owner: str, *, limit: int, lease_ttl: float, executors: Collection[str]
+    ) -> list[Claimed]:
+        if limit <= 0 or not executors:
+            return []
+        rows = await self._fetchall(
+            Q["claim_abandoned"],
+            {
+                "now": self._now(),
+                "owner": owner,
+                "ttl": float(lease_ttl),
+                "limit": limit,
+                "executors": list(executors),
+            },
+        )
+        return _claimed(rows, None, recovered=True)
+
+    async def renew(self, leases: Sequence[Lease], lease_ttl: float) -> set[str]:
+        valid = [ls for ls in leases if _is_uuid(ls.run_id) and _is_uuid(ls.token)]
+        if not valid:
+            return set()
+        rows = await self._fetchall(
+            Q["renew"],
+            {
+                "now": self._now(),
+                "ttl": float(lease_ttl),
+                "ids": [ls.run_id for ls in valid],
+                "tokens": [ls.token for ls in valid],
+                "gens": [ls.generation for ls in valid],
+            },
+        )
+        return {RowReader.text(r, "id") for r in rows}
+
+    # --- fenced writes --------------------------------------------------------------------------
+
+    def _fence(self, lease: Lease) -> dict[str, object]:
+        if not (_is_uuid(lease.run_id) and _is_uuid(lease.token)):
+            raise LeaseLost(f"lease on run {lease.run_id} is lost (malformed lease)")
+        return {
+            "now": self._now(),
+            "id": lease.run_id,
+            "token": lease.token,
+            "gen": lease.generation,
+        }
+
+    async def set_external_id(self, lease: Lease, external_id: str) -> None:
+        row = await self._fetchone(
+            Q["set_external_id"], {**self._fence(lease), "external_id": external_id}
+        )
+        if row is None:
+            raise LeaseLost(f"lease on run {lease.run_id} is lost: external id not saved")
+
+    async def finish(
+        self,
+        lease: Lease,
+        outcome: Outcome,
+        *,
+        retry: NewRun | None = None,
+        external_id: str | None = None,
+    ) -> Run:
+        if not outcome.status.is_final or not can_transition(RunStatus.RUNNING, outcome.status):
+            raise InvalidTransition(f"run {lease.run_id} cannot finish as {outcome.status.value}")
+        params = {
+            **self._fence(lease),
+            **sqlcommon.outcome_params(outcome),
+            "external_id": external_id,
+        }
+        if retry is None:
+            # One statement: the fence in its WHERE is the whole check.
+            row = await self._fetchone(Q["finish"], params)
+            if row is None:
+                raise LeaseLost(f"lease on run {lease.run_id} is lost: outcome not saved")
+            return _READ.run(row)
+        insert = self._insert_params(retry, retry.status, retry.end_reason)
+        async with self._conn() as conn, conn.pipeline(), conn.transaction():
+            fin = conn.cursor(row_factory=dict_row)
+            await fin.execute(Q["finish"], params)
+            ins = conn.cursor(row_factory=dict_row)
+            await ins.execute(Q["insert_run"], insert)
+            chk = conn.cursor(row_factory=dict_row)
+            # Checked last so a save that ran past its lease rolls back whole.
+            await chk.execute(Q["lease_still_valid"], {**self._fence(lease), "now": self._now()})
+            row = await fin.fetchone()
+            still = await chk.fetchone()
+            if row is None or still is None:
+                raise LeaseLost(f"lease on run {lease.run_id} is lost: outcome not saved")
+        return _READ.run(row)
+
+    async def release(
+        self, lease: Lease, *, retry_after: float, error_code: str, note: str | None = None
+    ) -> None:
+        row = await self._fetchone(
+            Q["release"],
+            {
+                **self._fence(lease),
+                "retry_after": float(retry_after),
+                "error_code": error_code,
+                "note": note,
+            },
+        )
+        if row is None:
+            raise LeaseLost(f"lease on run {lease.run_id} is lost: not released")
+
+    # --- unleased changes -----------------------------------------------------------------------
+
+    async def finish_unleased(self, run_id: str, expected: RunStatus, outcome: Outcome) -> Run:
+        if not _is_uuid(run_id):
+            raise NotFound(f"no run {run_id}")
+        if not outcome.status.is_final or not can_transition(expected, outcome.status):
+            raise InvalidTransition(
+                f"run {run_id}: {expected.value} → {outcome.status.value} is not allowed"
+            )
+        row = await self._fetchone(
+            Q["finish_unleased"],
+            {
+                "now": self._now(),
+                "id": run_id,
+                "expected": expected.value,
+                **sqlcommon.outcome_params(outcome),
+            },
+        )
+        if row is not None:
+            return _READ.run(row)
+        current = await self.get_run(run_id)
+        if current.status == expected and current.lease_token is not None:
+            raise InvalidTransition(
+                f"run {run_id} is leased by {current.lease_owner}: finish it through its lease"
+            )
+        raise InvalidTransition(f"run {run_id} is {current.status.value}, not {expected.value}")
+
+    async def expire_queued(self, *, limit: int = 500) -> list[Run]:
+        rows = await self._fetchall(Q["expire_queued"], {"now": self._now(), "limit": limit})
+        return sorted((_READ.run(r) for r in rows), key=lambda r: (r.queued_at, r.id))
+
+    async def request_cancel(self, run_id: str, *, by: str | None = None) -> Run:
+        if not _is_uuid(run_id):
+            raise NotFound(f"no run {run_id}")
+        params = {"now": self._now(), "id": run_id, "note": sqlcommon.cancelled_note(by)}
+        row = await self._fetchone(Q["cancel_queued"], params)
+        if row is None:
+            row = await self._fetchone(Q["cancel_running"], params)
+        if row is not None:
+            return _READ.run(row)
+        current = await self.get_run(run_id)
+        raise InvalidTransition(f"run {run_id} already ended as {current.status.value}")
+
+    async def cancel_requests(self, owner: str) -> list[str]:
+        rows = await self._fetchall(Q["cancel_requests"], {"owner": owner})
+        return [RowReader.text(r, "id") for r in rows]
+
+    # --- reads ----------------------------------------------------------------------------------
+
+    async def get_run(self, run_id: str) -> Run:
+        row = await self._fetchone(Q["get_run"], {"id": run_id}) if _is_uuid(run_id) else None
+        if row is None:
+            raise NotFound(f"no run {run_id}")
+        return _READ.run(row)
+
+    async def list_runs(self, flt: RunFilter) -> list[Run]:
+        for value in (flt.parent_run_id, flt.chain_root_id):
+            if value is not None and not _is_uuid(value):
+                return []
+        rows = await self._fetchall(
+            Q["list_runs"],
+            {
+                "job": flt.job,
+                "status": None if flt.status is None else flt.status.value,
+                "parent_run_id": flt.parent_run_id,
+                "chain_root_id": flt.chain_root_id,
+                "limit": max(0, flt.limit),
+            },
+        )
+        return [_READ.run(r) for r in rows]
+
+    async def count_queued(self) -> int:
+        row = await self._fetchone(Q["count_queued"], {})
+        return 0 if row is None else RowReader.integer(row, "n")
+
+    # --- overrides and heartbeats ---------------------------------------------------------------
+
+    async def set_override(
+        self, job: str, *, paused_until: datetime | None, reason: str | None, by: str | None
+    ) -> Override:
+        row = await self._fetchone(
+            Q["set_override"],
+            {
+                "now": self._now(),
+                "job": job,
+                "paused_until": paused_until,
+                "reason": reason,
+                "created_by": by,
+            },
+        )
+        assert row is not None
+        return _READ.override(row)
+
+    async def clear_override(self, job: str) -> bool:
+        return await self._fetchone(Q["clear_override"], {"job": job}) is not None
+
+    async def overrides(self) -> dict[str, Override]:
+        rows = await self._fetchall(Q["overrides"], {})
+        return {o.job: o for o in (_READ.override(r) for r in rows)}
+
+    async def beat(self, hb: Heartbeat) -> None:
+        async with self._conn() as conn:
+            await conn.execute(
+                Q["beat"],
+                {
+                    "now": self._now(),
+                    "launcher_id": hb.launcher_id,
+                    "host": hb.host,
+                    "pid": hb.pid,
+                    "version": hb.version,
+                    "started_at": hb.started_at,
+                    "queue_depth": hb.queue_depth,
+                    "running": sqlcommon.dump_json(dict(hb.running)),
+                },
+            )
+
+    async def launchers(self) -> list[Heartbeat]:
+        rows = await self._fetchall(Q["launchers"], {})
+        return [_READ.heartbeat(r) for r in rows]
+
+    async def remove_launcher(self, launcher_id: str) -> None:
+        async with self._conn() as conn:
+            await conn.execute(Q["remove_launcher"], {"launcher_id": launcher_id})
+
+    async def wait_for_wakeup(self, max_wait: float) -> bool:
+        try:
+            await asyncio.wait_for(self._wakeup.wait(), timeout=max(0.0, max_wait))
+        except TimeoutError:
+            return False
+        self._wakeup.clear()
+        return True
+
+
+def _claimed(
+    rows: Sequence[Mapping[str, object]], order: Sequence[str] | None, *, recovered: bool
+) -> list[Claimed]:
+    claims: list[Claimed] = []
+    for row in rows:
+        run = _READ.run(row)
+        if run.lease_owner is None or run.lease_token is None:
+            raise StoreError(f"claimed run {run.id} has no lease")
+        lease = Lease(run.id, run.lease_owner, run.lease_token, run.lease_generation)
+        claims.append(Claimed(run, lease, _READ.time(row, "db_now"), recovered=recovered))
+    if order is not None:
+        rank = {run_id: i for i, run_id in enumerate(order)}
+        claims.sort(key=lambda c: rank.get(c.run.id, len(rank)))
+    else:
+        claims.sort(key=lambda c: (c.run.lease_expires_at is None, c.run.id))
+    return claims

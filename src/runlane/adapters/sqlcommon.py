@@ -1,0 +1,345 @@
+"""What the SQL store adapters share: the named-query loader, migration files, row decoding.
+
+Both dialects keep their SQL in `.sql` files next to the adapter; this module only reads them and
+turns result rows (plain mappings) into the value objects of `runlane.core.runs`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Any
+
+from runlane.core.admission import Candidate, select_admissible
+from runlane.core.runs import Outcome, Run, RunStatus
+from runlane.errors import SchemaOutOfDate
+from runlane.ports import Heartbeat, Override
+
+Row = Mapping[str, object]
+
+_NAME_LINE = re.compile(r"^--\s*name:\s*([A-Za-z_][A-Za-z0-9_]*)\s*$")
+_MIGRATION_FILE = re.compile(r"^(\d{4})_[A-Za-z0-9_]+\.sql$")
+
+
+def load_queries(package: str, filename: str = "sql/queries.sql") -> dict[str, str]:
+    """Parse `-- name: x` blocks of a dialect's query file into {name: sql}.
+
+    Whole-line comments are dropped: they cost bytes on every call and psycopg would read a `%`
+    in them as a placeholder.
+    """
+    text = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
+    queries: dict[str, str] = {}
+    name: str | None = None
+    lines: list[str] = []
+
+    def flush() -> None:
+        if name is not None:
+            body = "\n".join(lines).strip().rstrip(";").strip()
+            if not body:
+                raise ValueError(f"{package}/{filename}: query {name!r} is empty")
+            queries[name] = body
+
+    for line in text.splitlines():
+        match = _NAME_LINE.match(line.strip())
+        if match:
+            flush()
+            name = match.group(1)
+            if name in queries:
+                raise ValueError(f"{package}/{filename}: query {name!r} is defined twice")
+            lines = []
+        elif name is not None and not line.lstrip().startswith("--"):
+            lines.append(line)
+    flush()
+    return queries
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def load_migrations(package: str) -> list[Migration]:
+    """The numbered migration files of a dialect, in order (`sql/migrations/0001_initial.sql`)."""
+    folder = resources.files(package).joinpath("sql/migrations")
+    found: list[Migration] = []
+    for entry in folder.iterdir():
+        match = _MIGRATION_FILE.match(entry.name)
+        if match:
+            found.append(Migration(int(match.group(1)), entry.name, entry.read_text("utf-8")))
+    found.sort(key=lambda m: m.version)
+    versions = [m.version for m in found]
+    if versions != list(range(1, len(found) + 1)):
+        raise ValueError(f"{package}: migrations must be numbered 1..n without gaps: {versions}")
+    return found
+
+
+def load_reference_schema(package: str) -> str:
+    return resources.files(package).joinpath("sql/schema.sql").read_text(encoding="utf-8")
+
+
+def check_schema_version(found: int, needed: int) -> None:
+    """Raise `SchemaOutOfDate` with what to do unless `found == needed`."""
+    if found < needed:
+        raise SchemaOutOfDate(
+            f"database is at schema version {found}, this runlane needs {needed}: "
+            "run `runlane db upgrade`"
+        )
+    if found > needed:
+        raise SchemaOutOfDate(
+            f"database is at schema version {found}, this runlane needs {needed}: "
+            "it was written by a newer runlane; upgrade runlane"
+        )
+
+
+def mask_url(url: str) -> str:
+    """The URL with its password replaced by `***` (URL form and `key=value` form)."""
+    if "://" in url:
+        parts = urllib.parse.urlsplit(url)
+        if parts.password is None:
+            return url
+        user = parts.username or ""
+        host = parts.hostname or ""
+        if parts.port is not None:
+            host = f"{host}:{parts.port}"
+        netloc = f"{user}:***@{host}"
+        return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+    return re.sub(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", url)
+
+
+# --- JSON columns -------------------------------------------------------------------------------
+
+
+def dump_json(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def parse_params(raw: str) -> dict[str, Any] | None:
+    """The params object, or None when the stored text is not a JSON object (kept for repair)."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    return {str(k): v for k, v in value.items()}
+
+
+def parse_str_list(raw: object) -> list[str] | None:
+    """A JSON list of strings (e.g. `downstream`); None when absent or not such a list."""
+    if raw is None:
+        return None
+    try:
+        value = json.loads(str(raw))
+    except ValueError:
+        return None
+    if not isinstance(value, list):
+        return None
+    return [str(v) for v in value]
+
+
+def parse_count_map(raw: object) -> dict[str, int]:
+    if raw is None:
+        return {}
+    try:
+        value = json.loads(str(raw))
+    except ValueError:
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    out: dict[str, int] = {}
+    for key, count in value.items():
+        if isinstance(count, int):
+            out[str(key)] = count
+    return out
+
+
+# --- row decoding -------------------------------------------------------------------------------
+
+TimeDecoder = Callable[[object], datetime | None]
+
+
+class RowReader:
+    """Typed access to one result row; each dialect supplies how it stores time."""
+
+    __slots__ = ("_decode_time",)
+
+    def __init__(self, decode_time: TimeDecoder) -> None:
+        self._decode_time = decode_time
+
+    @staticmethod
+    def text(row: Row, key: str) -> str:
+        value = row[key]
+        if value is None:
+            raise ValueError(f"column {key} is NULL")
+        return str(value)
+
+    @staticmethod
+    def opt_text(row: Row, key: str) -> str | None:
+        value = row[key]
+        return None if value is None else str(value)
+
+    @staticmethod
+    def integer(row: Row, key: str, default: int = 0) -> int:
+        value = row[key]
+        if value is None:
+            return default
+        if isinstance(value, int | float | str):
+            return int(value)
+        raise ValueError(f"column {key} is not a number: {value!r}")
+
+    @staticmethod
+    def opt_integer(row: Row, key: str) -> int | None:
+        value = row[key]
+        if value is None:
+            return None
+        if isinstance(value, int | float | str):
+            return int(value)
+        raise ValueError(f"column {key} is not a number: {value!r}")
+
+    @staticmethod
+    def number(row: Row, key: str, default: float) -> float:
+        value = row[key]
+        if value is None:
+            return default
+        if isinstance(value, int | float | str):
+            return float(value)
+        raise ValueError(f"column {key} is not a number: {value!r}")
+
+    def time(self, row: Row, key: str) -> datetime:
+        value = self._decode_time(row[key])
+        if value is None:
+            raise ValueError(f"column {key} is NULL")
+        return value
+
+    def opt_time(self, row: Row, key: str) -> datetime | None:
+        return self._decode_time(row[key])
+
+    def run(self, row: Row) -> Run:
+        """A `run_log` row as a `Run`. Never raises on a corrupt `params` text."""
+        params_raw = self.opt_text(row, "params") or ""
+        return Run(
+            id=self.text(row, "id"),
+            job=self.text(row, "job"),
+            status=RunStatus(self.text(row, "status")),
+            trigger=self.text(row, "trigger"),
+            dedupe_key=self.text(row, "dedupe_key"),
+            attempt=self.integer(row, "attempt", 1),
+            executor=self.text(row, "executor"),
+            overlap=self.text(row, "overlap"),
+            params=parse_params(params_raw),
+            params_raw=params_raw,
+            queued_at=self.time(row, "queued_at"),
+            requested_by=self.opt_text(row, "requested_by"),
+            parent_run_id=self.opt_text(row, "parent_run_id"),
+            chain_root_id=self.opt_text(row, "chain_root_id"),
+            event_id=self.opt_text(row, "event_id"),
+            downstream=parse_str_list(row["downstream"]),
+            scheduled_for=self.opt_time(row, "scheduled_for"),
+            retry_of=self.opt_text(row, "retry_of"),
+            max_attempts=self.integer(row, "max_attempts", 1),
+            deadline_seconds=self.number(row, "deadline_seconds", 3600.0),
+            kill_grace_seconds=self.number(row, "kill_grace_seconds", 30.0),
+            external_id=self.opt_text(row, "external_id"),
+            not_before=self.opt_time(row, "not_before"),
+            queue_expires_at=self.opt_time(row, "queue_expires_at"),
+            started_at=self.opt_time(row, "started_at"),
+            finished_at=self.opt_time(row, "finished_at"),
+            deadline_at=self.opt_time(row, "deadline_at"),
+            exit_code=self.opt_integer(row, "exit_code"),
+            end_reason=self.opt_text(row, "end_reason"),
+            error_code=self.opt_text(row, "error_code"),
+            note=self.opt_text(row, "note"),
+            log_tail=self.opt_text(row, "log_tail"),
+            traceparent=self.opt_text(row, "traceparent"),
+            cancel_requested_at=self.opt_time(row, "cancel_requested_at"),
+            lease_owner=self.opt_text(row, "lease_owner"),
+            lease_token=self.opt_text(row, "lease_token"),
+            lease_generation=self.integer(row, "lease_generation", 0),
+            lease_expires_at=self.opt_time(row, "lease_expires_at"),
+        )
+
+    def override(self, row: Row) -> Override:
+        return Override(
+            job=self.text(row, "job"),
+            paused_until=self.opt_time(row, "paused_until"),
+            reason=self.opt_text(row, "reason"),
+            created_by=self.opt_text(row, "created_by"),
+            created_at=self.time(row, "created_at"),
+        )
+
+    def heartbeat(self, row: Row) -> Heartbeat:
+        return Heartbeat(
+            launcher_id=self.text(row, "launcher_id"),
+            host=self.text(row, "host"),
+            pid=self.integer(row, "pid"),
+            version=self.text(row, "version"),
+            started_at=self.time(row, "started_at"),
+            beat_at=self.opt_time(row, "beat_at"),
+            queue_depth=self.integer(row, "queue_depth"),
+            running=parse_count_map(row["running"]),
+        )
+
+
+def aware_utc(value: datetime) -> datetime:
+    """An aware UTC datetime (naive input is taken to be UTC already)."""
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def cancelled_note(by: str | None) -> str:
+    return f"cancelled by {by}" if by else "cancelled"
+
+
+def outbox_payload(run_id: str, job: str, executor: str, attempt: int) -> str:
+    """What the bus relay publishes for a queued run (the row stays the authority)."""
+    return dump_json({"run_id": run_id, "job": job, "executor": executor, "attempt": attempt})
+
+
+OUTBOX_TOPIC_RUN_QUEUED = "job_runs"
+
+
+def outcome_params(outcome: Outcome) -> dict[str, object]:
+    return {
+        "status": outcome.status.value,
+        "end_reason": outcome.end_reason,
+        "exit_code": outcome.exit_code,
+        "error_code": outcome.error_code,
+        "log_tail": outcome.log_tail,
+        "note": outcome.note,
+    }
+
+
+def admit(
+    cand_rows: Sequence[Row],
+    count_rows: Sequence[Row],
+    executor_caps: Mapping[str, int],
+    limit: int,
+) -> list[str]:
+    """`select_admissible` over claim-candidate rows (in claim order) and the rows of
+    `running_counts` (job, executor, n)."""
+    by_job: dict[str, int] = {}
+    by_executor: dict[str, int] = {}
+    for row in count_rows:
+        n = RowReader.integer(row, "n")
+        job = RowReader.text(row, "job")
+        executor = RowReader.text(row, "executor")
+        by_job[job] = by_job.get(job, 0) + n
+        by_executor[executor] = by_executor.get(executor, 0) + n
+    candidates = [
+        Candidate(
+            id=RowReader.text(r, "id"),
+            job=RowReader.text(r, "job"),
+            executor=RowReader.text(r, "executor"),
+            overlap=RowReader.text(r, "overlap"),
+        )
+        for r in cand_rows
+    ]
+    return select_admissible(candidates, by_job, by_executor, executor_caps, limit)

@@ -1,0 +1,220 @@
+-- Named statements of the SQLite store (loaded by runlane.adapters.sqlcommon.load_queries).
+-- `:now` and every derived time are computed by the adapter from its Clock, in the fixed-width
+-- text form; SQLite's own time functions are never used (their precision and format differ).
+-- Writes run inside BEGIN IMMEDIATE, so one writer at a time: no row locks are needed.
+
+-- name: bootstrap_migrations
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    INTEGER PRIMARY KEY,
+    applied_at TEXT    NOT NULL
+)
+
+-- name: migrations_table_exists
+SELECT count(*) AS present FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'
+
+-- name: schema_version
+SELECT coalesce(max(version), 0) AS version FROM schema_migrations
+
+-- name: record_migration
+INSERT INTO schema_migrations (version, applied_at) VALUES (:version, :now)
+
+-- name: run_by_dedupe_key
+SELECT * FROM run_log WHERE dedupe_key = :dedupe_key
+
+-- name: active_run_of_job
+SELECT id FROM run_log
+WHERE job = :job AND status IN ('queued', 'running')
+ORDER BY queued_at, id
+LIMIT 1
+
+-- name: insert_run
+INSERT INTO run_log (
+    id, job, status, trigger, requested_by, params, dedupe_key, parent_run_id,
+    chain_root_id, event_id, downstream, scheduled_for, attempt, retry_of, max_attempts,
+    deadline_seconds, kill_grace_seconds, executor, overlap, not_before, queue_expires_at,
+    queued_at, started_at, finished_at, end_reason, note, traceparent
+) VALUES (
+    :id, :job, :status, :trigger, :requested_by, :params, :dedupe_key, :parent_run_id,
+    :chain_root_id, :event_id, :downstream, :scheduled_for, :attempt, :retry_of, :max_attempts,
+    :deadline_seconds, :kill_grace_seconds, :executor, :overlap, :not_before, :queue_expires_at,
+    :now,
+    CASE WHEN :status = 'running' THEN :now END,
+    CASE WHEN :status NOT IN ('queued', 'running') THEN :now END,
+    :end_reason, :note, :traceparent
+)
+ON CONFLICT (dedupe_key) DO NOTHING
+RETURNING *
+
+-- name: insert_outbox
+INSERT INTO outbox (topic, payload, created_at) VALUES (:topic, :payload, :now)
+
+-- name: claim_candidates
+-- The first coalesce() term matches run_log_claim_idx; the not_before term is the exact rule.
+SELECT id, job, executor, overlap, deadline_seconds
+FROM run_log
+WHERE status = 'queued'
+  AND coalesce(not_before, queued_at) <= :now
+  AND (not_before IS NULL OR not_before <= :now)
+  AND (queue_expires_at IS NULL OR queue_expires_at > :now)
+  AND executor IN (SELECT value FROM json_each(:executors))
+ORDER BY coalesce(not_before, queued_at), queued_at, id
+LIMIT :scan
+
+-- name: running_counts
+SELECT job, executor, count(*) AS n FROM run_log WHERE status = 'running' GROUP BY job, executor
+
+-- name: claim_one
+UPDATE run_log SET
+    status = 'running',
+    lease_owner = :owner,
+    lease_token = :token,
+    lease_generation = lease_generation + 1,
+    lease_expires_at = :expires_at,
+    started_at = coalesce(started_at, :now),
+    deadline_at = coalesce(deadline_at, :deadline_at)
+WHERE id = :id AND status = 'queued'
+RETURNING *
+
+-- name: abandoned_candidates
+SELECT id FROM run_log
+WHERE status = 'running' AND lease_token IS NOT NULL AND lease_expires_at < :now
+  AND executor IN (SELECT value FROM json_each(:executors))
+ORDER BY lease_expires_at, id
+LIMIT :limit
+
+-- name: reclaim_one
+-- The expiry test is repeated here: never trust the candidate snapshot.
+UPDATE run_log SET
+    lease_owner = :owner,
+    lease_token = :token,
+    lease_generation = lease_generation + 1,
+    lease_expires_at = :expires_at
+WHERE id = :id AND status = 'running' AND lease_token IS NOT NULL AND lease_expires_at < :now
+RETURNING *
+
+-- name: renew_one
+UPDATE run_log SET lease_expires_at = :expires_at
+WHERE id = :id AND status = 'running' AND lease_token = :token AND lease_generation = :gen
+  AND lease_expires_at > :now
+RETURNING id
+
+-- name: set_external_id
+UPDATE run_log SET external_id = :external_id
+WHERE id = :id AND status = 'running' AND lease_token = :token AND lease_generation = :gen
+  AND lease_expires_at > :now
+RETURNING id
+
+-- name: finish
+UPDATE run_log SET
+    status = :status,
+    end_reason = :end_reason,
+    exit_code = :exit_code,
+    error_code = :error_code,
+    log_tail = :log_tail,
+    note = :note,
+    finished_at = :now,
+    external_id = coalesce(:external_id, external_id)
+WHERE id = :id AND status = 'running' AND lease_token = :token AND lease_generation = :gen
+  AND lease_expires_at > :now
+RETURNING *
+
+-- name: release
+UPDATE run_log SET
+    status = 'queued',
+    lease_owner = NULL,
+    lease_token = NULL,
+    lease_expires_at = NULL,
+    not_before = :not_before,
+    error_code = :error_code,
+    note = :note
+WHERE id = :id AND status = 'running' AND lease_token = :token AND lease_generation = :gen
+  AND lease_expires_at > :now
+RETURNING id
+
+-- name: finish_unleased
+-- A leased running row must be finished through its lease.
+UPDATE run_log SET
+    status = :status,
+    end_reason = :end_reason,
+    exit_code = :exit_code,
+    error_code = :error_code,
+    log_tail = :log_tail,
+    note = :note,
+    finished_at = :now
+WHERE id = :id AND status = :expected AND (status <> 'running' OR lease_token IS NULL)
+RETURNING *
+
+-- name: expire_queued
+UPDATE run_log SET status = 'skipped', end_reason = 'expired', finished_at = :now
+WHERE id IN (
+    SELECT id FROM run_log
+    WHERE status = 'queued' AND queue_expires_at <= :now
+    ORDER BY queue_expires_at, id
+    LIMIT :limit
+)
+RETURNING *
+
+-- name: cancel_queued
+UPDATE run_log SET status = 'cancelled', end_reason = 'cancelled', finished_at = :now, note = :note
+WHERE id = :id AND status = 'queued'
+RETURNING *
+
+-- name: cancel_running
+-- Idempotent: a second request keeps the first request's time.
+UPDATE run_log SET cancel_requested_at = coalesce(cancel_requested_at, :now)
+WHERE id = :id AND status = 'running'
+RETURNING *
+
+-- name: cancel_requests
+SELECT id FROM run_log
+WHERE status = 'running' AND lease_owner = :owner AND cancel_requested_at IS NOT NULL
+ORDER BY id
+
+-- name: get_run
+SELECT * FROM run_log WHERE id = :id
+
+-- name: list_runs
+SELECT * FROM run_log
+WHERE (:job IS NULL OR job = :job)
+  AND (:status IS NULL OR status = :status)
+  AND (:parent_run_id IS NULL OR parent_run_id = :parent_run_id)
+  AND (:chain_root_id IS NULL OR chain_root_id = :chain_root_id)
+ORDER BY queued_at DESC, id DESC
+LIMIT :limit
+
+-- name: count_queued
+SELECT count(*) AS n FROM run_log WHERE status = 'queued'
+
+-- name: set_override
+INSERT INTO job_overrides (job, paused_until, reason, created_by, created_at)
+VALUES (:job, :paused_until, :reason, :created_by, :now)
+ON CONFLICT (job) DO UPDATE SET
+    paused_until = excluded.paused_until,
+    reason = excluded.reason,
+    created_by = excluded.created_by,
+    created_at = excluded.created_at
+RETURNING *
+
+-- name: clear_override
+DELETE FROM job_overrides WHERE job = :job RETURNING job
+
+-- name: overrides
+SELECT * FROM job_overrides ORDER BY job
+
+-- name: beat
+INSERT INTO launcher_heartbeat (launcher_id, host, pid, version, started_at, beat_at, queue_depth, running)
+VALUES (:launcher_id, :host, :pid, :version, :started_at, :now, :queue_depth, :running)
+ON CONFLICT (launcher_id) DO UPDATE SET
+    host = excluded.host,
+    pid = excluded.pid,
+    version = excluded.version,
+    started_at = excluded.started_at,
+    beat_at = excluded.beat_at,
+    queue_depth = excluded.queue_depth,
+    running = excluded.running
+
+-- name: launchers
+SELECT * FROM launcher_heartbeat ORDER BY launcher_id
+
+-- name: remove_launcher
+DELETE FROM launcher_heartbeat WHERE launcher_id = :launcher_id

@@ -1,0 +1,93 @@
+-- runlane reference schema, SQLite. The numbered migrations must produce exactly this
+-- (tests/integration/test_migrations.py compares them).
+-- Times are TEXT in fixed-width UTC `YYYY-MM-DDTHH:MM:SS.ffffffZ`, so text order is time order.
+-- JSON columns are TEXT stored as written; a corrupt value is kept for repair, never dropped.
+
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version    INTEGER PRIMARY KEY,
+    applied_at TEXT    NOT NULL
+);
+
+CREATE TABLE run_log (
+    id                  TEXT    PRIMARY KEY,
+    job                 TEXT    NOT NULL,
+    status              TEXT    NOT NULL
+        CHECK (status IN ('queued', 'running', 'success', 'failure', 'timeout', 'skipped', 'cancelled')),
+    trigger             TEXT    NOT NULL,
+    requested_by        TEXT,
+    params              TEXT    NOT NULL DEFAULT '{}',
+    dedupe_key          TEXT    NOT NULL UNIQUE,
+    parent_run_id       TEXT,
+    chain_root_id       TEXT,
+    event_id            TEXT,
+    downstream          TEXT,
+    scheduled_for       TEXT,
+    attempt             INTEGER NOT NULL DEFAULT 1,
+    retry_of            TEXT,
+    max_attempts        INTEGER NOT NULL DEFAULT 1,
+    deadline_seconds    REAL    NOT NULL DEFAULT 3600,
+    kill_grace_seconds  REAL    NOT NULL DEFAULT 30,
+    executor            TEXT    NOT NULL,
+    overlap             TEXT    NOT NULL,
+    external_id         TEXT,
+    not_before          TEXT,
+    queue_expires_at    TEXT,
+    queued_at           TEXT    NOT NULL,
+    started_at          TEXT,
+    finished_at         TEXT,
+    deadline_at         TEXT,
+    exit_code           INTEGER,
+    end_reason          TEXT,
+    error_code          TEXT,
+    note                TEXT,
+    log_tail            TEXT,
+    traceparent         TEXT,
+    cancel_requested_at TEXT,
+    lease_owner         TEXT,
+    lease_token         TEXT,
+    lease_generation    INTEGER NOT NULL DEFAULT 0,
+    lease_expires_at    TEXT
+);
+
+-- The claim scans due queued runs in claim order; the partial index stays small because final
+-- rows drop out of it.
+CREATE INDEX run_log_claim_idx ON run_log (coalesce(not_before, queued_at), queued_at, id)
+    WHERE status = 'queued';
+-- Abandoned-lease recovery and the running counts that admission needs.
+CREATE INDEX run_log_running_lease_idx ON run_log (lease_expires_at) WHERE status = 'running';
+CREATE INDEX run_log_job_status_idx ON run_log (job, status);
+CREATE INDEX run_log_parent_idx ON run_log (parent_run_id) WHERE parent_run_id IS NOT NULL;
+CREATE INDEX run_log_chain_root_idx ON run_log (chain_root_id) WHERE chain_root_id IS NOT NULL;
+CREATE INDEX run_log_queued_at_idx ON run_log (queued_at DESC, id DESC);
+CREATE INDEX run_log_queue_expiry_idx ON run_log (queue_expires_at)
+    WHERE status = 'queued' AND queue_expires_at IS NOT NULL;
+
+CREATE TABLE job_overrides (
+    job          TEXT PRIMARY KEY,
+    paused_until TEXT,
+    reason       TEXT,
+    created_by   TEXT,
+    created_at   TEXT NOT NULL
+);
+
+CREATE TABLE launcher_heartbeat (
+    launcher_id TEXT    PRIMARY KEY,
+    host        TEXT    NOT NULL,
+    pid         INTEGER NOT NULL,
+    version     TEXT    NOT NULL,
+    started_at  TEXT    NOT NULL,
+    beat_at     TEXT,
+    queue_depth INTEGER NOT NULL DEFAULT 0,
+    running     TEXT    NOT NULL DEFAULT '{}'
+);
+
+-- Written by accept when the store feeds a message bus; a relay publishes and stamps rows.
+CREATE TABLE outbox (
+    id           INTEGER PRIMARY KEY,
+    topic        TEXT    NOT NULL,
+    payload      TEXT    NOT NULL,
+    created_at   TEXT    NOT NULL,
+    published_at TEXT
+);
+
+CREATE INDEX outbox_unpublished_idx ON outbox (id) WHERE published_at IS NULL;

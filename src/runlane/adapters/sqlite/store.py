@@ -1,0 +1,663 @@
+"""The run log on SQLite: the embedded default (one file, WAL, one writer at a time)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import uuid
+from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+from typing import TypeVar
+
+from runlane.adapters import sqlcommon
+from runlane.adapters.sqlcommon import RowReader, aware_utc
+from runlane.core.runs import (
+    AcceptResult,
+    Claimed,
+    Lease,
+    NewRun,
+    Outcome,
+    OverlapAction,
+    Run,
+    RunStatus,
+    can_transition,
+)
+from runlane.errors import (
+    DatabaseUnavailable,
+    InvalidTransition,
+    LeaseLost,
+    NotFound,
+    OverlapRefused,
+    StoreError,
+)
+from runlane.ports import Clock, Heartbeat, Override, RunFilter, SystemClock
+
+_PACKAGE = "runlane.adapters.sqlite"
+Q = sqlcommon.load_queries(_PACKAGE)
+MIGRATIONS = sqlcommon.load_migrations(_PACKAGE)
+CURRENT_SCHEMA_VERSION = MIGRATIONS[-1].version
+
+T = TypeVar("T")
+DictRow = dict[str, object]
+
+
+def format_time(value: datetime) -> str:
+    """Fixed-width UTC text: text comparison in SQL is then time comparison."""
+    return aware_utc(value).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _opt_time(value: datetime | None) -> str | None:
+    return None if value is None else format_time(value)
+
+
+def _decode_time(value: object) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return aware_utc(value)
+    return aware_utc(datetime.fromisoformat(str(value)))
+
+
+_READ = RowReader(_decode_time)
+
+
+def _row(row: sqlite3.Row) -> DictRow:
+    return dict(zip(row.keys(), row, strict=True))
+
+
+def _one(cur: sqlite3.Cursor) -> DictRow | None:
+    row: sqlite3.Row | None = cur.fetchone()
+    return None if row is None else _row(row)
+
+
+def _all(cur: sqlite3.Cursor) -> list[DictRow]:
+    rows: list[sqlite3.Row] = cur.fetchall()
+    return [_row(r) for r in rows]
+
+
+def split_statements(script: str) -> list[str]:
+    """The statements of a SQL script, split where SQLite itself says a statement is complete."""
+    statements: list[str] = []
+    buffer = ""
+    for line in script.splitlines(keepends=True):
+        buffer += line
+        if sqlite3.complete_statement(buffer):
+            statements.append(buffer.strip())
+            buffer = ""
+    rest = "\n".join(ln for ln in buffer.splitlines() if not ln.strip().startswith("--"))
+    if rest.strip():
+        raise ValueError(f"incomplete SQL statement at the end of a script: {rest.strip()[:80]!r}")
+    return statements
+
+
+def _write(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
+    """Run `work` in one write transaction. BEGIN IMMEDIATE takes the write lock up front, so
+    checks made inside cannot be invalidated by another writer before COMMIT."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = work(conn)
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    return result
+
+
+class SqliteStore:
+    """`runlane.ports.Store` on a SQLite file (stdlib `sqlite3`, one worker thread)."""
+
+    dialect = "sqlite"
+
+    def __init__(self, path: str, *, clock: Clock | None = None, outbox: bool = False) -> None:
+        self.path = path
+        self._clock: Clock = clock or SystemClock()
+        self._outbox = outbox
+        self._conn: sqlite3.Connection | None = None
+        # One thread for every call: the event loop never waits on fsync, and calls are
+        # serialised the way one sqlite3 connection needs.
+        self._executor: ThreadPoolExecutor | None = None
+        self._wakeup = asyncio.Event()
+
+    # --- plumbing -------------------------------------------------------------------------------
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=5.0
+            )
+        except sqlite3.Error as exc:
+            raise DatabaseUnavailable(
+                f"cannot open SQLite database at {self.path}: {exc}"
+            ) from None
+        try:
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA busy_timeout=5000")
+            conn.execute("PRAGMA foreign_keys=OFF")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise DatabaseUnavailable(
+                f"cannot open SQLite database at {self.path}: {exc}"
+            ) from None
+        return conn
+
+    async def open(self) -> None:
+        if self._conn is not None:
+            return
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runlane-sqlite")
+        try:
+            self._conn = await asyncio.get_running_loop().run_in_executor(executor, self._connect)
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        self._executor = executor
+
+    async def close(self) -> None:
+        conn, executor = self._conn, self._executor
+        self._conn, self._executor = None, None
+        if conn is not None and executor is not None:
+            await asyncio.get_running_loop().run_in_executor(executor, conn.close)
+        if executor is not None:
+            executor.shutdown(wait=True)
+
+    async def _call(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        conn, executor = self._conn, self._executor
+        if conn is None or executor is None:
+            raise StoreError("the SQLite store is not open: call open() first")
+
+        def guarded() -> T:
+            try:
+                return work(conn)
+            except sqlite3.OperationalError as exc:
+                if "locked" in str(exc) or "busy" in str(exc):
+                    raise DatabaseUnavailable(
+                        f"SQLite database at {self.path} is busy: {exc}"
+                    ) from exc
+                raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
+            except sqlite3.Error as exc:
+                raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
+
+        return await asyncio.get_running_loop().run_in_executor(executor, guarded)
+
+    def _now(self) -> datetime:
+        return aware_utc(self._clock.now())
+
+    # --- schema ---------------------------------------------------------------------------------
+
+    @staticmethod
+    def _schema_version(conn: sqlite3.Connection) -> int:
+        present = _one(conn.execute(Q["migrations_table_exists"]))
+        if present is None or not RowReader.integer(present, "present"):
+            return 0
+        row = _one(conn.execute(Q["schema_version"]))
+        return 0 if row is None else RowReader.integer(row, "version")
+
+    async def schema_version(self) -> int:
+        return await self._call(self._schema_version)
+
+    async def upgrade(self) -> list[int]:
+        now = format_time(self._now())
+
+        def work(conn: sqlite3.Connection) -> list[int]:
+            conn.execute(Q["bootstrap_migrations"])
+            applied: list[int] = []
+            for migration in MIGRATIONS:
+
+                def apply(w: sqlite3.Connection, m: sqlcommon.Migration = migration) -> bool:
+                    # Checked under the write lock: concurrent upgrades apply each file once.
+                    if self._schema_version(w) >= m.version:
+                        return False
+                    for statement in split_statements(m.sql):
+                        w.execute(statement)
+                    w.execute(Q["record_migration"], {"version": m.version, "now": now})
+                    return True
+
+                if _write(conn, apply):
+                    applied.append(migration.version)
+            return applied
+
+        return await self._call(work)
+
+    async def ensure_current(self) -> None:
+        sqlcommon.check_schema_version(await self.schema_version(), CURRENT_SCHEMA_VERSION)
+
+    async def now(self) -> datetime:
+        return self._now()
+
+    # --- accept ---------------------------------------------------------------------------------
+
+    def _insert_params(
+        self, new: NewRun, status: RunStatus, end_reason: str | None, now: datetime
+    ) -> dict[str, object]:
+        expires = (
+            None
+            if new.queue_ttl_seconds is None
+            else format_time(now + timedelta(seconds=new.queue_ttl_seconds))
+        )
+        return {
+            "now": format_time(now),
+            "id": new.id,
+            "job": new.job,
+            "status": status.value,
+            "trigger": str(new.trigger),
+            "requested_by": new.requested_by,
+            "params": sqlcommon.dump_json(new.params),
+            "dedupe_key": new.dedupe_key,
+            "parent_run_id": new.parent_run_id,
+            "chain_root_id": new.chain_root_id,
+            "event_id": new.event_id,
+            "downstream": None if new.downstream is None else sqlcommon.dump_json(new.downstream),
+            "scheduled_for": _opt_time(new.scheduled_for),
+            "attempt": new.attempt,
+            "retry_of": new.retry_of,
+            "max_attempts": new.max_attempts,
+            "deadline_seconds": float(new.deadline_seconds),
+            "kill_grace_seconds": float(new.kill_grace_seconds),
+            "executor": new.executor,
+            "overlap": new.overlap,
+            "not_before": _opt_time(new.not_before),
+            "queue_expires_at": expires,
+            "end_reason": end_reason,
+            "note": new.note,
+            "traceparent": new.traceparent,
+        }
+
+    def _insert(
+        self,
+        conn: sqlite3.Connection,
+        new: NewRun,
+        status: RunStatus,
+        end_reason: str | None,
+        now: datetime,
+    ) -> DictRow | None:
+        row = _one(conn.execute(Q["insert_run"], self._insert_params(new, status, end_reason, now)))
+        if row is not None and self._outbox and status == RunStatus.QUEUED:
+            conn.execute(
+                Q["insert_outbox"],
+                {
+                    "topic": sqlcommon.OUTBOX_TOPIC_RUN_QUEUED,
+                    "payload": sqlcommon.outbox_payload(new.id, new.job, new.executor, new.attempt),
+                    "now": format_time(now),
+                },
+            )
+        return row
+
+    async def accept(self, new: NewRun, *, overlap_action: OverlapAction = "none") -> AcceptResult:
+        now = self._now()
+
+        def work(conn: sqlite3.Connection) -> AcceptResult:
+            existing = _one(conn.execute(Q["run_by_dedupe_key"], {"dedupe_key": new.dedupe_key}))
+            if existing is not None:
+                return AcceptResult(_READ.run(existing), created=False)
+            status: RunStatus = new.status
+            end_reason = new.end_reason
+            if overlap_action != "none" and status != RunStatus.SKIPPED:
+                active = _one(conn.execute(Q["active_run_of_job"], {"job": new.job}))
+                if active is not None:
+                    active_id = RowReader.text(active, "id")
+                    if overlap_action == "refuse":
+                        raise OverlapRefused(
+                            f"job {new.job} already has an active run {active_id}", active_id
+                        )
+                    status, end_reason = RunStatus.SKIPPED, "overlap"
+            row = self._insert(conn, new, status, end_reason, now)
+            if row is None:  # unreachable under the write lock; kept for safety
+                raise StoreError(f"run with dedupe key {new.dedupe_key!r} could not be written")
+            return AcceptResult(_READ.run(row), created=True)
+
+        result = await self._call(lambda conn: _write(conn, work))
+        if result.created and result.run.status == RunStatus.QUEUED:
+            self._wakeup.set()
+        return result
+
+    # --- claims ---------------------------------------------------------------------------------
+
+    async def claim(
+        self,
+        owner: str,
+        *,
+        limit: int,
+        lease_ttl: float,
+        executors: Collection[str],
+        executor_caps: Mapping[str, int],
+    ) -> list[Claimed]:
+        if limit <= 0 or not executors:
+            return []
+        now = self._now()
+        params = {
+            "now": format_time(now),
+            "executors": sqlcommon.dump_json(sorted(executors)),
+            "scan": min(limit * 4, limit + 256),
+        }
+        expires_at = format_time(now + timedelta(seconds=lease_ttl))
+
+        def work(conn: sqlite3.Connection) -> list[Claimed]:
+            cand_rows = _all(conn.execute(Q["claim_candidates"], params))
+            if not cand_rows:
+                return []
+            count_rows = _all(conn.execute(Q["running_counts"]))
+            chosen = sqlcommon.admit(cand_rows, count_rows, executor_caps, limit)
+            deadline_by_id = {
+                RowReader.text(r, "id"): RowReader.number(r, "deadline_seconds", 3600.0)
+                for r in cand_rows
+            }
+            claims: list[Claimed] = []
+            for run_id in chosen:
+                row = _one(
+                    conn.execute(
+                        Q["claim_one"],
+                        {
+                            "id": run_id,
+                            "owner": owner,
+                            "token": str(uuid.uuid4()),
+                            "expires_at": expires_at,
+                            "now": params["now"],
+                            "deadline_at": format_time(
+                                now + timedelta(seconds=deadline_by_id[run_id])
+                            ),
+                        },
+                    )
+                )
+                if row is not None:
+                    claims.append(_claimed(row, now, recovered=False))
+            return claims
+
+        return await self._call(lambda conn: _write(conn, work))
+
+    async def claim_abandoned(
+        self, owner: str, *, limit: int, lease_ttl: float, executors: Collection[str]
+    ) -> list[Claimed]:
+        if limit <= 0 or not executors:
+            return []
+        now = self._now()
+        now_text = format_time(now)
+        expires_at = format_time(now + timedelta(seconds=lease_ttl))
+
+        def work(conn: sqlite3.Connection) -> list[Claimed]:
+            ids = _all(
+                conn.execute(
+                    Q["abandoned_candidates"],
+                    {
+                        "now": now_text,
+                        "executors": sqlcommon.dump_json(sorted(executors)),
+                        "limit": limit,
+                    },
+                )
+            )
+            claims: list[Claimed] = []
+            for cand in ids:
+                row = _one(
+                    conn.execute(
+                        Q["reclaim_one"],
+                        {
+                            "id": RowReader.text(cand, "id"),
+                            "owner": owner,
+                            "token": str(uuid.uuid4()),
+                            "expires_at": expires_at,
+                            "now": now_text,
+                        },
+                    )
+                )
+                if row is not None:
+                    claims.append(_claimed(row, now, recovered=True))
+            return claims
+
+        return await self._call(lambda conn: _write(conn, work))
+
+    async def renew(self, leases: Sequence[Lease], lease_ttl: float) -> set[str]:
+        if not leases:
+            return set()
+        now = self._now()
+        now_text = format_time(now)
+        expires_at = format_time(now + timedelta(seconds=lease_ttl))
+
+        def work(conn: sqlite3.Connection) -> set[str]:
+            held: set[str] = set()
+            for lease in leases:
+                row = _one(
+                    conn.execute(
+                        Q["renew_one"],
+                        {
+                            "id": lease.run_id,
+                            "token": lease.token,
+                            "gen": lease.generation,
+                            "now": now_text,
+                            "expires_at": expires_at,
+                        },
+                    )
+                )
+                if row is not None:
+                    held.add(lease.run_id)
+            return held
+
+        return await self._call(lambda conn: _write(conn, work))
+
+    # --- fenced writes --------------------------------------------------------------------------
+
+    def _fence(self, lease: Lease, now: datetime) -> dict[str, object]:
+        return {
+            "now": format_time(now),
+            "id": lease.run_id,
+            "token": lease.token,
+            "gen": lease.generation,
+        }
+
+    async def set_external_id(self, lease: Lease, external_id: str) -> None:
+        params = {**self._fence(lease, self._now()), "external_id": external_id}
+
+        def work(conn: sqlite3.Connection) -> None:
+            if _one(conn.execute(Q["set_external_id"], params)) is None:
+                raise LeaseLost(f"lease on run {lease.run_id} is lost: external id not saved")
+
+        await self._call(lambda conn: _write(conn, work))
+
+    async def finish(
+        self,
+        lease: Lease,
+        outcome: Outcome,
+        *,
+        retry: NewRun | None = None,
+        external_id: str | None = None,
+    ) -> Run:
+        if not outcome.status.is_final or not can_transition(RunStatus.RUNNING, outcome.status):
+            raise InvalidTransition(f"run {lease.run_id} cannot finish as {outcome.status.value}")
+        now = self._now()
+        params = {
+            **self._fence(lease, now),
+            **sqlcommon.outcome_params(outcome),
+            "external_id": external_id,
+        }
+
+        def work(conn: sqlite3.Connection) -> Run:
+            row = _one(conn.execute(Q["finish"], params))
+            if row is None:
+                raise LeaseLost(f"lease on run {lease.run_id} is lost: outcome not saved")
+            if retry is not None:
+                self._insert(conn, retry, retry.status, retry.end_reason, now)
+            return _READ.run(row)
+
+        run = await self._call(lambda conn: _write(conn, work))
+        self._wakeup.set()  # a slot was freed (and a retry may be queued)
+        return run
+
+    async def release(
+        self, lease: Lease, *, retry_after: float, error_code: str, note: str | None = None
+    ) -> None:
+        now = self._now()
+        params = {
+            **self._fence(lease, now),
+            "not_before": format_time(now + timedelta(seconds=retry_after)),
+            "error_code": error_code,
+            "note": note,
+        }
+
+        def work(conn: sqlite3.Connection) -> None:
+            if _one(conn.execute(Q["release"], params)) is None:
+                raise LeaseLost(f"lease on run {lease.run_id} is lost: not released")
+
+        await self._call(lambda conn: _write(conn, work))
+        self._wakeup.set()
+
+    # --- unleased changes -----------------------------------------------------------------------
+
+    async def finish_unleased(self, run_id: str, expected: RunStatus, outcome: Outcome) -> Run:
+        if not outcome.status.is_final or not can_transition(expected, outcome.status):
+            if await self._find(run_id) is None:
+                raise NotFound(f"no run {run_id}")
+            raise InvalidTransition(
+                f"run {run_id}: {expected.value} → {outcome.status.value} is not allowed"
+            )
+        params = {
+            "now": format_time(self._now()),
+            "id": run_id,
+            "expected": expected.value,
+            **sqlcommon.outcome_params(outcome),
+        }
+
+        def work(conn: sqlite3.Connection) -> Run:
+            row = _one(conn.execute(Q["finish_unleased"], params))
+            if row is not None:
+                return _READ.run(row)
+            current = _one(conn.execute(Q["get_run"], {"id": run_id}))
+            if current is None:
+                raise NotFound(f"no run {run_id}")
+            run = _READ.run(current)
+            if run.status == expected:
+                raise InvalidTransition(
+                    f"run {run_id} is leased by {run.lease_owner}: finish it through its lease"
+                )
+            raise InvalidTransition(f"run {run_id} is {run.status.value}, not {expected.value}")
+
+        return await self._call(lambda conn: _write(conn, work))
+
+    async def expire_queued(self, *, limit: int = 500) -> list[Run]:
+        params = {"now": format_time(self._now()), "limit": limit}
+
+        def work(conn: sqlite3.Connection) -> list[Run]:
+            return [_READ.run(r) for r in _all(conn.execute(Q["expire_queued"], params))]
+
+        runs = await self._call(lambda conn: _write(conn, work))
+        return sorted(runs, key=lambda r: (r.queued_at, r.id))
+
+    async def request_cancel(self, run_id: str, *, by: str | None = None) -> Run:
+        params = {
+            "now": format_time(self._now()),
+            "id": run_id,
+            "note": sqlcommon.cancelled_note(by),
+        }
+
+        def work(conn: sqlite3.Connection) -> Run:
+            row = _one(conn.execute(Q["cancel_queued"], params))
+            if row is None:
+                row = _one(conn.execute(Q["cancel_running"], params))
+            if row is not None:
+                return _READ.run(row)
+            current = _one(conn.execute(Q["get_run"], {"id": run_id}))
+            if current is None:
+                raise NotFound(f"no run {run_id}")
+            status = RowReader.text(current, "status")
+            raise InvalidTransition(f"run {run_id} already ended as {status}")
+
+        return await self._call(lambda conn: _write(conn, work))
+
+    async def cancel_requests(self, owner: str) -> list[str]:
+        rows = await self._call(lambda c: _all(c.execute(Q["cancel_requests"], {"owner": owner})))
+        return [RowReader.text(r, "id") for r in rows]
+
+    # --- reads ----------------------------------------------------------------------------------
+
+    async def _find(self, run_id: str) -> Run | None:
+        row = await self._call(lambda c: _one(c.execute(Q["get_run"], {"id": run_id})))
+        return None if row is None else _READ.run(row)
+
+    async def get_run(self, run_id: str) -> Run:
+        run = await self._find(run_id)
+        if run is None:
+            raise NotFound(f"no run {run_id}")
+        return run
+
+    async def list_runs(self, flt: RunFilter) -> list[Run]:
+        params = {
+            "job": flt.job,
+            "status": None if flt.status is None else flt.status.value,
+            "parent_run_id": flt.parent_run_id,
+            "chain_root_id": flt.chain_root_id,
+            "limit": max(0, flt.limit),
+        }
+        rows = await self._call(lambda c: _all(c.execute(Q["list_runs"], params)))
+        return [_READ.run(r) for r in rows]
+
+    async def count_queued(self) -> int:
+        row = await self._call(lambda c: _one(c.execute(Q["count_queued"])))
+        return 0 if row is None else RowReader.integer(row, "n")
+
+    # --- overrides and heartbeats ---------------------------------------------------------------
+
+    async def set_override(
+        self, job: str, *, paused_until: datetime | None, reason: str | None, by: str | None
+    ) -> Override:
+        params = {
+            "now": format_time(self._now()),
+            "job": job,
+            "paused_until": _opt_time(paused_until),
+            "reason": reason,
+            "created_by": by,
+        }
+        row = await self._call(
+            lambda c: _write(c, lambda w: _one(w.execute(Q["set_override"], params)))
+        )
+        if row is None:
+            raise StoreError(f"override for job {job} was not saved")
+        return _READ.override(row)
+
+    async def clear_override(self, job: str) -> bool:
+        row = await self._call(
+            lambda c: _write(c, lambda w: _one(w.execute(Q["clear_override"], {"job": job})))
+        )
+        return row is not None
+
+    async def overrides(self) -> dict[str, Override]:
+        rows = await self._call(lambda c: _all(c.execute(Q["overrides"])))
+        return {o.job: o for o in (_READ.override(r) for r in rows)}
+
+    async def beat(self, hb: Heartbeat) -> None:
+        params = {
+            "now": format_time(self._now()),
+            "launcher_id": hb.launcher_id,
+            "host": hb.host,
+            "pid": hb.pid,
+            "version": hb.version,
+            "started_at": format_time(hb.started_at),
+            "queue_depth": hb.queue_depth,
+            "running": sqlcommon.dump_json(dict(hb.running)),
+        }
+        await self._call(lambda c: c.execute(Q["beat"], params).close())
+
+    async def launchers(self) -> list[Heartbeat]:
+        rows = await self._call(lambda c: _all(c.execute(Q["launchers"])))
+        return [_READ.heartbeat(r) for r in rows]
+
+    async def remove_launcher(self, launcher_id: str) -> None:
+        await self._call(
+            lambda c: c.execute(Q["remove_launcher"], {"launcher_id": launcher_id}).close()
+        )
+
+    async def wait_for_wakeup(self, max_wait: float) -> bool:
+        """Woken by this store's own accepts, releases and finishes; runs written by other
+        processes are found by the caller's periodic poll."""
+        try:
+            await asyncio.wait_for(self._wakeup.wait(), timeout=max(0.0, max_wait))
+        except TimeoutError:
+            return False
+        self._wakeup.clear()
+        return True
+
+
+def _claimed(row: Mapping[str, object], now: datetime, *, recovered: bool) -> Claimed:
+    run = _READ.run(row)
+    if run.lease_owner is None or run.lease_token is None:
+        raise StoreError(f"claimed run {run.id} has no lease")
+    lease = Lease(run.id, run.lease_owner, run.lease_token, run.lease_generation)
+    return Claimed(run, lease, now, recovered=recovered)
