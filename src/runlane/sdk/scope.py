@@ -1,0 +1,410 @@
+"""`run_scope()`: what a job's own code uses to adopt its run and record nested work as child runs.
+
+Imported by every job, so it imports little: the store and the run model load on first write.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextvars
+import json
+import logging
+import os
+import re
+import sys
+import threading
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from runlane.core.runs import NewRun, Outcome
+    from runlane.ports import Store
+
+_log = logging.getLogger("runlane.sdk")
+StoreCall = Callable[["Store"], Awaitable[Any]]
+
+# A Kubernetes CronJob names its Jobs `<cronjob>-<scheduled minute since epoch>` and their pods
+# `<job>-<5 random characters>`.
+_CRONJOB_POD = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?-\d{8,}-[a-z0-9]{5}$")
+_STORE_CALL_TIMEOUT = 30.0
+_NOTE_MAX_CHARS = 2000
+
+
+def trigger_from_env(default: str = "manual") -> str:
+    """What started this process: `RUN_TRIGGER` when the launcher set it; `schedule` in a pod a
+    Kubernetes CronJob made (judged by its hostname); else `default`."""
+    trigger = os.environ.get("RUN_TRIGGER")
+    if trigger:
+        return trigger
+    hostname = os.environ.get("HOSTNAME")
+    if hostname is None:
+        import socket
+
+        hostname = socket.gethostname()
+    if _CRONJOB_POD.match(hostname):
+        return "schedule"
+    return default
+
+
+def params_from_env() -> dict[str, Any]:
+    """The run's params from `RUNLANE_PARAMS` (JSON object); `{}` when it is not set."""
+    raw = os.environ.get("RUNLANE_PARAMS")
+    if not raw:
+        return {}
+    try:
+        params = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"RUNLANE_PARAMS is not valid JSON: {exc}") from exc
+    if not isinstance(params, dict):
+        raise ValueError(f"RUNLANE_PARAMS must be a JSON object, not {type(params).__name__}")
+    return params
+
+
+@dataclass(frozen=True, slots=True)
+class RunScope:
+    """The run this code is part of. `adopted`: the launcher's own row (RUN_ID), not a child row
+    this scope wrote. `recorded`: a row exists for `run_id` (False without a database)."""
+
+    run_id: str
+    parent_run_id: str | None
+    trigger: str
+    adopted: bool
+    job: str
+    params: dict[str, Any] = field(default_factory=dict)
+    recorded: bool = True
+
+
+_current: contextvars.ContextVar[RunScope | None] = contextvars.ContextVar(
+    "runlane_run_scope", default=None
+)
+
+
+def current_scope() -> RunScope | None:
+    """The innermost `run_scope` around the caller, if any."""
+    return _current.get()
+
+
+class RunScopeContext:
+    """The context manager `run_scope()` returns; usable with `with` and `async with`."""
+
+    def __init__(self, name: str | None = None) -> None:
+        self._name = name
+        self._scope: RunScope | None = None
+        self._token: contextvars.Token[RunScope | None] | None = None
+        self._saved_env: dict[str, str | None] | None = None
+
+    # -- sync -----------------------------------------------------------------------------------
+
+    def __enter__(self) -> RunScope:
+        scope, new_row = self._plan()
+        if new_row is not None:
+            scope = self._record(scope, _store_call(lambda store: store.accept(new_row)))
+        return self._activate(scope)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        scope = self._deactivate()
+        if scope.recorded and not scope.adopted:
+            outcome = _outcome_for(exc)
+            self._finish(scope, lambda: _store_call(_finisher(scope.run_id, outcome)))
+
+    # -- async: the store call runs on the SDK's thread, the caller's loop keeps running -------
+
+    async def __aenter__(self) -> RunScope:
+        import asyncio
+
+        scope, new_row = self._plan()
+        if new_row is not None:
+            try:
+                accepted: Any = await asyncio.wrap_future(
+                    _submit(lambda store: store.accept(new_row))
+                )
+            except Exception as error:  # noqa: BLE001 (bookkeeping never breaks the job)
+                accepted = error
+            scope = self._record(scope, accepted)
+        return self._activate(scope)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        import asyncio
+
+        scope = self._deactivate()
+        if scope.recorded and not scope.adopted:
+            outcome = _outcome_for(exc)
+            future = _submit(_finisher(scope.run_id, outcome))
+            try:
+                await asyncio.wrap_future(future)
+            except Exception as error:  # noqa: BLE001 (bookkeeping never breaks the job)
+                _warn_store_failed("finish", scope.run_id, error)
+
+    # -- shared ---------------------------------------------------------------------------------
+
+    def _plan(self) -> tuple[RunScope, NewRun | None]:
+        """The scope to enter, and the child row to write for it (None: adopt, or no store)."""
+        if self._scope is not None:
+            raise RuntimeError("a run_scope() object can be entered only once")
+        parent = _current.get()
+        env_run_id = os.environ.get("RUN_ID")
+        if parent is None and env_run_id:
+            scope = RunScope(
+                run_id=env_run_id,
+                parent_run_id=os.environ.get("RUN_PARENT_ID") or None,
+                trigger=trigger_from_env(),
+                adopted=True,
+                job=self._name or os.environ.get("RUNLANE_JOB") or _script_name(),
+                params=params_from_env(),
+            )
+            return scope, None
+        parent_id = parent.run_id if parent else (os.environ.get("RUN_PARENT_ID") or None)
+        scope = RunScope(
+            run_id=str(uuid.uuid4()),
+            parent_run_id=parent_id,
+            trigger=trigger_from_env(),
+            adopted=False,
+            job=self._name
+            or (parent.job if parent else None)
+            or os.environ.get("RUNLANE_JOB")
+            or _script_name(),
+            params=dict(parent.params) if parent else params_from_env(),
+            recorded=False,
+        )
+        if _database_url() is None:
+            _warn_no_database()
+            return scope, None
+        return scope, _child_row(scope)
+
+    def _record(self, scope: RunScope, accepted: Any) -> RunScope:
+        if isinstance(accepted, BaseException):
+            _warn_store_failed("record", scope.run_id, accepted)
+            return scope
+        return RunScope(
+            run_id=scope.run_id,
+            parent_run_id=scope.parent_run_id,
+            trigger=scope.trigger,
+            adopted=False,
+            job=scope.job,
+            params=scope.params,
+            recorded=True,
+        )
+
+    def _activate(self, scope: RunScope) -> RunScope:
+        self._scope = scope
+        if _current.get() is None and scope.recorded:
+            # Only the outermost scope touches the process environment (it is shared by every
+            # thread): subprocesses see no RUN_ID, so their own run_scope() writes a child row
+            # under this run instead of adopting it a second time.
+            self._saved_env = {k: os.environ.get(k) for k in ("RUN_ID", "RUN_PARENT_ID")}
+            os.environ.pop("RUN_ID", None)
+            os.environ["RUN_PARENT_ID"] = scope.run_id
+        self._token = _current.set(scope)
+        return scope
+
+    def _deactivate(self) -> RunScope:
+        assert self._scope is not None
+        assert self._token is not None
+        _current.reset(self._token)
+        if self._saved_env is not None:
+            for key, value in self._saved_env.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+        return self._scope
+
+    @staticmethod
+    def _finish(scope: RunScope, call: Callable[[], Any]) -> None:
+        result = call()
+        if isinstance(result, BaseException):
+            _warn_store_failed("finish", scope.run_id, result)
+
+
+def run_scope(name: str | None = None) -> RunScopeContext:
+    """Mark a block of a job's code as a run.
+
+    The outermost scope of a process the launcher started adopts its run (`RUN_ID`; no row is
+    written) and takes `RUN_ID` out of the environment so subprocesses become children. Any
+    other scope — nested, or in a subprocess that sees only `RUN_PARENT_ID` — writes a child row
+    (`executor="scope"`, `running`) and ends it `success`, or `failure` (`error_code`
+    `exception`) when the block raises; the exception propagates. Without
+    `RUNLANE_DATABASE_URL` scopes still work and write nothing (one warning is logged). Store
+    failures are logged, never raised: bookkeeping must not break the job.
+    """
+    return RunScopeContext(name)
+
+
+def _script_name() -> str:
+    return Path(sys.argv[0]).stem if sys.argv and sys.argv[0] not in ("", "-c") else "python"
+
+
+def _child_row(scope: RunScope) -> NewRun:
+    from runlane.core.runs import NewRun, RunStatus, Trigger
+
+    try:
+        trigger = Trigger(scope.trigger)
+    except ValueError:
+        trigger = Trigger.MANUAL
+    return NewRun(
+        id=scope.run_id,
+        job=scope.job,
+        trigger=trigger,
+        dedupe_key=f"scope:{scope.run_id}",
+        executor="scope",
+        overlap="allow",
+        parent_run_id=scope.parent_run_id,
+        status=RunStatus.RUNNING,
+    )
+
+
+def _outcome_for(exc: BaseException | None) -> Outcome:
+    from runlane.core.runs import EndReason, Outcome, RunStatus
+
+    if exc is None or (isinstance(exc, SystemExit) and exc.code in (None, 0)):
+        return Outcome(RunStatus.SUCCESS, EndReason.EXIT, exit_code=0)
+    asyncio = sys.modules.get("asyncio")  # a CancelledError means asyncio is loaded already
+    cancelled = (
+        KeyboardInterrupt if asyncio is None else (KeyboardInterrupt, asyncio.CancelledError)
+    )
+    if isinstance(exc, cancelled):
+        return Outcome(RunStatus.CANCELLED, EndReason.CANCELLED, note=type(exc).__name__)
+    note = f"{type(exc).__name__}: {exc}"[:_NOTE_MAX_CHARS]
+    return Outcome(RunStatus.FAILURE, EndReason.EXIT, error_code="exception", note=note)
+
+
+def _finisher(run_id: str, outcome: Outcome) -> StoreCall:
+    from runlane.core.runs import RunStatus
+
+    def finish(store: Store) -> Awaitable[Any]:
+        return store.finish_unleased(run_id, RunStatus.RUNNING, outcome)
+
+    return finish
+
+
+# -- the store, on a private loop in a background thread ---------------------------------------
+#
+# The Store API is async and the SDK is sync-first; a private loop in its own thread serves both
+# plain scripts and code already inside a running event loop (which must not be re-entered).
+
+
+def _database_url() -> str | None:
+    return os.environ.get("RUNLANE_DATABASE_URL") or None
+
+
+_warned_no_database = False
+
+
+def _warn_no_database() -> None:
+    global _warned_no_database
+    if not _warned_no_database:
+        _warned_no_database = True
+        _log.warning("RUNLANE_DATABASE_URL is not set: run_scope() records no child runs")
+
+
+def _warn_store_failed(what: str, run_id: str, error: BaseException) -> None:
+    _log.warning("run_scope(): could not %s run %s: %s", what, run_id, error)
+
+
+class _StoreThread:
+    """One store and one event loop per process, opened on first use, closed at exit."""
+
+    def __init__(self, url: str) -> None:
+        import asyncio
+
+        self.url = url
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="runlane-sdk-store", daemon=True
+        )
+        self.thread.start()
+        self._store: Store | None = None
+        self._opening = asyncio.run_coroutine_threadsafe(self._open(), self.loop)
+
+    async def _open(self) -> Store:
+        from runlane.service.stores import store_from_url
+
+        store = store_from_url(self.url)
+        await store.open()
+        self._store = store
+        return store
+
+    def submit(self, call: StoreCall) -> Future[Any]:
+        import asyncio
+
+        async def run() -> Any:
+            store = await asyncio.wrap_future(self._opening)
+            return await call(store)
+
+        return asyncio.run_coroutine_threadsafe(run(), self.loop)
+
+    def close(self) -> None:
+        import asyncio
+
+        async def close_store() -> None:
+            if self._store is not None:
+                await self._store.close()
+
+        try:
+            asyncio.run_coroutine_threadsafe(close_store(), self.loop).result(timeout=5)
+        except Exception as error:  # noqa: BLE001 (best effort at exit)
+            _log.debug("run_scope(): closing the store failed: %s", error)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=5)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+_store_thread: _StoreThread | None = None
+_store_lock = threading.Lock()
+
+
+def _submit(call: StoreCall) -> Future[Any]:
+    global _store_thread
+    url = _database_url()
+    assert url is not None
+    with _store_lock:
+        if _store_thread is None or _store_thread.url != url:
+            if _store_thread is not None:
+                _store_thread.close()
+            _store_thread = _StoreThread(url)
+            _register_close_at_exit()
+        return _store_thread.submit(call)
+
+
+_close_registered = False
+
+
+def _register_close_at_exit() -> None:
+    global _close_registered
+    if not _close_registered:
+        _close_registered = True
+        # atexit runs while daemon threads still live, so the store can close cleanly.
+        atexit.register(_close_store_thread)
+
+
+def _store_call(call: StoreCall) -> Any:
+    """Run `call(store)` on the store thread and wait; an error is returned, not raised."""
+    try:
+        return _submit(call).result(timeout=_STORE_CALL_TIMEOUT)
+    except Exception as error:  # noqa: BLE001 (bookkeeping never breaks the job)
+        return error
+
+
+def _close_store_thread() -> None:
+    global _store_thread
+    with _store_lock:
+        if _store_thread is not None:
+            _store_thread.close()
+            _store_thread = None

@@ -1,0 +1,269 @@
+"""The SDK inside real processes against a real SQLite run log: adoption of RUN_ID, child rows for
+nested scopes and subprocesses, failures recorded, and how the trigger is read from the env."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runlane.core.runs import NewRun, RunStatus, Trigger
+from runlane.ports import RunFilter, Store
+from runlane.sdk import RunScope, current_scope, params_from_env, run_scope, trigger_from_env
+from runlane.sdk import scope as sdk_scope
+from runlane.service.stores import store_from_url
+
+SDK_ENV = ("RUN_ID", "RUN_PARENT_ID", "RUN_TRIGGER", "RUNLANE_PARAMS", "RUNLANE_JOB")
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    for key in (*SDK_ENV, "RUNLANE_DATABASE_URL"):
+        monkeypatch.delenv(key, raising=False)
+    yield monkeypatch
+    sdk_scope._close_store_thread()
+
+
+@pytest.fixture
+def db_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'runs.db'}"
+
+
+@pytest.fixture
+async def store(db_url: str) -> AsyncIterator[Store]:
+    s = store_from_url(db_url)
+    await s.open()
+    await s.upgrade()
+    yield s
+    await s.close()
+
+
+async def accept_parent(store: Store, job: str = "nightly") -> str:
+    run_id = str(uuid.uuid4())
+    await store.accept(
+        NewRun(
+            id=run_id,
+            job=job,
+            trigger=Trigger.SCHEDULE,
+            dedupe_key=f"test:{run_id}",
+            executor="inline",
+            overlap="allow",
+            status=RunStatus.RUNNING,
+        )
+    )
+    return run_id
+
+
+JOB_SCRIPT = """
+import json, os, subprocess, sys
+from runlane.sdk import run_scope
+
+out = {}
+with run_scope() as outer:
+    out["outer"] = [outer.run_id, outer.adopted, outer.trigger, outer.params, outer.job]
+    out["env_inside"] = [os.environ.get("RUN_ID"), os.environ.get("RUN_PARENT_ID")]
+    with run_scope("inner") as inner:
+        out["inner"] = [inner.run_id, inner.parent_run_id, inner.adopted, inner.job]
+    try:
+        with run_scope("broken") as broken:
+            out["broken"] = broken.run_id
+            raise RuntimeError("kaput")
+    except RuntimeError:
+        out["reraised"] = True
+    sub = subprocess.run(
+        [sys.executable, sys.argv[1]], capture_output=True, text=True, check=True
+    )
+    out["sub"] = json.loads(sub.stdout)
+out["env_after"] = [os.environ.get("RUN_ID"), os.environ.get("RUN_PARENT_ID")]
+print(json.dumps(out))
+"""
+
+SUB_SCRIPT = """
+import json, os
+from runlane.sdk import run_scope
+
+with run_scope() as s:
+    print(json.dumps([s.run_id, s.parent_run_id, s.adopted, s.job, os.environ.get("RUN_ID")]))
+"""
+
+
+def run_script(tmp_path: Path, env: dict[str, str]) -> dict[str, Any]:
+    job = tmp_path / "job.py"
+    sub = tmp_path / "sub.py"
+    job.write_text(textwrap.dedent(JOB_SCRIPT))
+    sub.write_text(textwrap.dedent(SUB_SCRIPT))
+    base = {k: v for k, v in os.environ.items() if k not in SDK_ENV}
+    done = subprocess.run(
+        [sys.executable, str(job), str(sub)],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+async def test_job_process_adopts_run_and_records_children(
+    store: Store, db_url: str, tmp_path: Path
+) -> None:
+    parent = await accept_parent(store)
+    out = await asyncio.to_thread(
+        run_script,
+        tmp_path,
+        {
+            "RUN_ID": parent,
+            "RUN_TRIGGER": "schedule",
+            "RUN_PARENT_ID": "",
+            "RUNLANE_JOB": "nightly",
+            "RUNLANE_PARAMS": json.dumps({"week": 3}),
+            "RUNLANE_DATABASE_URL": db_url,
+        },
+    )
+    # The outermost scope adopts RUN_ID, hides it, and makes itself the parent of subprocesses.
+    assert out["outer"] == [parent, True, "schedule", {"week": 3}, "nightly"]
+    assert out["env_inside"] == [None, parent]
+    assert out["env_after"] == [parent, ""]
+
+    inner_id, inner_parent, inner_adopted, inner_job = out["inner"]
+    assert (inner_parent, inner_adopted, inner_job) == (parent, False, "inner")
+    inner = await store.get_run(inner_id)
+    assert (inner.status, inner.parent_run_id, inner.job) == (RunStatus.SUCCESS, parent, "inner")
+    assert (inner.executor, inner.trigger, inner.exit_code) == ("scope", "schedule", 0)
+    assert inner.started_at is not None
+    assert inner.finished_at is not None
+
+    assert out["reraised"] is True
+    broken = await store.get_run(out["broken"])
+    assert (broken.status, broken.error_code) == (RunStatus.FAILURE, "exception")
+    assert broken.note == "RuntimeError: kaput"
+
+    sub_id, sub_parent, sub_adopted, sub_job, sub_env_run_id = out["sub"]
+    assert (sub_parent, sub_adopted, sub_job, sub_env_run_id) == (parent, False, "nightly", None)
+    sub = await store.get_run(sub_id)
+    assert (sub.status, sub.parent_run_id) == (RunStatus.SUCCESS, parent)
+
+    children = await store.list_runs(RunFilter(parent_run_id=parent))
+    assert {r.id for r in children} == {inner_id, out["broken"], sub_id}
+    assert (await store.get_run(parent)).status is RunStatus.RUNNING  # the launcher's to end
+
+
+async def test_async_scopes_write_rows_from_inside_a_running_loop(
+    store: Store, db_url: str, clean_env: pytest.MonkeyPatch
+) -> None:
+    clean_env.setenv("RUNLANE_DATABASE_URL", db_url)
+    clean_env.setenv("RUN_TRIGGER", "cli")
+    async with run_scope("outer") as outer:
+        assert not outer.adopted
+        assert outer.recorded
+        assert current_scope() is outer
+        assert os.environ["RUN_PARENT_ID"] == outer.run_id
+        seen: list[RunScope] = []
+
+        async def fail_inside() -> None:
+            async with run_scope() as inner:
+                seen.append(inner)
+                raise ValueError("bad week")
+
+        with pytest.raises(ValueError, match="bad week"):
+            await fail_inside()
+        (inner,) = seen
+        assert (inner.parent_run_id, inner.job) == (outer.run_id, "outer")
+    assert current_scope() is None
+    assert "RUN_PARENT_ID" not in os.environ
+    outer_row = await store.get_run(outer.run_id)
+    assert (outer_row.status, outer_row.parent_run_id, outer_row.trigger) == (
+        RunStatus.SUCCESS,
+        None,
+        "cli",
+    )
+    inner_row = await store.get_run(inner.run_id)
+    assert (inner_row.status, inner_row.error_code, inner_row.note) == (
+        RunStatus.FAILURE,
+        "exception",
+        "ValueError: bad week",
+    )
+
+
+async def test_unknown_trigger_is_stored_as_manual(
+    store: Store, db_url: str, clean_env: pytest.MonkeyPatch
+) -> None:
+    clean_env.setenv("RUNLANE_DATABASE_URL", db_url)
+    clean_env.setenv("RUN_TRIGGER", "carrier-pigeon")
+    with run_scope("odd") as scope:
+        assert scope.trigger == "carrier-pigeon"
+    assert (await store.get_run(scope.run_id)).trigger == "manual"
+
+
+def test_adoption_in_process_restores_the_env(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("RUN_ID", "run-1")
+    clean_env.setenv("RUN_PARENT_ID", "run-0")
+    with run_scope() as scope:
+        assert (scope.run_id, scope.parent_run_id, scope.adopted) == ("run-1", "run-0", True)
+        assert "RUN_ID" not in os.environ
+        assert os.environ["RUN_PARENT_ID"] == "run-1"
+    assert (os.environ["RUN_ID"], os.environ["RUN_PARENT_ID"]) == ("run-1", "run-0")
+
+
+def test_without_a_database_scopes_work_and_warn_once(
+    clean_env: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    clean_env.setattr(sdk_scope, "_warned_no_database", False)
+    clean_env.setenv("RUN_ID", "run-1")
+    with caplog.at_level(logging.WARNING, logger="runlane.sdk"), run_scope() as outer:
+        with run_scope("a") as a:
+            assert (a.parent_run_id, a.recorded, a.adopted) == ("run-1", False, False)
+        with run_scope("b") as b:
+            assert b.parent_run_id == "run-1"
+        assert outer.adopted
+    warnings = [r for r in caplog.records if "RUNLANE_DATABASE_URL" in r.getMessage()]
+    assert len(warnings) == 1
+
+
+def test_a_scope_object_is_entered_once(clean_env: pytest.MonkeyPatch) -> None:
+    clean_env.setenv("RUN_ID", "run-1")
+    ctx = run_scope()
+    with ctx:
+        pass
+    with pytest.raises(RuntimeError), ctx:
+        pass
+
+
+def test_trigger_from_env_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUN_TRIGGER", "chain")
+    monkeypatch.setenv("HOSTNAME", "nightly-29123456-abcde")
+    assert trigger_from_env() == "chain"
+    monkeypatch.setenv("RUN_TRIGGER", "")
+    assert trigger_from_env() == "schedule"
+    monkeypatch.delenv("RUN_TRIGGER")
+    assert trigger_from_env() == "schedule"
+    monkeypatch.setenv("HOSTNAME", "web-7f9c4d-abcde")  # a Deployment pod: 6 hex, not 8+ digits
+    assert trigger_from_env() == "manual"
+    assert trigger_from_env(default="cli") == "cli"
+    monkeypatch.setenv("HOSTNAME", "nightly-1234567-abcde")  # 7 digits: not a CronJob's Job
+    assert trigger_from_env() == "manual"
+
+
+def test_params_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RUNLANE_PARAMS", raising=False)
+    assert params_from_env() == {}
+    monkeypatch.setenv("RUNLANE_PARAMS", '{"week": 3, "dry_run": true}')
+    assert params_from_env() == {"week": 3, "dry_run": True}
+    monkeypatch.setenv("RUNLANE_PARAMS", "{not json")
+    with pytest.raises(ValueError, match="RUNLANE_PARAMS is not valid JSON"):
+        params_from_env()
+    monkeypatch.setenv("RUNLANE_PARAMS", "[1, 2]")
+    with pytest.raises(ValueError, match="must be a JSON object"):
+        params_from_env()
