@@ -1,0 +1,700 @@
+"""The Store contract (runlane.ports.Store), run against every adapter: SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from runlane.core.runs import (
+    Claimed,
+    NewRun,
+    Outcome,
+    OverlapPolicy,
+    RunStatus,
+    Trigger,
+)
+from runlane.errors import InvalidTransition, LeaseLost, NotFound, OverlapRefused
+from runlane.ports import FixedClock, Heartbeat, RunFilter, Store
+
+if TYPE_CHECKING:
+    from conftest import StoreHarness
+
+T0 = datetime(2031, 3, 4, 5, 6, 7, 123456, tzinfo=UTC)
+SUCCESS = Outcome(RunStatus.SUCCESS, "exit", exit_code=0)
+FAILURE = Outcome(RunStatus.FAILURE, "exit", exit_code=1, error_code="exit_code", log_tail="boom")
+
+
+def new_run(
+    job: str = "nightly",
+    *,
+    executor: str = "inline",
+    overlap: OverlapPolicy = "allow",
+    dedupe_key: str | None = None,
+    **kw: Any,
+) -> NewRun:
+    run_id = kw.pop("id", None) or str(uuid.uuid4())
+    return NewRun(
+        id=run_id,
+        job=job,
+        trigger=kw.pop("trigger", Trigger.MANUAL),
+        dedupe_key=dedupe_key or str(uuid.uuid4()),
+        executor=executor,
+        overlap=overlap,
+        **kw,
+    )
+
+
+async def claim_all(store: Store, owner: str = "L1", **kw: Any) -> list[Claimed]:
+    return await store.claim(
+        owner,
+        limit=kw.pop("limit", 100),
+        lease_ttl=kw.pop("lease_ttl", 30.0),
+        executors=kw.pop("executors", ("inline", "pod")),
+        executor_caps=kw.pop("executor_caps", {}),
+    )
+
+
+async def pinned(h: StoreHarness, at: datetime = T0) -> tuple[Store, FixedClock]:
+    clock = FixedClock(at)
+    return await h.make_store(clock=clock), clock
+
+
+# --- schema ---------------------------------------------------------------------------------
+
+
+async def test_schema_is_current_and_upgrade_is_idempotent(harness: StoreHarness) -> None:
+    store = harness.store
+    await store.ensure_current()
+    version = await store.schema_version()
+    assert version >= 1
+    assert await store.upgrade() == []
+    assert await store.schema_version() == version
+
+
+# --- accept ---------------------------------------------------------------------------------
+
+
+async def test_accept_writes_a_queued_row_with_every_field(harness: StoreHarness) -> None:
+    parent = str(uuid.uuid4())
+    slot = datetime(2031, 1, 1, tzinfo=UTC)
+    new = new_run(
+        params={"week": 3, "names": ["a", "b"]},
+        requested_by="alice",
+        parent_run_id=parent,
+        chain_root_id=parent,
+        event_id="evt-1",
+        downstream=["b", "c"],
+        scheduled_for=slot,
+        max_attempts=3,
+        deadline_seconds=120.5,
+        kill_grace_seconds=5.0,
+        traceparent="00-abc-def-01",
+        note="hello",
+    )
+    result = await harness.store.accept(new)
+    assert result.created
+    run = result.run
+    assert run.id == new.id
+    assert run.status == RunStatus.QUEUED
+    assert run.params == {"week": 3, "names": ["a", "b"]}
+    assert run.requested_by == "alice"
+    assert run.parent_run_id == parent
+    assert run.chain_root_id == parent
+    assert run.event_id == "evt-1"
+    assert run.downstream == ["b", "c"]
+    assert run.scheduled_for == slot
+    assert run.attempt == 1
+    assert run.max_attempts == 3
+    assert run.deadline_seconds == 120.5
+    assert run.kill_grace_seconds == 5.0
+    assert run.traceparent == "00-abc-def-01"
+    assert run.note == "hello"
+    assert run.lease_generation == 0
+    assert run.lease_token is None
+    assert run.started_at is None
+    assert run.finished_at is None
+    assert run.queued_at.tzinfo is not None
+    assert await harness.store.get_run(new.id) == run
+
+
+async def test_accept_with_a_known_dedupe_key_returns_the_existing_row(
+    harness: StoreHarness,
+) -> None:
+    first = await harness.store.accept(new_run(dedupe_key="nightly@2031-01-01T00:00:00Z"))
+    again = await harness.store.accept(
+        new_run(dedupe_key="nightly@2031-01-01T00:00:00Z", params={"other": 1}),
+        overlap_action="refuse",
+    )
+    assert not again.created
+    assert again.run == first.run
+    assert await harness.store.count_queued() == 1
+
+
+async def test_overlap_refuse_names_the_active_run(harness: StoreHarness) -> None:
+    store = harness.store
+    active = (await store.accept(new_run(overlap="forbid"))).run
+    with pytest.raises(OverlapRefused) as refused:
+        await store.accept(new_run(overlap="forbid"), overlap_action="refuse")
+    assert refused.value.active_run_id == active.id
+    assert "nightly" in str(refused.value)
+    assert active.id in str(refused.value)
+    # Another job is not affected; once the run ends the job may run again.
+    assert (await store.accept(new_run("other"), overlap_action="refuse")).created
+    await store.finish_unleased(active.id, RunStatus.QUEUED, FAILURE)
+    assert (await store.accept(new_run(overlap="forbid"), overlap_action="refuse")).created
+
+
+async def test_overlap_refuse_sees_running_runs(harness: StoreHarness) -> None:
+    store = harness.store
+    await store.accept(new_run(overlap="forbid"))
+    [claimed] = await claim_all(store)
+    with pytest.raises(OverlapRefused) as refused:
+        await store.accept(new_run(overlap="forbid"), overlap_action="refuse")
+    assert refused.value.active_run_id == claimed.run.id
+
+
+async def test_overlap_skip_records_a_skipped_row(harness: StoreHarness) -> None:
+    store = harness.store
+    await store.accept(new_run(overlap="forbid"))
+    result = await store.accept(new_run(overlap="forbid"), overlap_action="skip")
+    assert result.created
+    assert result.run.status == RunStatus.SKIPPED
+    assert result.run.end_reason == "overlap"
+    assert result.run.finished_at is not None
+    # Without an active run, skip inserts a normal queued row.
+    assert (await store.accept(new_run("solo"), overlap_action="skip")).run.status == (
+        RunStatus.QUEUED
+    )
+
+
+async def test_running_and_skipped_inserts(harness: StoreHarness) -> None:
+    store = harness.store
+    child = (
+        await store.accept(new_run("child", status=RunStatus.RUNNING, trigger=Trigger.SCOPE))
+    ).run
+    assert child.status == RunStatus.RUNNING
+    assert child.started_at is not None
+    assert child.lease_token is None
+    skipped = (
+        await store.accept(new_run("missed", status=RunStatus.SKIPPED, end_reason="missed"))
+    ).run
+    assert skipped.status == RunStatus.SKIPPED
+    assert skipped.end_reason == "missed"
+    assert skipped.finished_at is not None
+    # Neither is ever claimable, nor recoverable as abandoned.
+    assert await claim_all(store) == []
+    assert await store.claim_abandoned("L1", limit=10, lease_ttl=30, executors=["inline"]) == []
+    assert await store.count_queued() == 0
+
+
+async def test_outbox_rows_only_when_enabled(harness: StoreHarness) -> None:
+    await harness.store.accept(new_run())
+    assert harness.query("SELECT count(*) FROM outbox", {}) == [(0,)]
+    with_outbox = await harness.make_store(outbox=True)
+    run = (await with_outbox.accept(new_run())).run
+    rows = harness.query("SELECT topic, payload FROM outbox", {})
+    assert len(rows) == 1
+    assert rows[0][0] == "job_runs"
+    assert run.id in str(rows[0][1])
+
+
+# --- queue expiry ---------------------------------------------------------------------------
+
+
+async def test_queue_ttl_expires_queued_runs(harness: StoreHarness) -> None:
+    store, clock = await pinned(harness)
+    run = (await store.accept(new_run(queue_ttl_seconds=60))).run
+    keep = (await store.accept(new_run("keep"))).run
+    assert run.queue_expires_at == T0 + timedelta(seconds=60)
+    assert keep.queue_expires_at is None
+    assert await store.expire_queued() == []
+    clock.advance(60)
+    # Expired runs are never claimed, even before expire_queued has run.
+    claimed = await claim_all(store)
+    assert [c.run.id for c in claimed] == [keep.id]
+    [expired] = await store.expire_queued()
+    assert expired.id == run.id
+    assert expired.status == RunStatus.SKIPPED
+    assert expired.end_reason == "expired"
+    assert expired.finished_at == T0 + timedelta(seconds=60)
+    assert await store.expire_queued() == []
+
+
+# --- claim ----------------------------------------------------------------------------------
+
+
+async def test_claim_takes_due_runs_in_queue_order(harness: StoreHarness) -> None:
+    store, clock = await pinned(harness)
+    first = (await store.accept(new_run("a"))).run
+    clock.advance(1)
+    later = (await store.accept(new_run("b", not_before=T0 + timedelta(seconds=10)))).run
+    clock.advance(1)
+    second = (await store.accept(new_run("c"))).run
+    clock.advance(1)
+    third = (await store.accept(new_run("d"))).run
+    claimed = await claim_all(store, limit=2)
+    assert [c.run.id for c in claimed] == [first.id, second.id]
+    claimed = await claim_all(store)
+    assert [c.run.id for c in claimed] == [third.id]
+    clock.advance(7)  # T0 + 10: the not_before run is due now
+    claimed = await claim_all(store)
+    assert [c.run.id for c in claimed] == [later.id]
+
+
+async def test_claim_sets_the_lease_from_database_time(harness: StoreHarness) -> None:
+    store, _clock = await pinned(harness)
+    await store.accept(new_run(deadline_seconds=90))
+    [claimed] = await store.claim(
+        "L1", limit=5, lease_ttl=45, executors=["inline"], executor_caps={}
+    )
+    run = claimed.run
+    assert claimed.db_now == T0
+    assert not claimed.recovered
+    assert run.status == RunStatus.RUNNING
+    assert run.lease_owner == "L1"
+    assert run.lease_generation == 1
+    assert run.lease_expires_at == T0 + timedelta(seconds=45)
+    assert run.started_at == T0
+    assert run.deadline_at == T0 + timedelta(seconds=90)
+    assert claimed.lease.run_id == run.id
+    assert claimed.lease.token == run.lease_token
+    assert claimed.lease.generation == 1
+    assert uuid.UUID(claimed.lease.token).version == 4
+
+
+async def test_claim_filters_by_executor(harness: StoreHarness) -> None:
+    store = harness.store
+    pod = (await store.accept(new_run(executor="pod"))).run
+    await store.accept(new_run(executor="slurm"))
+    claimed = await store.claim("L1", limit=10, lease_ttl=30, executors=["pod"], executor_caps={})
+    assert [c.run.id for c in claimed] == [pod.id]
+    assert (
+        await store.claim("L1", limit=0, lease_ttl=30, executors=["slurm"], executor_caps={}) == []
+    )
+
+
+async def test_admission_overlap_queue_waits_for_the_running_run(harness: StoreHarness) -> None:
+    store = harness.store
+    first = (await store.accept(new_run(overlap="queue"))).run
+    second = (await store.accept(new_run(overlap="queue"))).run
+    side = (await store.accept(new_run("side", overlap="allow"))).run
+    claimed = await claim_all(store)
+    assert [c.run.id for c in claimed] == [first.id, side.id]
+    assert await claim_all(store) == []
+    await store.finish(claimed[0].lease, SUCCESS)
+    assert [c.run.id for c in await claim_all(store)] == [second.id]
+
+
+async def test_admission_allow_runs_side_by_side(harness: StoreHarness) -> None:
+    store = harness.store
+    for _ in range(3):
+        await store.accept(new_run(overlap="allow"))
+    assert len(await claim_all(store)) == 3
+
+
+async def test_admission_executor_caps_count_every_running_run(harness: StoreHarness) -> None:
+    store = harness.store
+    other = await harness.make_store()
+    for i in range(4):
+        await store.accept(new_run(f"job{i}", executor="pod"))
+    caps = {"pod": 2}
+    first = await claim_all(store, executor_caps=caps)
+    assert len(first) == 2
+    # Another launcher sees the same cap: the rows are the count, not a local counter.
+    assert await claim_all(other, owner="L2", executor_caps=caps) == []
+    await store.finish(first[0].lease, FAILURE)
+    assert len(await claim_all(other, owner="L2", executor_caps=caps)) == 1
+
+
+async def test_claim_respects_the_limit(harness: StoreHarness) -> None:
+    store = harness.store
+    for _ in range(5):
+        await store.accept(new_run())
+    assert len(await claim_all(store, limit=3)) == 3
+    assert len(await claim_all(store, limit=3)) == 2
+
+
+async def test_concurrent_claimers_never_share_a_run(harness: StoreHarness) -> None:
+    ids = set()
+    for _ in range(200):
+        ids.add((await harness.store.accept(new_run())).run.id)
+    claimers = [harness.store] + [await harness.make_store() for _ in range(3)]
+
+    async def drain(store: Store, owner: str) -> list[str]:
+        got: list[str] = []
+        while True:
+            batch = await store.claim(
+                owner, limit=7, lease_ttl=30, executors=["inline"], executor_caps={}
+            )
+            if not batch:
+                return got
+            got.extend(c.run.id for c in batch)
+
+    results = await asyncio.gather(
+        *(drain(s, f"L{i}") for i, s in enumerate(claimers)),
+        drain(harness.store, "L-extra"),
+    )
+    claimed = [run_id for batch in results for run_id in batch]
+    assert len(claimed) == len(set(claimed)), "a run was claimed twice"
+    assert set(claimed) == ids
+
+
+# --- leases and fencing ---------------------------------------------------------------------
+
+
+async def _one_claimed(store: Store, **kw: Any) -> Claimed:
+    await store.accept(new_run(**kw))
+    [claimed] = await claim_all(store)
+    return claimed
+
+
+async def test_fenced_writes_with_a_wrong_token_or_generation_fail(
+    harness: StoreHarness,
+) -> None:
+    store = harness.store
+    claimed = await _one_claimed(store, max_attempts=2)
+    lease = claimed.lease
+    bad_token = type(lease)(lease.run_id, lease.owner, str(uuid.uuid4()), lease.generation)
+    old_gen = type(lease)(lease.run_id, lease.owner, lease.token, lease.generation - 1)
+    retry = new_run(attempt=2, retry_of=lease.run_id, trigger=Trigger.RETRY)
+    for stale in (bad_token, old_gen):
+        with pytest.raises(LeaseLost) as lost:
+            await store.finish(stale, FAILURE, retry=retry)
+        assert lease.run_id in str(lost.value)
+        with pytest.raises(LeaseLost):
+            await store.set_external_id(stale, "pid-1")
+        with pytest.raises(LeaseLost):
+            await store.release(stale, retry_after=5, error_code="x")
+    run = await store.get_run(lease.run_id)
+    assert run.status == RunStatus.RUNNING
+    assert run.external_id is None
+    assert run.finished_at is None
+    with pytest.raises(NotFound):
+        await store.get_run(retry.id)
+    # The real lease still works.
+    await store.set_external_id(lease, "pid-1")
+    assert (await store.get_run(lease.run_id)).external_id == "pid-1"
+
+
+async def test_an_expired_lease_cannot_write_and_the_retry_is_not_kept(
+    harness: StoreHarness,
+) -> None:
+    store, clock = await pinned(harness)
+    claimed = await _one_claimed(store, max_attempts=2)
+    clock.advance(30)  # lease_ttl in claim_all: expired exactly now
+    retry = new_run(attempt=2, retry_of=claimed.run.id, trigger=Trigger.RETRY)
+    with pytest.raises(LeaseLost):
+        await store.finish(claimed.lease, FAILURE, retry=retry)
+    with pytest.raises(LeaseLost):
+        await store.set_external_id(claimed.lease, "pid")
+    assert (await store.get_run(claimed.run.id)).status == RunStatus.RUNNING
+    with pytest.raises(NotFound):
+        await store.get_run(retry.id)
+    assert await store.renew([claimed.lease], 30) == set()
+
+
+async def test_claim_abandoned_takes_over_and_fences_the_old_owner(harness: StoreHarness) -> None:
+    store, clock = await pinned(harness)
+    other = await harness.make_store(clock=clock)
+    old = await _one_claimed(store)
+    assert await other.claim_abandoned("L2", limit=10, lease_ttl=30, executors=["inline"]) == []
+    clock.advance(31)
+    [taken] = await other.claim_abandoned("L2", limit=10, lease_ttl=30, executors=["inline"])
+    assert taken.recovered
+    assert taken.run.id == old.run.id
+    assert taken.lease.generation == old.lease.generation + 1
+    assert taken.lease.token != old.lease.token
+    assert taken.run.lease_owner == "L2"
+    assert taken.run.lease_expires_at == clock.at + timedelta(seconds=30)
+    assert taken.run.started_at == old.run.started_at  # the same execution, taken over
+    with pytest.raises(LeaseLost):
+        await store.finish(old.lease, SUCCESS)
+    with pytest.raises(LeaseLost):
+        await store.set_external_id(old.lease, "stale")
+    done = await other.finish(taken.lease, SUCCESS)
+    assert done.status == RunStatus.SUCCESS
+    assert done.lease_owner == "L2"
+    assert done.lease_generation == 2  # kept for audit
+
+
+async def test_claim_abandoned_respects_executors_and_limit(harness: StoreHarness) -> None:
+    store, clock = await pinned(harness)
+    for _ in range(3):
+        await store.accept(new_run(executor="pod"))
+    assert len(await claim_all(store)) == 3
+    clock.advance(60)
+    assert await store.claim_abandoned("L2", limit=5, lease_ttl=30, executors=["inline"]) == []
+    assert len(await store.claim_abandoned("L2", limit=2, lease_ttl=30, executors=["pod"])) == 2
+    assert len(await store.claim_abandoned("L2", limit=5, lease_ttl=30, executors=["pod"])) == 1
+
+
+async def test_renew_reports_held_and_lost_leases(harness: StoreHarness) -> None:
+    store, clock = await pinned(harness)
+    a = await _one_claimed(store)
+    b = await _one_claimed(store)
+    clock.advance(20)
+    assert await store.renew([a.lease, b.lease], 30) == {a.run.id, b.run.id}
+    assert (await store.get_run(a.run.id)).lease_expires_at == clock.at + timedelta(seconds=30)
+    clock.advance(31)
+    [taken] = await store.claim_abandoned("L2", limit=1, lease_ttl=30, executors=["inline"])
+    survivor = a if taken.run.id == b.run.id else b
+    # The survivor's lease also expired; a strict renew does not resurrect it.
+    assert await store.renew([a.lease, b.lease, taken.lease], 30) == {taken.run.id}
+    assert await store.renew([], 30) == set()
+    assert survivor.run.id != taken.run.id
+
+
+async def test_release_requeues_after_retry_after(harness: StoreHarness) -> None:
+    store, clock = await pinned(harness)
+    claimed = await _one_claimed(store)
+    await store.release(claimed.lease, retry_after=20, error_code="api_unavailable", note="503")
+    run = await store.get_run(claimed.run.id)
+    assert run.status == RunStatus.QUEUED
+    assert run.lease_token is None
+    assert run.lease_owner is None
+    assert run.lease_expires_at is None
+    assert run.lease_generation == 1
+    assert run.error_code == "api_unavailable"
+    assert run.note == "503"
+    assert run.not_before == T0 + timedelta(seconds=20)
+    assert await claim_all(store) == []
+    clock.advance(20)
+    [again] = await claim_all(store)
+    assert again.lease.generation == 2
+    assert again.run.deadline_at == claimed.run.deadline_at  # the deadline runs from first start
+    with pytest.raises(LeaseLost):
+        await store.release(claimed.lease, retry_after=1, error_code="x")
+
+
+async def test_finish_writes_the_outcome_and_inserts_the_retry(harness: StoreHarness) -> None:
+    store, clock = await pinned(harness)
+    claimed = await _one_claimed(store, max_attempts=3, dedupe_key="nightly@slot")
+    clock.advance(5)
+    retry = new_run(
+        attempt=2,
+        retry_of=claimed.run.id,
+        trigger=Trigger.RETRY,
+        dedupe_key="nightly@slot#2",
+        not_before=clock.at + timedelta(seconds=10),
+        max_attempts=3,
+    )
+    done = await store.finish(claimed.lease, FAILURE, retry=retry, external_id="pid-9")
+    assert done.status == RunStatus.FAILURE
+    assert done.end_reason == "exit"
+    assert done.exit_code == 1
+    assert done.error_code == "exit_code"
+    assert done.log_tail == "boom"
+    assert done.external_id == "pid-9"
+    assert done.finished_at == clock.at
+    assert done.lease_token == claimed.lease.token  # lease fields kept for audit
+    queued = await store.get_run(retry.id)
+    assert queued.status == RunStatus.QUEUED
+    assert queued.attempt == 2
+    assert queued.retry_of == claimed.run.id
+    assert await claim_all(store) == []
+    clock.advance(10)
+    assert [c.run.id for c in await claim_all(store)] == [retry.id]
+    with pytest.raises(LeaseLost):
+        await store.finish(claimed.lease, SUCCESS)
+
+
+async def test_finish_rejects_a_non_final_outcome(harness: StoreHarness) -> None:
+    claimed = await _one_claimed(harness.store)
+    with pytest.raises(InvalidTransition):
+        await harness.store.finish(claimed.lease, Outcome(RunStatus.QUEUED, "exit"))
+
+
+# --- unleased changes -----------------------------------------------------------------------
+
+
+async def test_finish_unleased_is_conditional(harness: StoreHarness) -> None:
+    store = harness.store
+    queued = (await store.accept(new_run())).run
+    done = await store.finish_unleased(queued.id, RunStatus.QUEUED, FAILURE)
+    assert done.status == RunStatus.FAILURE
+    assert done.finished_at is not None
+    with pytest.raises(InvalidTransition):
+        await store.finish_unleased(queued.id, RunStatus.QUEUED, FAILURE)
+    child = (await store.accept(new_run("child", status=RunStatus.RUNNING))).run
+    assert (await store.finish_unleased(child.id, RunStatus.RUNNING, SUCCESS)).status == (
+        RunStatus.SUCCESS
+    )
+    leased = await _one_claimed(store)
+    with pytest.raises(InvalidTransition):
+        await store.finish_unleased(leased.run.id, RunStatus.RUNNING, SUCCESS)
+    assert (await store.get_run(leased.run.id)).status == RunStatus.RUNNING
+    with pytest.raises(NotFound):
+        await store.finish_unleased(str(uuid.uuid4()), RunStatus.QUEUED, FAILURE)
+
+
+async def test_request_cancel_for_each_status(harness: StoreHarness) -> None:
+    store, clock = await pinned(harness)
+    queued = (await store.accept(new_run())).run
+    cancelled = await store.request_cancel(queued.id, by="alice")
+    assert cancelled.status == RunStatus.CANCELLED
+    assert cancelled.end_reason == "cancelled"
+    assert cancelled.finished_at == T0
+    assert cancelled.note == "cancelled by alice"
+
+    running = await _one_claimed(store)
+    asked = await store.request_cancel(running.run.id, by="bob")
+    assert asked.status == RunStatus.RUNNING
+    assert asked.cancel_requested_at == T0
+    clock.advance(5)
+    again = await store.request_cancel(running.run.id, by="bob")
+    assert again.cancel_requested_at == T0  # idempotent
+    assert await store.cancel_requests("L1") == [running.run.id]
+    assert await store.cancel_requests("L2") == []
+
+    await store.finish(running.lease, Outcome(RunStatus.CANCELLED, "cancelled"))
+    assert await store.cancel_requests("L1") == []
+    finished = await _one_claimed(store)
+    await store.finish(finished.lease, SUCCESS)
+    with pytest.raises(InvalidTransition) as ended:
+        await store.request_cancel(finished.run.id)
+    assert "already ended as success" in str(ended.value)
+    with pytest.raises(NotFound):
+        await store.request_cancel(str(uuid.uuid4()))
+
+
+# --- reads ----------------------------------------------------------------------------------
+
+
+async def test_get_run_unknown_is_not_found(harness: StoreHarness) -> None:
+    with pytest.raises(NotFound):
+        await harness.store.get_run(str(uuid.uuid4()))
+    with pytest.raises(NotFound):
+        await harness.store.get_run("not-a-uuid")
+
+
+async def test_list_runs_filters_newest_first(harness: StoreHarness) -> None:
+    store, clock = await pinned(harness)
+    root = str(uuid.uuid4())
+    a = (await store.accept(new_run("a", chain_root_id=root))).run
+    clock.advance(1)
+    b = (await store.accept(new_run("b", parent_run_id=a.id, chain_root_id=root))).run
+    clock.advance(1)
+    c = (await store.accept(new_run("a"))).run
+    all_runs = await store.list_runs(RunFilter())
+    assert [r.id for r in all_runs] == [c.id, b.id, a.id]
+    assert [r.id for r in await store.list_runs(RunFilter(job="a"))] == [c.id, a.id]
+    assert [r.id for r in await store.list_runs(RunFilter(parent_run_id=a.id))] == [b.id]
+    assert [r.id for r in await store.list_runs(RunFilter(chain_root_id=root))] == [b.id, a.id]
+    assert [r.id for r in await store.list_runs(RunFilter(limit=1))] == [c.id]
+    await store.finish_unleased(c.id, RunStatus.QUEUED, FAILURE)
+    failed = await store.list_runs(RunFilter(status=RunStatus.FAILURE))
+    assert [r.id for r in failed] == [c.id]
+    assert await store.count_queued() == 2
+
+
+async def test_corrupt_params_are_kept_and_never_crash_reads(harness: StoreHarness) -> None:
+    store = harness.store
+    run = (await store.accept(new_run(params={"week": 1}))).run
+    # PostgreSQL's jsonb cannot hold broken JSON, but it can hold a value that is not an object.
+    broken = "{not json" if harness.dialect == "sqlite" else "[1, 2]"
+    cast = "" if harness.dialect == "sqlite" else "::jsonb"
+    harness.query(
+        f"UPDATE run_log SET params = :p{cast} WHERE id = :id", {"p": broken, "id": run.id}
+    )
+    got = await store.get_run(run.id)
+    assert got.params is None
+    assert got.params_raw == broken
+    [listed] = await store.list_runs(RunFilter())
+    assert listed.params is None
+    [claimed] = await claim_all(store)
+    assert claimed.run.params is None
+    done = await store.finish(
+        claimed.lease, Outcome(RunStatus.FAILURE, "start_failed", error_code="corrupt_params")
+    )
+    assert done.error_code == "corrupt_params"
+
+
+# --- overrides and heartbeats ---------------------------------------------------------------
+
+
+async def test_overrides_upsert_list_and_clear(harness: StoreHarness) -> None:
+    store, clock = await pinned(harness)
+    until = T0 + timedelta(hours=2)
+    made = await store.set_override("nightly", paused_until=until, reason="maintenance", by="ops")
+    assert made.paused_until == until
+    assert made.created_at == T0
+    clock.advance(1)
+    replaced = await store.set_override("nightly", paused_until=None, reason="hold", by="bob")
+    await store.set_override("other", paused_until=None, reason=None, by=None)
+    overrides = await store.overrides()
+    assert set(overrides) == {"nightly", "other"}
+    assert overrides["nightly"] == replaced
+    assert replaced.paused_until is None
+    assert replaced.created_by == "bob"
+    assert replaced.created_at == clock.at
+    assert await store.clear_override("nightly")
+    assert not await store.clear_override("nightly")
+    assert set(await store.overrides()) == {"other"}
+
+
+async def test_heartbeats(harness: StoreHarness) -> None:
+    store, clock = await pinned(harness)
+    hb = Heartbeat("L1", "host-a", 123, "0.1.0", T0, queue_depth=4, running={"inline": 2})
+    await store.beat(hb)
+    await store.beat(Heartbeat("L2", "host-b", 7, "0.1.0", T0))
+    clock.advance(10)
+    await store.beat(Heartbeat("L1", "host-a", 123, "0.1.0", T0, queue_depth=1, running={}))
+    l1, l2 = await store.launchers()
+    assert (l1.launcher_id, l1.host, l1.pid, l1.version) == ("L1", "host-a", 123, "0.1.0")
+    assert l1.beat_at == clock.at
+    assert l1.queue_depth == 1
+    assert l1.running == {}
+    assert l2.beat_at == T0
+    await store.remove_launcher("L2")
+    assert [x.launcher_id for x in await store.launchers()] == ["L1"]
+
+
+# --- time and wake-ups ----------------------------------------------------------------------
+
+
+async def test_a_pinned_clock_is_the_only_source_of_time(harness: StoreHarness) -> None:
+    store, clock = await pinned(harness)
+    assert await store.now() == T0
+    run = (await store.accept(new_run())).run
+    assert run.queued_at == T0
+    clock.advance(2.5)
+    [claimed] = await claim_all(store, lease_ttl=10)
+    assert claimed.db_now == T0 + timedelta(seconds=2.5)
+    assert claimed.run.started_at == claimed.db_now
+    done = await store.finish(claimed.lease, SUCCESS)
+    assert done.finished_at == claimed.db_now
+
+
+async def test_unpinned_time_is_current(harness: StoreHarness) -> None:
+    before = datetime.now(UTC) - timedelta(seconds=5)
+    now = await harness.store.now()
+    run = (await harness.store.accept(new_run())).run
+    after = datetime.now(UTC) + timedelta(seconds=5)
+    assert before <= now <= after
+    assert before <= run.queued_at <= after
+
+
+async def test_wait_for_wakeup_after_accept_and_timeout(harness: StoreHarness) -> None:
+    store = await harness.make_store()
+    assert not await store.wait_for_wakeup(0.05)
+    await store.accept(new_run())
+    assert await store.wait_for_wakeup(5.0)
+
+
+async def test_wakeup_crosses_store_instances_on_postgresql(harness: StoreHarness) -> None:
+    if harness.dialect != "postgresql":
+        pytest.skip("SQLite wakes in-process only; other writers are found by polling")
+    listener = await harness.make_store()
+    writer = await harness.make_store()
+    assert not await listener.wait_for_wakeup(0.05)
+    waiting = asyncio.create_task(listener.wait_for_wakeup(10.0))
+    await writer.accept(new_run())
+    assert await waiting
+    # A release (temporary executor error) wakes other launchers too.
+    [claimed] = await claim_all(writer)
+    await writer.release(claimed.lease, retry_after=0, error_code="x")
+    assert await listener.wait_for_wakeup(10.0)
