@@ -1,0 +1,66 @@
+"""Opening stores: URL forms, and one clear error (never a driver traceback) when it fails."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runlane.adapters.postgres import PostgresStore
+from runlane.adapters.sqlite import SqliteStore
+from runlane.errors import ConfigError, DatabaseUnavailable
+from runlane.service.stores import mask_url, store_from_url
+
+
+@pytest.mark.parametrize(
+    ("url", "dialect", "path"),
+    [
+        ("sqlite:///relative/runs.db", "sqlite", "relative/runs.db"),
+        ("sqlite:////abs/runs.db", "sqlite", "/abs/runs.db"),
+        ("runs.db", "sqlite", "runs.db"),
+        ("/var/lib/runlane/runs.sqlite", "sqlite", "/var/lib/runlane/runs.sqlite"),
+        ("postgresql://u:pw@db:5432/runlane", "postgresql", None),
+        ("postgres://u@db/runlane", "postgresql", None),
+    ],
+)
+def test_store_from_url_accepts_the_documented_forms(
+    url: str, dialect: str, path: str | None
+) -> None:
+    store = store_from_url(url)
+    assert store.dialect == dialect
+    if path is not None:
+        assert isinstance(store, SqliteStore)
+        assert store.path == path
+
+
+@pytest.mark.parametrize("url", ["mysql://db/x", "runs.txt", "", "sqlite://"])
+def test_store_from_url_rejects_anything_else(url: str) -> None:
+    with pytest.raises(ConfigError, match="postgresql://"):
+        store_from_url(url)
+
+
+def test_mask_url_hides_the_password() -> None:
+    assert mask_url("postgresql://u:s3cret@db:5433/x?sslmode=require") == (
+        "postgresql://u:***@db:5433/x?sslmode=require"
+    )
+    assert mask_url("postgresql://u@db/x") == "postgresql://u@db/x"
+    assert "s3cret" not in mask_url("host=db password=s3cret dbname=x")
+
+
+async def test_sqlite_bad_path_is_database_unavailable(tmp_path: Path) -> None:
+    path = str(tmp_path / "missing-dir" / "runs.db")
+    store = SqliteStore(path)
+    with pytest.raises(DatabaseUnavailable, match="missing-dir"):
+        await store.open()
+
+
+async def test_postgres_unreachable_is_one_clear_line_without_the_password() -> None:
+    # Port 1 on localhost: nothing listens there, so the connection is refused at once.
+    store = PostgresStore("postgresql://runlane:s3cret@127.0.0.1:1/runlane?connect_timeout=2")
+    with pytest.raises(DatabaseUnavailable) as err:
+        await store.open()
+    message = str(err.value)
+    assert message.startswith("cannot reach PostgreSQL at 127.0.0.1:1/runlane: ")
+    assert "s3cret" not in message
+    assert "\n" not in message
+    assert err.value.__cause__ is None
