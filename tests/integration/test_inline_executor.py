@@ -446,3 +446,22 @@ def test_setpriv_is_the_default_when_available(log_dir: Path) -> None:
     ex = InlineExecutor(log_dir)
     assert ex.pdeathsig_mode == ("setpriv" if setpriv_supports_pdeathsig() else "prctl")
     ex.close()
+
+
+async def test_without_pidfd_a_waiter_thread_reports_the_exit(
+    log_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_pidfd(pid: int, flags: int = 0) -> int:
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    ex = InlineExecutor(log_dir)
+    ok = await finish(ex, await ex.start(make_spec(["sh", "-c", "echo fine"])))
+    assert (ok.status, ok.log_tail) == (RunStatus.SUCCESS, "fine\n")
+    spec = make_spec(["sh", "-c", "sleep 60 & echo $!; echo ready; wait"], deadline=0.5, grace=60)
+    execution = await ex.start(spec)
+    text = await wait_for_output(ex.log_path(spec.run_id, 1), "ready")
+    timed_out = await finish(ex, execution)
+    assert timed_out.status is RunStatus.TIMEOUT
+    assert wait_gone(int(text.split()[0]), timeout=5)
+    ex.close()
