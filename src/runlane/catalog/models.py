@@ -1,0 +1,456 @@
+"""The catalog as typed models: what `catalog.yaml` may say, and jobs resolved against defaults."""
+
+from __future__ import annotations
+
+import difflib
+import re
+import zoneinfo
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import date, time
+from types import MappingProxyType
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    StrictBool,
+    StrictInt,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import SkipJsonSchema
+
+from runlane.catalog.params import PARAM_SPEC_PATTERN, ParamSpec
+from runlane.core.cron import CronExpr, parse_cron
+from runlane.core.durations import parse_duration
+from runlane.errors import UnknownJob
+
+ExecutorName = Literal["inline", "pod", "slurm"]
+OverlapPolicy = Literal["forbid", "queue", "allow"]
+AlertLevel = Literal["none", "info", "warning", "critical"]
+
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]*")
+NAME_MAX = 63
+NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+DURATION_PATTERN = r"^\s*(\d+(\.\d+)?\s*(ms|s|m|h|d|w)?\s*)+$"
+RESERVED_FIELDS = ("class", "group", "fan_out", "approval")
+
+
+def is_valid_name(name: str) -> bool:
+    """Job, chain, step, profile and season names: lowercase, digits, `.`, `_`, `-`; ≤ 63 chars."""
+    return len(name) <= NAME_MAX and NAME_RE.fullmatch(name) is not None
+
+
+def _duration(value: object) -> object:
+    if isinstance(value, str | int | float):
+        return parse_duration(value)
+    return value  # let pydantic say what type it is
+
+
+_DURATION_SCHEMA = {
+    "anyOf": [
+        {"type": "string", "pattern": DURATION_PATTERN, "examples": ["30s", "10m", "2h", "1d"]},
+        {"type": "number", "minimum": 0},
+    ],
+    "description": "A duration such as 30s, 10m, 1h30m, 2h or 1d; a bare number means seconds.",
+}
+
+Duration = Annotated[
+    float, BeforeValidator(_duration), Field(ge=0), WithJsonSchema(_DURATION_SCHEMA)
+]
+"""A duration in seconds, written `30s`, `10m`, `2h`, `1d` (or a number of seconds)."""
+
+PositiveDuration = Annotated[
+    float, BeforeValidator(_duration), Field(gt=0), WithJsonSchema(_DURATION_SCHEMA)
+]
+
+
+def _scalar_to_str(value: object) -> object:
+    # `cpu: 1` and `PORT: 8080` are strings to Kubernetes and to a process environment.
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+ScalarStr = Annotated[
+    str,
+    BeforeValidator(_scalar_to_str, json_schema_input_type=str | int | float),
+]
+
+ParamSpecField = Annotated[
+    ParamSpec,
+    PlainValidator(ParamSpec.parse),
+    PlainSerializer(str, return_type=str),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": PARAM_SPEC_PATTERN,
+            "description": "int, float, bool, str or choice[a,b,c]; a trailing ? makes it optional",
+            "examples": ["int", "int?", "bool?", "choice[fast,full]"],
+        }
+    ),
+]
+
+
+def _check_zone(name: str) -> str:
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        raise ValueError(
+            f"unknown time zone {name!r}; use an IANA name such as UTC or America/Chicago"
+        ) from None
+    return name
+
+
+def _check_cron(expr: str) -> str:
+    parse_cron(expr)  # ValueError carries the plain message
+    return expr
+
+
+def _name_map_extra(kind: str) -> dict[str, Any]:
+    return {
+        "propertyNames": {"pattern": NAME_PATTERN},
+        "description": f"{kind} by name (lowercase letters, digits, '.', '_', '-'; at most 63)",
+    }
+
+
+def _default(seconds: float, spelled: str) -> Any:
+    """A duration field's default, shown in the JSON Schema the way a person writes it."""
+    return Field(seconds, json_schema_extra={"default": spelled})
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Season(_Model):
+    """A window of dates (inclusive) in which season-restricted schedules fire."""
+
+    start: date
+    end: date
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Season:
+        if self.start > self.end:
+            raise ValueError(f"season starts ({self.start}) after it ends ({self.end})")
+        return self
+
+    def contains(self, day: date) -> bool:
+        return self.start <= day <= self.end
+
+
+class GlobalSettings(_Model):
+    """Launcher-wide limits and the named season windows."""
+
+    max_concurrent_pods: StrictInt = Field(10, ge=0)
+    max_deadline: PositiveDuration = _default(7200.0, "2h")
+    start_timeout: PositiveDuration = _default(600.0, "10m")
+    manual_queue_ttl: PositiveDuration = _default(1800.0, "30m")
+    kill_grace: Duration = _default(30.0, "30s")
+    timezone: str = "UTC"
+    seasons: dict[str, Season] = Field(
+        default_factory=dict, json_schema_extra=_name_map_extra("Seasons")
+    )
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        return _check_zone(value)
+
+
+def _volume_from_name(value: object) -> object:
+    if isinstance(value, str):
+        return {"name": value, "pvc": value}
+    return value
+
+
+class VolumeSpec(_Model):
+    """A volume to mount. A bare name means a PersistentVolumeClaim of that name."""
+
+    name: str = Field(min_length=1)
+    mount_path: str | None = Field(None, alias="mountPath")
+    pvc: str | None = None
+    secret: str | None = None
+    config_map: str | None = Field(None, alias="configMap")
+    read_only: StrictBool = Field(False, alias="readOnly")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> VolumeSpec:
+        sources = [s for s in (self.pvc, self.secret, self.config_map) if s is not None]
+        if len(sources) > 1:
+            raise ValueError("a volume takes only one of pvc, secret or configMap")
+        return self
+
+    @property
+    def effective_mount_path(self) -> str:
+        return self.mount_path or f"/mnt/{self.name}"
+
+
+Volume = Annotated[
+    VolumeSpec, BeforeValidator(_volume_from_name, json_schema_input_type=str | VolumeSpec)
+]
+
+
+class Resources(_Model):
+    """Kubernetes resource requests and limits, e.g. `{cpu: 100m, memory: 128Mi}`."""
+
+    requests: dict[str, ScalarStr] = Field(default_factory=dict)
+    limits: dict[str, ScalarStr] = Field(default_factory=dict)
+
+
+class Profile(_Model):
+    """How a pod (or other container) runs: image, secrets, identity, volumes, placement, env."""
+
+    image: str | None = Field(None, description="Container image; may contain ${VAR}.")
+    secrets: list[str] = Field(default_factory=list)
+    service_account: str | None = Field(None, alias="serviceAccount")
+    volumes: list[Volume] = Field(default_factory=list)
+    resources: Resources = Field(default_factory=Resources)
+    node_selector: dict[str, ScalarStr] = Field(default_factory=dict, alias="nodeSelector")
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    namespace: str | None = None
+    env: dict[Annotated[str, Field(pattern=ENV_NAME_PATTERN)], ScalarStr] = Field(
+        default_factory=dict
+    )
+
+
+class Defaults(_Model):
+    """What a job gets for every field it leaves out."""
+
+    executor: ExecutorName = "pod"
+    overlap: OverlapPolicy = "forbid"
+    max_attempts: StrictInt = Field(1, ge=1)
+    deadline: PositiveDuration = _default(3600.0, "1h")
+    alert: AlertLevel = "warning"
+    kill_grace: Duration | None = None
+
+
+class Schedule(_Model):
+    """A cron schedule. `tz` defaults to `global.timezone`; `catch_up` is how late a missed slot
+    may still fire."""
+
+    cron: str
+    tz: str | None = None
+    catch_up: Duration = _default(0.0, "0s")
+
+    @field_validator("cron")
+    @classmethod
+    def _valid_cron(cls, value: str) -> str:
+        return _check_cron(value)
+
+    @field_validator("tz")
+    @classmethod
+    def _known_zone(cls, value: str | None) -> str | None:
+        return value if value is None else _check_zone(value)
+
+    @property
+    def cron_expr(self) -> CronExpr:
+        return parse_cron(self.cron)
+
+
+class EventTrigger(_Model):
+    """Start a run when an event with this key arrives; `debounce` folds bursts into one run."""
+
+    key: str = Field(min_length=1, pattern=r"^\S+$")
+    debounce: Duration = _default(0.0, "0s")
+
+
+def _command(value: object) -> object:
+    if isinstance(value, str):
+        raise ValueError(
+            "command must be an argv list, e.g. [python, -m, app]; runlane never runs a shell"
+        )
+    return value
+
+
+class _Reserved(_Model):
+    """Fields reserved for a later version: they parse, and the loader rejects them."""
+
+    class_: SkipJsonSchema[Any] = Field(None, alias="class")
+    group: SkipJsonSchema[Any] = None
+    fan_out: SkipJsonSchema[Any] = None
+    approval: SkipJsonSchema[Any] = None
+
+
+class Job(_Reserved):
+    """One runnable job. Fields left out come from `defaults` (and `global`)."""
+
+    command: Annotated[list[str], BeforeValidator(_command)] = Field(min_length=1)
+    profile: str | None = None
+    description: str | None = None
+    params: dict[str, ParamSpecField] = Field(default_factory=dict)
+    max_attempts: StrictInt | None = Field(None, ge=1)
+    alert: AlertLevel | None = None
+    acts: StrictBool = False
+    schedules: list[Schedule] = Field(default_factory=list)
+    on_event: list[EventTrigger] = Field(default_factory=list)
+    executor: ExecutorName | None = None
+    deadline: PositiveDuration | None = None
+    overlap: OverlapPolicy | None = None
+    kill_grace: Duration | None = None
+    env: dict[Annotated[str, Field(pattern=ENV_NAME_PATTERN)], ScalarStr] = Field(
+        default_factory=dict
+    )
+
+
+class ChainSchedule(Schedule):
+    """A chain's schedule; with `seasons`, slots fire only inside those season windows."""
+
+    seasons: list[str] = Field(default_factory=list)
+
+
+class StepDependency(_Model):
+    """Run after `step`: on `success` only (the chain stops on failure), or on any `finish`."""
+
+    step: str
+    on: Literal["success", "finish"] = "success"
+
+
+_LATEST_RE = re.compile(r"([01]?[0-9]|2[0-3]):([0-5][0-9])")
+
+
+def _check_latest(value: str | None) -> str | None:
+    if value is not None and not _LATEST_RE.fullmatch(value):
+        raise ValueError(f"latest must be a time of day as HH:MM (24-hour), got {value!r}")
+    return value
+
+
+class ChainStep(_Reserved):
+    """One step of a chain: the job it runs (default: the step's name) and what it waits for."""
+
+    job: str | None = None
+    after: list[StepDependency] = Field(default_factory=list)
+    latest: str | None = Field(
+        None, description="Start by this local time (HH:MM) even if a parent is still running."
+    )
+
+    @field_validator("latest")
+    @classmethod
+    def _valid_latest(cls, value: str | None) -> str | None:
+        return _check_latest(value)
+
+    @property
+    def latest_time(self) -> time | None:
+        if self.latest is None:
+            return None
+        hours, minutes = self.latest.split(":")
+        return time(int(hours), int(minutes))
+
+
+class Chain(_Model):
+    """A named workflow: steps with dependencies, optionally on a schedule."""
+
+    description: str | None = None
+    schedule: ChainSchedule | None = None
+    max_duration: PositiveDuration | None = None
+    steps: dict[str, ChainStep] = Field(min_length=1, json_schema_extra=_name_map_extra("Steps"))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _steps_name_their_job(cls, data: Any) -> Any:
+        # A step without `job` runs the job of the same name; fill it in so readers need not know.
+        if isinstance(data, dict) and isinstance(data.get("steps"), dict):
+            steps = {
+                name: (
+                    {**body, "job": name} if isinstance(body, dict) and "job" not in body else body
+                )
+                for name, body in data["steps"].items()
+            }
+            data = {**data, "steps": steps}
+        return data
+
+    def step_job(self, step_name: str) -> str:
+        """The job a step runs."""
+        return self.steps[step_name].job or step_name
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedJob:
+    """A job with every default filled in: what the launcher actually uses to run it."""
+
+    name: str
+    command: tuple[str, ...]
+    profile: str | None
+    profile_spec: Profile | None
+    executor: ExecutorName
+    overlap: OverlapPolicy
+    max_attempts: int
+    deadline_seconds: float
+    kill_grace_seconds: float
+    alert: AlertLevel
+    acts: bool
+    params: Mapping[str, ParamSpec]
+    schedules: tuple[Schedule, ...]
+    on_event: tuple[EventTrigger, ...]
+    description: str | None
+    env: Mapping[str, str]
+    queue_ttl_seconds: float
+
+
+class Catalog(_Model):
+    """The whole catalog file. Load it with `load_catalog`, which reports every problem at once."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        title="runlane catalog",
+        json_schema_extra={"description": "The runlane job catalog (catalog.yaml), version 1."},
+    )
+
+    version: StrictInt = Field(description="Catalog format version; only 1 exists.")
+    global_: GlobalSettings = Field(default_factory=GlobalSettings, alias="global")
+    profiles: dict[str, Profile] = Field(
+        default_factory=dict, json_schema_extra=_name_map_extra("Profiles")
+    )
+    defaults: Defaults = Field(default_factory=Defaults)
+    jobs: dict[str, Job] = Field(default_factory=dict, json_schema_extra=_name_map_extra("Jobs"))
+    chains: dict[str, Chain] = Field(
+        default_factory=dict, json_schema_extra=_name_map_extra("Chains")
+    )
+
+    def job_names(self) -> list[str]:
+        """Every job's name, sorted."""
+        return sorted(self.jobs)
+
+    def resolve(self, name: str) -> ResolvedJob:
+        """The job with defaults merged in. Raises UnknownJob (with a did-you-mean hint)."""
+        job = self.jobs.get(name)
+        if job is None:
+            hint = ""
+            close = difflib.get_close_matches(name, list(self.jobs), n=1)
+            if close:
+                hint = f" (did you mean {close[0]!r}?)"
+            raise UnknownJob(f"unknown job {name!r}{hint}")
+        g, d = self.global_, self.defaults
+        deadline = job.deadline if job.deadline is not None else d.deadline
+        kill_grace = job.kill_grace if job.kill_grace is not None else d.kill_grace
+        schedules = tuple(
+            s if s.tz is not None else s.model_copy(update={"tz": g.timezone})
+            for s in job.schedules
+        )
+        return ResolvedJob(
+            name=name,
+            command=tuple(job.command),
+            profile=job.profile,
+            profile_spec=self.profiles.get(job.profile) if job.profile else None,
+            executor=job.executor or d.executor,
+            overlap=job.overlap or d.overlap,
+            max_attempts=job.max_attempts if job.max_attempts is not None else d.max_attempts,
+            deadline_seconds=min(deadline, g.max_deadline),
+            kill_grace_seconds=kill_grace if kill_grace is not None else g.kill_grace,
+            alert=job.alert or d.alert,
+            acts=job.acts,
+            params=MappingProxyType(dict(job.params)),
+            schedules=schedules,
+            on_event=tuple(job.on_event),
+            description=job.description,
+            env=MappingProxyType(dict(job.env)),
+            queue_ttl_seconds=g.manual_queue_ttl,
+        )

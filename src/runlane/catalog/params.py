@@ -1,0 +1,187 @@
+"""Typed run params: the allowlist a job declares (`week: int?`) and the coercion of a run's values."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+from runlane.errors import ParamError, PayloadTooLarge
+
+if TYPE_CHECKING:
+    from runlane.catalog.models import ResolvedJob
+
+MAX_PARAMS_BYTES = 1024 * 1024
+"""The largest a run's params may be, measured as compact JSON (UTF-8)."""
+
+ParamType = Literal["int", "float", "bool", "str", "choice"]
+
+PARAM_NAME_RE = re.compile(r"[a-z_][a-z0-9_]*")
+_SPEC_RE = re.compile(r"^\s*(int|float|bool|str|choice\[(?P<choices>[^\]]*)\])\s*(?P<opt>\?)?\s*$")
+PARAM_SPEC_PATTERN = r"^\s*(int|float|bool|str|choice\[[^\]]*\])\s*\??\s*$"
+
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+_FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_TRUE = frozenset({"true", "yes", "1"})
+_FALSE = frozenset({"false", "no", "0"})
+_TYPE_WORDS = {"int": "an int", "float": "a float", "bool": "a bool", "str": "a string"}
+
+
+@dataclass(frozen=True, slots=True)
+class ParamSpec:
+    """One allowed param: its type, whether it may be left out, and the values of a `choice`."""
+
+    type: ParamType
+    optional: bool = False
+    choices: tuple[str, ...] = ()
+
+    @classmethod
+    def parse(cls, text: object) -> ParamSpec:
+        """`int`, `float`, `bool`, `str` or `choice[a,b]`, each optionally followed by `?`."""
+        if isinstance(text, ParamSpec):
+            return text
+        if not isinstance(text, str):
+            raise ValueError(
+                f"a param type must be a string such as int, float, bool, str or choice[a,b] "
+                f"(add ? for optional), got {text!r}"
+            )
+        m = _SPEC_RE.match(text)
+        if not m:
+            raise ValueError(
+                f"unknown param type {text!r}; use int, float, bool, str or choice[a,b,c], "
+                "optionally followed by ? (e.g. int?)"
+            )
+        optional = m.group("opt") is not None
+        if m.group("choices") is None:
+            # The regex allows only the four plain type words here.
+            return cls(type=cast(ParamType, m.group(1)), optional=optional)
+        choices = tuple(c.strip() for c in m.group("choices").split(","))
+        if not choices or any(not c for c in choices):
+            raise ValueError(f"choice param type {text!r} has an empty choice")
+        if len(set(choices)) != len(choices):
+            raise ValueError(f"choice param type {text!r} lists a choice twice")
+        return cls(type="choice", optional=optional, choices=choices)
+
+    def __str__(self) -> str:
+        base = f"choice[{','.join(self.choices)}]" if self.type == "choice" else self.type
+        return base + ("?" if self.optional else "")
+
+    def describe(self) -> str:
+        """`an int`, `one of a, b` — for error messages."""
+        if self.type == "choice":
+            return "one of " + ", ".join(self.choices)
+        return _TYPE_WORDS[self.type]
+
+
+def coerce_params(
+    job: ResolvedJob, raw: Mapping[str, object], *, from_strings: bool
+) -> dict[str, Any]:
+    """Check `raw` against the job's param allowlist and return the typed values.
+
+    `from_strings=True` parses text as a person types it on the command line (`-p week=3`);
+    otherwise the values are JSON values and must already have the right JSON type (a bool is
+    never an int). Optional params left out (or JSON null) are simply absent from the result.
+    Raises ParamError naming every problem at once, or PayloadTooLarge above MAX_PARAMS_BYTES.
+    """
+    specs = job.params
+    problems: list[str] = []
+    result: dict[str, Any] = {}
+    ill_typed: set[str] = set()
+    for name in sorted(raw, key=str):
+        value = raw[name]
+        spec = specs.get(name) if isinstance(name, str) else None
+        if spec is None:
+            problems.append(_unknown_param(str(name), specs))
+            continue
+        if value is None and not from_strings:
+            continue  # JSON null: treated as not given
+        try:
+            result[name] = _coerce_one(spec, value, from_strings=from_strings)
+        except ValueError as exc:
+            ill_typed.add(name)
+            problems.append(f"param {name!r} must be {exc}")
+    for name, spec in specs.items():
+        if not spec.optional and name not in result and name not in ill_typed:
+            problems.append(f"missing required param {name!r} ({spec})")
+    if problems:
+        raise ParamError(f"job {job.name!r}: " + "; ".join(problems))
+    size = len(
+        json.dumps(result, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
+    )
+    if size > MAX_PARAMS_BYTES:
+        raise PayloadTooLarge(
+            f"job {job.name!r}: params are {size} bytes as JSON; the limit is {MAX_PARAMS_BYTES} "
+            "bytes (1 MiB)"
+        )
+    return result
+
+
+def _unknown_param(name: str, specs: Mapping[str, ParamSpec]) -> str:
+    if not specs:
+        return f"unknown param {name!r}: this job takes no params"
+    allowed = ", ".join(f"{n} ({s})" for n, s in specs.items())
+    hint = ""
+    close = difflib.get_close_matches(name, list(specs), n=1)
+    if close:
+        hint = f" (did you mean {close[0]!r}?)"
+    return f"unknown param {name!r}{hint}; allowed: {allowed}"
+
+
+def _coerce_one(spec: ParamSpec, value: object, *, from_strings: bool) -> object:
+    """The typed value, or ValueError whose text completes 'param X must be …'."""
+    if from_strings and isinstance(value, str):
+        return _from_string(spec, value)
+    return _from_json(spec, value)
+
+
+def _got(value: object) -> str:
+    text = repr(value)
+    return f"got {text[:60]}…" if len(text) > 60 else f"got {text}"
+
+
+def _from_string(spec: ParamSpec, text: str) -> object:
+    if spec.type == "str":
+        return text
+    if spec.type == "choice":
+        if text in spec.choices:
+            return text
+        raise ValueError(f"{spec.describe()}, {_got(text)}")
+    stripped = text.strip()
+    if spec.type == "int" and _INT_RE.fullmatch(stripped):
+        return int(stripped)
+    if spec.type == "float" and _FLOAT_RE.fullmatch(stripped):
+        number = float(stripped)
+        if math.isfinite(number):
+            return number
+    if spec.type == "bool":
+        word = stripped.lower()
+        if word in _TRUE:
+            return True
+        if word in _FALSE:
+            return False
+        raise ValueError(f"a bool (true/false, yes/no, 1/0), {_got(text)}")
+    raise ValueError(f"{spec.describe()}, {_got(text)}")
+
+
+def _from_json(spec: ParamSpec, value: object) -> object:
+    if spec.type == "int":
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+    elif spec.type == "float":
+        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+            return float(value)
+    elif spec.type == "bool":
+        if isinstance(value, bool):
+            return value
+    elif spec.type == "str":
+        if isinstance(value, str):
+            return value
+    elif isinstance(value, str) and value in spec.choices:
+        return value
+    raise ValueError(f"{spec.describe()}, {_got(value)}")

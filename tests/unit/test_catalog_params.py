@@ -1,0 +1,201 @@
+"""Param allowlists: the type syntax, and coercing CLI strings and JSON values against it."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from runlane.catalog import (
+    MAX_PARAMS_BYTES,
+    ParamSpec,
+    ResolvedJob,
+    coerce_params,
+    parse_catalog_text,
+)
+from runlane.errors import ParamError, PayloadTooLarge
+
+CATALOG = parse_catalog_text(
+    """
+version: 1
+jobs:
+  lineup:
+    command: [echo]
+    params:
+      week: int
+      dry_run: bool?
+      budget: float?
+      note: str?
+      mode: choice[fast,full]?
+  plain: {command: [echo]}
+"""
+)
+LINEUP = CATALOG.resolve("lineup")
+PLAIN = CATALOG.resolve("plain")
+
+
+@pytest.mark.parametrize(
+    ("text", "spec"),
+    [
+        ("int", ParamSpec("int")),
+        ("int?", ParamSpec("int", optional=True)),
+        (" float ? ", ParamSpec("float", optional=True)),
+        ("bool", ParamSpec("bool")),
+        ("str?", ParamSpec("str", optional=True)),
+        ("choice[a,b,c]", ParamSpec("choice", choices=("a", "b", "c"))),
+        ("choice[ a , b ]?", ParamSpec("choice", optional=True, choices=("a", "b"))),
+    ],
+)
+def test_param_spec_syntax(text: str, spec: ParamSpec) -> None:
+    assert ParamSpec.parse(text) == spec
+    assert ParamSpec.parse(str(spec)) == spec
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("integer", "unknown param type 'integer'"),
+        ("int??", "unknown param type"),
+        ("choice[]", "empty choice"),
+        ("choice[a,a]", "lists a choice twice"),
+        (3, "must be a string"),
+    ],
+)
+def test_bad_param_spec(text: object, fragment: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(fragment)):
+        ParamSpec.parse(text)
+
+
+def test_from_strings_parses_every_type() -> None:
+    got = coerce_params(
+        LINEUP,
+        {
+            "week": "-3",
+            "dry_run": "YES",
+            "budget": "2.5e1",
+            "note": " keep spaces ",
+            "mode": "full",
+        },
+        from_strings=True,
+    )
+    assert got == {
+        "week": -3,
+        "dry_run": True,
+        "budget": 25.0,
+        "note": " keep spaces ",
+        "mode": "full",
+    }
+    assert type(got["budget"]) is float
+
+
+@pytest.mark.parametrize(
+    ("word", "value"),
+    [("true", True), ("False", False), ("yes", True), ("NO", False), ("1", True), ("0", False)],
+)
+def test_bool_words(word: str, value: bool) -> None:
+    assert (
+        coerce_params(LINEUP, {"week": "1", "dry_run": word}, from_strings=True)["dry_run"] is value
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"week": "abc"}, "job 'lineup': param 'week' must be an int, got 'abc'"),
+        ({"week": "1_000"}, "param 'week' must be an int, got '1_000'"),
+        ({"week": "3.0"}, "param 'week' must be an int"),
+        (
+            {"week": "1", "dry_run": "maybe"},
+            "param 'dry_run' must be a bool (true/false, yes/no, 1/0), got 'maybe'",
+        ),
+        ({"week": "1", "budget": "nan"}, "param 'budget' must be a float, got 'nan'"),
+        ({"week": "1", "budget": "1e999"}, "param 'budget' must be a float"),
+        ({"week": "1", "mode": "slow"}, "param 'mode' must be one of fast, full, got 'slow'"),
+        ({}, "job 'lineup': missing required param 'week' (int)"),
+        (
+            {"wek": "1"},
+            "unknown param 'wek' (did you mean 'week'?); allowed: week (int), dry_run (bool?)",
+        ),
+    ],
+)
+def test_from_strings_errors(raw: dict[str, object], message: str) -> None:
+    with pytest.raises(ParamError) as info:
+        coerce_params(LINEUP, raw, from_strings=True)
+    assert message in str(info.value)
+
+
+def test_all_problems_are_reported_together() -> None:
+    with pytest.raises(ParamError) as info:
+        coerce_params(LINEUP, {"wek": "1", "mode": "x"}, from_strings=True)
+    text = str(info.value)
+    assert "unknown param 'wek'" in text
+    assert "param 'mode' must be one of fast, full" in text
+    assert "missing required param 'week'" in text
+    assert text.startswith("job 'lineup': ")
+
+
+def test_a_job_without_params_refuses_any() -> None:
+    assert coerce_params(PLAIN, {}, from_strings=True) == {}
+    with pytest.raises(ParamError, match="unknown param 'x': this job takes no params"):
+        coerce_params(PLAIN, {"x": "1"}, from_strings=True)
+
+
+def test_json_values_must_have_the_json_type() -> None:
+    got = coerce_params(
+        LINEUP,
+        {"week": 3, "dry_run": False, "budget": 2, "note": "n", "mode": "fast"},
+        from_strings=False,
+    )
+    assert got == {"week": 3, "dry_run": False, "budget": 2.0, "note": "n", "mode": "fast"}
+    assert type(got["budget"]) is float
+
+
+def test_json_integral_float_is_an_int() -> None:
+    assert coerce_params(LINEUP, {"week": 4.0}, from_strings=False) == {"week": 4}
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"week": True}, "param 'week' must be an int, got True"),
+        ({"week": "3"}, "param 'week' must be an int, got '3'"),
+        ({"week": 3.5}, "param 'week' must be an int, got 3.5"),
+        ({"week": 1, "dry_run": "true"}, "param 'dry_run' must be a bool, got 'true'"),
+        ({"week": 1, "dry_run": 1}, "param 'dry_run' must be a bool, got 1"),
+        ({"week": 1, "budget": True}, "param 'budget' must be a float, got True"),
+        ({"week": 1, "note": 5}, "param 'note' must be a string, got 5"),
+        ({"week": 1, "mode": ["fast"]}, "param 'mode' must be one of fast, full, got ['fast']"),
+        ({"week": None}, "missing required param 'week'"),
+    ],
+)
+def test_json_errors(raw: dict[str, object], message: str) -> None:
+    with pytest.raises(ParamError) as info:
+        coerce_params(LINEUP, raw, from_strings=False)
+    assert message in str(info.value)
+
+
+def test_json_null_leaves_an_optional_param_out() -> None:
+    assert coerce_params(LINEUP, {"week": 1, "note": None}, from_strings=False) == {"week": 1}
+
+
+def test_params_larger_than_the_limit_are_refused_with_the_size() -> None:
+    big = "x" * MAX_PARAMS_BYTES
+    with pytest.raises(PayloadTooLarge) as info:
+        coerce_params(LINEUP, {"week": "1", "note": big}, from_strings=True)
+    size = len(f'{{"note":"{big}","week":1}}'.encode())
+    assert f"params are {size} bytes" in str(info.value)
+    assert "1 MiB" in str(info.value)
+
+
+def test_params_just_under_the_limit_pass() -> None:
+    overhead = len('{"note":"","week":1}')
+    got = coerce_params(
+        LINEUP, {"week": 1, "note": "x" * (MAX_PARAMS_BYTES - overhead)}, from_strings=False
+    )
+    assert len(got["note"]) == MAX_PARAMS_BYTES - overhead
+
+
+def test_resolved_job_params_are_read_only() -> None:
+    assert isinstance(LINEUP, ResolvedJob)
+    with pytest.raises(TypeError):
+        LINEUP.params["x"] = ParamSpec("int")  # type: ignore[index]
