@@ -343,3 +343,18 @@ def admit(
         for r in cand_rows
     ]
     return select_admissible(candidates, by_job, by_executor, executor_caps, limit)
+
+
+def parse_running_counts(raw: object) -> list[Row]:
+    """`[[job, executor, n], …]` (JSON text, as the PostgreSQL claim returns it) as rows shaped
+    like those of `running_counts`."""
+    try:
+        value = json.loads(str(raw)) if raw is not None else []
+    except ValueError:
+        return []
+    rows: list[Row] = []
+    if isinstance(value, list):
+        for item in value:
+            if isinstance(item, list) and len(item) == 3:
+                rows.append({"job": item[0], "executor": item[1], "n": item[2]})
+    return rows

@@ -375,15 +375,18 @@ class PostgresStore:
             cand_cur = conn.cursor(row_factory=dict_row)
             await cand_cur.execute(
                 Q["claim_candidates"],
-                {"now": now, "executors": list(executors), "scan": scan},
+                {
+                    "now": now,
+                    "executors": list(executors),
+                    "capped": list(executor_caps),
+                    "scan": scan,
+                },
             )
-            count_cur = conn.cursor(row_factory=dict_row)
-            await count_cur.execute(Q["running_counts"])
             cand_rows = await cand_cur.fetchall()
             if not cand_rows:
                 return []
-            count_rows = await count_cur.fetchall()
-            chosen = sqlcommon.admit(cand_rows, count_rows, executor_caps, limit)
+            counts = sqlcommon.parse_running_counts(cand_rows[0]["running"])
+            chosen = sqlcommon.admit(cand_rows, counts, executor_caps, limit)
             if not chosen:
                 return []
             upd = conn.cursor(row_factory=dict_row)

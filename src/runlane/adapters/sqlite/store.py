@@ -337,7 +337,23 @@ class SqliteStore:
             cand_rows = _all(conn.execute(Q["claim_candidates"], params))
             if not cand_rows:
                 return []
-            count_rows = _all(conn.execute(Q["running_counts"]))
+            # `allow` jobs ignore running counts, so only the others are counted.
+            jobs = sorted(
+                {
+                    RowReader.text(r, "job")
+                    for r in cand_rows
+                    if RowReader.text(r, "overlap") != "allow"
+                }
+            )
+            count_rows = _all(
+                conn.execute(
+                    Q["running_counts"],
+                    {
+                        "jobs": sqlcommon.dump_json(jobs),
+                        "capped": sqlcommon.dump_json(sorted(executor_caps)),
+                    },
+                )
+            )
             chosen = sqlcommon.admit(cand_rows, count_rows, executor_caps, limit)
             deadline_by_id = {
                 RowReader.text(r, "id"): RowReader.number(r, "deadline_seconds", 3600.0)

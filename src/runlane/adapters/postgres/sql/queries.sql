@@ -80,21 +80,38 @@ SELECT ins.*, (SELECT count(*) FROM wake) AS woken FROM ins
 SELECT pg_advisory_xact_lock(hashtext('runlane:claim'))
 
 -- name: claim_candidates
--- The first coalesce() term matches run_log_claim_idx; the not_before term is the exact rule.
-WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now)
-SELECT r.id, r.job, r.executor, r.overlap
-FROM run_log r, n
-WHERE r.status = 'queued'
-  AND coalesce(r.not_before, r.queued_at) <= n.now
-  AND (r.not_before IS NULL OR r.not_before <= n.now)
-  AND (r.queue_expires_at IS NULL OR r.queue_expires_at > n.now)
-  AND r.executor = ANY(%(executors)s::text[])
-ORDER BY coalesce(r.not_before, r.queued_at), r.queued_at, r.id
-LIMIT %(scan)s
-FOR UPDATE OF r SKIP LOCKED
-
--- name: running_counts
-SELECT job, executor, count(*) AS n FROM run_log WHERE status = 'running' GROUP BY job, executor
+-- Candidates (locked) and the running counts admission needs, from one snapshot. Counts cover
+-- only the candidates' non-`allow` jobs and the capped executors, so the cost does not grow with
+-- everything that is running. The first coalesce() term matches run_log_claim_idx; the not_before term is
+-- the exact rule.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now),
+cand AS (
+    SELECT r.id, r.job, r.executor, r.overlap,
+           coalesce(r.not_before, r.queued_at) AS due_at, r.queued_at
+    FROM run_log r, n
+    WHERE r.status = 'queued'
+      AND coalesce(r.not_before, r.queued_at) <= n.now
+      AND (r.not_before IS NULL OR r.not_before <= n.now)
+      AND (r.queue_expires_at IS NULL OR r.queue_expires_at > n.now)
+      AND r.executor = ANY(%(executors)s::text[])
+    ORDER BY coalesce(r.not_before, r.queued_at), r.queued_at, r.id
+    LIMIT %(scan)s
+    FOR UPDATE OF r SKIP LOCKED
+),
+counts AS (
+    SELECT coalesce(json_agg(json_build_array(x.job, x.executor, x.n)), '[]') AS running
+    FROM (
+        SELECT job, executor, count(*) AS n
+        FROM run_log
+        WHERE status = 'running'
+          AND (job IN (SELECT job FROM cand WHERE overlap <> 'allow')
+               OR executor = ANY(%(capped)s::text[]))
+        GROUP BY job, executor
+    ) x
+)
+SELECT cand.id, cand.job, cand.executor, cand.overlap, counts.running
+FROM cand, counts
+ORDER BY cand.due_at, cand.queued_at, cand.id
 
 -- name: claim_update
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now)

@@ -61,7 +61,13 @@ ORDER BY coalesce(not_before, queued_at), queued_at, id
 LIMIT :scan
 
 -- name: running_counts
-SELECT job, executor, count(*) AS n FROM run_log WHERE status = 'running' GROUP BY job, executor
+-- Only what admission looks at: the candidates' non-`allow` jobs and the capped executors.
+SELECT job, executor, count(*) AS n
+FROM run_log
+WHERE status = 'running'
+  AND (job IN (SELECT value FROM json_each(:jobs))
+       OR executor IN (SELECT value FROM json_each(:capped)))
+GROUP BY job, executor
 
 -- name: claim_one
 UPDATE run_log SET
