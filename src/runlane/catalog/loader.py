@@ -121,8 +121,15 @@ def parse_catalog_text(text: str, filename: str = "catalog.yaml") -> Catalog:
         problems = sorted(set(report.problems))
         count = len(problems)
         summary = f"{filename}: {count} error{'s' if count != 1 else ''}"
-        raise CatalogError(summary, [f"{filename}:{p.line}:{p.col}: {p.message}" for p in problems])
+        raise CatalogError(
+            summary, [f"{filename}:{p.line}:{p.col}: {_one_line(p.message)}" for p in problems]
+        )
     return catalog
+
+
+def _one_line(message: str) -> str:
+    """Escape control characters (a key may hold a newline) so each problem stays one line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
 
 
 # --------------------------------------------------------------------------------------------

@@ -168,6 +168,10 @@ class GlobalSettings(_Model):
 def _volume_from_name(value: object) -> object:
     if isinstance(value, str):
         return {"name": value, "pvc": value}
+    if not isinstance(value, dict):
+        raise ValueError(
+            "a volume is a PVC name or a mapping {name, mountPath, pvc|secret|configMap, readOnly}"
+        )
     return value
 
 
@@ -259,6 +263,16 @@ class EventTrigger(_Model):
     """Start a run when an event with this key arrives; `debounce` folds bursts into one run."""
 
     key: str = Field(min_length=1, pattern=r"^\S+$")
+
+    @field_validator("key", mode="before")
+    @classmethod
+    def _no_spaces(cls, value: object) -> object:
+        if isinstance(value, str) and (not value or any(c.isspace() for c in value)):
+            raise ValueError(
+                f"an event key is one word such as rumor.signal_created, got {value!r}"
+            )
+        return value
+
     debounce: Duration = _default(0.0, "0s")
 
 
@@ -322,11 +336,24 @@ def _check_latest(value: str | None) -> str | None:
     return value
 
 
+def _dependency(value: object) -> object:
+    if isinstance(value, str):
+        raise ValueError(
+            f"write each `after` entry as {{step: {value}, on: success}} (or on: finish)"
+        )
+    return value
+
+
+Dependency = Annotated[
+    StepDependency, BeforeValidator(_dependency, json_schema_input_type=StepDependency)
+]
+
+
 class ChainStep(_Reserved):
     """One step of a chain: the job it runs (default: the step's name) and what it waits for."""
 
     job: str | None = None
-    after: list[StepDependency] = Field(default_factory=list)
+    after: list[Dependency] = Field(default_factory=list)
     latest: str | None = Field(
         None, description="Start by this local time (HH:MM) even if a parent is still running."
     )
