@@ -18,4 +18,4 @@ def catalog_json_schema() -> dict[str, Any]:
 
 def catalog_json_schema_text() -> str:
     """The schema as committed in docs/catalog.schema.json: pretty, sorted keys, final newline."""
-    return json.dumps(catalog_json_schema(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    return json.dumps(catalog_json_schema(), indent=2, sort_keys=True) + "\n"
