@@ -49,25 +49,27 @@ def no_traceback(proc: subprocess.CompletedProcess[str]) -> None:
 
 
 @pytest.fixture
-def launcher(env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+def launcher(env: dict[str, str], tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
     assert runlane("db", "upgrade", env=env).returncode == 0
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "runlane", "serve"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    yield proc
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
+    with (tmp_path / "serve.log").open("w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runlane", "serve"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        yield proc
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def test_catalog_check_ok_and_errors(env: dict[str, str], tmp_path: Path) -> None:
     ok = runlane("catalog", "check", env=env)
     assert ok.returncode == 0, ok.stderr
-    assert "ok" in ok.stdout and "8 jobs" in ok.stdout
+    assert "ok" in ok.stdout
+    assert "8 jobs" in ok.stdout
     bad = tmp_path / "bad.yaml"
     bad.write_text(
         "version: 1\njobs:\n  a:\n    command: [x]\n    profil: core\n  b:\n    command: [y]\n    deadline: forever\n"
@@ -95,7 +97,8 @@ def test_init_writes_a_valid_starter(env: dict[str, str], tmp_path: Path) -> Non
     check = runlane("catalog", "check", "--catalog", str(target / "catalog.yaml"), env=env)
     assert check.returncode == 0, check.stderr
     again = runlane("init", str(target), env=env)
-    assert again.returncode != 0 and "already exists" in again.stderr
+    assert again.returncode != 0
+    assert "already exists" in again.stderr
 
 
 def test_serve_refuses_a_database_that_is_not_upgraded(env: dict[str, str]) -> None:
@@ -109,19 +112,23 @@ def test_bad_input_is_one_clear_line(env: dict[str, str]) -> None:
     assert runlane("db", "upgrade", env=env).returncode == 0
     unknown = runlane("run", "nope", env=env)
     no_traceback(unknown)
-    assert unknown.returncode == 2 and "unknown job 'nope'" in unknown.stderr
+    assert unknown.returncode == 2
+    assert "unknown job 'nope'" in unknown.stderr
     typo = runlane("run", "helo", env=env)
     assert "did you mean 'hello'" in typo.stderr
     bad_type = runlane("run", "hello", "-p", "week=seven", env=env)
     no_traceback(bad_type)
-    assert bad_type.returncode == 2 and "week" in bad_type.stderr
+    assert bad_type.returncode == 2
+    assert "week" in bad_type.stderr
     bad_pair = runlane("run", "hello", "-p", "week", env=env)
     assert bad_pair.returncode == 2
     acts = runlane("run", "careful", env=env)
-    assert acts.returncode == 2 and "--yes" in acts.stderr
+    assert acts.returncode == 2
+    assert "--yes" in acts.stderr
     missing = runlane("runs", "show", "00000000-0000-0000-0000-000000000000", env=env)
     no_traceback(missing)
-    assert missing.returncode == 1 and "no run" in missing.stderr
+    assert missing.returncode == 1
+    assert "no run" in missing.stderr
     runs = json.loads(runlane("runs", "--json", env=env).stdout)
     assert runs == []  # nothing refused was written
 
@@ -131,13 +138,15 @@ def test_unreachable_database_is_one_line(env: dict[str, str]) -> None:
     proc = runlane("runs", env=env)
     no_traceback(proc)
     assert proc.returncode != 0
-    assert "127.0.0.1" in proc.stderr and "secret" not in proc.stderr
+    assert "127.0.0.1" in proc.stderr
+    assert "secret" not in proc.stderr
 
 
 def test_missing_catalog_is_one_line(env: dict[str, str], tmp_path: Path) -> None:
     proc = runlane("jobs", "--catalog", str(tmp_path / "missing.yaml"), env=env)
     no_traceback(proc)
-    assert proc.returncode == 1 and "not found" in proc.stderr
+    assert proc.returncode == 1
+    assert "not found" in proc.stderr
 
 
 def test_config_masks_secrets(env: dict[str, str]) -> None:
@@ -148,7 +157,8 @@ def test_config_masks_secrets(env: dict[str, str]) -> None:
     assert data["database_url"].startswith("postgresql://runlane:")
     bad = runlane("config", env=dict(env, RUNLANE_LEASE_TTL="soon"))
     no_traceback(bad)
-    assert bad.returncode != 0 and "RUNLANE_LEASE_TTL" in bad.stderr
+    assert bad.returncode != 0
+    assert "RUNLANE_LEASE_TTL" in bad.stderr
 
 
 def test_end_to_end_with_a_real_launcher(
@@ -156,12 +166,14 @@ def test_end_to_end_with_a_real_launcher(
 ) -> None:
     ok = runlane("run", "hello", "-p", "week=3", "--wait", env=env)
     assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert "hello" in ok.stdout and "success" in ok.stdout
+    assert "hello" in ok.stdout
+    assert "success" in ok.stdout
 
     failed = runlane("run", "fail", "--wait", "--json", env=env)
     assert failed.returncode == 1
     row = json.loads(failed.stdout)
-    assert row["status"] == "failure" and row["exit_code"] == 3
+    assert row["status"] == "failure"
+    assert row["exit_code"] == 3
 
     runs = json.loads(runlane("runs", "--json", env=env).stdout)
     assert {r["job"] for r in runs} == {"hello", "fail"}
@@ -189,13 +201,15 @@ def test_end_to_end_with_a_real_launcher(
 
     assert runlane("pause", "hello", "--until", "2h", "--reason", "maintenance", env=env).returncode == 0
     jobs = {j["job"]: j for j in json.loads(runlane("jobs", "--json", env=env).stdout)}
-    assert jobs["hello"]["paused"] is True and jobs["hello"]["paused_until"].endswith("Z")
+    assert jobs["hello"]["paused"] is True
+    assert jobs["hello"]["paused_until"].endswith("Z")
     assert runlane("resume", "hello", env=env).returncode == 0
     jobs = {j["job"]: j for j in json.loads(runlane("jobs", "--json", env=env).stdout)}
     assert jobs["hello"]["paused"] is False
 
     status = json.loads(runlane("status", "--json", env=env).stdout)
-    assert len(status["launchers"]) == 1 and status["launchers"][0]["stale"] is False
+    assert len(status["launchers"]) == 1
+    assert status["launchers"][0]["stale"] is False
 
     launcher.send_signal(signal.SIGTERM)
     assert launcher.wait(timeout=30) == 0

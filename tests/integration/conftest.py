@@ -146,8 +146,8 @@ class Events:
         self.log.append((event, run_id))
         self.seen[(event, run_id)].set()
 
-    async def wait(self, event: str, run_id: str, timeout: float = 30.0) -> None:
-        async with asyncio.timeout(timeout):
+    async def wait(self, event: str, run_id: str, within: float = 30.0) -> None:
+        async with asyncio.timeout(within):
             await self.seen[(event, run_id)].wait()
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 
@@ -38,9 +37,11 @@ async def test_success_records_output_env_and_params(
     assert words[:3] == ["hello", run_id, "cli"]
     assert json.loads(words[3]) == {"week": 7}
     assert words[4] == "7"
-    assert run.started_at is not None and run.finished_at is not None
+    assert run.started_at is not None
+    assert run.finished_at is not None
     assert run.finished_at >= run.started_at
-    assert run.external_id is not None and run.external_id.isdigit()
+    assert run.external_id is not None
+    assert run.external_id.isdigit()
 
 
 async def test_failure_is_retried_as_new_rows_until_success(
@@ -84,7 +85,8 @@ async def test_deadline_ends_in_timeout(
     run = await store.get_run(run_id)
     assert run.status is RunStatus.TIMEOUT
     assert run.end_reason == "deadline"
-    assert run.started_at is not None and run.finished_at is not None
+    assert run.started_at is not None
+    assert run.finished_at is not None
     took = (run.finished_at - run.started_at).total_seconds()
     assert 0.9 <= took < 10, took
 
@@ -127,8 +129,10 @@ async def test_overlap_queue_runs_one_at_a_time(
     await launcher.events.wait("finished", a)
     await launcher.events.wait("finished", b)
     ra, rb = await store.get_run(a), await store.get_run(b)
-    assert ra.status is RunStatus.SUCCESS and rb.status is RunStatus.SUCCESS
-    assert ra.finished_at is not None and rb.started_at is not None
+    assert ra.status is RunStatus.SUCCESS
+    assert rb.status is RunStatus.SUCCESS
+    assert ra.finished_at is not None
+    assert rb.started_at is not None
     assert rb.started_at >= ra.finished_at
 
 
@@ -136,10 +140,8 @@ async def test_queued_run_past_its_ttl_is_skipped_expired(
     store: Store, catalog: Catalog, start_launcher: Callable[..., Running]
 ) -> None:
     run_id = await accept(store, catalog, "hello", queue_ttl_seconds=0.0)
-    start_launcher()
-    async with asyncio.timeout(10):
-        while (await store.get_run(run_id)).status is RunStatus.QUEUED:
-            await asyncio.sleep(0.05)
+    launcher = start_launcher()
+    await launcher.events.wait("expired", run_id)
     run = await store.get_run(run_id)
     assert (run.status, run.end_reason) == (RunStatus.SKIPPED, "expired")
 
@@ -176,7 +178,8 @@ async def test_graceful_shutdown_ends_inline_runs_and_retries_them(
     run = await store.get_run(run_id)
     assert (run.status, run.end_reason) == (RunStatus.FAILURE, "launcher_shutdown")
     retries = [r for r in await store.list_runs(RunFilter(job="long")) if r.retry_of == run_id]
-    assert len(retries) == 1 and retries[0].status is RunStatus.QUEUED
+    assert len(retries) == 1
+    assert retries[0].status is RunStatus.QUEUED
     assert await store.launchers() == []
 
 

@@ -526,7 +526,7 @@ def jobs_cmd(as_json: JsonOpt = False, catalog: CatalogOpt = None, database: Dat
     async def body(rt: Runtime) -> None:
         cat = rt.require_catalog()
         overrides = await rt.store.overrides()
-        rows = []
+        rows: list[dict[str, Any]] = []
         for name in cat.job_names():
             j = cat.resolve(name)
             ov = overrides.get(name)
@@ -582,7 +582,7 @@ def status_cmd(as_json: JsonOpt = False, database: DatabaseOpt = None) -> None:
         now = await rt.store.now()
         queued = await rt.store.count_queued()
         running = await rt.store.list_runs(RunFilter(status=RunStatus.RUNNING, limit=1000))
-        data = {
+        data: dict[str, Any] = {
             "now": output.iso(now),
             "queued": queued,
             "running": len(running),
@@ -608,7 +608,7 @@ def status_cmd(as_json: JsonOpt = False, database: DatabaseOpt = None) -> None:
         out.print(f"queued: {queued}   running: {len(running)}")
         if not launchers:
             out.print("[yellow]no launcher has reported; start one with `runlane serve`[/]")
-        for entry in data["launchers"]:  # type: ignore[attr-defined]
+        for entry in data["launchers"]:
             flag = " [red](stale)[/]" if entry["stale"] else ""
             out.print(
                 f"launcher {output.escape(entry['launcher_id'])} v{entry['version']} "

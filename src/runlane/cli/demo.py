@@ -84,6 +84,11 @@ async def _tour(workdir: Path, time_limit: float) -> int:
             await launcher_task
         runs = await rt.store.list_runs(RunFilter(limit=100))
     out.print(runs_table(list(reversed(runs)), title="every run of the tour"))
+    for r in reversed(runs):
+        if r.job in ("greet", "slow-report") or (r.job == "flaky"):
+            tail = (r.log_tail or "").strip().splitlines()
+            shown = escape(tail[-1]) if tail else "(no output)"
+            out.print(f"  {escape(r.job)} attempt {r.attempt} printed: [italic]{shown}[/]")
     expected = {
         "hello": RunStatus.SUCCESS,
         "greet": RunStatus.SUCCESS,

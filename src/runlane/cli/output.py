@@ -69,9 +69,13 @@ def status_text(status: str) -> str:
 
 
 def short_time(value: datetime | None) -> str:
+    """Local time; the date only when it is not today."""
     if value is None:
         return "-"
-    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    local = value.astimezone()
+    if local.date() == datetime.now().astimezone().date():
+        return local.strftime("%H:%M:%S")
+    return local.strftime("%Y-%m-%d %H:%M")
 
 
 def duration_text(run: Run) -> str:
@@ -89,7 +93,7 @@ def duration_text(run: Run) -> str:
 def runs_table(runs: Sequence[Run], *, title: str | None = None) -> Table:
     table = Table(title=title, show_lines=False, header_style="bold")
     for col in ("id", "job", "status", "attempt", "trigger", "queued", "took", "end_reason"):
-        table.add_column(col, no_wrap=col in ("id", "status"))
+        table.add_column(col, no_wrap=True, overflow="ellipsis", min_width=4)
     for r in runs:
         table.add_row(
             escape(r.id[:8]),

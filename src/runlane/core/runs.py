@@ -197,6 +197,7 @@ class Outcome:
     error_code: str | None = None
     log_tail: str | None = None
     note: str | None = None
+    retryable: bool = True  # False for permanent refusals (command not found, corrupt state)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,10 +235,7 @@ def should_retry(outcome: Outcome, attempt: int, max_attempts: int) -> bool:
         return False
     if outcome.status not in (RunStatus.FAILURE, RunStatus.TIMEOUT):
         return False
-    return outcome.error_code not in PERMANENT_ERROR_CODES
-
-
-PERMANENT_ERROR_CODES = frozenset({"config_error", "forbidden", "invalid_spec", "name_collision", "corrupt_params", "unknown_job"})
+    return outcome.retryable
 
 
 def retry_backoff_seconds(attempt: int, base: float = 5.0, cap: float = 300.0) -> float:

@@ -67,9 +67,9 @@ class Settings:
         e = os.environ if env is None else env
         ttl = _env_duration(e, "RUNLANE_LEASE_TTL", 30.0)
         settings = cls(
-            database_url=e.get("RUNLANE_DATABASE_URL") or cls.database_url,
-            catalog_path=e.get("RUNLANE_CATALOG") or cls.catalog_path,
-            log_dir=e.get("RUNLANE_LOG_DIR") or cls.log_dir,
+            database_url=e.get("RUNLANE_DATABASE_URL") or "sqlite:///runlane.db",
+            catalog_path=e.get("RUNLANE_CATALOG") or "catalog.yaml",
+            log_dir=e.get("RUNLANE_LOG_DIR") or ".runlane/logs",
             concurrency=_env_int(e, "RUNLANE_CONCURRENCY", 16),
             lease_ttl=ttl,
             lease_renew_interval=_env_duration(e, "RUNLANE_LEASE_RENEW_INTERVAL", ttl / 3),

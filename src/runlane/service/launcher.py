@@ -60,7 +60,7 @@ log = structlog.get_logger("runlane.launcher")
 T = TypeVar("T")
 
 LauncherHook = Callable[[str, str], None]
-"""Called as hook(event, run_id) at `claimed`, `started`, `finished`, `lease_lost`. Tests wait on
+"""Called as hook(event, run_id) at `claimed`, `started`, `finished`, `lease_lost`, `expired`. Tests wait on
 these instead of sleeping; production passes nothing."""
 
 
@@ -116,7 +116,7 @@ def retry_command(run: Run, now: datetime) -> NewRun:
         trigger=Trigger.RETRY,
         dedupe_key=retry_dedupe_key(run.dedupe_key, attempt),
         executor=run.executor,
-        overlap="allow" if run.overlap == "allow" else "queue",  # type: ignore[arg-type]
+        overlap="allow" if run.overlap == "allow" else "queue",
         params=run.params or {},
         requested_by=run.requested_by,
         parent_run_id=run.parent_run_id,
@@ -221,6 +221,7 @@ class Launcher:
                     self._last_expire = now
                     for run in await self.store.expire_queued():
                         log.info("run.expired", run_id=run.id, job=run.job)
+                        self._emit("expired", run.id)
                 if now - self._last_cancel_poll >= settings.claim_interval:
                     self._last_cancel_poll = now
                     await self._poll_cancels()
@@ -234,16 +235,16 @@ class Launcher:
                         self._supervise(claimed)
                     free -= len(recovered)
                 if free > 0:
-                    claimed = await self.store.claim(
+                    batch = await self.store.claim(
                         self.owner,
                         limit=free,
                         lease_ttl=settings.lease_ttl,
                         executors=executors,
                         executor_caps=self.executor_caps,
                     )
-                    for c in claimed:
+                    for c in batch:
                         self._supervise(c)
-                    claimed_any = len(claimed) == free
+                    claimed_any = len(batch) == free
             except DatabaseUnavailable as exc:
                 log.warning("launcher.database_unavailable", error=str(exc))
                 await self._sleep_or_stop(min(5.0, settings.claim_interval * 2))
@@ -318,6 +319,7 @@ class Launcher:
                 EndReason.START_FAILED,
                 error_code="unknown_job",
                 note=f"job {run.job!r} is no longer in the catalog",
+                retryable=False,
             )
         if run.params is None:
             return Outcome(
@@ -325,6 +327,7 @@ class Launcher:
                 EndReason.START_FAILED,
                 error_code="corrupt_params",
                 note="the stored params are not valid JSON; kept for repair",
+                retryable=False,
             )
         spec = self._spec(run, job, claimed.db_now)
         if spec.deadline_seconds <= 0:
@@ -354,7 +357,11 @@ class Launcher:
                 return None
             except PermanentExecutorError as exc:
                 return Outcome(
-                    RunStatus.FAILURE, EndReason.START_FAILED, error_code=exc.code, note=str(exc)
+                    RunStatus.FAILURE,
+                    EndReason.START_FAILED,
+                    error_code=exc.code,
+                    note=str(exc),
+                    retryable=False,
                 )
         sup.execution = execution
         self._emit("started", run.id)
