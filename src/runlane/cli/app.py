@@ -632,3 +632,13 @@ def main() -> None:
     except NotFound as exc:
         err.print(f"[red]error:[/] {output.escape(exc.message)}")
         raise SystemExit(1) from None
+
+
+def _register_extensions() -> None:
+    """Command groups that live in their own modules."""
+    from runlane.cli import triggers
+
+    triggers.register(app)
+
+
+_register_extensions()
