@@ -248,7 +248,7 @@ def serve(catalog: CatalogOpt = None, database: DatabaseOpt = None) -> None:
 def demo(
     keep: Annotated[bool, typer.Option("--keep", help="Keep the demo's directory.")] = False,
 ) -> None:
-    """A short guided tour on a throwaway SQLite database (about 30 seconds)."""
+    """A guided tour on a throwaway SQLite database (a few seconds; nothing else needed)."""
     from runlane.cli.demo import run_demo
 
     raise typer.Exit(run_demo(keep=keep))
