@@ -54,6 +54,11 @@ jobs:
   careful:
     command: [{PY}, -c, "print('acted')"]
     acts: true
+  sleeper:
+    command: [{PY}, -c, "import os, time, pathlib; pathlib.Path(os.environ['RUNLANE_TEST_DIR'], os.environ['RUN_ID'] + '.' + os.environ['RUNLANE_ATTEMPT'] + '.pid').write_text(str(os.getpid())); time.sleep(60)"]
+    max_attempts: 2
+  gate:
+    command: [{PY}, -c, "import os, time, pathlib; gate = pathlib.Path(os.environ['RUNLANE_TEST_DIR'], 'gate')\\nwhile not gate.exists(): time.sleep(0.02)\\nprint('gate passed', flush=True)"]
 """
 
 PG_URL = os.environ.get("RUNLANE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")

@@ -618,6 +618,34 @@ def status_cmd(as_json: JsonOpt = False, database: DatabaseOpt = None) -> None:
     with_runtime(settings, body, catalog=False)
 
 
+@app.command("doctor")
+@friendly
+def doctor_cmd(as_json: JsonOpt = False, catalog: CatalogOpt = None, database: DatabaseOpt = None) -> None:
+    """Check the schema, catalog, launchers and runs that need repair (exit 1 on any error)."""
+    from runlane.service.doctor import diagnose
+
+    settings = settings_from(catalog, database)
+
+    async def body(rt: Runtime) -> int:
+        findings = await diagnose(settings, rt.store)
+        if as_json:
+            print_json([
+                {"level": f.level, "check": f.check, "message": f.message, "run_id": f.run_id}
+                for f in findings
+            ])
+        else:
+            style = {"ok": "green", "warning": "yellow", "error": "red"}
+            for f in findings:
+                out.print(f"[{style[f.level]}]{f.level:7}[/] {f.check:10} {output.escape(f.message)}")
+        return 1 if any(f.level == "error" for f in findings) else 0
+
+    async def go() -> int:
+        async with open_runtime(settings, catalog=False, check_schema=False) as rt:
+            return await body(rt)
+
+    raise typer.Exit(run_async(go()))
+
+
 def main() -> None:
     configure_logging()
     # `runlane runs show ID` → the show command (typer has no default subcommand with options).

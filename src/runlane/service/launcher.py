@@ -146,6 +146,7 @@ class Launcher:
     hook: LauncherHook | None = None
     executor_caps: Mapping[str, int] = field(default_factory=dict)
     retry_base_seconds: float = 5.0
+    repair_retry_seconds: float = 300.0
 
     def __post_init__(self) -> None:
         self.owner = self.settings.launcher_id
@@ -314,21 +315,15 @@ class Launcher:
         try:
             job = self.catalog.resolve(run.job)
         except UnknownJob:
-            return Outcome(
-                RunStatus.FAILURE,
-                EndReason.START_FAILED,
-                error_code="unknown_job",
-                note=f"job {run.job!r} is no longer in the catalog",
-                retryable=False,
+            await self._keep_for_repair(
+                sup, "unknown_job", f"job {run.job!r} is not in the catalog; kept for repair"
             )
+            return None
         if run.params is None:
-            return Outcome(
-                RunStatus.FAILURE,
-                EndReason.START_FAILED,
-                error_code="corrupt_params",
-                note="the stored params are not valid JSON; kept for repair",
-                retryable=False,
+            await self._keep_for_repair(
+                sup, "corrupt_params", "the stored params are not valid JSON; kept for repair"
             )
+            return None
         spec = self._spec(run, job, claimed.db_now)
         if spec.deadline_seconds <= 0:
             return Outcome(RunStatus.TIMEOUT, EndReason.DEADLINE, error_code="deadline",
@@ -382,6 +377,18 @@ class Launcher:
                 note="the launcher shut down before the run finished",
             )
         return outcome
+
+    async def _keep_for_repair(self, sup: Supervised, error_code: str, note: str) -> None:
+        """Corrupt stored state never crashes or blocks the launcher, and is never dropped: the
+        run goes back to the queue with a diagnostic code and is looked at again later (its queue
+        TTL still applies). `runlane doctor` lists such runs."""
+        run = sup.claimed.run
+        log.error("run.corrupt", run_id=run.id, job=run.job, error_code=error_code)
+        await self._write(
+            lambda: self.store.release(
+                sup.lease, retry_after=self.repair_retry_seconds, error_code=error_code, note=note
+            )
+        )
 
     def _spec(self, run: Run, job: ResolvedJob, db_now: datetime) -> ExecutionSpec:
         remaining = job.deadline_seconds

@@ -1,0 +1,95 @@
+"""`runlane doctor`: checks a person runs when something looks wrong, each with a plain verdict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Literal
+
+from runlane.catalog import Catalog, load_catalog
+from runlane.core.runs import RunStatus
+from runlane.errors import CatalogError, StoreError
+from runlane.ports import RunFilter, Store
+from runlane.service.config import Settings
+
+Level = Literal["ok", "warning", "error"]
+
+REPAIR_CODES = frozenset({"unknown_job", "corrupt_params"})
+ORPHAN_GRACE = timedelta(minutes=10)
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    level: Level
+    check: str
+    message: str
+    run_id: str | None = None
+
+
+async def diagnose(settings: Settings, store: Store) -> list[Finding]:
+    """Every check, in a stable order. Reads only; changes nothing."""
+    findings: list[Finding] = []
+    try:
+        await store.ensure_current()
+        findings.append(Finding("ok", "schema", f"schema version {await store.schema_version()}"))
+    except StoreError as exc:
+        findings.append(Finding("error", "schema", exc.message))
+        return findings
+
+    catalog: Catalog | None = None
+    try:
+        catalog = load_catalog(settings.catalog_path)
+        findings.append(Finding("ok", "catalog", f"{settings.catalog_path}: {len(catalog.jobs)} jobs"))
+    except CatalogError as exc:
+        findings.append(Finding("error", "catalog", exc.message))
+        findings.extend(Finding("error", "catalog", p) for p in exc.problems)
+
+    now = await store.now()
+    launchers = await store.launchers()
+    stale_after = timedelta(seconds=3 * settings.heartbeat_interval)
+    fresh = [h for h in launchers if h.beat_at is not None and now - h.beat_at <= stale_after]
+    for h in launchers:
+        if h not in fresh:
+            findings.append(
+                Finding("warning", "launchers", f"launcher {h.launcher_id} has not beaten since {h.beat_at}")
+            )
+    if fresh:
+        findings.append(Finding("ok", "launchers", f"{len(fresh)} launcher(s) alive"))
+    else:
+        findings.append(Finding("warning", "launchers", "no launcher is alive: nothing claims runs"))
+
+    active = [
+        run
+        for status in (RunStatus.QUEUED, RunStatus.RUNNING)
+        for run in await store.list_runs(RunFilter(status=status, limit=100_000))
+    ]
+    repair = 0
+    for run in active:
+        reason = None
+        if run.params is None:
+            reason = f"stored params are not valid JSON: {run.params_raw[:80]!r}"
+        elif catalog is not None and run.job not in catalog.jobs and run.executor != "scope":
+            reason = f"job {run.job!r} is not in the catalog"
+        elif run.error_code in REPAIR_CODES:
+            reason = run.note or run.error_code
+        if reason is not None:
+            repair += 1
+            findings.append(
+                Finding("error", "repair", f"run {run.id} ({run.job}, {run.status.value}): {reason}", run.id)
+            )
+        if (
+            run.status is RunStatus.RUNNING
+            and run.deadline_at is not None
+            and now > run.deadline_at + ORPHAN_GRACE
+        ):
+            findings.append(
+                Finding(
+                    "warning",
+                    "orphans",
+                    f"run {run.id} ({run.job}) is running {now - run.deadline_at} past its deadline",
+                    run.id,
+                )
+            )
+    if repair == 0:
+        findings.append(Finding("ok", "repair", f"{len(active)} active runs, none needs repair"))
+    return findings

@@ -1,0 +1,239 @@
+"""Recovery rules: a dead launcher's runs are taken over, a stalled launcher's writes are refused,
+a database outage loses nothing, corrupt state is kept for repair."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from runlane.catalog import Catalog
+from runlane.core.runs import RunStatus, Trigger
+from runlane.ports import RunFilter, Store
+from runlane.service.accept import RunRequest, accept_run
+from runlane.service.config import Settings
+from runlane.service.doctor import diagnose
+from runlane.service.launcher import Launcher
+from runlane.service.runtime import build_executors
+from runlane.service.stores import store_from_url
+
+from ..support.tcp_proxy import TcpProxy
+from .conftest import Events, Running
+
+
+@pytest.fixture(autouse=True)
+def test_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where jobs write pid files and look for their gate (inherited through the environment)."""
+    monkeypatch.setenv("RUNLANE_TEST_DIR", str(tmp_path))
+    return tmp_path
+
+
+async def accept(store: Store, catalog: Catalog, job: str) -> str:
+    result = await accept_run(store, catalog, RunRequest(job=job, trigger=Trigger.CLI))
+    return result.run.id
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie is dead for our purpose
+    with contextlib.suppress(FileNotFoundError):
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+    return True
+
+
+async def wait_for(predicate: Callable[[], bool], within: float = 20.0) -> None:
+    """Poll a condition the system under test will make true (bounded)."""
+    deadline = time.monotonic() + within
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)
+
+
+async def test_runs_of_a_dead_launcher_end_launcher_lost_and_are_retried(
+    store: Store, catalog: Catalog, start_launcher: Callable[..., Running]
+) -> None:
+    run_id = await accept(store, catalog, "sleeper")
+    # A launcher claims it and dies before it can renew: its lease is left to expire.
+    [claimed] = await store.claim(
+        "dead-launcher", limit=1, lease_ttl=0.3, executors=["inline"], executor_caps={}
+    )
+    assert claimed.run.id == run_id
+    launcher = start_launcher()
+    await launcher.events.wait("finished", run_id)
+    run = await store.get_run(run_id)
+    assert (run.status, run.end_reason) == (RunStatus.FAILURE, "launcher_lost")
+    assert run.lease_owner == launcher.launcher.owner
+    assert run.lease_generation == claimed.lease.generation + 1
+    [retry] = [r for r in await store.list_runs(RunFilter(job="sleeper")) if r.retry_of == run_id]
+    assert retry.attempt == 2
+    await launcher.events.wait("started", retry.id)
+
+
+async def test_corrupt_state_is_kept_for_repair_and_listed_by_doctor(
+    store: Store, catalog: Catalog, settings: Settings, start_launcher: Callable[..., Running]
+) -> None:
+    gone = await accept(store, catalog, "hello")
+    bad = await accept(store, catalog, "hello")
+    # The job disappears from the catalog; another run's params are corrupted behind our back.
+    catalog2 = catalog.model_copy(update={"jobs": {k: v for k, v in catalog.jobs.items() if k != "careful"}})
+    if settings.database_url.startswith("sqlite"):
+        import sqlite3
+
+        path = settings.database_url.removeprefix("sqlite:///")
+        with sqlite3.connect(path) as conn:
+            conn.execute("UPDATE run_log SET job = 'careful' WHERE id = ?", (gone,))
+            conn.execute("UPDATE run_log SET params = '{not json' WHERE id = ?", (bad,))
+    else:
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            conn.execute("UPDATE run_log SET job = 'careful' WHERE id = %s", (gone,))
+            # jsonb cannot hold invalid JSON; a valid non-object is the corruption PostgreSQL allows
+            conn.execute("UPDATE run_log SET params = '\"oops\"'::jsonb WHERE id = %s", (bad,))
+    events = Events()
+    launcher = Launcher(store=store, catalog=catalog2, executors=build_executors(settings),
+                        settings=settings, hook=events)
+    task = asyncio.create_task(launcher.run())
+    ok = await accept(store, catalog2, "hello")
+    await events.wait("finished", gone)
+    await events.wait("finished", bad)
+    await events.wait("finished", ok)  # the launcher is not blocked by them
+    launcher.stop()
+    await task
+    kept = await store.get_run(gone)
+    assert (kept.status, kept.error_code) == (RunStatus.QUEUED, "unknown_job")
+    assert kept.not_before is not None
+    corrupt = await store.get_run(bad)
+    assert (corrupt.status, corrupt.error_code) == (RunStatus.QUEUED, "corrupt_params")
+    assert (await store.get_run(ok)).status is RunStatus.SUCCESS
+    findings = await diagnose(replace(settings), store)
+    flagged = {f.run_id for f in findings if f.check == "repair" and f.level == "error"}
+    assert {gone, bad} <= flagged
+
+
+# ------------------------------------------------------------------------ PostgreSQL only
+
+
+@pytest.fixture
+def pg_url(database_url: str) -> str:
+    if not database_url.startswith("postgresql"):
+        pytest.skip("a PostgreSQL scenario")
+    return database_url
+
+
+@pytest.fixture
+def serve_env(settings: Settings, test_dir: Path) -> dict[str, str]:
+    return dict(
+        os.environ,
+        RUNLANE_DATABASE_URL=settings.database_url,
+        RUNLANE_CATALOG=settings.catalog_path,
+        RUNLANE_LOG_DIR=settings.log_dir,
+        RUNLANE_LEASE_TTL="1500ms",
+        RUNLANE_LEASE_RENEW_INTERVAL="300ms",
+        RUNLANE_CLAIM_INTERVAL="100ms",
+        RUNLANE_LOG_LEVEL="warning",
+        RUNLANE_TEST_DIR=str(test_dir),
+    )
+
+
+@pytest.fixture
+def serve_proc(serve_env: dict[str, str], test_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
+    with (test_dir / "serve.log").open("wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "runlane", "serve"], env=serve_env,
+                                stdout=log, stderr=subprocess.STDOUT)
+        yield proc
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+            proc.wait()
+
+
+async def test_a_stalled_launcher_is_fenced_out_and_kills_its_process(
+    pg_url: str,
+    store: Store,
+    catalog: Catalog,
+    settings: Settings,
+    test_dir: Path,
+    serve_proc: subprocess.Popen[bytes],
+) -> None:
+    run_id = await accept(store, catalog, "sleeper")
+    pidfile = test_dir / f"{run_id}.1.pid"
+    await wait_for(lambda: pidfile.exists() and pidfile.read_text() != "")
+    child = int(pidfile.read_text())
+    before = await store.get_run(run_id)
+    assert before.status is RunStatus.RUNNING
+    stale_owner = before.lease_owner
+
+    serve_proc.send_signal(signal.SIGSTOP)  # the launcher stalls past its lease
+    events = Events()
+    other = Launcher(store=store, catalog=catalog, executors=build_executors(settings),
+                     settings=replace(settings, lease_ttl=1.5, lease_renew_interval=0.3),
+                     hook=events, retry_base_seconds=30.0)
+    task = asyncio.create_task(other.run())
+    try:
+        await events.wait("finished", run_id)
+        taken = await store.get_run(run_id)
+        assert (taken.status, taken.end_reason) == (RunStatus.FAILURE, "launcher_lost")
+        assert taken.lease_owner == other.owner != stale_owner
+        assert taken.lease_generation == before.lease_generation + 1
+
+        serve_proc.send_signal(signal.SIGCONT)  # it wakes up believing it still holds the run
+        await wait_for(lambda: not pid_alive(child))  # its renewal fails: it kills its process
+        after = await store.get_run(run_id)
+        assert (after.status, after.end_reason, after.lease_owner) == (
+            taken.status, taken.end_reason, taken.lease_owner,
+        )
+        assert after.finished_at == taken.finished_at  # no write from the stale lease landed
+    finally:
+        other.stop()
+        await task
+    serve_proc.send_signal(signal.SIGTERM)
+    assert serve_proc.wait(timeout=30) == 0
+
+
+async def test_database_outage_loses_no_outcome(
+    pg_url: str, catalog: Catalog, settings: Settings, test_dir: Path
+) -> None:
+    host_port = pg_url.split("@", 1)[1].split("/", 1)[0]
+    host, port = host_port.split(":")
+    proxy = TcpProxy(host, int(port))
+    await proxy.start()
+    proxied = pg_url.replace(host_port, f"127.0.0.1:{proxy.port}")
+    store = store_from_url(proxied)
+    await store.open()
+    await store.upgrade()
+    events = Events()
+    launcher = Launcher(store=store, catalog=catalog, executors=build_executors(settings),
+                        settings=replace(settings, database_url=proxied), hook=events)
+    task = asyncio.create_task(launcher.run())
+    try:
+        run_id = await accept(store, catalog, "gate")
+        await events.wait("started", run_id)
+        log_file = Path(settings.log_dir) / f"{run_id}.1.log"
+        await proxy.cut()  # the database goes away while the run is in flight
+        (test_dir / "gate").write_text("open")
+        await wait_for(lambda: log_file.exists() and "gate passed" in log_file.read_text())
+        assert not events.seen[("finished", run_id)].is_set()  # the outcome could not be written
+        await proxy.restore()
+        await events.wait("finished", run_id)
+        run = await store.get_run(run_id)
+        assert (run.status, run.exit_code) == (RunStatus.SUCCESS, 0)
+        assert "gate passed" in (run.log_tail or "")
+    finally:
+        launcher.stop()
+        await task
+        await store.close()
+        await proxy.close()
