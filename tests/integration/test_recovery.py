@@ -26,8 +26,8 @@ from runlane.service.doctor import diagnose
 from runlane.service.launcher import Launcher
 from runlane.service.runtime import build_executors
 from runlane.service.stores import store_from_url
+from tests.support.tcp_proxy import TcpProxy
 
-from ..support.tcp_proxy import TcpProxy
 from .conftest import Events, Running
 
 
