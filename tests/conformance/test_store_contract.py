@@ -394,7 +394,11 @@ async def test_an_expired_lease_cannot_write_and_the_retry_is_not_kept(
     assert (await store.get_run(claimed.run.id)).status == RunStatus.RUNNING
     with pytest.raises(NotFound):
         await store.get_run(retry.id)
-    assert await store.renew([claimed.lease], 30) == set()
+    # Nobody took the run over, so its owner may revive the lease and then record the outcome.
+    assert await store.renew([claimed.lease], 30) == {claimed.run.id}
+    done = await store.finish(claimed.lease, FAILURE, retry=retry)
+    assert done.status == RunStatus.FAILURE
+    assert (await store.get_run(retry.id)).attempt == 2
 
 
 async def test_claim_abandoned_takes_over_and_fences_the_old_owner(harness: StoreHarness) -> None:
@@ -442,8 +446,10 @@ async def test_renew_reports_held_and_lost_leases(harness: StoreHarness) -> None
     clock.advance(31)
     [taken] = await store.claim_abandoned("L2", limit=1, lease_ttl=30, executors=["inline"])
     survivor = a if taken.run.id == b.run.id else b
-    # The survivor's lease also expired; a strict renew does not resurrect it.
-    assert await store.renew([a.lease, b.lease, taken.lease], 30) == {taken.run.id}
+    # The survivor's lease also expired, but nobody took it over: its owner may revive it
+    # (same token and generation). The lease that was taken over stays lost.
+    assert await store.renew([a.lease, b.lease, taken.lease], 30) == {taken.run.id, survivor.run.id}
+    assert (await store.get_run(survivor.run.id)).lease_expires_at == clock.at + timedelta(seconds=30)
     assert await store.renew([], 30) == set()
     assert survivor.run.id != taken.run.id
 
@@ -458,6 +464,7 @@ async def test_release_requeues_after_retry_after(harness: StoreHarness) -> None
     assert run.lease_owner is None
     assert run.lease_expires_at is None
     assert run.lease_generation == 1
+    assert run.started_at is None and run.deadline_at is None  # the deadline starts afresh
     assert run.error_code == "api_unavailable"
     assert run.note == "503"
     assert run.not_before == T0 + timedelta(seconds=20)
@@ -465,7 +472,8 @@ async def test_release_requeues_after_retry_after(harness: StoreHarness) -> None
     clock.advance(20)
     [again] = await claim_all(store)
     assert again.lease.generation == 2
-    assert again.run.deadline_at == claimed.run.deadline_at  # the deadline runs from first start
+    # A temporary executor error is not time spent running: the deadline starts at the new claim.
+    assert again.run.deadline_at == clock.at + (claimed.run.deadline_at - T0)
     with pytest.raises(LeaseLost):
         await store.release(claimed.lease, retry_after=1, error_code="x")
 

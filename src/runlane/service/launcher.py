@@ -420,9 +420,20 @@ class Launcher:
                 + timedelta(seconds=retry_backoff_seconds(run.attempt, base=self.retry_base_seconds)),
             )
         external_id = sup.execution.external_id if sup.execution is not None else None
-        final = await self._write(
-            lambda: self.store.finish(sup.lease, outcome, retry=retry, external_id=external_id)
-        )
+        try:
+            final = await self._write(
+                lambda: self.store.finish(sup.lease, outcome, retry=retry, external_id=external_id)
+            )
+        except LeaseLost:
+            # The lease may only have expired (a database outage longer than the TTL) with nobody
+            # taking the run over: revive it with the same token and generation, then write.
+            if run.id not in await self._write(
+                lambda: self.store.renew([sup.lease], self.settings.lease_ttl)
+            ):
+                raise
+            final = await self._write(
+                lambda: self.store.finish(sup.lease, outcome, retry=retry, external_id=external_id)
+            )
         log.info(
             "run.finished",
             run_id=run.id,

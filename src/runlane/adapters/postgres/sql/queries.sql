@@ -149,11 +149,13 @@ WHERE r.id = c.id AND r.status = 'running' AND r.lease_token IS NOT NULL
 RETURNING r.*, n.now AS db_now
 
 -- name: renew
+-- No expiry test: a lease that expired while nobody took it over (same token and generation)
+-- is safely revived, so an outcome survives a database outage longer than the TTL.
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now)
 UPDATE run_log r SET lease_expires_at = n.now + make_interval(secs => %(ttl)s::float8)
 FROM n, unnest(%(ids)s::uuid[], %(tokens)s::uuid[], %(gens)s::bigint[]) AS l(id, token, gen)
 WHERE r.id = l.id AND r.status = 'running' AND r.lease_token = l.token
-  AND r.lease_generation = l.gen AND r.lease_expires_at > n.now
+  AND r.lease_generation = l.gen
 RETURNING r.id
 
 -- name: set_external_id
@@ -194,6 +196,8 @@ upd AS (
         lease_token = NULL,
         lease_expires_at = NULL,
         not_before = n.now + make_interval(secs => %(retry_after)s::float8),
+        started_at = NULL,
+        deadline_at = NULL,
         error_code = %(error_code)s,
         note = %(note)s
     FROM n

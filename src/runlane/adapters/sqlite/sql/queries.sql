@@ -99,9 +99,10 @@ WHERE id = :id AND status = 'running' AND lease_token IS NOT NULL AND lease_expi
 RETURNING *
 
 -- name: renew_one
+-- No expiry test: a lease that expired while nobody took it over (same token and generation)
+-- is safely revived, so an outcome survives a database outage longer than the TTL.
 UPDATE run_log SET lease_expires_at = :expires_at
 WHERE id = :id AND status = 'running' AND lease_token = :token AND lease_generation = :gen
-  AND lease_expires_at > :now
 RETURNING id
 
 -- name: set_external_id
@@ -131,6 +132,8 @@ UPDATE run_log SET
     lease_token = NULL,
     lease_expires_at = NULL,
     not_before = :not_before,
+    started_at = NULL,
+    deadline_at = NULL,
     error_code = :error_code,
     note = :note
 WHERE id = :id AND status = 'running' AND lease_token = :token AND lease_generation = :gen
