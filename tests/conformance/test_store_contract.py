@@ -464,7 +464,8 @@ async def test_release_requeues_after_retry_after(harness: StoreHarness) -> None
     assert run.lease_owner is None
     assert run.lease_expires_at is None
     assert run.lease_generation == 1
-    assert run.started_at is None and run.deadline_at is None  # the deadline starts afresh
+    assert run.started_at is None
+    assert run.deadline_at is None
     assert run.error_code == "api_unavailable"
     assert run.note == "503"
     assert run.not_before == T0 + timedelta(seconds=20)
