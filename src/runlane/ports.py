@@ -189,6 +189,11 @@ class Store(Protocol):
         """Queued runs past `queue_expires_at` → `skipped` (`expired`)."""
         ...
 
+    async def sweep_orphans(self, *, grace: float, limit: int = 500) -> list[Run]:
+        """Running runs past `deadline_at` + `grace` seconds with nobody supervising them (no
+        lease, or an expired one) → `timeout` (`orphaned`). A supervised run is never touched."""
+        ...
+
     async def request_cancel(self, run_id: str, *, by: str | None = None) -> Run:
         """Queued → `cancelled` at once; running → `cancel_requested_at` set for its launcher;
         final → `InvalidTransition`. Unknown id → `NotFound`."""

@@ -708,3 +708,23 @@ async def test_wakeup_crosses_store_instances_on_postgresql(harness: StoreHarnes
     [claimed] = await claim_all(writer)
     await writer.release(claimed.lease, retry_after=0, error_code="x")
     assert await listener.wait_for_wakeup(10.0)
+
+
+async def test_sweep_orphans_ends_only_unsupervised_runs_past_deadline_and_grace(
+    harness: StoreHarness,
+) -> None:
+    store, clock = await pinned(harness)
+    supervised = await _one_claimed(store, deadline_seconds=60)
+    abandoned = await _one_claimed(store, deadline_seconds=60)
+    child = (await store.accept(new_run(status=RunStatus.RUNNING, deadline_seconds=60))).run
+    assert child.deadline_at == T0 + timedelta(seconds=60)
+    assert await store.sweep_orphans(grace=600) == []
+    clock.advance(60 + 600 + 1)
+    # One launcher keeps renewing its lease: that run is supervised and never touched.
+    assert await store.renew([supervised.lease], 30) == {supervised.run.id}
+    swept = await store.sweep_orphans(grace=600)
+    assert {r.id for r in swept} == {abandoned.run.id, child.id}
+    for run in swept:
+        assert (run.status, run.end_reason) == (RunStatus.TIMEOUT, "orphaned")
+    assert (await store.get_run(supervised.run.id)).status == RunStatus.RUNNING
+    assert await store.sweep_orphans(grace=600) == []

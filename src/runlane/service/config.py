@@ -56,6 +56,7 @@ class Settings:
     lease_renew_interval: float = 10.0
     claim_interval: float = 1.0
     orphan_check_interval: float = 60.0
+    orphan_grace: float = 600.0  # running this long past the deadline, unsupervised → orphaned
     heartbeat_interval: float = 15.0
     shutdown_grace: float = 10.0
     expire_interval: float = 1.0
@@ -75,6 +76,7 @@ class Settings:
             lease_renew_interval=_env_duration(e, "RUNLANE_LEASE_RENEW_INTERVAL", ttl / 3),
             claim_interval=_env_duration(e, "RUNLANE_CLAIM_INTERVAL", 1.0),
             orphan_check_interval=_env_duration(e, "RUNLANE_ORPHAN_CHECK_INTERVAL", 60.0),
+            orphan_grace=_env_duration(e, "RUNLANE_ORPHAN_GRACE", 600.0),
             heartbeat_interval=_env_duration(e, "RUNLANE_HEARTBEAT_INTERVAL", 15.0),
             shutdown_grace=_env_duration(e, "RUNLANE_SHUTDOWN_GRACE", 10.0),
             pod_fallback=e.get("RUNLANE_POD_FALLBACK") or "inline",
@@ -112,6 +114,7 @@ ENV_NAMES: dict[str, str] = {
     "lease_renew_interval": "RUNLANE_LEASE_RENEW_INTERVAL",
     "claim_interval": "RUNLANE_CLAIM_INTERVAL",
     "orphan_check_interval": "RUNLANE_ORPHAN_CHECK_INTERVAL",
+    "orphan_grace": "RUNLANE_ORPHAN_GRACE",
     "heartbeat_interval": "RUNLANE_HEARTBEAT_INTERVAL",
     "shutdown_grace": "RUNLANE_SHUTDOWN_GRACE",
     "pod_fallback": "RUNLANE_POD_FALLBACK",

@@ -60,7 +60,8 @@ log = structlog.get_logger("runlane.launcher")
 T = TypeVar("T")
 
 LauncherHook = Callable[[str, str], None]
-"""Called as hook(event, run_id) at `claimed`, `started`, `finished`, `lease_lost`, `expired`. Tests wait on
+"""Called as hook(event, run_id) at `claimed`, `started`, `finished`, `lease_lost`, `expired`,
+`orphaned`. Tests wait on
 these instead of sleeping; production passes nothing."""
 
 
@@ -158,6 +159,7 @@ class Launcher:
         self._last_expire = 0.0
         self._last_recover = 0.0
         self._last_cancel_poll = 0.0
+        self._last_orphan_check = 0.0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -223,6 +225,11 @@ class Launcher:
                     for run in await self.store.expire_queued():
                         log.info("run.expired", run_id=run.id, job=run.job)
                         self._emit("expired", run.id)
+                if now - self._last_orphan_check >= settings.orphan_check_interval:
+                    self._last_orphan_check = now
+                    for run in await self.store.sweep_orphans(grace=settings.orphan_grace):
+                        log.warning("run.orphaned", run_id=run.id, job=run.job)
+                        self._emit("orphaned", run.id)
                 if now - self._last_cancel_poll >= settings.claim_interval:
                     self._last_cancel_poll = now
                     await self._poll_cancels()

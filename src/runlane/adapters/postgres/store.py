@@ -531,6 +531,12 @@ class PostgresStore:
         rows = await self._fetchall(Q["expire_queued"], {"now": self._now(), "limit": limit})
         return sorted((_READ.run(r) for r in rows), key=lambda r: (r.queued_at, r.id))
 
+    async def sweep_orphans(self, *, grace: float, limit: int = 500) -> list[Run]:
+        rows = await self._fetchall(
+            Q["sweep_orphans"], {"now": self._now(), "grace": grace, "limit": limit}
+        )
+        return [_READ.run(r) for r in rows]
+
     async def request_cancel(self, run_id: str, *, by: str | None = None) -> Run:
         if not _is_uuid(run_id):
             raise NotFound(f"no run {run_id}")

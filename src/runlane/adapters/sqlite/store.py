@@ -259,6 +259,7 @@ class SqliteStore:
             "overlap": new.overlap,
             "not_before": _opt_time(new.not_before),
             "queue_expires_at": expires,
+            "deadline_at": format_time(now + timedelta(seconds=new.deadline_seconds)),
             "end_reason": end_reason,
             "note": new.note,
             "traceparent": new.traceparent,
@@ -556,6 +557,19 @@ class SqliteStore:
 
         runs = await self._call(lambda conn: _write(conn, work))
         return sorted(runs, key=lambda r: (r.queued_at, r.id))
+
+    async def sweep_orphans(self, *, grace: float, limit: int = 500) -> list[Run]:
+        now = self._now()
+        params = {
+            "now": format_time(now),
+            "cutoff": format_time(now - timedelta(seconds=grace)),
+            "limit": limit,
+        }
+
+        def work(conn: sqlite3.Connection) -> list[Run]:
+            return [_READ.run(r) for r in _all(conn.execute(Q["sweep_orphans"], params))]
+
+        return await self._call(lambda conn: _write(conn, work))
 
     async def request_cancel(self, run_id: str, *, by: str | None = None) -> Run:
         params = {

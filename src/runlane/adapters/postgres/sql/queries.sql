@@ -48,7 +48,7 @@ ins AS (
         id, job, status, trigger, requested_by, params, dedupe_key, parent_run_id,
         chain_root_id, event_id, downstream, scheduled_for, attempt, retry_of, max_attempts,
         deadline_seconds, kill_grace_seconds, executor, overlap, not_before, queue_expires_at,
-        queued_at, started_at, finished_at, end_reason, note, traceparent
+        queued_at, started_at, deadline_at, finished_at, end_reason, note, traceparent
     )
     SELECT
         %(id)s::uuid, %(job)s, %(status)s::text, %(trigger)s, %(requested_by)s,
@@ -59,6 +59,8 @@ ins AS (
         n.now + make_interval(secs => %(queue_ttl_seconds)s::float8),
         n.now,
         CASE WHEN %(status)s::text = 'running' THEN n.now END,
+        CASE WHEN %(status)s::text = 'running'
+             THEN n.now + make_interval(secs => %(deadline_seconds)s::float8) END,
         CASE WHEN %(status)s::text NOT IN ('queued', 'running') THEN n.now END,
         %(end_reason)s, %(note)s, %(traceparent)s
     FROM n
@@ -236,6 +238,26 @@ c AS (
 UPDATE run_log r SET status = 'skipped', end_reason = 'expired', finished_at = n.now
 FROM c, n
 WHERE r.id = c.id AND r.status = 'queued' AND r.queue_expires_at <= n.now
+RETURNING r.*
+
+-- name: sweep_orphans
+-- Running past deadline + grace with nobody supervising: no lease (an SDK child whose process
+-- died) or an expired one that no launcher able to run it has taken over.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now),
+c AS (
+    SELECT r.id FROM run_log r, n
+    WHERE r.status = 'running' AND r.deadline_at IS NOT NULL
+      AND r.deadline_at < n.now - make_interval(secs => %(grace)s::float8)
+      AND (r.lease_token IS NULL OR r.lease_expires_at < n.now)
+    ORDER BY r.deadline_at, r.id
+    LIMIT %(limit)s
+    FOR UPDATE OF r SKIP LOCKED
+)
+UPDATE run_log r SET status = 'timeout', end_reason = 'orphaned', error_code = 'orphaned',
+    finished_at = n.now, note = 'nobody supervised this run past its deadline'
+FROM c, n
+WHERE r.id = c.id AND r.status = 'running'
+  AND (r.lease_token IS NULL OR r.lease_expires_at < n.now)
 RETURNING r.*
 
 -- name: cancel_queued

@@ -32,13 +32,14 @@ INSERT INTO run_log (
     id, job, status, trigger, requested_by, params, dedupe_key, parent_run_id,
     chain_root_id, event_id, downstream, scheduled_for, attempt, retry_of, max_attempts,
     deadline_seconds, kill_grace_seconds, executor, overlap, not_before, queue_expires_at,
-    queued_at, started_at, finished_at, end_reason, note, traceparent
+    queued_at, started_at, deadline_at, finished_at, end_reason, note, traceparent
 ) VALUES (
     :id, :job, :status, :trigger, :requested_by, :params, :dedupe_key, :parent_run_id,
     :chain_root_id, :event_id, :downstream, :scheduled_for, :attempt, :retry_of, :max_attempts,
     :deadline_seconds, :kill_grace_seconds, :executor, :overlap, :not_before, :queue_expires_at,
     :now,
     CASE WHEN :status = 'running' THEN :now END,
+    CASE WHEN :status = 'running' THEN :deadline_at END,
     CASE WHEN :status NOT IN ('queued', 'running') THEN :now END,
     :end_reason, :note, :traceparent
 )
@@ -159,6 +160,21 @@ WHERE id IN (
     SELECT id FROM run_log
     WHERE status = 'queued' AND queue_expires_at <= :now
     ORDER BY queue_expires_at, id
+    LIMIT :limit
+)
+RETURNING *
+
+-- name: sweep_orphans
+-- Running past deadline + grace with nobody supervising: no lease (an SDK child whose process
+-- died) or an expired one that no launcher able to run it has taken over.
+UPDATE run_log SET status = 'timeout', end_reason = 'orphaned', error_code = 'orphaned',
+    finished_at = :now,
+    note = 'nobody supervised this run past its deadline'
+WHERE id IN (
+    SELECT id FROM run_log
+    WHERE status = 'running' AND deadline_at IS NOT NULL AND deadline_at < :cutoff
+      AND (lease_token IS NULL OR lease_expires_at < :now)
+    ORDER BY deadline_at, id
     LIMIT :limit
 )
 RETURNING *
