@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,7 +19,7 @@ import pytest
 
 from runlane.catalog import Catalog
 from runlane.core.runs import RunStatus, Trigger
-from runlane.ports import RunFilter, Store
+from runlane.ports import Execution, ExecutionEvent, ExecutionSpec, Executor, RunFilter, Store
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.config import Settings
 from runlane.service.doctor import diagnose
@@ -237,3 +237,49 @@ async def test_database_outage_loses_no_outcome(
         await task
         await store.close()
         await proxy.close()
+
+
+class SlowStart:
+    """An executor whose provider call is slower than the run's whole deadline."""
+
+    def __init__(self, inner: Executor, delay: float) -> None:
+        self.inner = inner
+        self.delay = delay
+        self.name = inner.name
+
+    async def start(self, spec: ExecutionSpec) -> Execution:
+        await asyncio.sleep(self.delay)  # the slow lookup under test
+        return await self.inner.start(spec)
+
+    async def reattach(self, spec: ExecutionSpec) -> Execution | None:
+        return await self.inner.reattach(spec)
+
+    def events(self, execution: Execution) -> AsyncIterator[ExecutionEvent]:
+        return self.inner.events(execution)
+
+    async def cancel(self, execution: Execution, *, grace: float) -> None:
+        await self.inner.cancel(execution, grace=grace)
+
+    async def logs(self, execution: Execution, *, tail_bytes: int = 65536) -> str:
+        return await self.inner.logs(execution, tail_bytes=tail_bytes)
+
+
+async def test_a_slow_start_never_leaves_an_expired_run_going(
+    store: Store, catalog: Catalog, settings: Settings
+) -> None:
+    events = Events()
+    inline = build_executors(settings)["inline"]
+    launcher = Launcher(store=store, catalog=catalog,
+                        executors={"inline": SlowStart(inline, delay=1.3)},
+                        settings=settings, hook=events)
+    task = asyncio.create_task(launcher.run())
+    try:
+        run_id = await accept(store, catalog, "slow")  # deadline 1s
+        await events.wait("finished", run_id)
+    finally:
+        launcher.stop()
+        await task
+    run = await store.get_run(run_id)
+    assert (run.status, run.end_reason) == (RunStatus.TIMEOUT, "deadline")
+    assert "while the executor was starting" in (run.note or "")
+    assert ("started", run_id) not in events.log

@@ -59,6 +59,11 @@ log = structlog.get_logger("runlane.launcher")
 
 T = TypeVar("T")
 
+def loop_time() -> float:
+    """Monotonic time of the running event loop."""
+    return asyncio.get_running_loop().time()
+
+
 LauncherHook = Callable[[str, str], None]
 """Called as hook(event, run_id) at `claimed`, `started`, `finished`, `lease_lost`, `expired`,
 `orphaned`. Tests wait on
@@ -77,6 +82,7 @@ class Supervised:
     shutdown: bool = False
     cancel_sent: bool = False
     task: asyncio.Task[None] | None = None
+    claimed_at: float = field(default_factory=lambda: loop_time())
 
 
 def build_env(run: Run, database_url: str, job: ResolvedJob) -> dict[str, str]:
@@ -366,6 +372,18 @@ class Launcher:
                     retryable=False,
                 )
         sup.execution = execution
+        started_late = loop_time() - sup.claimed_at > spec.deadline_seconds
+        if started_late and not claimed.recovered:
+            # A slow provider call must never leave an expired run going: end it now.
+            await self._cancel_execution(sup, grace=run.kill_grace_seconds)
+            async for _ in sup.executor.events(execution):
+                pass
+            return Outcome(
+                RunStatus.TIMEOUT,
+                EndReason.DEADLINE,
+                error_code="deadline",
+                note="the deadline passed while the executor was starting the run",
+            )
         self._emit("started", run.id)
         log.debug("run.started", run_id=run.id, job=run.job, external_id=execution.external_id)
         outcome: Outcome | None = None
