@@ -121,9 +121,13 @@ def parse_until(text: str, now: datetime) -> datetime:
 
 @contextlib.asynccontextmanager
 async def open_runtime(
-    settings: Settings, *, catalog: bool = True, check_schema: bool = True
+    settings: Settings,
+    *,
+    catalog: bool = True,
+    check_schema: bool = True,
+    application_name: str = "runlane",
 ) -> AsyncIterator[Runtime]:
-    store = store_from_url(settings.database_url)
+    store = store_from_url(settings.database_url, application_name=application_name)
     cat = load_catalog(settings.catalog_path) if catalog else None
     await store.open()
     try:
@@ -149,7 +153,9 @@ async def serve(
     install_signals: bool = True,
 ) -> None:
     """`runlane serve`: run the launcher until SIGTERM/SIGINT (or `stop` is set)."""
-    async with open_runtime(settings) as rt:
+    async with open_runtime(
+        settings, application_name=f"runlane-launcher:{settings.launcher_id}"
+    ) as rt:
         catalog = rt.require_catalog()
         launcher = Launcher(
             store=rt.store,

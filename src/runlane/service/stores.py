@@ -28,7 +28,9 @@ def sqlite_path(url: str) -> str | None:
     return None
 
 
-def store_from_url(url: str, *, clock: Clock | None = None) -> Store:
+def store_from_url(
+    url: str, *, clock: Clock | None = None, application_name: str = "runlane"
+) -> Store:
     """A (not yet opened) store for `url`; `ConfigError` naming the accepted forms otherwise."""
     url = url.strip()
     path = sqlite_path(url)
@@ -39,5 +41,5 @@ def store_from_url(url: str, *, clock: Clock | None = None) -> Store:
     if url.startswith(("postgresql://", "postgres://")):
         from runlane.adapters.postgres import PostgresStore
 
-        return PostgresStore(url, clock=clock)
+        return PostgresStore(url, clock=clock, application_name=application_name)
     raise ConfigError(f"unsupported database URL {mask_url(url)!r}: use {ACCEPTED_FORMS}")

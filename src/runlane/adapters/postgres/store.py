@@ -98,8 +98,12 @@ class PostgresStore:
         clock: Clock | None = None,
         outbox: bool = False,
         pool_max: int = 8,
+        application_name: str = "runlane",
     ) -> None:
         self._url = url
+        # Shown in pg_stat_activity; a launcher passes its id, so operators (and the chaos
+        # suite's audit trigger) can tell which launcher wrote what.
+        self._application_name = application_name[:63]
         self._clock: Clock = clock or SystemClock()
         self._outbox = outbox
         self._pool_max = max(1, pool_max)
@@ -126,7 +130,9 @@ class PostgresStore:
 
     async def _connect_direct(self) -> _Conn:
         try:
-            conn = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+            conn = await psycopg.AsyncConnection.connect(
+                self._url, autocommit=True, application_name=self._application_name
+            )
         except psycopg.OperationalError as exc:
             raise self._unavailable(exc) from None
         await self._configure(conn)
@@ -147,7 +153,7 @@ class PostgresStore:
             self._url,
             min_size=1,
             max_size=self._pool_max,
-            kwargs={"autocommit": True},
+            kwargs={"autocommit": True, "application_name": self._application_name},
             configure=self._configure,
             open=False,
         )
