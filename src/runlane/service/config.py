@@ -60,6 +60,7 @@ class Settings:
     heartbeat_interval: float = 15.0
     shutdown_grace: float = 10.0
     expire_interval: float = 1.0
+    retry_base: float = 5.0  # first retry backoff; doubles per attempt, capped at 5 minutes
     pod_fallback: str = "inline"  # or "refuse": pod jobs without a cluster are refused
     launcher_id: str = field(default_factory=default_launcher_id)
 
@@ -79,6 +80,7 @@ class Settings:
             orphan_grace=_env_duration(e, "RUNLANE_ORPHAN_GRACE", 600.0),
             heartbeat_interval=_env_duration(e, "RUNLANE_HEARTBEAT_INTERVAL", 15.0),
             shutdown_grace=_env_duration(e, "RUNLANE_SHUTDOWN_GRACE", 10.0),
+            retry_base=_env_duration(e, "RUNLANE_RETRY_BASE", 5.0),
             pod_fallback=e.get("RUNLANE_POD_FALLBACK") or "inline",
         )
         settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
@@ -117,5 +119,6 @@ ENV_NAMES: dict[str, str] = {
     "orphan_grace": "RUNLANE_ORPHAN_GRACE",
     "heartbeat_interval": "RUNLANE_HEARTBEAT_INTERVAL",
     "shutdown_grace": "RUNLANE_SHUTDOWN_GRACE",
+    "retry_base": "RUNLANE_RETRY_BASE",
     "pod_fallback": "RUNLANE_POD_FALLBACK",
 }

@@ -164,6 +164,7 @@ async def serve(
             settings=settings,
             hook=hook,
             executor_caps={"pod": catalog.global_.max_concurrent_pods},
+            retry_base_seconds=settings.retry_base,
         )
         loop = asyncio.get_running_loop()
         if install_signals:
