@@ -18,7 +18,7 @@ import structlog
 from runlane.catalog import Catalog, load_catalog
 from runlane.core.durations import parse_duration
 from runlane.core.runs import AcceptResult, Run, RunStatus
-from runlane.errors import ConfigError, NotFound
+from runlane.errors import CatalogError, ConfigError, NotFound
 from runlane.ports import Executor, Override, RunFilter, Store
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.config import Settings
@@ -99,7 +99,12 @@ class Runtime:
 
 
 def available_executors() -> tuple[str, ...]:
-    """The executors this build can use. Pod and Slurm join in their own issues."""
+    """The executors this launcher can use now: `pod` only when a cluster is configured (in a
+    cluster, or a kubeconfig via `KUBECONFIG` / `~/.kube/config`). Slurm joins in its issue."""
+    from runlane.adapters.kubernetes.config import cluster_configured
+
+    if cluster_configured():
+        return ("inline", "pod")
     return ("inline",)
 
 
@@ -138,11 +143,25 @@ async def open_runtime(
         await store.close()
 
 
-def build_executors(settings: Settings) -> dict[str, Executor]:
+def build_executors(
+    settings: Settings, *, start_timeout: float | None = None
+) -> dict[str, Executor]:
+    """The launcher's executors. `pod` joins when a cluster is configured; its start timeout is
+    the catalog's `global.start_timeout` (read from `settings.catalog_path` when not given)."""
+    from runlane.adapters.kubernetes.config import cluster_configured
     from runlane.adapters.local.inline import InlineExecutor
 
     Path(settings.log_dir).mkdir(parents=True, exist_ok=True)
-    return {"inline": InlineExecutor(settings.log_dir)}
+    executors: dict[str, Executor] = {"inline": InlineExecutor(settings.log_dir)}
+    if cluster_configured():
+        from runlane.adapters.kubernetes.executor import PodExecutor
+
+        if start_timeout is None:
+            start_timeout = 600.0
+            with contextlib.suppress(CatalogError, OSError):
+                start_timeout = load_catalog(settings.catalog_path).global_.start_timeout
+        executors["pod"] = PodExecutor(start_timeout=start_timeout)
+    return executors
 
 
 async def serve(

@@ -1,0 +1,96 @@
+"""Where the cluster is and which namespace a run goes to.
+
+Cluster: in-cluster service account first, then the first file of `KUBECONFIG`, then
+`~/.kube/config` (lightkube reads the files, auth plugins and certificates).
+Namespace: the profile's, else `KUBERNETES_NAMESPACE`, else the service account's namespace
+file, else `default` with a warning.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+import structlog
+from lightkube.config.kubeconfig import KubeConfig, SingleConfig
+from lightkube.core.exceptions import ConfigError as LightkubeConfigError
+
+from runlane.errors import ConfigError
+
+log = structlog.get_logger("runlane.kubernetes")
+
+SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+DEFAULT_KUBECONFIG = "~/.kube/config"
+
+
+def _in_cluster(environ: Mapping[str, str], sa_dir: Path) -> bool:
+    return bool(environ.get("KUBERNETES_SERVICE_HOST")) and (sa_dir / "token").is_file()
+
+
+def kubeconfig_path(environ: Mapping[str, str]) -> Path | None:
+    """The kubeconfig file to use: the first existing one of `KUBECONFIG`, else ~/.kube/config."""
+    listed = environ.get("KUBECONFIG")
+    if listed:
+        for part in listed.split(os.pathsep):
+            if part and Path(part).expanduser().is_file():
+                return Path(part).expanduser()
+        return None
+    home = Path(environ.get("HOME") or Path.home())
+    path = home / ".kube" / "config"
+    return path if path.is_file() else None
+
+
+def cluster_configured(
+    environ: Mapping[str, str] | None = None, sa_dir: Path = SERVICE_ACCOUNT_DIR
+) -> bool:
+    """Whether a cluster is configured (in-cluster, or a kubeconfig file exists)."""
+    env = os.environ if environ is None else environ
+    return _in_cluster(env, sa_dir) or kubeconfig_path(env) is not None
+
+
+def load_cluster_config(
+    environ: Mapping[str, str] | None = None, sa_dir: Path = SERVICE_ACCOUNT_DIR
+) -> SingleConfig:
+    env = os.environ if environ is None else environ
+    try:
+        if _in_cluster(env, sa_dir):
+            cfg = KubeConfig.from_service_account(service_account=sa_dir).get()
+        else:
+            path = kubeconfig_path(env)
+            if path is None:
+                raise ConfigError(
+                    "no Kubernetes cluster configured: not in a cluster, and no kubeconfig "
+                    "(KUBECONFIG or ~/.kube/config)"
+                )
+            cfg = KubeConfig.from_file(path).get()
+    except LightkubeConfigError as exc:
+        raise ConfigError(f"cannot read the Kubernetes configuration: {exc}") from exc
+    if cfg is None:
+        raise ConfigError("the kubeconfig has no current context")
+    return cfg
+
+
+def resolve_namespace(
+    profile_namespace: str | None,
+    environ: Mapping[str, str] | None = None,
+    sa_dir: Path = SERVICE_ACCOUNT_DIR,
+) -> str:
+    """The namespace of a run: profile, `KUBERNETES_NAMESPACE`, service account file, `default`."""
+    if profile_namespace:
+        return profile_namespace
+    env = os.environ if environ is None else environ
+    from_env = env.get("KUBERNETES_NAMESPACE")
+    if from_env:
+        return from_env
+    try:
+        from_file = (sa_dir / "namespace").read_text().strip()
+    except OSError:
+        from_file = ""
+    if from_file:
+        return from_file
+    log.warning(
+        "kubernetes.namespace_default",
+        hint="set the profile's namespace or KUBERNETES_NAMESPACE; using 'default'",
+    )
+    return "default"

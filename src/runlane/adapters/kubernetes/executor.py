@@ -1,0 +1,581 @@
+"""The pod executor (`executor: pod`): one run attempt = one `batch/v1` Job.
+
+- `start` creates the Job under a deterministic name; 409 → fetch it and adopt it only if its
+  labels name the same run and attempt (else `name_collision`). A lost create response followed
+  by a retry therefore never makes a second Job. Params too large for the environment go into a
+  ConfigMap owned by the Job.
+- `events` reads the namespace's shared watch (watch.py) through a per-run queue of nudges and
+  the pure classifier (`core.k8s_classify`); it never polls and never opens a watch of its own.
+- Pending past `start_timeout`, or a pending reason that never resolves (InvalidImageName), or
+  a Job the cluster failed to stop at its deadline: pod events (and the log tail) are saved,
+  then the Job is deleted (Background propagation, UID precondition).
+- `cancel` saves the log tail, deletes the Job; the run ends `cancelled` once its pod is gone.
+- Closing the executor (launcher shutdown) stops the watches and never deletes a Job: the next
+  launcher reattaches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from runlane.adapters.kubernetes.api import (
+    ApiStatus,
+    Json,
+    KubeApi,
+    config_maps_path,
+    events_path,
+    jobs_path,
+    pods_path,
+)
+from runlane.adapters.kubernetes.config import load_cluster_config, resolve_namespace
+from runlane.adapters.kubernetes.manifests import (
+    CONTAINER,
+    DEFAULT_TTL_SECONDS,
+    JobPlan,
+    belongs_to,
+    build_job_plan,
+)
+from runlane.adapters.kubernetes.rbac import Permission, check_permissions, missing_required
+from runlane.adapters.kubernetes.watch import NamespaceWatch
+from runlane.core.k8s_classify import Diagnosis, diagnose, diagnose_deleted
+from runlane.core.k8s_names import job_name
+from runlane.core.runs import EndReason, Outcome, RunStatus
+from runlane.errors import PermanentExecutorError, TemporaryExecutorError
+from runlane.ports import Execution, ExecutionEvent, ExecutionSpec
+
+log = structlog.get_logger("runlane.kubernetes")
+
+LOG_TAIL_LINES = 100
+LOG_TAIL_BYTES = 64 * 1024
+NOTE_MAX_CHARS = 4096
+EVENTS_MAX = 20
+
+
+@dataclass(slots=True)
+class _Run:
+    """One supervised Job (`Execution.handle`)."""
+
+    spec: ExecutionSpec
+    name: str
+    namespace: str
+    watch: NamespaceWatch
+    uid: str | None
+    backstop_at: float  # loop time after which we end the Job ourselves (the cluster did not)
+    saved_log: str | None = None
+    cancel_requested: bool = False
+    cancel_until: float = 0.0
+    finished: bool = False
+
+
+@dataclass
+class PodExecutor:
+    """Runs each attempt as a Kubernetes Job. `api` defaults to the configured cluster."""
+
+    api_client: KubeApi | None = None
+    start_timeout: float = 600.0
+    ttl_seconds: int = DEFAULT_TTL_SECONDS
+    relist_interval: float = 300.0
+    watch_timeout: int = 290
+    scratch: bool | str = False
+    check_rbac: bool = True
+    deadline_slack: float = 60.0
+    cancel_wait: float = 60.0
+    environ: Mapping[str, str] | None = None  # namespace and cluster lookup; default os.environ
+    launcher_env: Mapping[str, str] | None = None  # `${VAR}` in images; default os.environ
+    name: str = "pod"
+    _watches: dict[str, NamespaceWatch] = field(default_factory=dict, init=False)
+    _rbac: dict[str, tuple[float, list[Permission]]] = field(default_factory=dict, init=False)
+    _events_forbidden: set[str] = field(default_factory=set, init=False)
+    _runs: dict[tuple[str, int], _Run] = field(default_factory=dict, init=False)
+
+    # ------------------------------------------------------------------ plumbing
+
+    @property
+    def api(self) -> KubeApi:
+        if self.api_client is None:
+            self.api_client = KubeApi.from_config(load_cluster_config(self.environ))
+        return self.api_client
+
+    def watch_for(self, namespace: str) -> NamespaceWatch:
+        """The namespace's shared watch, started on first use."""
+        watch = self._watches.get(namespace)
+        if watch is None:
+            watch = NamespaceWatch(
+                self.api,
+                namespace,
+                relist_interval=self.relist_interval,
+                watch_timeout=self.watch_timeout,
+            )
+            self._watches[namespace] = watch
+        watch.start()
+        return watch
+
+    @property
+    def watches(self) -> Mapping[str, NamespaceWatch]:
+        return self._watches
+
+    async def aclose(self) -> None:
+        """Stop the watches and close the connection. Jobs are left running on purpose."""
+        for watch in self._watches.values():
+            await watch.close()
+        self._watches.clear()
+        if self.api_client is not None:
+            await self.api_client.aclose()
+
+    def _namespace(self, spec: ExecutionSpec) -> str:
+        return resolve_namespace((spec.profile or {}).get("namespace"), self.environ)
+
+    @staticmethod
+    def _now() -> float:
+        return asyncio.get_running_loop().time()
+
+    async def ensure_allowed(self, namespace: str) -> None:
+        """Refuse pod runs when the launcher may not create, watch and delete Jobs (cached:
+        10 minutes when allowed, 30 seconds when refused)."""
+        if not self.check_rbac:
+            return
+        cached = self._rbac.get(namespace)
+        now = self._now()
+        if cached is None or now - cached[0] > (600.0 if not cached[1] else 30.0):
+            checks = await check_permissions(self.api, namespace)
+            missing = missing_required(checks)
+            for perm, allowed in checks:
+                if allowed is False and not perm.required:
+                    log.warning(
+                        "kubernetes.permission_missing",
+                        namespace=namespace,
+                        resource=perm.label,
+                        verb=perm.verb,
+                    )
+            cached = (now, missing)
+            self._rbac[namespace] = cached
+        if cached[1]:
+            verbs = ", ".join(f"{p.verb} {p.label}" for p in cached[1])
+            raise PermanentExecutorError(
+                f"the launcher may not {verbs} in namespace {namespace!r}; grant them with a "
+                "Role and RoleBinding (deploy/base/rbac.yaml) — `runlane doctor` shows the report",
+                error_code="forbidden",
+            )
+
+    # ------------------------------------------------------------------ the Executor port
+
+    async def start(self, spec: ExecutionSpec) -> Execution:
+        known = self._runs.get((spec.run_id, spec.attempt))
+        if known is not None and not known.finished:
+            return self._execution(known)
+        namespace = self._namespace(spec)
+        environ = os.environ if self.launcher_env is None else self.launcher_env
+        plan = build_job_plan(
+            spec,
+            namespace=namespace,
+            launcher_env=environ,
+            ttl_seconds=self.ttl_seconds,
+            scratch=self.scratch,
+        )
+        await self.ensure_allowed(namespace)
+        watch = self.watch_for(namespace)
+        watch.subscribe(plan.name)
+        try:
+            job = await self._create_or_adopt(plan, spec)
+            if plan.params is not None:
+                await self._ensure_config_map(plan, job)
+        except BaseException:
+            watch.unsubscribe(plan.name)
+            raise
+        watch.seed(job)
+        return self._execution(self._track(spec, plan.name, namespace, watch, job))
+
+    async def reattach(self, spec: ExecutionSpec) -> Execution | None:
+        known = self._runs.get((spec.run_id, spec.attempt))
+        if known is not None and not known.finished:
+            return self._execution(known)
+        namespace = self._namespace(spec)
+        name = job_name(spec.job, spec.run_id, spec.attempt)
+        await self.ensure_allowed(namespace)
+        watch = self.watch_for(namespace)
+        watch.subscribe(name)
+        try:
+            job = await self._get_job(namespace, name)
+        except BaseException:
+            watch.unsubscribe(name)
+            raise
+        if job is None:
+            watch.unsubscribe(name)
+            return None
+        if not belongs_to(job, spec.run_id, spec.attempt):
+            watch.unsubscribe(name)
+            raise _collision(namespace, name)
+        watch.seed(job)
+        log.info("kubernetes.reattached", run_id=spec.run_id, job=f"{namespace}/{name}")
+        return self._execution(self._track(spec, name, namespace, watch, job))
+
+    async def events(self, execution: Execution) -> AsyncIterator[ExecutionEvent]:
+        run = _run_of(execution)
+        watch = run.watch
+        queue = watch.subscribe(run.name)
+        try:
+            await watch.wait_synced()
+            announced: str | None = None
+            pending_since: float | None = None
+            while True:
+                now = self._now()
+                wake_at = run.backstop_at
+                job = watch.job(run.name)
+                pods = watch.pods_of(run.name)
+                if job is None:
+                    last = watch.tombstone(run.name)
+                    ended = diagnose_deleted(last, pods)
+                    if run.cancel_requested and not ended.final:
+                        if pods and watch.pods_available and now < run.cancel_until:
+                            wake_at = run.cancel_until  # the pod is still terminating
+                        else:
+                            yield ExecutionEvent("finished", self._cancelled(run, pods))
+                            return
+                    else:
+                        yield ExecutionEvent("finished", await self._final(run, ended, pods))
+                        return
+                else:
+                    found = diagnose(job, pods)
+                    if found.final:
+                        yield ExecutionEvent("finished", await self._final(run, found, pods))
+                        return
+                    if run.cancel_requested:
+                        wake_at = min(wake_at, run.cancel_until)
+                        if now >= run.cancel_until:
+                            yield ExecutionEvent("finished", self._cancelled(run, pods))
+                            return
+                    elif found.phase == "running":
+                        pending_since = None
+                        if announced != "running":
+                            announced = "running"
+                            yield ExecutionEvent("running")
+                    elif found.phase in ("queued", "pending"):
+                        if announced is None:
+                            announced = "pending"
+                            yield ExecutionEvent("pending")
+                        if found.phase == "queued":
+                            pending_since = None  # suspended (Kueue): waiting is not failing
+                        else:
+                            pending_since = now if pending_since is None else pending_since
+                            if found.fail_now:
+                                outcome = await self._give_up(
+                                    run,
+                                    found,
+                                    pods,
+                                    RunStatus.FAILURE,
+                                    EndReason.START_FAILED,
+                                    found.error_code or "start_error",
+                                    f"cannot start: {found.summary()}",
+                                )
+                                yield ExecutionEvent("finished", outcome)
+                                return
+                            if now - pending_since >= self.start_timeout:
+                                outcome = await self._give_up(
+                                    run,
+                                    found,
+                                    pods,
+                                    RunStatus.FAILURE,
+                                    EndReason.START_TIMEOUT,
+                                    found.error_code or "start_timeout",
+                                    f"still pending after start_timeout ({self.start_timeout:g}s): "
+                                    f"{found.summary()}",
+                                )
+                                yield ExecutionEvent("finished", outcome)
+                                return
+                            wake_at = min(wake_at, pending_since + self.start_timeout)
+                    if now >= run.backstop_at:
+                        outcome = await self._give_up(
+                            run,
+                            found,
+                            pods,
+                            RunStatus.TIMEOUT,
+                            EndReason.DEADLINE,
+                            "deadline",
+                            "the cluster did not end the Job at its activeDeadlineSeconds; "
+                            "the launcher deleted it",
+                        )
+                        yield ExecutionEvent("finished", outcome)
+                        return
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(max(0.0, wake_at - self._now())):
+                        await queue.get()
+        finally:
+            run.finished = True
+            watch.unsubscribe(run.name)
+            self._runs.pop((run.spec.run_id, run.spec.attempt), None)
+
+    async def cancel(self, execution: Execution, *, grace: float) -> None:
+        """Save the log tail, then delete the Job (Background, UID precondition). The pod gets
+        its own `terminationGracePeriodSeconds` (the run's kill grace); `events` ends the run
+        `cancelled` once the pod is gone. Idempotent."""
+        run = _run_of(execution)
+        if run.cancel_requested or run.finished:
+            return
+        run.cancel_requested = True
+        run.cancel_until = self._now() + max(grace, 0.0) + self.cancel_wait
+        pods = run.watch.pods_of(run.name)
+        run.saved_log = await self._log_tail(run, pods)
+        await self._delete_job(run)
+        run.watch.subscribe(run.name).put_nowait("cancel")
+
+    async def logs(self, execution: Execution, *, tail_bytes: int = 65536) -> str:
+        run = _run_of(execution)
+        pod = _newest(run.watch.pods_of(run.name))
+        if pod is None:
+            return run.saved_log or ""
+        text = await self._read_log(
+            run.namespace,
+            pod,
+            tail_lines=max(LOG_TAIL_LINES, tail_bytes // 40),
+            limit_bytes=tail_bytes * 2,
+        )
+        if text is None:
+            return run.saved_log or ""
+        data = text.encode()
+        return data[-tail_bytes:].decode(errors="replace") if len(data) > tail_bytes else text
+
+    async def follow_logs(self, execution: Execution) -> AsyncIterator[str]:
+        """The running pod's log, line by line, until the container ends (`logs --follow`)."""
+        run = _run_of(execution)
+        pod = _newest(run.watch.pods_of(run.name))
+        if pod is None:
+            return
+        path = f"{pods_path(run.namespace, pod['metadata']['name'])}/log"
+        try:
+            async for line in self.api.stream_text(
+                path, params={"container": CONTAINER, "follow": True}
+            ):
+                yield line
+        except ApiStatus:
+            return
+
+    # ------------------------------------------------------------------ helpers
+
+    def _track(
+        self, spec: ExecutionSpec, name: str, namespace: str, watch: NamespaceWatch, job: Json
+    ) -> _Run:
+        run = _Run(
+            spec=spec,
+            name=name,
+            namespace=namespace,
+            watch=watch,
+            uid=(job.get("metadata") or {}).get("uid"),
+            backstop_at=self._now()
+            + max(spec.deadline_seconds, 1.0)
+            + spec.kill_grace_seconds
+            + self.deadline_slack,
+        )
+        self._runs[(spec.run_id, spec.attempt)] = run
+        return run
+
+    @staticmethod
+    def _execution(run: _Run) -> Execution:
+        return Execution(
+            run_id=run.spec.run_id,
+            attempt=run.spec.attempt,
+            external_id=f"{run.namespace}/{run.name}",
+            handle=run,
+        )
+
+    async def _create_or_adopt(self, plan: JobPlan, spec: ExecutionSpec) -> Json:
+        ns, name = plan.namespace, plan.name
+        try:
+            return await self.api.request("POST", jobs_path(ns), body=plan.job)
+        except ApiStatus as exc:
+            if exc.code == 409:
+                existing = await self._get_job(ns, name)
+                if existing is None:  # deleted between our create and our get: try again soon
+                    raise TemporaryExecutorError(
+                        f"Job {ns}/{name} was being deleted; will create it again",
+                        error_code="name_busy",
+                        retry_after=2.0,
+                    ) from exc
+                if belongs_to(existing, spec.run_id, spec.attempt):
+                    log.info("kubernetes.adopted", run_id=spec.run_id, job=f"{ns}/{name}")
+                    return existing
+                raise _collision(ns, name) from exc
+            if exc.code == 404:
+                raise PermanentExecutorError(
+                    f"namespace {ns!r} does not exist (or the launcher cannot see it)",
+                    error_code="config_error",
+                ) from exc
+            raise exc.permanent(f"create Job {ns}/{name}") from exc
+
+    async def _get_job(self, namespace: str, name: str) -> Json | None:
+        try:
+            return await self.api.request("GET", jobs_path(namespace, name))
+        except ApiStatus as exc:
+            if exc.code == 404:
+                return None
+            raise exc.permanent(f"read Job {namespace}/{name}") from exc
+
+    async def _ensure_config_map(self, plan: JobPlan, job: Json) -> None:
+        uid = (job.get("metadata") or {}).get("uid") or ""
+        try:
+            await self.api.request(
+                "POST", config_maps_path(plan.namespace), body=plan.config_map(uid)
+            )
+        except ApiStatus as exc:
+            if exc.code != 409:  # 409: made by an earlier try of this same start
+                raise exc.permanent(f"create the params ConfigMap of {plan.name}") from exc
+
+    async def _delete_job(self, run: _Run) -> None:
+        body: Json = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "propagationPolicy": "Background",
+        }
+        if run.uid:
+            body["preconditions"] = {"uid": run.uid}
+        delay = 0.5
+        for _ in range(4):
+            try:
+                await self.api.request("DELETE", jobs_path(run.namespace, run.name), body=body)
+                log.info(
+                    "kubernetes.deleted", run_id=run.spec.run_id, job=f"{run.namespace}/{run.name}"
+                )
+                return
+            except ApiStatus as exc:
+                if exc.code == 404:
+                    return
+                if exc.code == 409:  # UID precondition: the name now holds another Job
+                    log.warning("kubernetes.delete_skipped", job=run.name, reason=exc.message)
+                    return
+                log.warning("kubernetes.delete_failed", job=run.name, error=str(exc))
+                return
+            except TemporaryExecutorError as exc:
+                log.warning("kubernetes.delete_retry", job=run.name, error=str(exc))
+                await asyncio.sleep(delay)
+                delay *= 2
+
+    async def _read_log(
+        self, namespace: str, pod: Json, *, tail_lines: int, limit_bytes: int
+    ) -> str | None:
+        path = f"{pods_path(namespace, pod['metadata']['name'])}/log"
+        try:
+            return await self.api.text(
+                path,
+                params={"container": CONTAINER, "tailLines": tail_lines, "limitBytes": limit_bytes},
+            )
+        except (ApiStatus, TemporaryExecutorError):
+            return None  # never started (400), already gone (404), or the API is away
+
+    async def _log_tail(self, run: _Run, pods: list[Json]) -> str | None:
+        pod = _newest(pods)
+        if pod is None or not _container_started(pod):
+            return None
+        return await self._read_log(
+            run.namespace, pod, tail_lines=LOG_TAIL_LINES, limit_bytes=LOG_TAIL_BYTES
+        )
+
+    async def _pod_events(self, run: _Run, pods: list[Json]) -> str:
+        """`Warning Failed: …` lines from the events of the pod (or of the Job when no pod)."""
+        if run.namespace in self._events_forbidden:
+            return ""
+        pod = _newest(pods)
+        subject = pod["metadata"]["name"] if pod is not None else run.name
+        try:
+            answer = await self.api.request(
+                "GET",
+                events_path(run.namespace),
+                params={"fieldSelector": f"involvedObject.name={subject}", "limit": 100},
+            )
+        except ApiStatus as exc:
+            if exc.code == 403:
+                self._events_forbidden.add(run.namespace)
+            return ""
+        except TemporaryExecutorError:
+            return ""
+        items = sorted(
+            answer.get("items") or [],
+            key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime") or ""),
+        )[-EVENTS_MAX:]
+        lines = []
+        for ev in items:
+            count = ev.get("count") or 1
+            times = f" (x{count})" if count > 1 else ""
+            lines.append(
+                f"{ev.get('type', '')} {ev.get('reason', '')}: {ev.get('message', '')}{times}"
+            )
+        return "\n".join(lines)
+
+    async def _final(self, run: _Run, found: Diagnosis, pods: list[Json]) -> Outcome:
+        if found.status == RunStatus.SUCCESS:
+            return found.outcome(log_tail=run.saved_log)
+        log_tail = run.saved_log if run.saved_log is not None else await self._log_tail(run, pods)
+        note = found.summary()
+        if log_tail is None or found.end_reason == EndReason.START_FAILED:
+            events = await self._pod_events(run, pods)
+            if events:
+                note = f"{note}\npod events:\n{events}"
+        return found.outcome(log_tail=log_tail, note=note[:NOTE_MAX_CHARS])
+
+    async def _give_up(
+        self,
+        run: _Run,
+        found: Diagnosis,
+        pods: list[Json],
+        status: RunStatus,
+        end_reason: str,
+        error_code: str,
+        note: str,
+    ) -> Outcome:
+        """Save what explains the failure, then delete the Job."""
+        log_tail = await self._log_tail(run, pods)
+        events = await self._pod_events(run, pods)
+        if events:
+            note = f"{note}\npod events:\n{events}"
+        await self._delete_job(run)
+        return Outcome(
+            status,
+            end_reason,
+            exit_code=found.exit_code,
+            error_code=error_code,
+            log_tail=log_tail,
+            note=note[:NOTE_MAX_CHARS],
+            retryable=error_code != "invalid_image",
+        )
+
+    @staticmethod
+    def _cancelled(run: _Run, pods: list[Json]) -> Outcome:
+        note = "the Job was deleted on request"
+        if pods:
+            note += f"; its pod was still terminating after {run.spec.kill_grace_seconds:g}s grace"
+        return Outcome(RunStatus.CANCELLED, EndReason.CANCELLED, log_tail=run.saved_log, note=note)
+
+
+def _run_of(execution: Execution) -> _Run:
+    run = execution.handle
+    if not isinstance(run, _Run):
+        raise TypeError(f"execution {execution.external_id} was not started by the pod executor")
+    return run
+
+
+def _collision(namespace: str, name: str) -> PermanentExecutorError:
+    return PermanentExecutorError(
+        f"a Job named {namespace}/{name} exists and does not belong to this run and attempt; "
+        "delete it or check what made it",
+        error_code="name_collision",
+    )
+
+
+def _newest(pods: list[Json]) -> Json | None:
+    if not pods:
+        return None
+    return max(pods, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
+
+
+def _container_started(pod: Json) -> bool:
+    status: Mapping[str, Any] = pod.get("status") or {}
+    for cs in status.get("containerStatuses") or ():
+        state = cs.get("state") or {}
+        if state.get("running") or state.get("terminated"):
+            return True
+    return False

@@ -1,0 +1,341 @@
+"""One shared list-then-watch per namespace for every runlane Job and pod in it.
+
+Each kind (jobs, pods) runs one loop: list with the `managed-by=runlane` selector, then watch
+from the list's resourceVersion with bookmarks; when the server ends the stream, watch again
+from the last version seen; on 410 Gone (HTTP or in-stream), on any error, and every
+`relist_interval`, list again and reconcile the cache (objects gone from the list count as
+deleted). A stream ending is never a final state: only what the objects say is.
+
+Runs subscribe by Job name and get a nudge on their queue whenever their Job or one of its pods
+changes; they read the current state from the cache. No run ever polls or opens a watch of its
+own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import structlog
+
+from runlane.adapters.kubernetes.api import ApiStatus, Json, KubeApi, jobs_path, pods_path
+from runlane.adapters.kubernetes.manifests import MANAGED_SELECTOR
+from runlane.errors import TemporaryExecutorError
+
+log = structlog.get_logger("runlane.kubernetes.watch")
+
+Kind = Literal["jobs", "pods"]
+CHANGED = "changed"
+
+
+def _meta(obj: Json) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _slim(obj: Json) -> Json:
+    """Drop what no decision reads (managedFields is most of an object's size)."""
+    meta = _meta(obj)
+    if "managedFields" in meta:
+        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    return obj
+
+
+def pod_job_name(pod: Json) -> str | None:
+    """The Job a pod belongs to: its job-name label, else its owner reference."""
+    meta = _meta(pod)
+    labels = meta.get("labels") or {}
+    name = labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")
+    if name:
+        return str(name)
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("kind") == "Job":
+            return str(ref.get("name"))
+    return None
+
+
+@dataclass(slots=True)
+class _Entry:
+    obj: Json
+    seq: int  # the list generation it was stored under; a relist only removes older entries
+
+
+@dataclass
+class WatchStats:
+    lists: int = 0
+    watches: int = 0
+    gone: int = 0
+    errors: int = 0
+    events: int = 0
+    bookmarks: int = 0
+
+
+@dataclass
+class _KindState:
+    entries: dict[str, _Entry] = field(default_factory=dict)
+    seq: int = 0
+    synced: asyncio.Event = field(default_factory=asyncio.Event)
+    available: bool = True  # False when listing is forbidden (pods: diagnosis from the Job only)
+
+
+class NamespaceWatch:
+    """The cache of runlane Jobs and pods in one namespace, kept current by two watch loops."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        namespace: str,
+        *,
+        relist_interval: float = 300.0,
+        watch_timeout: int = 290,
+        max_backoff: float = 30.0,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.relist_interval = relist_interval
+        self.watch_timeout = watch_timeout
+        self.max_backoff = max_backoff
+        self._clock = clock
+        self.stats = WatchStats()
+        self._state: dict[Kind, _KindState] = {"jobs": _KindState(), "pods": _KindState()}
+        self._pods_by_job: dict[str, set[str]] = {}
+        self._subscribers: dict[str, asyncio.Queue[str]] = {}
+        self._tombstones: dict[str, Json] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        if not self._tasks:
+            self._tasks = [
+                asyncio.create_task(self._loop("jobs"), name=f"k8s-watch-jobs-{self.namespace}"),
+                asyncio.create_task(self._loop("pods"), name=f"k8s-watch-pods-{self.namespace}"),
+            ]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+
+    async def wait_synced(self) -> None:
+        """Until both kinds have been listed once."""
+        await self._state["jobs"].synced.wait()
+        await self._state["pods"].synced.wait()
+
+    @property
+    def pods_available(self) -> bool:
+        return self._state["pods"].available
+
+    # ------------------------------------------------------------------ what runs read
+
+    def subscribe(self, job_name: str) -> asyncio.Queue[str]:
+        queue = self._subscribers.get(job_name)
+        if queue is None:
+            queue = self._subscribers[job_name] = asyncio.Queue()
+        return queue
+
+    def unsubscribe(self, job_name: str) -> None:
+        self._subscribers.pop(job_name, None)
+        self._tombstones.pop(job_name, None)
+
+    def job(self, name: str) -> Json | None:
+        entry = self._state["jobs"].entries.get(name)
+        return entry.obj if entry is not None else None
+
+    def tombstone(self, name: str) -> Json | None:
+        """The last state of a subscribed Job that was deleted."""
+        return self._tombstones.get(name)
+
+    def pods_of(self, job_name: str) -> list[Json]:
+        entries = self._state["pods"].entries
+        return [entries[p].obj for p in self._pods_by_job.get(job_name, ()) if p in entries]
+
+    def seed(self, job: Json) -> None:
+        """A Job we just created or fetched; the watch may not have shown it yet."""
+        name = _meta(job).get("name")
+        if not name or name in self._tombstones:
+            return
+        state = self._state["jobs"]
+        if name not in state.entries:
+            state.entries[name] = _Entry(_slim(job), state.seq)
+            self._nudge(name)
+
+    def counts(self) -> dict[str, int]:
+        return {kind: len(s.entries) for kind, s in self._state.items()}
+
+    # ------------------------------------------------------------------ the loops
+
+    def _now(self) -> float:
+        return self._clock() if self._clock is not None else asyncio.get_running_loop().time()
+
+    async def _loop(self, kind: Kind) -> None:
+        path = jobs_path(self.namespace) if kind == "jobs" else pods_path(self.namespace)
+        state = self._state[kind]
+        backoff = 0.5
+        version: str | None = None
+        listed_at = 0.0
+        while True:
+            try:
+                if version is None or self._now() - listed_at >= self.relist_interval:
+                    version = await self._list(kind, path)
+                    listed_at = self._now()
+                    backoff = 0.5
+                budget = max(
+                    1,
+                    int(min(self.watch_timeout, self.relist_interval - (self._now() - listed_at))),
+                )
+                self.stats.watches += 1
+                async for event in self.api.watch(
+                    path,
+                    params={
+                        "labelSelector": MANAGED_SELECTOR,
+                        "resourceVersion": version,
+                        "allowWatchBookmarks": True,
+                        "timeoutSeconds": budget,
+                    },
+                    read_timeout=budget + 30.0,
+                ):
+                    version = self._apply_event(kind, event) or version
+                    backoff = 0.5
+                # The server ended the stream (its timeout, a restart): watch again from `version`.
+            except asyncio.CancelledError:
+                raise
+            except ApiStatus as exc:
+                if exc.code == 410:
+                    self.stats.gone += 1
+                    log.info("kubernetes.watch_expired", kind=kind, namespace=self.namespace)
+                    version = None  # never reuse a stale version: list again
+                    continue
+                if exc.code == 403 and kind == "pods":
+                    if state.available:
+                        log.warning(
+                            "kubernetes.pods_forbidden",
+                            namespace=self.namespace,
+                            hint="grant pods get/list/watch for failure diagnosis",
+                        )
+                    state.available = False
+                    state.synced.set()
+                self.stats.errors += 1
+                log.warning("kubernetes.watch_failed", kind=kind, error=str(exc))
+                version = None
+                await asyncio.sleep(backoff if exc.code != 403 else self.max_backoff)
+                backoff = min(backoff * 2, self.max_backoff)
+            except TemporaryExecutorError as exc:
+                self.stats.errors += 1
+                log.info("kubernetes.watch_dropped", kind=kind, error=str(exc))
+                # A dropped stream resumes from the last version; if that is too old (or from
+                # before an API server restart) the server answers 410 and we list again.
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.max_backoff)
+            except Exception:  # a bug must not stop the shared watch for every run
+                self.stats.errors += 1
+                log.exception("kubernetes.watch_crashed", kind=kind)
+                version = None
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.max_backoff)
+
+    async def _list(self, kind: Kind, path: str) -> str:
+        state = self._state[kind]
+        state.seq += 1
+        seq = state.seq
+        self.stats.lists += 1
+        items: list[Json] = []
+        params: dict[str, Any] = {"labelSelector": MANAGED_SELECTOR, "limit": 500}
+        version = ""
+        while True:
+            page = await self.api.request("GET", path, params=params)
+            items.extend(page.get("items") or [])
+            meta = page.get("metadata") or {}
+            version = str(meta.get("resourceVersion") or "")
+            cont = meta.get("continue")
+            if not cont:
+                break
+            params = {**params, "continue": cont}
+        seen: set[str] = set()
+        for obj in items:
+            name = _meta(obj).get("name")
+            if not name:
+                continue
+            seen.add(name)
+            self._store(kind, name, obj, seq)
+        for name, entry in list(state.entries.items()):
+            if name not in seen and entry.seq < seq:
+                self._remove(kind, name, entry.obj)
+        state.available = True
+        state.synced.set()
+        return version
+
+    def _apply_event(self, kind: Kind, event: Json) -> str | None:
+        etype = event.get("type")
+        obj = event.get("object") or {}
+        if etype == "ERROR":
+            raise ApiStatus(
+                int(obj.get("code") or 500),
+                str(obj.get("reason") or ""),
+                str(obj.get("message") or ""),
+            )
+        version = _meta(obj).get("resourceVersion")
+        if etype == "BOOKMARK":
+            self.stats.bookmarks += 1
+            return str(version) if version else None
+        name = _meta(obj).get("name")
+        if not name:
+            return str(version) if version else None
+        self.stats.events += 1
+        state = self._state[kind]
+        if etype == "DELETED":
+            self._remove(kind, name, obj)
+        elif etype in ("ADDED", "MODIFIED"):
+            self._store(kind, name, obj, state.seq)
+        return str(version) if version else None
+
+    # ------------------------------------------------------------------ cache updates
+
+    def _store(self, kind: Kind, name: str, obj: Json, seq: int) -> None:
+        state = self._state[kind]
+        old = state.entries.get(name)
+        changed = old is None or _meta(old.obj).get("resourceVersion") != _meta(obj).get(
+            "resourceVersion"
+        )
+        if old is not None and not changed:
+            old.seq = seq
+            return
+        state.entries[name] = _Entry(_slim(obj), seq)
+        if kind == "jobs":
+            self._tombstones.pop(name, None)  # the name is back: a deletion seen earlier is over
+            self._nudge(name)
+            return
+        job_name = pod_job_name(obj)
+        if job_name is not None:
+            self._pods_by_job.setdefault(job_name, set()).add(name)
+            self._nudge(job_name)
+
+    def _remove(self, kind: Kind, name: str, last: Json) -> None:
+        state = self._state[kind]
+        entry = state.entries.pop(name, None)
+        obj = entry.obj if entry is not None else last
+        if kind == "jobs":
+            if name in self._subscribers:
+                self._tombstones[name] = _slim(obj)
+            self._nudge(name)
+            return
+        job_name = pod_job_name(obj)
+        if job_name is not None:
+            pods = self._pods_by_job.get(job_name)
+            if pods is not None:
+                pods.discard(name)
+                if not pods:
+                    del self._pods_by_job[job_name]
+            self._nudge(job_name)
+
+    def _nudge(self, job_name: str) -> None:
+        queue = self._subscribers.get(job_name)
+        if queue is not None and queue.empty():
+            queue.put_nowait(CHANGED)
