@@ -94,6 +94,64 @@ class RunFilter:
     limit: int = 50
 
 
+@dataclass(frozen=True, slots=True)
+class NewChainRun:
+    """A chain run to record (row of `chain_runs`): by its schedule, a person or the API.
+    `dedupe_key` is `chain@slot` for a scheduled run, a fresh UUID otherwise."""
+
+    id: str
+    chain: str
+    dedupe_key: str
+    trigger: str
+    requested_by: str | None = None
+    scheduled_for: datetime | None = None
+    max_duration_seconds: float | None = None
+    status: str = "running"  # "skipped" records a missed or paused slot without steps
+    end_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChainRun:
+    """One run of a chain: its steps are run-log rows with `chain_root_id` = `id`."""
+
+    id: str
+    chain: str
+    dedupe_key: str
+    trigger: str
+    status: str  # running | success | failure | skipped
+    started_at: datetime
+    requested_by: str | None = None
+    scheduled_for: datetime | None = None
+    end_reason: str | None = None
+    deadline_at: datetime | None = None
+    finished_at: datetime | None = None
+    overrun_at: datetime | None = None  # set once the chain ran past `max_duration`
+
+    @property
+    def overrun(self) -> bool:
+        return self.overrun_at is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """A recorded event (row of `events`); `data` is None when the stored JSON is corrupt."""
+
+    id: str
+    key: str
+    data: dict[str, Any] | None
+    occurred_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class EventLink:
+    """An event and a run it started (`started`) or joined inside a debounce window."""
+
+    event_id: str
+    run_id: str
+    job: str
+    started: bool
+
+
 class Store(Protocol):
     """The run log and everything stored next to it.
 
@@ -140,7 +198,9 @@ class Store(Protocol):
         """Database time."""
         ...
 
-    async def accept(self, new: NewRun, *, overlap_action: OverlapAction = "none") -> AcceptResult: ...
+    async def accept(
+        self, new: NewRun, *, overlap_action: OverlapAction = "none"
+    ) -> AcceptResult: ...
 
     async def claim(
         self,
@@ -222,6 +282,66 @@ class Store(Protocol):
     async def launchers(self) -> list[Heartbeat]: ...
 
     async def remove_launcher(self, launcher_id: str) -> None: ...
+
+    # --- triggers (schedules, chains, events) ----------------------------------------------------
+
+    async def run_by_dedupe_key(self, dedupe_key: str) -> Run | None: ...
+
+    async def schedule_states(self) -> dict[str, datetime]:
+        """The last planned slot of every schedule the scheduler has seen, by schedule key."""
+        ...
+
+    async def advance_schedules(self, slots: Mapping[str, datetime]) -> None:
+        """Record the last planned slot of each schedule, in one transaction. Monotonic: a slot
+        older than the stored one leaves it unchanged (racing launchers only move it forward)."""
+        ...
+
+    async def create_chain_run(self, new: NewChainRun) -> tuple[ChainRun, bool]:
+        """Insert a chain run, idempotent by `dedupe_key`: `(existing, False)` when it exists.
+        `deadline_at` = database now + `max_duration_seconds`."""
+        ...
+
+    async def get_chain_run(self, chain_run_id: str) -> ChainRun:
+        """Raise `NotFound` for an unknown id."""
+        ...
+
+    async def active_chain_runs(self, *, limit: int = 500) -> list[ChainRun]:
+        """Chain runs still `running`, oldest first."""
+        ...
+
+    async def list_chain_runs(self, *, chain: str | None = None, limit: int = 50) -> list[ChainRun]:
+        """Newest first."""
+        ...
+
+    async def mark_chain_overrun(self, chain_run_id: str) -> ChainRun:
+        """Set `overrun_at` once (later calls keep the first time)."""
+        ...
+
+    async def finish_chain_run(
+        self, chain_run_id: str, status: str, end_reason: str | None = None
+    ) -> ChainRun | None:
+        """`running` → `status`; None when it had already finished (another launcher did it)."""
+        ...
+
+    async def record_event(
+        self, event_id: str, key: str, data: Mapping[str, Any]
+    ) -> tuple[Event, bool]:
+        """Insert an event at database now, idempotent by id: `(stored, False)` when it exists."""
+        ...
+
+    async def get_event(self, event_id: str) -> Event:
+        """Raise `NotFound` for an unknown id."""
+        ...
+
+    async def list_events(self, *, key: str | None = None, limit: int = 50) -> list[Event]: ...
+
+    async def link_event_runs(self, links: Sequence[EventLink]) -> None:
+        """Record which runs an event started or joined (idempotent)."""
+        ...
+
+    async def event_links(self, event_id: str) -> list[EventLink]: ...
+
+    async def events_of_run(self, run_id: str) -> list[EventLink]: ...
 
     async def wait_for_wakeup(self, max_wait: float) -> bool:
         """Wait until a run may be claimable (a new run, a freed slot) or `max_wait` seconds pass.

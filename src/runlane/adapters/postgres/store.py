@@ -16,7 +16,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg.types.string import TextLoader
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from runlane.adapters import sqlcommon
+from runlane.adapters import sqlcommon, sqltriggers
 from runlane.adapters.sqlcommon import RowReader, aware_utc
 from runlane.core.runs import (
     AcceptResult,
@@ -37,7 +37,17 @@ from runlane.errors import (
     OverlapRefused,
     StoreError,
 )
-from runlane.ports import Clock, Heartbeat, Override, RunFilter, SystemClock
+from runlane.ports import (
+    ChainRun,
+    Clock,
+    Event,
+    EventLink,
+    Heartbeat,
+    NewChainRun,
+    Override,
+    RunFilter,
+    SystemClock,
+)
 
 _PACKAGE = "runlane.adapters.postgres"
 Q = sqlcommon.load_queries(_PACKAGE)
@@ -643,6 +653,141 @@ class PostgresStore:
             return False
         self._wakeup.clear()
         return True
+
+    # --- triggers: schedule state, chain runs, events ---------------------------------------------
+
+    async def run_by_dedupe_key(self, dedupe_key: str) -> Run | None:
+        row = await self._fetchone(Q["run_by_dedupe_key"], {"dedupe_key": dedupe_key})
+        return None if row is None else _READ.run(row)
+
+    async def schedule_states(self) -> dict[str, datetime]:
+        rows = await self._fetchall(Q["schedule_states"], {})
+        return {RowReader.text(r, "schedule_key"): _READ.time(r, "last_slot") for r in rows}
+
+    async def advance_schedules(self, slots: Mapping[str, datetime]) -> None:
+        if not slots:
+            return
+        now = self._now()
+        params = [
+            {"schedule_key": key, "last_slot": slot, "now": now}
+            for key, slot in sorted(slots.items())
+        ]
+        async with self._conn() as conn, conn.transaction():
+            cur = conn.cursor()
+            await cur.executemany(Q["advance_schedule"], params)
+
+    async def create_chain_run(self, new: NewChainRun) -> tuple[ChainRun, bool]:
+        if not _is_uuid(new.id):
+            raise StoreError(f"chain run id {new.id!r} is not a UUID")
+        row = await self._fetchone(
+            Q["insert_chain_run"],
+            {
+                "now": self._now(),
+                "id": new.id,
+                "chain": new.chain,
+                "dedupe_key": new.dedupe_key,
+                "trigger": new.trigger,
+                "requested_by": new.requested_by,
+                "scheduled_for": new.scheduled_for,
+                "status": new.status,
+                "end_reason": new.end_reason,
+                "max_duration": new.max_duration_seconds,
+            },
+        )
+        if row is not None:
+            return sqltriggers.chain_run(_READ, row), True
+        found = await self._fetchone(Q["chain_run_by_dedupe_key"], {"dedupe_key": new.dedupe_key})
+        if found is None:
+            raise StoreError(f"chain run {new.dedupe_key!r} could not be written")
+        return sqltriggers.chain_run(_READ, found), False
+
+    async def get_chain_run(self, chain_run_id: str) -> ChainRun:
+        row = None
+        if _is_uuid(chain_run_id):
+            row = await self._fetchone(Q["get_chain_run"], {"id": chain_run_id})
+        if row is None:
+            raise NotFound(f"no chain run {chain_run_id}")
+        return sqltriggers.chain_run(_READ, row)
+
+    async def active_chain_runs(self, *, limit: int = 500) -> list[ChainRun]:
+        rows = await self._fetchall(Q["active_chain_runs"], {"limit": max(0, limit)})
+        return [sqltriggers.chain_run(_READ, r) for r in rows]
+
+    async def list_chain_runs(self, *, chain: str | None = None, limit: int = 50) -> list[ChainRun]:
+        rows = await self._fetchall(Q["list_chain_runs"], {"chain": chain, "limit": max(0, limit)})
+        return [sqltriggers.chain_run(_READ, r) for r in rows]
+
+    async def mark_chain_overrun(self, chain_run_id: str) -> ChainRun:
+        row = None
+        if _is_uuid(chain_run_id):
+            row = await self._fetchone(
+                Q["mark_chain_overrun"], {"now": self._now(), "id": chain_run_id}
+            )
+        if row is None:
+            raise NotFound(f"no chain run {chain_run_id}")
+        return sqltriggers.chain_run(_READ, row)
+
+    async def finish_chain_run(
+        self, chain_run_id: str, status: str, end_reason: str | None = None
+    ) -> ChainRun | None:
+        if not _is_uuid(chain_run_id):
+            return None
+        row = await self._fetchone(
+            Q["finish_chain_run"],
+            {"now": self._now(), "id": chain_run_id, "status": status, "end_reason": end_reason},
+        )
+        return None if row is None else sqltriggers.chain_run(_READ, row)
+
+    async def record_event(
+        self, event_id: str, key: str, data: Mapping[str, Any]
+    ) -> tuple[Event, bool]:
+        row = await self._fetchone(
+            Q["insert_event"],
+            {
+                "now": self._now(),
+                "id": event_id,
+                "key": key,
+                "data": sqlcommon.dump_json(dict(data)),
+            },
+        )
+        if row is not None:
+            return sqltriggers.event(_READ, row), True
+        found = await self._fetchone(Q["get_event"], {"id": event_id})
+        if found is None:
+            raise StoreError(f"event {event_id!r} could not be written")
+        return sqltriggers.event(_READ, found), False
+
+    async def get_event(self, event_id: str) -> Event:
+        row = await self._fetchone(Q["get_event"], {"id": event_id})
+        if row is None:
+            raise NotFound(f"no event {event_id}")
+        return sqltriggers.event(_READ, row)
+
+    async def list_events(self, *, key: str | None = None, limit: int = 50) -> list[Event]:
+        rows = await self._fetchall(Q["list_events"], {"key": key, "limit": max(0, limit)})
+        return [sqltriggers.event(_READ, r) for r in rows]
+
+    async def link_event_runs(self, links: Sequence[EventLink]) -> None:
+        valid = [x for x in links if _is_uuid(x.run_id)]
+        if not valid:
+            return
+        params = [
+            {"event_id": x.event_id, "run_id": x.run_id, "job": x.job, "started": x.started}
+            for x in valid
+        ]
+        async with self._conn() as conn, conn.transaction():
+            cur = conn.cursor()
+            await cur.executemany(Q["link_event_run"], params)
+
+    async def event_links(self, event_id: str) -> list[EventLink]:
+        rows = await self._fetchall(Q["event_runs"], {"event_id": event_id})
+        return [sqltriggers.event_link(r) for r in rows]
+
+    async def events_of_run(self, run_id: str) -> list[EventLink]:
+        if not _is_uuid(run_id):
+            return []
+        rows = await self._fetchall(Q["events_of_run"], {"run_id": run_id})
+        return [sqltriggers.event_link(r) for r in rows]
 
 
 def _claimed(

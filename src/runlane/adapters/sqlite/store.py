@@ -8,9 +8,9 @@ import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from runlane.adapters import sqlcommon
+from runlane.adapters import sqlcommon, sqltriggers
 from runlane.adapters.sqlcommon import RowReader, aware_utc
 from runlane.core.runs import (
     AcceptResult,
@@ -31,7 +31,17 @@ from runlane.errors import (
     OverlapRefused,
     StoreError,
 )
-from runlane.ports import Clock, Heartbeat, Override, RunFilter, SystemClock
+from runlane.ports import (
+    ChainRun,
+    Clock,
+    Event,
+    EventLink,
+    Heartbeat,
+    NewChainRun,
+    Override,
+    RunFilter,
+    SystemClock,
+)
 
 _PACKAGE = "runlane.adapters.sqlite"
 Q = sqlcommon.load_queries(_PACKAGE)
@@ -683,6 +693,153 @@ class SqliteStore:
             return False
         self._wakeup.clear()
         return True
+
+    # --- triggers: schedule state, chain runs, events ---------------------------------------------
+
+    async def run_by_dedupe_key(self, dedupe_key: str) -> Run | None:
+        row = await self._call(
+            lambda c: _one(c.execute(Q["run_by_dedupe_key"], {"dedupe_key": dedupe_key}))
+        )
+        return None if row is None else _READ.run(row)
+
+    async def schedule_states(self) -> dict[str, datetime]:
+        rows = await self._call(lambda c: _all(c.execute(Q["schedule_states"])))
+        return {RowReader.text(r, "schedule_key"): _READ.time(r, "last_slot") for r in rows}
+
+    async def advance_schedules(self, slots: Mapping[str, datetime]) -> None:
+        if not slots:
+            return
+        now = format_time(self._now())
+        params = [
+            {"schedule_key": key, "last_slot": format_time(slot), "now": now}
+            for key, slot in sorted(slots.items())
+        ]
+
+        def work(conn: sqlite3.Connection) -> None:
+            conn.executemany(Q["advance_schedule"], params)
+
+        await self._call(lambda conn: _write(conn, work))
+
+    async def create_chain_run(self, new: NewChainRun) -> tuple[ChainRun, bool]:
+        now = self._now()
+        params = {
+            "now": format_time(now),
+            "id": new.id,
+            "chain": new.chain,
+            "dedupe_key": new.dedupe_key,
+            "trigger": new.trigger,
+            "requested_by": new.requested_by,
+            "scheduled_for": _opt_time(new.scheduled_for),
+            "status": new.status,
+            "end_reason": new.end_reason,
+            "deadline_at": None
+            if new.max_duration_seconds is None
+            else format_time(now + timedelta(seconds=new.max_duration_seconds)),
+        }
+
+        def work(conn: sqlite3.Connection) -> tuple[ChainRun, bool]:
+            row = _one(conn.execute(Q["insert_chain_run"], params))
+            if row is not None:
+                return sqltriggers.chain_run(_READ, row), True
+            found = _one(conn.execute(Q["chain_run_by_dedupe_key"], {"dedupe_key": new.dedupe_key}))
+            if found is None:
+                raise StoreError(f"chain run {new.dedupe_key!r} could not be written")
+            return sqltriggers.chain_run(_READ, found), False
+
+        return await self._call(lambda conn: _write(conn, work))
+
+    async def get_chain_run(self, chain_run_id: str) -> ChainRun:
+        row = await self._call(lambda c: _one(c.execute(Q["get_chain_run"], {"id": chain_run_id})))
+        if row is None:
+            raise NotFound(f"no chain run {chain_run_id}")
+        return sqltriggers.chain_run(_READ, row)
+
+    async def active_chain_runs(self, *, limit: int = 500) -> list[ChainRun]:
+        rows = await self._call(
+            lambda c: _all(c.execute(Q["active_chain_runs"], {"limit": max(0, limit)}))
+        )
+        return [sqltriggers.chain_run(_READ, r) for r in rows]
+
+    async def list_chain_runs(self, *, chain: str | None = None, limit: int = 50) -> list[ChainRun]:
+        params = {"chain": chain, "limit": max(0, limit)}
+        rows = await self._call(lambda c: _all(c.execute(Q["list_chain_runs"], params)))
+        return [sqltriggers.chain_run(_READ, r) for r in rows]
+
+    async def mark_chain_overrun(self, chain_run_id: str) -> ChainRun:
+        params = {"now": format_time(self._now()), "id": chain_run_id}
+        row = await self._call(
+            lambda c: _write(c, lambda w: _one(w.execute(Q["mark_chain_overrun"], params)))
+        )
+        if row is None:
+            raise NotFound(f"no chain run {chain_run_id}")
+        return sqltriggers.chain_run(_READ, row)
+
+    async def finish_chain_run(
+        self, chain_run_id: str, status: str, end_reason: str | None = None
+    ) -> ChainRun | None:
+        params = {
+            "now": format_time(self._now()),
+            "id": chain_run_id,
+            "status": status,
+            "end_reason": end_reason,
+        }
+        row = await self._call(
+            lambda c: _write(c, lambda w: _one(w.execute(Q["finish_chain_run"], params)))
+        )
+        return None if row is None else sqltriggers.chain_run(_READ, row)
+
+    async def record_event(
+        self, event_id: str, key: str, data: Mapping[str, Any]
+    ) -> tuple[Event, bool]:
+        params = {
+            "now": format_time(self._now()),
+            "id": event_id,
+            "key": key,
+            "data": sqlcommon.dump_json(dict(data)),
+        }
+
+        def work(conn: sqlite3.Connection) -> tuple[Event, bool]:
+            row = _one(conn.execute(Q["insert_event"], params))
+            if row is not None:
+                return sqltriggers.event(_READ, row), True
+            found = _one(conn.execute(Q["get_event"], {"id": event_id}))
+            if found is None:
+                raise StoreError(f"event {event_id!r} could not be written")
+            return sqltriggers.event(_READ, found), False
+
+        return await self._call(lambda conn: _write(conn, work))
+
+    async def get_event(self, event_id: str) -> Event:
+        row = await self._call(lambda c: _one(c.execute(Q["get_event"], {"id": event_id})))
+        if row is None:
+            raise NotFound(f"no event {event_id}")
+        return sqltriggers.event(_READ, row)
+
+    async def list_events(self, *, key: str | None = None, limit: int = 50) -> list[Event]:
+        params = {"key": key, "limit": max(0, limit)}
+        rows = await self._call(lambda c: _all(c.execute(Q["list_events"], params)))
+        return [sqltriggers.event(_READ, r) for r in rows]
+
+    async def link_event_runs(self, links: Sequence[EventLink]) -> None:
+        if not links:
+            return
+        params = [
+            {"event_id": x.event_id, "run_id": x.run_id, "job": x.job, "started": int(x.started)}
+            for x in links
+        ]
+
+        def work(conn: sqlite3.Connection) -> None:
+            conn.executemany(Q["link_event_run"], params)
+
+        await self._call(lambda conn: _write(conn, work))
+
+    async def event_links(self, event_id: str) -> list[EventLink]:
+        rows = await self._call(lambda c: _all(c.execute(Q["event_runs"], {"event_id": event_id})))
+        return [sqltriggers.event_link(r) for r in rows]
+
+    async def events_of_run(self, run_id: str) -> list[EventLink]:
+        rows = await self._call(lambda c: _all(c.execute(Q["events_of_run"], {"run_id": run_id})))
+        return [sqltriggers.event_link(r) for r in rows]
 
 
 def _claimed(row: Mapping[str, object], now: datetime, *, recovered: bool) -> Claimed:

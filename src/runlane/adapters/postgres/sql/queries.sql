@@ -335,3 +335,82 @@ SELECT * FROM launcher_heartbeat ORDER BY launcher_id
 
 -- name: remove_launcher
 DELETE FROM launcher_heartbeat WHERE launcher_id = %(launcher_id)s
+
+-- --- triggers: schedule state, chain runs, events ------------------------------------------
+
+-- name: schedule_states
+SELECT schedule_key, last_slot FROM schedule_state
+
+-- name: advance_schedule
+-- Monotonic: racing launchers can only move a schedule forward.
+INSERT INTO schedule_state (schedule_key, last_slot, updated_at)
+VALUES (%(schedule_key)s, %(last_slot)s, coalesce(%(now)s::timestamptz, clock_timestamp()))
+ON CONFLICT (schedule_key) DO UPDATE SET
+    last_slot = greatest(schedule_state.last_slot, excluded.last_slot),
+    updated_at = excluded.updated_at
+
+-- name: insert_chain_run
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now)
+INSERT INTO chain_runs (
+    id, chain, dedupe_key, trigger, requested_by, scheduled_for, status, end_reason,
+    started_at, deadline_at, finished_at
+)
+SELECT %(id)s::uuid, %(chain)s, %(dedupe_key)s, %(trigger)s, %(requested_by)s,
+       %(scheduled_for)s::timestamptz, %(status)s::text, %(end_reason)s, n.now,
+       n.now + make_interval(secs => %(max_duration)s::float8),
+       CASE WHEN %(status)s::text <> 'running' THEN n.now END
+FROM n
+ON CONFLICT (dedupe_key) DO NOTHING
+RETURNING *
+
+-- name: chain_run_by_dedupe_key
+SELECT * FROM chain_runs WHERE dedupe_key = %(dedupe_key)s
+
+-- name: get_chain_run
+SELECT * FROM chain_runs WHERE id = %(id)s::uuid
+
+-- name: active_chain_runs
+SELECT * FROM chain_runs WHERE status = 'running' ORDER BY started_at, id LIMIT %(limit)s
+
+-- name: list_chain_runs
+SELECT * FROM chain_runs
+WHERE (%(chain)s::text IS NULL OR chain = %(chain)s::text)
+ORDER BY started_at DESC, id DESC
+LIMIT %(limit)s
+
+-- name: mark_chain_overrun
+UPDATE chain_runs SET overrun_at = coalesce(overrun_at, coalesce(%(now)s::timestamptz, clock_timestamp()))
+WHERE id = %(id)s::uuid
+RETURNING *
+
+-- name: finish_chain_run
+UPDATE chain_runs SET status = %(status)s, end_reason = %(end_reason)s,
+    finished_at = coalesce(%(now)s::timestamptz, clock_timestamp())
+WHERE id = %(id)s::uuid AND status = 'running'
+RETURNING *
+
+-- name: insert_event
+INSERT INTO events (id, key, data, occurred_at)
+VALUES (%(id)s, %(key)s, %(data)s::jsonb, coalesce(%(now)s::timestamptz, clock_timestamp()))
+ON CONFLICT (id) DO NOTHING
+RETURNING *
+
+-- name: get_event
+SELECT * FROM events WHERE id = %(id)s
+
+-- name: list_events
+SELECT * FROM events
+WHERE (%(key)s::text IS NULL OR key = %(key)s::text)
+ORDER BY occurred_at DESC, id DESC
+LIMIT %(limit)s
+
+-- name: link_event_run
+INSERT INTO event_runs (event_id, run_id, job, started)
+VALUES (%(event_id)s, %(run_id)s::uuid, %(job)s, %(started)s)
+ON CONFLICT (event_id, run_id) DO NOTHING
+
+-- name: event_runs
+SELECT * FROM event_runs WHERE event_id = %(event_id)s ORDER BY job, run_id
+
+-- name: events_of_run
+SELECT * FROM event_runs WHERE run_id = %(run_id)s::uuid ORDER BY event_id

@@ -243,3 +243,74 @@ SELECT * FROM launcher_heartbeat ORDER BY launcher_id
 
 -- name: remove_launcher
 DELETE FROM launcher_heartbeat WHERE launcher_id = :launcher_id
+
+-- --- triggers: schedule state, chain runs, events ------------------------------------------
+
+-- name: schedule_states
+SELECT schedule_key, last_slot FROM schedule_state
+
+-- name: advance_schedule
+-- Monotonic: racing launchers can only move a schedule forward.
+INSERT INTO schedule_state (schedule_key, last_slot, updated_at)
+VALUES (:schedule_key, :last_slot, :now)
+ON CONFLICT (schedule_key) DO UPDATE SET
+    last_slot = max(schedule_state.last_slot, excluded.last_slot),
+    updated_at = excluded.updated_at
+
+-- name: insert_chain_run
+INSERT INTO chain_runs (
+    id, chain, dedupe_key, trigger, requested_by, scheduled_for, status, end_reason,
+    started_at, deadline_at, finished_at
+) VALUES (
+    :id, :chain, :dedupe_key, :trigger, :requested_by, :scheduled_for, :status, :end_reason,
+    :now, :deadline_at, CASE WHEN :status <> 'running' THEN :now END
+)
+ON CONFLICT (dedupe_key) DO NOTHING
+RETURNING *
+
+-- name: chain_run_by_dedupe_key
+SELECT * FROM chain_runs WHERE dedupe_key = :dedupe_key
+
+-- name: get_chain_run
+SELECT * FROM chain_runs WHERE id = :id
+
+-- name: active_chain_runs
+SELECT * FROM chain_runs WHERE status = 'running' ORDER BY started_at, id LIMIT :limit
+
+-- name: list_chain_runs
+SELECT * FROM chain_runs
+WHERE (:chain IS NULL OR chain = :chain)
+ORDER BY started_at DESC, id DESC
+LIMIT :limit
+
+-- name: mark_chain_overrun
+UPDATE chain_runs SET overrun_at = coalesce(overrun_at, :now) WHERE id = :id RETURNING *
+
+-- name: finish_chain_run
+UPDATE chain_runs SET status = :status, end_reason = :end_reason, finished_at = :now
+WHERE id = :id AND status = 'running'
+RETURNING *
+
+-- name: insert_event
+INSERT INTO events (id, key, data, occurred_at) VALUES (:id, :key, :data, :now)
+ON CONFLICT (id) DO NOTHING
+RETURNING *
+
+-- name: get_event
+SELECT * FROM events WHERE id = :id
+
+-- name: list_events
+SELECT * FROM events
+WHERE (:key IS NULL OR key = :key)
+ORDER BY occurred_at DESC, id DESC
+LIMIT :limit
+
+-- name: link_event_run
+INSERT INTO event_runs (event_id, run_id, job, started) VALUES (:event_id, :run_id, :job, :started)
+ON CONFLICT (event_id, run_id) DO NOTHING
+
+-- name: event_runs
+SELECT * FROM event_runs WHERE event_id = :event_id ORDER BY job, run_id
+
+-- name: events_of_run
+SELECT * FROM event_runs WHERE run_id = :run_id ORDER BY event_id
