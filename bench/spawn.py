@@ -3,16 +3,20 @@
     .venv/bin/python bench/spawn.py                 # 2,000 spawns, 16 in flight, median of 3
     .venv/bin/python bench/spawn.py --spawns 50 --repeats 1   # CI smoke: it still works
 
-Methods: `setpriv` (argv prefixed with `setpriv --pdeathsig KILL --`, vfork spawn), `prctl`
+Methods: `guardian` (plain vfork Popen; each run's process group is registered with a helper
+process that kills the registered groups when the launcher dies — its CPU is counted too, read
+from /proc), `setpriv` (argv prefixed with `setpriv --pdeathsig KILL --`, vfork spawn), `prctl`
 (`preexec_fn` calling prctl(PR_SET_PDEATHSIG) — forces fork()), `none` (plain Popen, no
 parent-death signal; the floor). Each run goes through the whole executor: pipe, pidfd, log file,
-outcome. CPU = launcher + reaped children (user + system), per run.
+outcome. CPU = launcher + reaped children (+ the guardian) (user + system), per run. The
+guardian's resident set size is printed after the table.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import resource
 import statistics
 import sys
@@ -32,10 +36,29 @@ class Sample:
     launcher_cpu_ms_per_run: float
 
 
-def _cpu() -> tuple[float, float]:
+def _guardian_cpu(executor: InlineExecutor) -> float:
+    """CPU seconds of the executor's (unreaped, so not in RUSAGE_CHILDREN) guardian process."""
+    pid = executor.guardian_pid
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _guardian_rss_kib(executor: InlineExecutor) -> int | None:
+    pid = executor.guardian_pid
+    if pid is None:
+        return None
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return None
+
+
+def _cpu(executor: InlineExecutor) -> tuple[float, float]:
     me = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime
+    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime + _guardian_cpu(executor)
 
 
 async def _one_round(executor: InlineExecutor, spawns: int, in_flight: int, tag: str) -> Sample:
@@ -63,11 +86,11 @@ async def _one_round(executor: InlineExecutor, spawns: int, in_flight: int, tag:
                     assert event.outcome is not None
                     assert event.outcome.exit_code == 0, event.outcome
 
-    self0, kids0 = _cpu()
+    self0, kids0 = _cpu(executor)
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(in_flight)))
     elapsed = time.perf_counter() - t0
-    self1, kids1 = _cpu()
+    self1, kids1 = _cpu(executor)
     return Sample(
         runs_per_s=spawns / elapsed,
         cpu_ms_per_run=((self1 - self0) + (kids1 - kids0)) * 1000 / spawns,
@@ -80,7 +103,7 @@ async def main() -> None:
     parser.add_argument("--spawns", type=int, default=2000)
     parser.add_argument("--in-flight", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--modes", default="setpriv,prctl,none")
+    parser.add_argument("--modes", default="guardian,setpriv,prctl,none")
     args = parser.parse_args()
     modes: list[PdeathsigMode] = [m for m in args.modes.split(",") if m]  # type: ignore[misc]
 
@@ -96,6 +119,7 @@ async def main() -> None:
                 samples[mode].append(
                     await _one_round(executor, args.spawns, args.in_flight, f"{mode}-{r}")
                 )
+        rss = {m: _guardian_rss_kib(e) for m, e in executors.items()}
         for executor in executors.values():
             executor.close()
 
@@ -111,6 +135,9 @@ async def main() -> None:
             f"{statistics.median(s.cpu_ms_per_run for s in rows):>12.3f}"
             f"{statistics.median(s.launcher_cpu_ms_per_run for s in rows):>17.3f}"
         )
+    for mode, kib in rss.items():
+        if kib is not None:
+            print(f"{mode}: helper process RSS {kib / 1024:.1f} MiB")
 
 
 if __name__ == "__main__":

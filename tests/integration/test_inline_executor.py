@@ -414,9 +414,9 @@ async def main():
 asyncio.run(main())
 """
 
-MODES: list[PdeathsigMode] = ["prctl"]
+MODES: list[PdeathsigMode] = ["guardian", "prctl"]
 if setpriv_supports_pdeathsig():
-    MODES.insert(0, "setpriv")
+    MODES.insert(1, "setpriv")
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -442,9 +442,20 @@ def test_child_dies_with_its_launcher(
             launcher.stdout.close()
 
 
-def test_setpriv_is_the_default_when_available(log_dir: Path) -> None:
+def test_guardian_is_the_default_on_linux(log_dir: Path) -> None:
     ex = InlineExecutor(log_dir)
-    assert ex.pdeathsig_mode == ("setpriv" if setpriv_supports_pdeathsig() else "prctl")
+    assert ex.pdeathsig_mode == "guardian"
+    assert ex.guardian_pid is None  # started lazily, on the first spawn
+    ex.close()
+
+
+@pytest.mark.parametrize("mode", ["setpriv", "prctl", "none"])
+def test_other_modes_stay_selectable(log_dir: Path, mode: PdeathsigMode) -> None:
+    if mode == "setpriv" and not setpriv_supports_pdeathsig():
+        pytest.skip("no setpriv with --pdeathsig here")
+    ex = InlineExecutor(log_dir, pdeathsig=mode)
+    assert ex.pdeathsig_mode == mode
+    assert ex.guardian_pid is None
     ex.close()
 
 

@@ -23,11 +23,12 @@ from functools import cache
 from pathlib import Path
 from typing import BinaryIO, Literal
 
+from runlane.adapters.local.guardian import Guardian, GuardianError, guardian_argv
 from runlane.core.runs import EndReason, Outcome, RunStatus
 from runlane.errors import PermanentExecutorError, TemporaryExecutorError
 from runlane.ports import Execution, ExecutionEvent, ExecutionSpec
 
-PdeathsigMode = Literal["auto", "setpriv", "prctl", "none"]
+PdeathsigMode = Literal["auto", "guardian", "setpriv", "prctl", "none"]
 
 _READ_CHUNK = 65536
 # After the main process exits, a descendant may still hold the output pipe open; we read what
@@ -272,8 +273,16 @@ class _Child:
             # rest of the group now, while that is safe, rather than leave TERM-ignoring
             # descendants behind.
             self._signal_group(signal.SIGKILL)
+        guardian = self.executor._guardian
+        if guardian is not None:
+            # Before reaping: until then the pid (= pgid) cannot be given to another process,
+            # so the guardian can never be left holding someone else's group.
+            guardian.unregister(self.pid)
         rc = self.proc.poll()
         if rc is None:  # spurious wake-up; the pidfd reader stays armed
+            if guardian is not None:
+                with contextlib.suppress(GuardianError):  # the next spawn retries
+                    guardian.register(self.pid)
             return
         self.returncode = rc
         if self.pidfd is not None:
@@ -388,7 +397,12 @@ class InlineExecutor:
       stdin `/dev/null`, stdout and stderr merged into `<log_dir>/<run_id>.<attempt>.log`
       (bounded: `log_max_bytes`, then only the last `tail_bytes` are kept), environment = the
       launcher's plus `spec.env`. Idempotent while the (run_id, attempt) is running here.
-      `external_id` is the pid. The child is SIGKILLed by the kernel when the launcher dies.
+      `external_id` is the pid. The run dies with the launcher: `pdeathsig_mode` says how.
+    - `pdeathsig`: `guardian` (the default on Linux) registers each run's process group with a
+      small helper process (`runlane.adapters.local.guardian`) that SIGKILLs every registered
+      group when the launcher dies — grandchildren too — and keeps the plain vfork spawn path;
+      `setpriv` (argv prefixed with `setpriv --pdeathsig KILL --`) and `prctl` (a `preexec_fn`)
+      have the kernel SIGKILL the direct child only, at about half the spawn rate; `none`.
     - `events(execution)` yields `running`, then one `finished` with the `Outcome`.
     - The deadline (`spec.deadline_seconds`, loop clock, from start) and `cancel` send SIGTERM to
       the group, then SIGKILL after the grace; descendants left when the leader exits that way
@@ -402,7 +416,7 @@ class InlineExecutor:
 
     All methods must be called from the event loop thread: the kernel's parent-death signal fires
     when the *thread* that spawned a child exits, so spawning from a short-lived worker thread
-    would kill the child as soon as that thread ended.
+    would kill the child as soon as that thread ended; and the guardian's pipe has one writer.
     """
 
     name = "inline"
@@ -425,9 +439,20 @@ class InlineExecutor:
         self._devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         self._setpriv: str | None = None
         self._preexec: Callable[[], None] | None = None
-        # setpriv (exec in place, spawned with vfork) measured cheaper than fork() + prctl in
-        # bench/spawn.py; prctl is the fallback where util-linux setpriv is missing.
-        if pdeathsig in ("auto", "setpriv"):
+        self._guardian: Guardian | None = None
+        # bench/spawn.py: the guardian keeps the plain vfork spawn (~1.8x setpriv's rate, as fast
+        # as no guarantee at all);
+        # setpriv (exec in place, spawned with vfork) is cheaper than fork() + prctl; prctl is
+        # the fallback where util-linux setpriv is missing.
+        if pdeathsig == "guardian" or (pdeathsig == "auto" and sys.platform.startswith("linux")):
+            argv = guardian_argv()
+            if argv is not None:
+                self._guardian = Guardian(argv)  # its process starts on the first spawn
+            elif pdeathsig == "guardian":
+                raise PermanentExecutorError(
+                    "no Python interpreter to run the guardian with", error_code="config_error"
+                )
+        if self._guardian is None and pdeathsig in ("auto", "setpriv"):
             self._setpriv = setpriv_supports_pdeathsig()
             if self._setpriv is None and pdeathsig == "setpriv":
                 raise PermanentExecutorError(
@@ -436,7 +461,13 @@ class InlineExecutor:
         if self._setpriv is None and pdeathsig in ("auto", "prctl"):
             self._preexec = _prctl_pdeathsig()
         self.pdeathsig_mode: str = (
-            "setpriv" if self._setpriv else "prctl" if self._preexec else "none"
+            "guardian"
+            if self._guardian
+            else "setpriv"
+            if self._setpriv
+            else "prctl"
+            if self._preexec
+            else "none"
         )
 
     # -- the Executor port --------------------------------------------------------------------
@@ -452,6 +483,14 @@ class InlineExecutor:
             raise PermanentExecutorError(
                 f"run id {spec.run_id!r} cannot name a log file", error_code="invalid_spec"
             )
+        guardian = self._guardian
+        if guardian is not None:
+            try:
+                guardian.ensure()  # started lazily; replaced here if it died
+            except GuardianError as exc:
+                raise TemporaryExecutorError(
+                    f"cannot guard a new run: {exc}", error_code="spawn_failed"
+                ) from exc
         env = {**os.environ, **spec.env}
         program = spec.command[0]
         if self._setpriv is not None:
@@ -490,6 +529,22 @@ class InlineExecutor:
             raise _spawn_error(program, exc) from exc
         finally:
             os.close(write_fd)
+        if guardian is not None:
+            # The child is its own group leader (process_group=0), so pgid == pid. Until this
+            # write lands (microseconds, same thread, no await in between) a launcher death
+            # would leave this one run unguarded.
+            try:
+                guardian.register(proc.pid)
+            except GuardianError as exc:
+                guardian.groups.discard(proc.pid)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                os.close(read_fd)
+                log.close()
+                raise TemporaryExecutorError(
+                    f"cannot guard a new run: {exc}", error_code="spawn_failed"
+                ) from exc
         os.set_blocking(read_fd, False)
         child = _Child(self, spec, proc, read_fd, log, log_path)
         self._live[key] = child
@@ -540,6 +595,8 @@ class InlineExecutor:
             )
         if children:
             await asyncio.gather(*(asyncio.shield(c.finished) for c in children))
+        if self._guardian is not None and not self._live:
+            self._guardian.close()  # nothing is registered now; the next spawn starts another
 
     def running_count(self) -> int:
         return len(self._live)
@@ -550,8 +607,16 @@ class InlineExecutor:
     def log_path(self, run_id: str, attempt: int) -> Path:
         return self.log_dir / f"{run_id}.{attempt}.log"
 
+    @property
+    def guardian_pid(self) -> int | None:
+        """The pid of the guardian process, while one runs."""
+        return self._guardian.pid if self._guardian is not None else None
+
     def close(self) -> None:
-        """Release the executor's own file descriptors (after `shutdown`)."""
+        """Release the executor's own file descriptors and stop its guardian (after `shutdown`:
+        runs still live then are killed by the guardian on its way out)."""
+        if self._guardian is not None:
+            self._guardian.close()
         if self._devnull >= 0:
             os.close(self._devnull)
             self._devnull = -1
