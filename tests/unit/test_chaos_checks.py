@@ -1,0 +1,63 @@
+"""The chaos suite's checks catch what they claim to catch (fed with known-bad data)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from runlane.testing.chaos import (
+    attempt_violations,
+    audit_violations,
+    ledger_violations,
+    limit_violations,
+)
+
+T = datetime(2026, 11, 29, tzinfo=UTC)
+
+
+def row(key: str, attempt: int, status: str, **kw: Any) -> dict[str, Any]:
+    base = {
+        "id": f"{key}-{attempt}", "job": "ok", "dedupe_key": key if attempt == 1 else f"{key}#{attempt}",
+        "attempt": attempt, "status": status, "max_attempts": 3, "error_code": None,
+        "started_at": T, "finished_at": T + timedelta(seconds=1), "deadline_seconds": 30.0,
+        "kill_grace_seconds": 1.0,
+    }
+    base.update(kw)
+    return base
+
+
+def test_attempts_clean_history_passes() -> None:
+    runs = [row("a", 1, "failure"), row("a", 2, "success"), row("b", 1, "success")]
+    assert attempt_violations(runs) == []
+
+
+def test_attempts_catch_duplicates_gaps_and_missing_retries() -> None:
+    assert attempt_violations([row("a", 1, "failure"), row("a", 1, "failure")])
+    assert attempt_violations([row("a", 1, "failure"), row("a", 3, "success")])
+    assert attempt_violations([row("a", 1, "success"), row("a", 2, "success")])
+    assert attempt_violations([row("a", 1, "failure")])  # attempts left, no retry
+    assert attempt_violations([row("a", 1, "failure", max_attempts=1)]) == []
+
+
+def test_limits_catch_unfinished_and_overlong_runs() -> None:
+    assert limit_violations([row("a", 1, "running")], slack=10)
+    long = row("a", 1, "timeout", finished_at=T + timedelta(seconds=100))
+    assert limit_violations([long], slack=10)
+    assert limit_violations([row("a", 1, "success")], slack=10) == []
+
+
+def test_ledger_catches_double_execution_and_phantom_success() -> None:
+    runs = [row("a", 1, "success")]
+    assert ledger_violations(["a-1 1"], runs) == []
+    assert ledger_violations(["a-1 1", "a-1 1"], runs)
+    assert ledger_violations([], runs)
+
+
+def test_audit_catches_a_write_under_someone_elses_lease() -> None:
+    good = {"writer": "runlane-launcher:B", "old_status": "running", "new_status": "success",
+            "lease_owner": "B", "end_reason": "exit", "run_id": "r", "new_generation": 2}
+    stale = dict(good, writer="runlane-launcher:A")
+    sweep = dict(stale, end_reason="orphaned")
+    person = dict(stale, writer="runlane")
+    assert audit_violations([good, sweep, person]) == []
+    assert len(audit_violations([stale])) == 1
