@@ -22,7 +22,7 @@ from runlane.core.runs import RunStatus, Trigger
 from runlane.ports import Execution, ExecutionEvent, ExecutionSpec, Executor, RunFilter, Store
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.config import Settings
-from runlane.service.doctor import diagnose
+from runlane.service.doctor import diagnose, stuck_runs
 from runlane.service.launcher import Launcher
 from runlane.service.runtime import build_executors
 from runlane.service.stores import store_from_url
@@ -70,9 +70,11 @@ async def test_runs_of_a_dead_launcher_end_launcher_lost_and_are_retried(
     run_id = await accept(store, catalog, "sleeper")
     # A launcher claims it and dies before it can renew: its lease is left to expire.
     [claimed] = await store.claim(
-        "dead-launcher", limit=1, lease_ttl=0.3, executors=["inline"], executor_caps={}
+        "dead-launcher", limit=1, lease_ttl=0.0, executors=["inline"], executor_caps={}
     )
     assert claimed.run.id == run_id
+    [stuck] = await stuck_runs(store)  # what `runlane status` shows meanwhile
+    assert (stuck.run_id, stuck.why) == (run_id, "its launcher stopped renewing the lease")
     launcher = start_launcher()
     await launcher.events.wait("finished", run_id)
     run = await store.get_run(run_id)

@@ -578,14 +578,20 @@ def status_cmd(as_json: JsonOpt = False, database: DatabaseOpt = None) -> None:
     settings = settings_from(database=database)
 
     async def body(rt: Runtime) -> None:
+        from runlane.service.doctor import stuck_runs
+
         launchers = await rt.store.launchers()
         now = await rt.store.now()
         queued = await rt.store.count_queued()
         running = await rt.store.list_runs(RunFilter(status=RunStatus.RUNNING, limit=1000))
+        stuck = await stuck_runs(rt.store)
         data: dict[str, Any] = {
             "now": output.iso(now),
             "queued": queued,
             "running": len(running),
+            "stuck": [
+                {"id": s.run_id, "job": s.job, "status": s.status, "why": s.why} for s in stuck
+            ],
             "launchers": [
                 {
                     "launcher_id": h.launcher_id,
@@ -613,6 +619,11 @@ def status_cmd(as_json: JsonOpt = False, database: DatabaseOpt = None) -> None:
             out.print(
                 f"launcher {output.escape(entry['launcher_id'])} v{entry['version']} "
                 f"beat {entry['beat_at']}{flag} running {entry['running']}"
+            )
+        for s in stuck:
+            out.print(
+                f"[yellow]stuck[/] run {s.run_id} ({output.escape(s.job)}, {s.status}): "
+                f"{output.escape(s.why)}"
             )
 
     with_runtime(settings, body, catalog=False)

@@ -26,6 +26,31 @@ class Finding:
     run_id: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Stuck:
+    run_id: str
+    job: str
+    status: str
+    why: str
+
+
+async def stuck_runs(store: Store, *, waiting_after: timedelta = timedelta(minutes=5)) -> list[Stuck]:
+    """Runs a person should look at: running past their deadline, running with nobody renewing
+    the lease, or due in the queue for longer than `waiting_after`."""
+    now = await store.now()
+    found: list[Stuck] = []
+    for run in await store.list_runs(RunFilter(status=RunStatus.RUNNING, limit=100_000)):
+        if run.deadline_at is not None and now > run.deadline_at:
+            found.append(Stuck(run.id, run.job, "running", f"{now - run.deadline_at} past its deadline"))
+        elif run.lease_expires_at is not None and now > run.lease_expires_at:
+            found.append(Stuck(run.id, run.job, "running", "its launcher stopped renewing the lease"))
+    for run in await store.list_runs(RunFilter(status=RunStatus.QUEUED, limit=100_000)):
+        due = run.not_before or run.queued_at
+        if now - due > waiting_after:
+            found.append(Stuck(run.id, run.job, "queued", f"due for {now - due}"))
+    return found
+
+
 async def diagnose(settings: Settings, store: Store) -> list[Finding]:
     """Every check, in a stable order. Reads only; changes nothing."""
     findings: list[Finding] = []
