@@ -280,7 +280,9 @@ class Launcher:
 
     async def _wakeup_pump(self) -> None:
         """Turn the store's wake-ups (LISTEN/NOTIFY on PostgreSQL) into the consumer's event."""
-        while True:
+        # Checks `_stopping` too: on 3.11 `asyncio.wait_for` can swallow a cancel that arrives
+        # just as the wake-up fires (gh-86296), and shutdown must not depend on that race.
+        while not self._stopping.is_set():
             try:
                 if await self.store.wait_for_wakeup(max(self.settings.claim_interval, 1.0)):
                     self._wake.set()

@@ -648,7 +648,10 @@ class PostgresStore:
 
     async def wait_for_wakeup(self, max_wait: float) -> bool:
         try:
-            await asyncio.wait_for(self._wakeup.wait(), timeout=max(0.0, max_wait))
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that
+            # arrives as the event fires (gh-86296).
+            async with asyncio.timeout(max(0.0, max_wait)):
+                await self._wakeup.wait()
         except TimeoutError:
             return False
         self._wakeup.clear()

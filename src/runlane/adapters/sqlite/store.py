@@ -688,7 +688,10 @@ class SqliteStore:
         """Woken by this store's own accepts, releases and finishes; runs written by other
         processes are found by the caller's periodic poll."""
         try:
-            await asyncio.wait_for(self._wakeup.wait(), timeout=max(0.0, max_wait))
+            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that
+            # arrives as the event fires (gh-86296).
+            async with asyncio.timeout(max(0.0, max_wait)):
+                await self._wakeup.wait()
         except TimeoutError:
             return False
         self._wakeup.clear()
