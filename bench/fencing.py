@@ -1,0 +1,78 @@
+"""The cost of fencing on PostgreSQL: the finish write with the lease check (token, generation,
+unexpired lease) against the same write keyed on the id alone. Median of several rounds.
+
+    .venv/bin/python bench/fencing.py --runs 2000 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+from _common import median, scratch_database
+
+from runlane.core.runs import NewRun, Outcome, RunStatus, Trigger
+from runlane.service.stores import store_from_url
+
+UNFENCED = """
+UPDATE run_log SET status = %(status)s, end_reason = %(end_reason)s, exit_code = %(exit_code)s,
+    finished_at = clock_timestamp()
+WHERE id = %(id)s::uuid
+RETURNING *
+"""
+
+
+async def one_round(url: str, n: int) -> tuple[float, float]:
+    store = store_from_url(url)
+    await store.open()
+    await store.upgrade()
+    import uuid
+
+    try:
+        for _ in range(2 * n):
+            rid = str(uuid.uuid4())
+            await store.accept(NewRun(id=rid, job="noop", trigger=Trigger.CLI, dedupe_key=rid,
+                                      executor="inline", overlap="allow"))
+        claimed = []
+        while len(claimed) < 2 * n:
+            claimed += await store.claim("bench", limit=256, lease_ttl=600, executors=["inline"],
+                                         executor_caps={})
+        outcome = Outcome(RunStatus.SUCCESS, "exit", exit_code=0)
+        fenced, plain = claimed[:n], claimed[n:]
+        t0 = time.perf_counter()
+        for c in fenced:
+            await store.finish(c.lease, outcome)
+        t_fenced = (time.perf_counter() - t0) / n
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            t0 = time.perf_counter()
+            for c in plain:
+                await conn.execute(UNFENCED, {"id": c.run.id, "status": "success",
+                                              "end_reason": "exit", "exit_code": 0})
+            t_plain = (time.perf_counter() - t0) / n
+        return t_fenced * 1000, t_plain * 1000
+    finally:
+        await store.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=2000)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    fenced, plain = [], []
+    for i in range(args.repeat):
+        with tempfile.TemporaryDirectory() as tmp, scratch_database("postgres", Path(tmp)) as url:
+            f, p = asyncio.run(one_round(url, args.runs))
+        fenced.append(f)
+        plain.append(p)
+        print(f"[#{i + 1}] finish fenced={f:.3f} ms  unfenced={p:.3f} ms", flush=True)
+    print(f"[median of {args.repeat}] finish fenced={median(fenced):.3f} ms unfenced={median(plain):.3f} ms "
+          f"cost of fencing={median(fenced) - median(plain):+.3f} ms per write")
+
+
+if __name__ == "__main__":
+    main()
