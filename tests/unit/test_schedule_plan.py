@@ -21,8 +21,9 @@ def _utc(*args: int) -> datetime:
 HOURLY = ScheduleSpec("job", "sync", "0 * * * *", "UTC", catch_up=3600.0)
 
 
-def test_first_plan_looks_back_only_over_the_window() -> None:
-    plan = plan_schedule(HOURLY, None, _utc(2026, 5, 1, 12, 30))
+def test_first_plan_owes_nothing_from_before_it() -> None:
+    assert plan_schedule(HOURLY, None, _utc(2026, 5, 1, 12, 0, 30)).decisions == ()
+    plan = plan_schedule(HOURLY, None, _utc(2026, 5, 1, 12))
     assert [(d.slot, d.action) for d in plan.decisions] == [(_utc(2026, 5, 1, 12), "fire")]
     assert plan.planned_through == _utc(2026, 5, 1, 12)
 

@@ -345,8 +345,9 @@ def plan_schedule(
 ) -> SchedulePlan:
     """Decide every slot in (last_planned, now].
 
-    A schedule planned for the first time (`last_planned` None) looks back only over its window:
-    nothing is owed from before a launcher first saw it. A slot fires when `now - slot` is within
+    A schedule planned for the first time (`last_planned` None) owes only a slot at `now` itself:
+    nothing is owed from before a launcher first saw it (nor after an edit of its cron or
+    zone, which gives it a new key). A slot fires when `now - slot` is within
     the window (`catch_up`, at least `ON_TIME_GRACE_SECONDS`); older ones are recorded as missed,
     at most `max_recorded` (the latest ones), the rest counted. Slots outside the seasons are
     skipped silently (counted only). A paused target turns its slots into `paused` decisions.
@@ -354,7 +355,7 @@ def plan_schedule(
     window = timedelta(seconds=spec.window_seconds)
     lookback_from: datetime | None = None
     if last_planned is None:
-        start = now - window
+        start = now - timedelta(seconds=1)
     else:
         start = last_planned
         if now - last_planned > MAX_LOOKBACK:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +19,7 @@ from runlane.core.runs import (
     AcceptResult,
     NewRun,
     OverlapAction,
+    RunStatus,
     Trigger,
 )
 from runlane.errors import ConfirmationRequired, RunRefused
@@ -45,6 +46,10 @@ class RunRequest:
     queue_ttl_seconds: float | None = None  # None → the trigger's default
     traceparent: str | None = None
     downstream: list[str] | None = None
+    # Set by the scheduler and chains to record a slot or step that will not run (`missed`,
+    # `paused`, `upstream_failed`, `chain_timeout`): the row is written `skipped` with this
+    # `end_reason`, under the same dedupe key a run would have had.
+    record_skipped: str | None = None
 
 
 def overlap_action_for(job: ResolvedJob, trigger: Trigger) -> OverlapAction:
@@ -114,4 +119,7 @@ async def accept_run(
         traceparent=request.traceparent,
         note=note,
     )
+    if request.record_skipped is not None:
+        new = replace(new, status=RunStatus.SKIPPED, end_reason=request.record_skipped)
+        return await store.accept(new)
     return await store.accept(new, overlap_action=overlap_action_for(job, request.trigger))

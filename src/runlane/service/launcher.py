@@ -153,6 +153,8 @@ class Launcher:
     hook: LauncherHook | None = None
     executor_caps: Mapping[str, int] = field(default_factory=dict)
     retry_base_seconds: float = 5.0
+    triggers: bool = True  # run the scheduler and chain loops (service/scheduler.py, chains.py)
+    trigger_interval: float = 1.0
     repair_retry_seconds: float = 300.0
 
     def __post_init__(self) -> None:
@@ -191,10 +193,37 @@ class Launcher:
             asyncio.create_task(self._lease_keeper(), name="runlane-leases"),
             asyncio.create_task(self._heartbeat_loop(), name="runlane-heartbeat"),
         ]
+        if self.triggers:
+            self._tasks.extend(self._start_trigger_loops())
         try:
             await self._consume_loop()
         finally:
             await self._shutdown()
+
+    def _start_trigger_loops(self) -> list[asyncio.Task[None]]:
+        """The scheduler and the chain advancer; both write runs through the one accept path."""
+        from runlane.service.accept import RunRequest, accept_run
+        from runlane.service.chains import ChainRunner
+        from runlane.service.scheduler import Scheduler
+
+        async def accept(request: RunRequest) -> Any:
+            return await accept_run(
+                self.store,
+                self.catalog,
+                request,
+                available_executors=tuple(self.executors),
+                pod_fallback=self.settings.pod_fallback,
+            )
+
+        chains = ChainRunner(self.store, self.catalog, accept, self.hook, self.trigger_interval)
+        scheduler = Scheduler(
+            self.store, self.catalog, accept, chains.start_scheduled, self.hook,
+            self.trigger_interval,
+        )
+        return [
+            asyncio.create_task(scheduler.run(self._stopping), name="runlane-scheduler"),
+            asyncio.create_task(chains.run(self._stopping), name="runlane-chains"),
+        ]
 
     async def _shutdown(self) -> None:
         log.info("launcher.stopping", launcher=self.owner, running=len(self._active))

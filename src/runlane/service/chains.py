@@ -1,0 +1,230 @@
+"""Chains: start chain runs and advance them, idempotently, from any number of launchers.
+
+A chain run is a `chain_runs` row; its steps are run-log rows with `chain_root_id` = the chain
+run's id and the dedupe key `job@chain_root` (`job@chain_root/step` when a step names another job),
+so two launchers advancing the same chain at once write each step once. Advancing reads the steps'
+rows, asks `core.chains.plan_chain` what to do, and applies it through the one accept path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import structlog
+
+from runlane.catalog import Catalog, Chain
+from runlane.core.chains import ChainPlan, StepSpec, plan_chain, step_dedupe_key, step_of
+from runlane.core.runs import AcceptResult, Outcome, Run, RunStatus, Trigger
+from runlane.errors import InvalidTransition, NotFound, RunlaneError
+from runlane.ports import ChainRun, NewChainRun, RunFilter, Store
+from runlane.service.accept import RunRequest
+
+log = structlog.get_logger("runlane.chains")
+
+AcceptFn = Callable[[RunRequest], Awaitable[AcceptResult]]
+Hook = Callable[[str, str], None]
+
+# Scheduled chain runs get a deterministic id, so every launcher names the same run the same way.
+CHAIN_NAMESPACE = uuid.UUID("6f1d3f52-9a43-4f0e-8d5e-2b8f3c1a7e10")
+LATEST_GRACE = timedelta(minutes=30)  # a queued step with `latest` expires this long after it
+
+
+def chain_slot_key(chain: str, slot: datetime) -> str:
+    return f"{chain}@{slot.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+
+
+def chain_zone(catalog: Catalog, chain: Chain) -> str:
+    if chain.schedule is not None and chain.schedule.tz:
+        return chain.schedule.tz
+    return catalog.global_.timezone
+
+
+def step_specs(catalog: Catalog, chain: Chain, run: ChainRun) -> dict[str, StepSpec]:
+    """The chain's steps with `latest` resolved to an instant on the chain run's local date."""
+    tz = ZoneInfo(chain_zone(catalog, chain))
+    day = (run.scheduled_for or run.started_at).astimezone(tz).date()
+    specs: dict[str, StepSpec] = {}
+    for name, step in chain.steps.items():
+        latest = None
+        if step.latest_time is not None:
+            latest = datetime.combine(day, step.latest_time, tzinfo=tz)
+        specs[name] = StepSpec(
+            name=name,
+            job=chain.step_job(name),
+            after=tuple((d.step, d.on) for d in step.after),
+            latest=latest,
+        )
+    return specs
+
+
+def latest_attempts(specs: dict[str, StepSpec], root: str, runs: list[Run]) -> dict[str, Run]:
+    """Each step's row of the highest attempt."""
+    by_step: dict[str, Run] = {}
+    for run in runs:
+        step = step_of(run.dedupe_key, run.job, root)
+        if step is None or step not in specs:
+            continue
+        held = by_step.get(step)
+        if held is None or run.attempt > held.attempt:
+            by_step[step] = run
+    return by_step
+
+
+@dataclass
+class ChainRunner:
+    store: Store
+    catalog: Catalog
+    accept: AcceptFn
+    hook: Hook | None = None
+    interval: float = 1.0
+
+    async def start(
+        self,
+        chain_name: str,
+        *,
+        trigger: Trigger = Trigger.MANUAL,
+        requested_by: str | None = None,
+        slot: datetime | None = None,
+        skipped_reason: str | None = None,
+    ) -> ChainRun:
+        """Record a chain run and start its first steps. With `slot`, idempotent by
+        `chain@slot`; `skipped_reason` records the slot as `skipped` without steps."""
+        chain = self.catalog.chains.get(chain_name)
+        if chain is None:
+            raise NotFound(f"unknown chain {chain_name!r}")
+        if slot is not None:
+            dedupe = chain_slot_key(chain_name, slot)
+            run_id = str(uuid.uuid5(CHAIN_NAMESPACE, dedupe))
+        else:
+            run_id = str(uuid.uuid4())
+            dedupe = run_id
+        run, created = await self.store.create_chain_run(
+            NewChainRun(
+                id=run_id,
+                chain=chain_name,
+                dedupe_key=dedupe,
+                trigger=str(trigger),
+                requested_by=requested_by,
+                scheduled_for=slot,
+                max_duration_seconds=chain.max_duration,
+                status="running" if skipped_reason is None else "skipped",
+                end_reason=skipped_reason,
+            )
+        )
+        if created:
+            log.info("chain.started", chain=chain_name, chain_run_id=run.id, status=run.status)
+            if self.hook is not None:
+                self.hook("chain_started", run.id)
+        if run.status == "running":
+            await self.advance(run)
+        return run
+
+    async def start_scheduled(self, chain: str, slot: datetime, reason: str | None) -> None:
+        await self.start(chain, trigger=Trigger.SCHEDULE, slot=slot, skipped_reason=reason)
+
+    async def advance_all(self) -> int:
+        """Advance every running chain run; return how many there were."""
+        active = await self.store.active_chain_runs()
+        for run in active:
+            try:
+                await self.advance(run)
+            except RunlaneError as exc:
+                log.warning("chain.advance_failed", chain_run_id=run.id, error=str(exc))
+        return len(active)
+
+    async def advance(self, run: ChainRun) -> ChainPlan | None:
+        chain = self.catalog.chains.get(run.chain)
+        if chain is None:
+            await self.store.finish_chain_run(run.id, "failure", "unknown_chain")
+            return None
+        specs = step_specs(self.catalog, chain, run)
+        rows = await self.store.list_runs(RunFilter(chain_root_id=run.id, limit=10_000))
+        attempts = latest_attempts(specs, run.id, rows)
+        now = await self.store.now()
+        plan = plan_chain(
+            specs, {s: r.status.value for s, r in attempts.items()}, now, run.deadline_at
+        )
+        if plan.overrun and run.overrun_at is None:
+            await self.store.mark_chain_overrun(run.id)
+            log.warning("chain.overrun", chain=run.chain, chain_run_id=run.id)
+            if self.hook is not None:
+                self.hook("chain_overrun", run.id)
+        for step in plan.expire_queued:
+            with contextlib.suppress(InvalidTransition):
+                await self.store.finish_unleased(
+                    attempts[step].id,
+                    RunStatus.QUEUED,
+                    Outcome(
+                        RunStatus.SKIPPED, "chain_timeout", note="the chain ran past max_duration"
+                    ),
+                )
+        for step, reason in plan.skip:
+            await self._step(run, specs[step], now, skipped=reason)
+        for step in plan.start:
+            await self._step(run, specs[step], now, skipped=None)
+        if plan.start or plan.skip or plan.expire_queued:
+            # Skips can unblock `on: finish` steps at once; plan again rather than wait a tick.
+            return await self.advance(await self.store.get_chain_run(run.id))
+        if plan.done and plan.outcome is not None:
+            finished = await self.store.finish_chain_run(
+                run.id, plan.outcome, "chain_timeout" if run.overrun_at or plan.overrun else None
+            )
+            if finished is not None:
+                log.info(
+                    "chain.finished", chain=run.chain, chain_run_id=run.id, status=plan.outcome
+                )
+                if self.hook is not None:
+                    self.hook("chain_finished", run.id)
+        return plan
+
+    async def _step(
+        self, run: ChainRun, step: StepSpec, now: datetime, *, skipped: str | None
+    ) -> None:
+        ttl = None
+        if step.latest is not None:
+            ttl = max(1.0, (step.latest + LATEST_GRACE - now).total_seconds())
+        request = RunRequest(
+            job=step.job,
+            trigger=Trigger.CHAIN,
+            dedupe_key=step_dedupe_key(step.name, step.job, run.id),
+            chain_root_id=run.id,
+            requested_by=run.requested_by,
+            queue_ttl_seconds=ttl,
+            record_skipped=skipped,
+        )
+        try:
+            result = await self.accept(request)
+        except RunlaneError as exc:
+            # A refused step must not wedge the chain: record it as skipped with the reason.
+            log.error("chain.step_refused", chain_run_id=run.id, step=step.name, error=str(exc))
+            if skipped is None:
+                result = await self.accept(
+                    RunRequest(
+                        job=step.job,
+                        trigger=Trigger.CHAIN,
+                        dedupe_key=request.dedupe_key,
+                        chain_root_id=run.id,
+                        record_skipped="start_failed",
+                    )
+                )
+            else:
+                raise
+        if result.created and self.hook is not None:
+            self.hook("chain_step", result.run.id)
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Advance running chains every `interval` until `stopping` is set."""
+        while not stopping.is_set():
+            try:
+                await self.advance_all()
+            except RunlaneError as exc:
+                log.warning("chains.tick_failed", error=str(exc))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.interval):
+                    await stopping.wait()

@@ -1,0 +1,241 @@
+"""The scheduler loop: plan every schedule of the catalog and accept what is due.
+
+Each tick reads database time, plans each due schedule with `core.schedule.plan_schedule` from its
+last planned slot (table `schedule_state`), accepts the decisions through the one accept path and
+then moves the state forward. Several launchers may tick at once: a slot's run has the unique key
+`job@slot` (a chain run `chain@slot`), so each slot makes exactly one row, and the state only
+moves forward. A crash between accepting and saving the state re-plans the same slots, which the
+dedupe keys turn into no-ops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import structlog
+
+from runlane.catalog import Catalog
+from runlane.core.runs import AcceptResult, Trigger, schedule_dedupe_key
+from runlane.core.schedule import (
+    Pause,
+    SchedulePlan,
+    ScheduleSpec,
+    SeasonWindow,
+    next_slot,
+    plan_schedule,
+)
+from runlane.errors import RunlaneError
+from runlane.ports import Override, Store
+from runlane.service.accept import RunRequest
+
+log = structlog.get_logger("runlane.scheduler")
+
+AcceptFn = Callable[[RunRequest], Awaitable[AcceptResult]]
+Hook = Callable[[str, str], None]
+ChainStarter = Callable[[str, datetime, str | None], Awaitable[None]]
+"""start_scheduled_chain(chain, slot, skipped_reason): start (reason None) or record a slot."""
+
+STATE_REFRESH_SECONDS = 60.0
+
+
+def schedule_specs(catalog: Catalog) -> list[ScheduleSpec]:
+    """Every schedule of the catalog: each job's schedules and each chain's schedule."""
+    default_tz = catalog.global_.timezone
+    specs: list[ScheduleSpec] = []
+    for name in catalog.job_names():
+        for sched in catalog.jobs[name].schedules:
+            specs.append(
+                ScheduleSpec("job", name, sched.cron, sched.tz or default_tz, sched.catch_up)
+            )
+    for name in sorted(catalog.chains):
+        chain = catalog.chains[name]
+        if chain.schedule is None:
+            continue
+        seasons = tuple(
+            SeasonWindow(s, catalog.global_.seasons[s].start, catalog.global_.seasons[s].end)
+            for s in chain.schedule.seasons
+            if s in catalog.global_.seasons
+        )
+        specs.append(
+            ScheduleSpec(
+                "chain",
+                name,
+                chain.schedule.cron,
+                chain.schedule.tz or default_tz,
+                chain.schedule.catch_up,
+                seasons,
+            )
+        )
+    return specs
+
+
+def pause_of(override: Override | None, now: datetime) -> Pause | None:
+    if override is None:
+        return None
+    if override.paused_until is not None and override.paused_until <= now:
+        return None
+    return Pause(override.paused_until)
+
+
+@dataclass
+class TickReport:
+    """What one tick did (tests and the benchmark read it)."""
+
+    now: datetime
+    planned: int = 0  # schedules planned
+    accepted: list[AcceptResult] = field(default_factory=list)
+    created: int = 0
+    chains: int = 0
+
+
+@dataclass
+class Scheduler:
+    store: Store
+    catalog: Catalog
+    accept: AcceptFn
+    start_chain: ChainStarter | None = None
+    hook: Hook | None = None
+    interval: float = 1.0
+
+    def __post_init__(self) -> None:
+        self.specs = schedule_specs(self.catalog)
+        self._state: dict[str, datetime] | None = None
+        self._next_due: dict[str, datetime | None] = {}
+        self._state_loaded_at: datetime | None = None
+
+    async def _load_state(self, now: datetime) -> dict[str, datetime]:
+        if (
+            self._state is None
+            or self._state_loaded_at is None
+            or (now - self._state_loaded_at).total_seconds() >= STATE_REFRESH_SECONDS
+        ):
+            stored = await self.store.schedule_states()
+            merged = dict(stored)
+            for key, slot in (self._state or {}).items():
+                if key not in merged or merged[key] < slot:
+                    merged[key] = slot
+            if merged != self._state:
+                self._next_due.clear()
+            self._state = merged
+            self._state_loaded_at = now
+        return self._state
+
+    def _due(self, spec: ScheduleSpec, state: dict[str, datetime], now: datetime) -> bool:
+        key = spec.key
+        if key not in self._next_due:
+            self._next_due[key] = next_slot(spec.cron, spec.tz, state[key])
+        due = self._next_due[key]
+        return due is not None and due <= now
+
+    def next_due(self) -> datetime | None:
+        """The earliest known next slot over every schedule (None before the first tick)."""
+        dues = [d for d in self._next_due.values() if d is not None]
+        return min(dues) if dues else None
+
+    async def tick(self, now: datetime | None = None) -> TickReport:
+        """Plan every due schedule at `now` (database time by default) and accept its slots."""
+        if now is None:
+            now = await self.store.now()
+        report = TickReport(now=now)
+        state = await self._load_state(now)
+        advanced: dict[str, datetime] = {}
+        for spec in self.specs:
+            if spec.key not in state:
+                # First sight of this schedule (or of an edited cron/zone): it is anchored here,
+                # and nothing is owed from before.
+                state[spec.key] = advanced[spec.key] = now - timedelta(seconds=1)
+        due = [spec for spec in self.specs if self._due(spec, state, now)]
+        if not due:
+            if advanced:
+                await self.store.advance_schedules(advanced)
+            return report
+        overrides = await self.store.overrides()
+        for spec in due:
+            pause = pause_of(overrides.get(spec.target), now) if spec.kind == "job" else None
+            plan = plan_schedule(spec, state.get(spec.key), now, pause=pause)
+            report.planned += 1
+            await self._apply(spec, plan, report)
+            if plan.planned_through is not None:
+                advanced[spec.key] = plan.planned_through
+        if advanced:
+            await self.store.advance_schedules(advanced)
+            for key, slot in advanced.items():
+                state[key] = slot
+                self._next_due.pop(key, None)
+        return report
+
+    async def _apply(self, spec: ScheduleSpec, plan: SchedulePlan, report: TickReport) -> None:
+        if plan.unrecorded:
+            log.warning(
+                "schedule.missed_unrecorded",
+                schedule=spec.key,
+                count=plan.unrecorded,
+                first=plan.first_unrecorded.isoformat() if plan.first_unrecorded else None,
+                last=plan.last_unrecorded.isoformat() if plan.last_unrecorded else None,
+                note="older missed slots beyond the recorded 100 are only counted here",
+            )
+        if plan.lookback_from is not None:
+            log.warning(
+                "schedule.lookback_capped",
+                schedule=spec.key,
+                examined_from=plan.lookback_from.isoformat(),
+            )
+        for decision in plan.decisions:
+            reason = None if decision.action == "fire" else decision.action
+            try:
+                if spec.kind == "chain":
+                    if self.start_chain is not None:
+                        await self.start_chain(spec.target, decision.slot, reason)
+                        report.chains += 1
+                    continue
+                result = await self.accept(
+                    RunRequest(
+                        job=spec.target,
+                        trigger=Trigger.SCHEDULE,
+                        dedupe_key=schedule_dedupe_key(spec.target, decision.slot),
+                        scheduled_for=decision.slot,
+                        queue_ttl_seconds=spec.window_seconds,
+                        requested_by="scheduler",
+                        record_skipped=reason,
+                    )
+                )
+            except RunlaneError as exc:
+                log.error(
+                    "schedule.refused",
+                    schedule=spec.key,
+                    slot=decision.slot.isoformat(),
+                    error=str(exc),
+                )
+                continue
+            report.accepted.append(result)
+            if result.created:
+                report.created += 1
+                log.info(
+                    "schedule.accepted",
+                    job=spec.target,
+                    slot=decision.slot.isoformat(),
+                    run_id=result.run.id,
+                    status=result.run.status.value,
+                    end_reason=result.run.end_reason,
+                )
+                if self.hook is not None:
+                    self.hook("scheduled", result.run.id)
+
+    async def run(self, stopping: asyncio.Event) -> None:
+        """Tick until `stopping` is set; sleep until the next due slot (at most `interval`)."""
+        while not stopping.is_set():
+            wait = self.interval
+            try:
+                report = await self.tick()
+                nxt = self.next_due()
+                if nxt is not None:
+                    wait = min(self.interval, max(0.005, (nxt - report.now).total_seconds()))
+            except RunlaneError as exc:
+                log.warning("scheduler.tick_failed", error=str(exc))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await stopping.wait()
