@@ -1,0 +1,249 @@
+"""Chains and events end to end on SQLite and PostgreSQL: a launcher runs the steps (inline), the
+chain advancer starts, skips and finishes them. Tests wait on launcher hooks, never on sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runlane.adapters.postgres import PostgresStore
+from runlane.adapters.sqlite import SqliteStore
+from runlane.catalog import Catalog, parse_catalog_text
+from runlane.core.runs import RunStatus, Trigger
+from runlane.ports import FixedClock, RunFilter, Store
+from runlane.service.accept import RunRequest, accept_run
+from runlane.service.chains import ChainRunner, latest_attempts, step_specs
+from runlane.service.config import Settings
+from runlane.service.events import emit_event
+from runlane.service.launcher import Launcher
+from runlane.service.runtime import build_executors
+
+PY = sys.executable
+GATE = "import os, time, pathlib\\ngate = pathlib.Path(os.environ['RUNLANE_TEST_DIR'], 'gate')\\nwhile not gate.exists(): time.sleep(0.02)"
+CATALOG = f"""
+version: 1
+defaults: {{executor: inline, overlap: allow, deadline: 1m}}
+jobs:
+  ok: {{command: [{PY}, -c, "pass"], env: {{RUNLANE_TEST_DIR: "{{dir}}"}}}}
+  bad: {{command: [{PY}, -c, "raise SystemExit(1)"]}}
+  gated: {{command: [{PY}, -c, "{GATE}"], env: {{RUNLANE_TEST_DIR: "{{dir}}"}}}}
+  notify:
+    command: [{PY}, -c, "pass"]
+    on_event: [{{key: rumor.signal_created, debounce: 30m}}]
+  instant:
+    command: [{PY}, -c, "pass"]
+    on_event: [{{key: rumor.signal_created}}]
+chains:
+  happy:
+    steps:
+      first: {{job: ok}}
+      second: {{job: ok, after: [{{step: first, on: success}}]}}
+  failing:
+    steps:
+      first: {{job: bad}}
+      needs-success: {{job: ok, after: [{{step: first, on: success}}]}}
+      transitively: {{job: ok, after: [{{step: needs-success, on: success}}]}}
+      cleanup: {{job: ok, after: [{{step: first, on: finish}}]}}
+  latest:
+    steps:
+      slow: {{job: gated}}
+      lineup: {{job: ok, after: [{{step: slow, on: finish}}], latest: "00:00"}}
+  timeout:
+    max_duration: 1s
+    steps:
+      slow: {{job: gated}}
+      after: {{job: ok, after: [{{step: slow, on: success}}]}}
+"""
+
+
+class Hooks:
+    def __init__(self) -> None:
+        self.seen: dict[tuple[str, str], asyncio.Event] = defaultdict(asyncio.Event)
+
+    def __call__(self, event: str, run_id: str) -> None:
+        self.seen[(event, run_id)].set()
+
+    async def wait(self, event: str, run_id: str) -> None:
+        async with asyncio.timeout(30):
+            await self.seen[(event, run_id)].wait()
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> Catalog:
+    return parse_catalog_text(CATALOG.replace("{dir}", str(tmp_path)), "catalog.yaml")
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Store]:
+    s: Store
+    if database_url.startswith("sqlite"):
+        s = SqliteStore(database_url.removeprefix("sqlite:///"))
+    else:
+        s = PostgresStore(database_url, pool_max=4)
+    await s.open()
+    await s.upgrade()
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+async def running(
+    store: Store, catalog: Catalog, database_url: str, tmp_path: Path
+) -> AsyncIterator[tuple[ChainRunner, Hooks]]:
+    hooks = Hooks()
+    settings = Settings(
+        database_url=database_url,
+        log_dir=str(tmp_path / "logs"),
+        claim_interval=0.05,
+        launcher_id="chains-test",
+    )
+    launcher = Launcher(
+        store=store,
+        catalog=catalog,
+        executors=build_executors(settings),
+        settings=settings,
+        hook=hooks,
+        trigger_interval=0.05,
+    )
+    task = asyncio.create_task(launcher.run())
+
+    async def accept(request: RunRequest) -> Any:
+        return await accept_run(store, catalog, request)
+
+    yield ChainRunner(store, catalog, accept, hooks), hooks
+    launcher.stop()
+    await task
+
+
+async def steps_of(runner: ChainRunner, chain_run_id: str) -> dict[str, tuple[str, str | None]]:
+    run = await runner.store.get_chain_run(chain_run_id)
+    specs = step_specs(runner.catalog, runner.catalog.chains[run.chain], run)
+    rows = await runner.store.list_runs(RunFilter(chain_root_id=run.id, limit=100))
+    return {
+        step: (r.status.value, r.end_reason)
+        for step, r in latest_attempts(specs, run.id, rows).items()
+    }
+
+
+async def test_chain_success(running: tuple[ChainRunner, Hooks]) -> None:
+    runner, hooks = running
+    run = await runner.start("happy", trigger=Trigger.CLI)
+    await hooks.wait("chain_finished", run.id)
+    assert (await runner.store.get_chain_run(run.id)).status == "success"
+    assert await steps_of(runner, run.id) == {
+        "first": ("success", "exit"),
+        "second": ("success", "exit"),
+    }
+
+
+async def test_chain_failure_skips_success_dependents_transitively(
+    running: tuple[ChainRunner, Hooks],
+) -> None:
+    runner, hooks = running
+    run = await runner.start("failing", trigger=Trigger.CLI)
+    await hooks.wait("chain_finished", run.id)
+    assert (await runner.store.get_chain_run(run.id)).status == "failure"
+    assert await steps_of(runner, run.id) == {
+        "first": ("failure", "exit"),
+        "needs-success": ("skipped", "upstream_failed"),
+        "transitively": ("skipped", "upstream_failed"),
+        "cleanup": ("success", "exit"),
+    }
+
+
+async def test_latest_starts_a_step_while_its_parent_runs(
+    running: tuple[ChainRunner, Hooks], tmp_path: Path
+) -> None:
+    runner, hooks = running
+    run = await runner.start("latest", trigger=Trigger.CLI)
+    # "00:00" on the chain run's date has passed: lineup starts although `slow` still runs.
+    rows = await runner.store.list_runs(RunFilter(chain_root_id=run.id))
+    lineup = next(r for r in rows if r.dedupe_key.endswith("/lineup"))
+    await hooks.wait("finished", lineup.id)
+    assert (await steps_of(runner, run.id))["slow"][0] in ("queued", "running")
+    (tmp_path / "gate").write_text("open")
+    await hooks.wait("chain_finished", run.id)
+    assert (await runner.store.get_chain_run(run.id)).status == "success"
+
+
+async def test_max_duration_skips_unstarted_steps_and_marks_overrun(
+    running: tuple[ChainRunner, Hooks], tmp_path: Path
+) -> None:
+    runner, hooks = running
+    run = await runner.start("timeout", trigger=Trigger.CLI)
+    await hooks.wait("chain_overrun", run.id)
+    (tmp_path / "gate").write_text("open")
+    await hooks.wait("chain_finished", run.id)
+    final = await runner.store.get_chain_run(run.id)
+    assert final.overrun
+    assert final.end_reason == "chain_timeout"
+    assert (await steps_of(runner, run.id))["after"] == ("skipped", "chain_timeout")
+
+
+async def test_scheduled_chain_run_is_one_per_slot(store: Store, catalog: Catalog) -> None:
+    async def accept(request: RunRequest) -> Any:
+        return await accept_run(store, catalog, request)
+
+    a = ChainRunner(store, catalog, accept)
+    b = ChainRunner(store, catalog, accept)
+    slot = datetime(2031, 1, 7, 22, tzinfo=UTC)
+    runs = await asyncio.gather(
+        a.start("happy", trigger=Trigger.SCHEDULE, slot=slot),
+        b.start("happy", trigger=Trigger.SCHEDULE, slot=slot),
+    )
+    assert runs[0].id == runs[1].id
+    rows = await store.list_runs(RunFilter(chain_root_id=runs[0].id))
+    assert [r.dedupe_key for r in rows] == [f"ok@{runs[0].id}/first"]
+
+
+async def test_debounced_event_burst_starts_one_run_per_window(
+    database_url: str, catalog: Catalog
+) -> None:
+    clock = FixedClock(datetime(2031, 1, 1, 12, 0, 5, tzinfo=UTC))
+    store: Store
+    if database_url.startswith("sqlite"):
+        store = SqliteStore(database_url.removeprefix("sqlite:///"), clock=clock)
+    else:
+        store = PostgresStore(database_url, clock=clock, pool_max=2)
+    await store.open()
+    await store.upgrade()
+
+    async def accept(request: RunRequest) -> Any:
+        return await accept_run(store, catalog, request)
+
+    try:
+        burst = []
+        for i in range(5):
+            burst.append(await emit_event(store, catalog, accept, "rumor.signal_created", {"i": i}))
+            clock.advance(60)
+        clock.at = datetime(2031, 1, 1, 12, 30, 0, tzinfo=UTC)  # the next 30-minute window
+        late = await emit_event(store, catalog, accept, "rumor.signal_created", event_id="late")
+        again = await emit_event(store, catalog, accept, "rumor.signal_created", event_id="late")
+        notify = await store.list_runs(RunFilter(job="notify"))
+        instant = await store.list_runs(RunFilter(job="instant"))
+        assert len(notify) == 2  # one per debounce window
+        assert len(instant) == 6  # no debounce: every event
+        first_run = (
+            burst[0].links[0].run_id
+            if burst[0].links[0].job == "notify"
+            else burst[0].links[1].run_id
+        )
+        joined = [link for e in burst[1:] for link in e.links if link.job == "notify"]
+        assert all(link.run_id == first_run and not link.started for link in joined)
+        assert not again.created
+        assert [x.run_id for x in again.links] == [x.run_id for x in late.links]
+        links = await store.event_links("late")
+        assert sorted(x.job for x in links) == ["instant", "notify"]
+        assert all(x.started for x in links)
+        assert all(r.trigger == "event" for r in notify)
+        assert timedelta(0) < max(r.queued_at for r in notify) - min(r.queued_at for r in notify)
+        assert {r.status for r in notify} == {RunStatus.QUEUED}
+    finally:
+        await store.close()
