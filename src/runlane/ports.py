@@ -152,6 +152,16 @@ class EventLink:
     started: bool
 
 
+@dataclass(frozen=True, slots=True)
+class FinishRequest:
+    """One outcome to record under its lease (see `Store.finish_many`)."""
+
+    lease: Lease
+    outcome: Outcome
+    retry: NewRun | None = None
+    external_id: str | None = None
+
+
 class Store(Protocol):
     """The run log and everything stored next to it.
 
@@ -231,6 +241,12 @@ class Store(Protocol):
         external_id: str | None = None,
     ) -> Run:
         """Fenced: write the final status; insert the retry row in the same transaction."""
+        ...
+
+    async def finish_many(self, requests: Sequence[FinishRequest]) -> list[Run | None]:
+        """`finish` for several runs in one transaction (one commit): each request is fenced on
+        its own lease; a request whose lease is lost gets None and writes nothing (its retry row
+        included) while the others are saved."""
         ...
 
     async def release(

@@ -11,6 +11,7 @@ import pytest
 
 from runlane.core.runs import (
     Claimed,
+    Lease,
     NewRun,
     Outcome,
     OverlapPolicy,
@@ -18,7 +19,7 @@ from runlane.core.runs import (
     Trigger,
 )
 from runlane.errors import InvalidTransition, LeaseLost, NotFound, OverlapRefused
-from runlane.ports import FixedClock, Heartbeat, RunFilter, Store
+from runlane.ports import FinishRequest, FixedClock, Heartbeat, RunFilter, Store
 
 if TYPE_CHECKING:
     from conftest import StoreHarness
@@ -728,3 +729,27 @@ async def test_sweep_orphans_ends_only_unsupervised_runs_past_deadline_and_grace
         assert (run.status, run.end_reason) == (RunStatus.TIMEOUT, "orphaned")
     assert (await store.get_run(supervised.run.id)).status == RunStatus.RUNNING
     assert await store.sweep_orphans(grace=600) == []
+
+
+async def test_finish_many_saves_each_under_its_own_lease(harness: StoreHarness) -> None:
+    store, clock = await pinned(harness)
+    a = await _one_claimed(store, max_attempts=2)
+    b = await _one_claimed(store)
+    c = await _one_claimed(store)
+    stale = Lease(c.run.id, c.lease.owner, str(uuid.uuid4()), c.lease.generation)
+    retry = new_run(attempt=2, retry_of=a.run.id, trigger=Trigger.RETRY)
+    lost_retry = new_run(attempt=2, retry_of=c.run.id, trigger=Trigger.RETRY)
+    results = await store.finish_many([
+        FinishRequest(a.lease, FAILURE, retry=retry, external_id="101"),
+        FinishRequest(b.lease, SUCCESS),
+        FinishRequest(stale, FAILURE, retry=lost_retry),
+    ])
+    assert [r.status if r else None for r in results] == [RunStatus.FAILURE, RunStatus.SUCCESS, None]
+    assert results[0] is not None and results[0].external_id == "101"
+    assert (await store.get_run(retry.id)).retry_of == a.run.id
+    with pytest.raises(NotFound):
+        await store.get_run(lost_retry.id)  # a lost lease writes nothing, its retry included
+    assert (await store.get_run(c.run.id)).status == RunStatus.RUNNING
+    assert await store.finish_many([]) == []
+    clock.advance(31)  # c's lease expired: even its own token cannot write now
+    assert await store.finish_many([FinishRequest(c.lease, SUCCESS)]) == [None]

@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 import structlog
@@ -52,12 +53,14 @@ from runlane.errors import (
     TemporaryExecutorError,
     UnknownJob,
 )
-from runlane.ports import Execution, ExecutionSpec, Executor, Heartbeat, Store
+from runlane.ports import Execution, ExecutionSpec, Executor, FinishRequest, Heartbeat, Store
 from runlane.service.config import Settings
 
 log = structlog.get_logger("runlane.launcher")
 
 T = TypeVar("T")
+
+FINISH_BATCH_MAX = 64
 
 def loop_time() -> float:
     """Monotonic time of the running event loop."""
@@ -168,6 +171,9 @@ class Launcher:
         self._last_recover = 0.0
         self._last_cancel_poll = 0.0
         self._last_orphan_check = 0.0
+        self._finish_queue: asyncio.Queue[tuple[FinishRequest, asyncio.Future[Run | None]]] = (
+            asyncio.Queue()
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -190,6 +196,7 @@ class Launcher:
         )
         self._tasks = [
             asyncio.create_task(self._wakeup_pump(), name="runlane-wakeup"),
+            asyncio.create_task(self._finisher(), name="runlane-finisher"),
             asyncio.create_task(self._lease_keeper(), name="runlane-leases"),
             asyncio.create_task(self._heartbeat_loop(), name="runlane-heartbeat"),
         ]
@@ -476,20 +483,18 @@ class Launcher:
                 + timedelta(seconds=retry_backoff_seconds(run.attempt, base=self.retry_base_seconds)),
             )
         external_id = sup.execution.external_id if sup.execution is not None else None
-        try:
-            final = await self._write(
-                lambda: self.store.finish(sup.lease, outcome, retry=retry, external_id=external_id)
-            )
-        except LeaseLost:
+        request = FinishRequest(sup.lease, outcome, retry=retry, external_id=external_id)
+        final = await self._finish(request)
+        if final is None:
             # The lease may only have expired (a database outage longer than the TTL) with nobody
             # taking the run over: revive it with the same token and generation, then write.
             if run.id not in await self._write(
                 lambda: self.store.renew([sup.lease], self.settings.lease_ttl)
             ):
-                raise
-            final = await self._write(
-                lambda: self.store.finish(sup.lease, outcome, retry=retry, external_id=external_id)
-            )
+                raise LeaseLost(f"lease on run {run.id} is lost: outcome not saved")
+            final = await self._finish(request)
+            if final is None:
+                raise LeaseLost(f"lease on run {run.id} is lost: outcome not saved")
         log.info(
             "run.finished",
             run_id=run.id,
@@ -499,6 +504,31 @@ class Launcher:
             attempt=run.attempt,
             retry=retry.id if retry else None,
         )
+
+    async def _finish(self, request: FinishRequest) -> Run | None:
+        """Queue an outcome for the finisher; the saved row, or None when the lease is lost."""
+        done: asyncio.Future[Run | None] = asyncio.get_running_loop().create_future()
+        self._finish_queue.put_nowait((request, done))
+        return await done
+
+    async def _finisher(self) -> None:
+        """Save outcomes in batches: whatever queued up while the previous batch was being
+        written goes in the next transaction (one commit, one fsync for many runs)."""
+        while True:
+            batch = [await self._finish_queue.get()]
+            while not self._finish_queue.empty() and len(batch) < FINISH_BATCH_MAX:
+                batch.append(self._finish_queue.get_nowait())
+            requests = [request for request, _ in batch]
+            try:
+                results = await self._write(partial(self.store.finish_many, requests))
+            except Exception as exc:  # noqa: BLE001 - handed to each waiting supervisor
+                for _, done in batch:
+                    if not done.done():
+                        done.set_exception(exc)
+                continue
+            for (_, done), result in zip(batch, results, strict=True):
+                if not done.done():
+                    done.set_result(result)
 
     async def _write(self, op: Callable[[], Awaitable[T]]) -> T:
         """A store write that survives a database outage: retried with backoff until it lands,

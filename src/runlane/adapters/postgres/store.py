@@ -42,6 +42,7 @@ from runlane.ports import (
     Clock,
     Event,
     EventLink,
+    FinishRequest,
     Heartbeat,
     NewChainRun,
     Override,
@@ -50,6 +51,10 @@ from runlane.ports import (
 )
 
 _PACKAGE = "runlane.adapters.postgres"
+
+
+class _BatchLeaseExpired(Exception):
+    """Raised inside a batched save to roll it back when a lease expired before COMMIT."""
 Q = sqlcommon.load_queries(_PACKAGE)
 MIGRATIONS = sqlcommon.load_migrations(_PACKAGE)
 CURRENT_SCHEMA_VERSION = MIGRATIONS[-1].version
@@ -500,6 +505,72 @@ class PostgresStore:
             if row is None or still is None:
                 raise LeaseLost(f"lease on run {lease.run_id} is lost: outcome not saved")
         return _READ.run(row)
+
+    async def finish_many(self, requests: Sequence[FinishRequest]) -> list[Run | None]:
+        for req in requests:
+            status = req.outcome.status
+            if not status.is_final or not can_transition(RunStatus.RUNNING, status):
+                raise InvalidTransition(f"run {req.lease.run_id} cannot finish as {status.value}")
+        if not requests:
+            return []
+        try:
+            return await self._finish_batch(requests)
+        except _BatchLeaseExpired:
+            # A lease expired between the UPDATE and COMMIT (rare): save one by one instead.
+            out: list[Run | None] = []
+            for req in requests:
+                try:
+                    out.append(await self.finish(
+                        req.lease, req.outcome, retry=req.retry, external_id=req.external_id
+                    ))
+                except LeaseLost:
+                    out.append(None)
+            return out
+
+    async def _finish_batch(self, requests: Sequence[FinishRequest]) -> list[Run | None]:
+        cols: dict[str, list[object]] = {
+            k: [] for k in ("ids", "tokens", "gens", "statuses", "end_reasons", "exit_codes",
+                            "error_codes", "log_tails", "notes", "external_ids")
+        }
+        for req in requests:
+            if not (_is_uuid(req.lease.run_id) and _is_uuid(req.lease.token)):
+                raise LeaseLost(f"lease on run {req.lease.run_id} is malformed")
+            o = req.outcome
+            for key, value in (
+                ("ids", req.lease.run_id), ("tokens", req.lease.token),
+                ("gens", req.lease.generation), ("statuses", o.status.value),
+                ("end_reasons", o.end_reason), ("exit_codes", o.exit_code),
+                ("error_codes", o.error_code), ("log_tails", o.log_tail), ("notes", o.note),
+                ("external_ids", req.external_id),
+            ):
+                cols[key].append(value)
+        retries = [(r, r.retry) for r in requests if r.retry is not None]
+        async with self._conn() as conn, conn.transaction():
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(Q["finish_many"], {**cols, "now": self._now()})
+            written = {str(row["id"]): row for row in await cur.fetchall()}
+            saved_retries = [(r, new) for r, new in retries if r.lease.run_id in written]
+            if saved_retries:
+                async with conn.pipeline():
+                    for _, new in saved_retries:
+                        await conn.execute(
+                            Q["insert_run"], self._insert_params(new, new.status, new.end_reason)
+                        )
+                    checks = []
+                    for req, _ in saved_retries:
+                        chk = conn.cursor(row_factory=dict_row)
+                        await chk.execute(
+                            Q["lease_still_valid"], {**self._fence(req.lease), "now": self._now()}
+                        )
+                        checks.append(chk)
+                for chk in checks:
+                    # Checked last so a save that ran past its lease rolls back whole.
+                    if await chk.fetchone() is None:
+                        raise _BatchLeaseExpired
+        return [
+            _READ.run(written[r.lease.run_id]) if r.lease.run_id in written else None
+            for r in requests
+        ]
 
     async def release(
         self, lease: Lease, *, retry_after: float, error_code: str, note: str | None = None

@@ -36,6 +36,7 @@ from runlane.ports import (
     Clock,
     Event,
     EventLink,
+    FinishRequest,
     Heartbeat,
     NewChainRun,
     Override,
@@ -508,6 +509,36 @@ class SqliteStore:
         run = await self._call(lambda conn: _write(conn, work))
         self._wakeup.set()  # a slot was freed (and a retry may be queued)
         return run
+
+    async def finish_many(self, requests: Sequence[FinishRequest]) -> list[Run | None]:
+        for req in requests:
+            status = req.outcome.status
+            if not status.is_final or not can_transition(RunStatus.RUNNING, status):
+                raise InvalidTransition(f"run {req.lease.run_id} cannot finish as {status.value}")
+        if not requests:
+            return []
+        now = self._now()
+
+        def work(conn: sqlite3.Connection) -> list[Run | None]:
+            out: list[Run | None] = []
+            for req in requests:
+                params = {
+                    **self._fence(req.lease, now),
+                    **sqlcommon.outcome_params(req.outcome),
+                    "external_id": req.external_id,
+                }
+                row = _one(conn.execute(Q["finish"], params))
+                if row is None:
+                    out.append(None)
+                    continue
+                if req.retry is not None:
+                    self._insert(conn, req.retry, req.retry.status, req.retry.end_reason, now)
+                out.append(_READ.run(row))
+            return out
+
+        runs = await self._call(lambda conn: _write(conn, work))
+        self._wakeup.set()
+        return runs
 
     async def release(
         self, lease: Lease, *, retry_after: float, error_code: str, note: str | None = None

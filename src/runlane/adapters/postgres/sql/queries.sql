@@ -183,6 +183,30 @@ WHERE r.id = %(id)s::uuid AND r.status = 'running' AND r.lease_token = %(token)s
   AND r.lease_generation = %(gen)s AND r.lease_expires_at > n.now
 RETURNING r.*
 
+-- name: finish_many
+-- finish for a batch in one statement; rows whose fence fails are simply not returned.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now),
+v AS (
+    SELECT * FROM unnest(
+        %(ids)s::uuid[], %(tokens)s::uuid[], %(gens)s::bigint[], %(statuses)s::text[],
+        %(end_reasons)s::text[], %(exit_codes)s::int[], %(error_codes)s::text[],
+        %(log_tails)s::text[], %(notes)s::text[], %(external_ids)s::text[]
+    ) AS v(id, token, gen, status, end_reason, exit_code, error_code, log_tail, note, external_id)
+)
+UPDATE run_log r SET
+    status = v.status,
+    end_reason = v.end_reason,
+    exit_code = v.exit_code,
+    error_code = v.error_code,
+    log_tail = v.log_tail,
+    note = v.note,
+    finished_at = n.now,
+    external_id = coalesce(v.external_id, r.external_id)
+FROM v, n
+WHERE r.id = v.id AND r.status = 'running' AND r.lease_token = v.token
+  AND r.lease_generation = v.gen AND r.lease_expires_at > n.now
+RETURNING r.*
+
 -- name: lease_still_valid
 -- The commit-time fence of a multi-statement save (the row may already be final by now).
 SELECT 1 AS ok FROM run_log
