@@ -228,3 +228,44 @@ class ChainRunner:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.interval):
                     await stopping.wait()
+
+
+@dataclass(frozen=True, slots=True)
+class StepView:
+    step: str
+    job: str
+    after: tuple[tuple[str, str], ...]
+    status: str  # "pending" when the step has no row yet
+    end_reason: str | None
+    run_id: str | None
+    attempt: int | None
+
+
+async def chain_view(store: Store, catalog: Catalog, run: ChainRun) -> list[StepView]:
+    """The steps of a chain run in dependency order, with their latest attempts."""
+    from runlane.core.chains import topological_order
+
+    chain = catalog.chains.get(run.chain)
+    rows = await store.list_runs(RunFilter(chain_root_id=run.id, limit=10_000))
+    if chain is None:  # the chain left the catalog: show its rows as they are
+        return [
+            StepView(r.job, r.job, (), r.status.value, r.end_reason, r.id, r.attempt) for r in rows
+        ]
+    specs = step_specs(catalog, chain, run)
+    attempts = latest_attempts(specs, run.id, rows)
+    views: list[StepView] = []
+    for name in topological_order(specs):
+        spec = specs[name]
+        row = attempts.get(name)
+        views.append(
+            StepView(
+                step=name,
+                job=spec.job,
+                after=tuple((p, str(on)) for p, on in spec.after),
+                status=row.status.value if row else "pending",
+                end_reason=row.end_reason if row else None,
+                run_id=row.id if row else None,
+                attempt=row.attempt if row else None,
+            )
+        )
+    return views

@@ -239,3 +239,100 @@ class Scheduler:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):
                     await stopping.wait()
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """Why a job's slot did what it did, for `runlane explain`."""
+
+    job: str
+    at: datetime
+    slot: datetime | None
+    spec: ScheduleSpec | None
+    verdict: str  # fired | skipped | deduplicated | out_of_season | paused | missed | ...
+    lines: list[str]
+    run_id: str | None = None
+
+
+async def explain(store: Store, catalog: Catalog, job: str, at: datetime) -> Explanation:
+    """Read the planner and the run log to say why `job`'s latest slot at or before `at` ran or
+    did not."""
+    from runlane.core.schedule import iter_slots
+
+    catalog.resolve(job)  # UnknownJob with a did-you-mean hint
+    specs = [s for s in schedule_specs(catalog) if s.kind == "job" and s.target == job]
+    if not specs:
+        return Explanation(
+            job,
+            at,
+            None,
+            None,
+            "unscheduled",
+            [
+                f"job {job!r} has no schedules: it runs only when a person, a chain or an event "
+                "starts it"
+            ],
+        )
+    best: tuple[datetime, ScheduleSpec] | None = None
+    for spec in specs:
+        window_start = at - timedelta(days=400)
+        last = None
+        for slot in iter_slots(spec.cron, spec.tz, window_start, at):
+            last = slot
+        if last is not None and (best is None or last > best[0]):
+            best = (last, spec)
+    if best is None:
+        return Explanation(job, at, None, None, "no_slot", ["no slot in the 400 days before"])
+    slot, spec = best
+    local = spec.local(slot)
+    lines = [
+        f"slot {slot:%Y-%m-%dT%H:%M:%SZ} ({local:%Y-%m-%d %H:%M:%S %Z} in {spec.tz}) from "
+        f"cron {spec.cron!r}",
+    ]
+    state = (await store.schedule_states()).get(spec.key)
+    run = await store.run_by_dedupe_key(schedule_dedupe_key(job, slot))
+    override = (await store.overrides()).get(job)
+    if run is not None:
+        lines.append(
+            f"run {run.id}: {run.status.value}" + (f" ({run.end_reason})" if run.end_reason else "")
+        )
+        if run.trigger != "schedule":
+            verdict = "deduplicated"
+            lines.append(f"the slot's key was already taken by a {run.trigger} run")
+        elif run.end_reason == "missed":
+            verdict = "missed"
+            lines.append(
+                f"no launcher planned it within catch_up ({spec.catch_up:g}s): recorded as missed"
+            )
+        elif run.end_reason == "paused":
+            verdict = "paused"
+            lines.append("the job was paused or snoozed at planning time")
+        elif run.end_reason == "overlap":
+            verdict = "skipped"
+            lines.append("overlap: forbid — another run of the job was active")
+        elif run.end_reason == "expired":
+            verdict = "skipped"
+            lines.append(f"it waited in the queue longer than {spec.window_seconds:g}s and expired")
+        else:
+            verdict = "fired"
+        return Explanation(job, at, slot, spec, verdict, lines, run.id)
+    if state is None or state < slot:
+        if state is None:
+            lines.append("no launcher has planned this schedule yet (is `runlane serve` running?)")
+        else:
+            lines.append(f"the scheduler has planned up to {state:%Y-%m-%dT%H:%M:%SZ} only")
+        verdict = "not_planned"
+    else:
+        verdict = "before_anchor"
+        lines.append(
+            "no run: the schedule was first seen (or its cron/zone changed) after this slot, "
+            "so nothing was owed, or the slot fell in a lookback gap"
+        )
+    if override is not None:
+        until = override.paused_until
+        lines.append(
+            "the job is paused"
+            + (f" until {until:%Y-%m-%dT%H:%M:%SZ}" if until else "")
+            + (f": {override.reason}" if override.reason else "")
+        )
+    return Explanation(job, at, slot, spec, verdict, lines)

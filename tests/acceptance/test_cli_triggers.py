@@ -1,0 +1,138 @@
+"""Trigger commands as a person uses them: `schedule`, `emit`, `chain run/show`, `chains`,
+`explain`, `docs generate` (real processes, SQLite). Also keeps docs/generated in sync."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runlane.catalog import load_catalog
+from runlane.cli.docs_gen import generate_docs
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "catalog.yaml"
+
+
+def runlane(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "runlane", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    e = dict(os.environ)
+    e.update(
+        RUNLANE_DATABASE_URL=f"sqlite:///{tmp_path / 'runlane.db'}",
+        RUNLANE_CATALOG=str(EXAMPLE),
+        RUNLANE_LOG_LEVEL="warning",
+    )
+    assert runlane("db", "upgrade", env=e).returncode == 0
+    return e
+
+
+def test_generated_docs_are_in_sync_with_the_example_catalog() -> None:
+    expected = generate_docs(load_catalog(EXAMPLE))
+    generated = ROOT / "docs" / "generated"
+    on_disk = {p.name: p.read_text(encoding="utf-8") for p in generated.glob("*.md")}
+    assert on_disk == expected, "run: runlane docs generate docs/generated -c examples/catalog.yaml"
+
+
+def test_docs_generate_writes_table_and_diagrams(env: dict[str, str], tmp_path: Path) -> None:
+    proc = runlane("docs", "generate", str(tmp_path / "out"), env=env)
+    assert proc.returncode == 0
+    assert (
+        "| chain | `tuesday-weekly` | `0 16 * * TUE` |"
+        in (tmp_path / "out/schedules.md").read_text()
+    )
+    assert "```mermaid" in (tmp_path / "out/chain-tuesday-weekly.md").read_text()
+
+
+def test_schedule_table_json_and_markdown(env: dict[str, str]) -> None:
+    # 2027-01-19 is a Tuesday in the playoffs season; 2027-03-02 is out of every season.
+    proc = runlane("schedule", "--from", "2027-01-19T00:00Z", "--days", "1", "--json", env=env)
+    rows = json.loads(proc.stdout)
+    chain = [r for r in rows if r["name"] == "tuesday-weekly"]
+    assert chain == [
+        {
+            "kind": "chain",
+            "name": "tuesday-weekly",
+            "cron": "0 16 * * TUE",
+            "tz": "America/Chicago",
+            "slot": "2027-01-19T22:00:00Z",
+            "local": "2027-01-19T16:00:00-06:00",
+            "season": "playoffs",
+            "fires": True,
+            "reason": "fires",
+        }
+    ]
+    off = json.loads(
+        runlane("schedule", "--from", "2027-03-02T00:00Z", "--days", "1", "--json", env=env).stdout
+    )
+    assert [r["reason"] for r in off if r["kind"] == "chain"] == ["out_of_season"]
+    md = runlane(
+        "schedule", "--from", "2027-01-19T00:00Z", "--days", "1", "--format", "md", env=env
+    )
+    assert md.stdout.startswith("| UTC | Local | Kind | Name | Season | Fires |")
+
+
+def test_pause_shows_in_schedule_and_explain(env: dict[str, str]) -> None:
+    assert runlane("pause", "session-check", env=env).returncode == 0
+    rows = json.loads(runlane("schedule", "--days", "1", "--json", env=env).stdout)
+    assert {r["reason"] for r in rows if r["name"] == "session-check"} == {"paused"}
+    explained = json.loads(runlane("explain", "session-check", "--json", env=env).stdout)
+    assert explained["verdict"] == "not_planned"
+    assert any("paused" in line for line in explained["lines"])
+
+
+def test_emit_is_idempotent_and_debounced(env: dict[str, str]) -> None:
+    first = json.loads(
+        runlane(
+            "emit", "rumor.signal_created", "--id", "e1", "--data", '{"a": 1}', "--json", env=env
+        ).stdout
+    )
+    assert first["event"]["new"] is True
+    assert [r["started"] for r in first["runs"]] == [True]
+    again = json.loads(
+        runlane("emit", "rumor.signal_created", "--id", "e1", "--json", env=env).stdout
+    )
+    assert again["event"]["new"] is False
+    assert again["runs"] == first["runs"]
+    second = json.loads(runlane("emit", "rumor.signal_created", "--json", env=env).stdout)
+    assert second["runs"][0]["run_id"] == first["runs"][0]["run_id"]  # same 30-minute window
+    assert second["runs"][0]["started"] is False
+    bad = runlane("emit", "x", "--data", "[1]", env=env)
+    assert bad.returncode != 0
+    assert "JSON object" in bad.stderr
+
+
+def test_chain_run_show_and_list(env: dict[str, str]) -> None:
+    started = json.loads(runlane("chain", "run", "tuesday-weekly", "--json", env=env).stdout)
+    assert started["status"] == "running"
+    steps = {s["step"]: s["status"] for s in started["steps"]}
+    assert steps == {
+        "sync-league": "queued",
+        "metrics": "pending",
+        "projections-refresh": "pending",
+        "lineup-optimizer": "pending",
+    }
+    shown = runlane("chain", "show", started["id"][:8], env=env)
+    assert "sync-league" in shown.stdout
+    assert "lineup-optimizer" in shown.stdout
+    listed = json.loads(runlane("chains", "--json", env=env).stdout)
+    assert [c["id"] for c in listed] == [started["id"]]
+    unknown = runlane("chain", "run", "nope", env=env)
+    assert unknown.returncode != 0
+    assert "unknown chain" in unknown.stderr
