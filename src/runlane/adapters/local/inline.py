@@ -18,8 +18,9 @@ import subprocess
 import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import BinaryIO, Literal
 
@@ -469,6 +470,14 @@ class InlineExecutor:
             if self._preexec
             else "none"
         )
+        # vfork suspends the spawning thread until the child execs; on a busy machine that wait
+        # is milliseconds. With the guardian (or no guarantee) spawns run on a few worker threads
+        # so the event loop keeps going. PDEATHSIG modes must spawn on the loop thread (the
+        # signal fires when the spawning *thread* exits).
+        self._spawn_pool: ThreadPoolExecutor | None = None
+        self._starting: dict[tuple[str, int], asyncio.Future[Execution]] = {}
+        if self._setpriv is None and self._preexec is None:
+            self._spawn_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="runlane-spawn")
 
     # -- the Executor port --------------------------------------------------------------------
 
@@ -477,6 +486,23 @@ class InlineExecutor:
         live = self._live.get(key)
         if live is not None:
             return live.execution
+        pending = self._starting.get(key)
+        if pending is not None:  # the same attempt is being started right now: one process
+            return await asyncio.shield(pending)
+        future: asyncio.Future[Execution] = asyncio.get_running_loop().create_future()
+        self._starting[key] = future
+        try:
+            execution = await self._start(spec, key)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: only concurrent callers re-raise it
+            raise
+        finally:
+            del self._starting[key]
+        future.set_result(execution)
+        return execution
+
+    async def _start(self, spec: ExecutionSpec, key: tuple[str, int]) -> Execution:
         if not spec.command:
             raise PermanentExecutorError("the job has an empty command", error_code="invalid_spec")
         if "/" in spec.run_id or spec.run_id.startswith("."):
@@ -501,38 +527,19 @@ class InlineExecutor:
         else:
             argv = list(spec.command)
         log_path = self.log_path(spec.run_id, spec.attempt)
-        read_fd, write_fd = os.pipe()
-        try:
-            log = _BoundedLog(log_path, self.log_max_bytes, self.tail_bytes)
-        except OSError as exc:
-            os.close(read_fd)
-            os.close(write_fd)
-            raise TemporaryExecutorError(
-                f"cannot open the log file {log_path}: {exc.strerror}", error_code="spawn_failed"
-            ) from exc
-        try:
-            # Spawned here, on the event-loop thread, never in a worker thread: PDEATHSIG fires
-            # when the spawning thread exits, not the process.
-            # Popen returns once the child has exec'd (vfork), it does not wait for it to end.
-            proc = subprocess.Popen(  # noqa: ASYNC220
-                argv,
-                stdin=self._devnull,
-                stdout=write_fd,
-                stderr=subprocess.STDOUT,
-                env=env,
-                process_group=0,
-                preexec_fn=self._preexec,
+        spawn = partial(self._spawn_blocking, argv, env, log_path)
+        if self._spawn_pool is not None:
+            read_fd, proc, log = await asyncio.get_running_loop().run_in_executor(
+                self._spawn_pool, spawn
             )
-        except OSError as exc:
-            os.close(read_fd)
-            log.close()
-            raise _spawn_error(program, exc) from exc
-        finally:
-            os.close(write_fd)
+        else:
+            # On the event-loop thread, never a worker thread: PDEATHSIG fires when the
+            # spawning thread exits, not the process.
+            read_fd, proc, log = spawn()
         if guardian is not None:
             # The child is its own group leader (process_group=0), so pgid == pid. Until this
-            # write lands (microseconds, same thread, no await in between) a launcher death
-            # would leave this one run unguarded.
+            # write lands (one thread hop after the spawn) a launcher death would leave this
+            # one run unguarded.
             try:
                 guardian.register(proc.pid)
             except GuardianError as exc:
@@ -550,6 +557,38 @@ class InlineExecutor:
         self._live[key] = child
         child.watch()
         return child.execution
+
+    def _spawn_blocking(
+        self, argv: list[str], env: dict[str, str], log_path: Path
+    ) -> tuple[int, subprocess.Popen[bytes], _BoundedLog]:
+        """Open the log, make the output pipe and spawn; blocking, so maybe on a worker thread."""
+        read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+        try:
+            log = _BoundedLog(log_path, self.log_max_bytes, self.tail_bytes)
+        except OSError as exc:
+            os.close(read_fd)
+            os.close(write_fd)
+            raise TemporaryExecutorError(
+                f"cannot open the log file {log_path}: {exc.strerror}", error_code="spawn_failed"
+            ) from exc
+        try:
+            # Popen returns once the child has exec'd (vfork), it does not wait for it to end.
+            proc = subprocess.Popen(
+                argv,
+                stdin=self._devnull,
+                stdout=write_fd,
+                stderr=subprocess.STDOUT,
+                env=env,
+                process_group=0,
+                preexec_fn=self._preexec,
+            )
+        except OSError as exc:
+            os.close(read_fd)
+            log.close()
+            raise _spawn_error(argv[0] if self._setpriv is None else argv[4], exc) from exc
+        finally:
+            os.close(write_fd)
+        return read_fd, proc, log
 
     async def reattach(self, spec: ExecutionSpec) -> Execution | None:
         live = self._live.get((spec.run_id, spec.attempt))
@@ -617,6 +656,8 @@ class InlineExecutor:
         runs still live then are killed by the guardian on its way out)."""
         if self._guardian is not None:
             self._guardian.close()
+        if self._spawn_pool is not None:
+            self._spawn_pool.shutdown(wait=False)
         if self._devnull >= 0:
             os.close(self._devnull)
             self._devnull = -1
