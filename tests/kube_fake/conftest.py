@@ -24,3 +24,22 @@ def kubectl_path() -> str:
             pytest.fail("kubectl is missing in CI: ./dev test installs Debian's kubernetes-client")
         pytest.skip("kubectl not installed")
     return path
+
+
+def job_body(name: str, image: str = "fake/succeed", **spec: object) -> dict[str, object]:
+    """A minimal batch/v1 Job as a runlane executor would send it."""
+    container: dict[str, object] = {"name": "main", "image": image}
+    env = spec.pop("env", None)
+    if env:
+        container["env"] = [{"name": k, "value": v} for k, v in dict(env).items()]  # type: ignore[call-overload]
+    command = spec.pop("command", None)
+    if command:
+        container["command"] = command
+    labels = spec.pop("labels", None) or {}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"backoffLimit": 0, **spec,
+                 "template": {"spec": {"restartPolicy": "Never", "containers": [container]}}},
+    }

@@ -353,7 +353,9 @@ class Cluster:
                 return
             job_name = (m.get("labels") or {}).get("batch.kubernetes.io/job-name")
             job = self.store.find(JOBS, ns, job_name) if job_name else None
-            if TRACKING_FINALIZER in (m.get("finalizers") or []) and (job is None or job["metadata"]["uid"] != (m.get("labels") or {}).get("batch.kubernetes.io/controller-uid")):
+            owner_gone = job is None or job["metadata"].get("deletionTimestamp") or \
+                job["metadata"]["uid"] != (m.get("labels") or {}).get("batch.kubernetes.io/controller-uid")
+            if TRACKING_FINALIZER in (m.get("finalizers") or []) and owner_gone:
                 self._drop_finalizer(PODS, pod, TRACKING_FINALIZER)
                 return
             if not m.get("finalizers"):

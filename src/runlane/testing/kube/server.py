@@ -894,7 +894,7 @@ class _Handler(BaseHTTPRequestHandler):
                 out: list[tuple[str, Obj]] = []
                 with store.cond:
                     while True:
-                        if watcher.command:
+                        if watcher.command in ("abort", "expire"):
                             break
                         try:
                             events = store.events_since(cursor)
@@ -911,6 +911,8 @@ class _Handler(BaseHTTPRequestHandler):
                                 cursor = ev.rv
                             if out:
                                 break
+                        if watcher.command:  # "end": after what was already written
+                            break
                         now = time.monotonic()
                         if deadline is not None and now >= deadline:
                             break
