@@ -446,6 +446,10 @@ def test_guardian_is_the_default_on_linux(log_dir: Path) -> None:
     ex = InlineExecutor(log_dir)
     assert ex.pdeathsig_mode == "guardian"
     assert ex.guardian_pid is None  # started lazily, on the first spawn
+    # The guardian alone: no preexec_fn (it would force fork() instead of vfork()), and spawns
+    # go to worker threads.
+    assert ex._preexec is None
+    assert ex._spawn_pool is not None
     ex.close()
 
 

@@ -459,7 +459,7 @@ class InlineExecutor:
                 raise PermanentExecutorError(
                     "setpriv with --pdeathsig is not available", error_code="config_error"
                 )
-        if self._setpriv is None and pdeathsig in ("auto", "prctl"):
+        if self._guardian is None and self._setpriv is None and pdeathsig in ("auto", "prctl"):
             self._preexec = _prctl_pdeathsig()
         self.pdeathsig_mode: str = (
             "guardian"
