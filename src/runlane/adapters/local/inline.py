@@ -101,14 +101,17 @@ class _BoundedLog:
     the limit are dropped, and at close the last `tail_bytes` of the output are appended.
     """
 
-    __slots__ = ("_fd", "_last_written", "_max", "_tail_bytes", "dropped", "ring", "written")
+    __slots__ = (
+        "_closed", "_fd", "_last_written", "_max", "_path", "_tail_bytes", "dropped", "ring",
+        "written",
+    )
 
     def __init__(self, path: Path, max_bytes: int, tail_bytes: int) -> None:
-        # Truncate: the file belongs to this (run, attempt) execution; an earlier execution of
-        # the same attempt died with its launcher, and the bound must hold per file.
-        self._fd: int | None = os.open(
-            path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644
-        )
+        # The file is created on the first byte of output: creating a file costs a journal
+        # write, and most short runs print nothing. A run that prints nothing has no log file.
+        self._path = path
+        self._fd: int | None = None
+        self._closed = False
         self._max = max_bytes
         self._tail_bytes = tail_bytes
         self._last_written = b"\n"
@@ -140,7 +143,7 @@ class _BoundedLog:
             del ring[:excess]
 
     def close(self) -> None:
-        if self._fd is None:
+        if self._closed:
             return
         try:
             if self.dropped:
@@ -148,16 +151,24 @@ class _BoundedLog:
                 self._write_marker(f"[runlane: {self.dropped - len(kept)} bytes dropped]\n")
                 self._write(kept)
         finally:
-            os.close(self._fd)
-            self._fd = None
+            self._closed = True
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
     def _write_marker(self, line: str) -> None:
         prefix = b"" if self._last_written.endswith(b"\n") else b"\n"
         self._write(prefix + line.encode())
 
     def _write(self, data: bytes) -> None:
-        if not data or self._fd is None:
+        if not data or self._closed:
             return
+        if self._fd is None:
+            # Truncate: the file belongs to this (run, attempt) execution alone, and the bound
+            # must hold per file.
+            self._fd = os.open(
+                self._path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644
+            )
         view = memoryview(data)
         while view:
             n = os.write(self._fd, view)
