@@ -74,6 +74,8 @@ class Cluster:
         self._foreground: set[tuple[ResourceType, str, str]] = set()
         self._pods_by_job: dict[str, set[tuple[str, str]]] = {}
         self._ttl_scheduled: set[tuple[str, str]] = set()
+        # owner uid -> dependents, so garbage collection never scans the whole store
+        self._dependents: dict[str, set[tuple[ResourceType, str, str]]] = {}
         self._stop = False
         self._thread: threading.Thread | None = None
         self.store.listeners.append(self._on_event)
@@ -147,6 +149,17 @@ class Cluster:
     def _on_event(self, ev: WatchEvent) -> None:
         meta = ev.obj["metadata"]
         key = (meta.get("namespace") or "", meta["name"])
+        ref = (ev.rt, key[0], key[1])
+        for old_ref in (ev.old or {}).get("metadata", {}).get("ownerReferences") or []:
+            self._dependents.get(old_ref.get("uid"), set()).discard(ref)
+        if ev.type != "DELETED":
+            for new_ref in meta.get("ownerReferences") or []:
+                self._dependents.setdefault(new_ref.get("uid"), set()).add(ref)
+        else:
+            for new_ref in meta.get("ownerReferences") or []:
+                self._dependents.get(new_ref.get("uid"), set()).discard(ref)
+            if not self._dependents.get(meta["uid"]):
+                self._dependents.pop(meta["uid"], None)
         if ev.rt is PODS:
             labels = meta.get("labels") or {}
             job_uid = labels.get("batch.kubernetes.io/controller-uid")
@@ -289,7 +302,7 @@ class Cluster:
     # --- garbage collector -----------------------------------------------------------------------
 
     def _collect(self, owner_uid: str, policy: Propagation) -> None:
-        for rt, dep in self.store.owned_by(owner_uid):
+        for rt, dep in self._owned_by(owner_uid):
             m = dep["metadata"]
             if policy == "Orphan":
                 def strip(o: Obj) -> None:
@@ -308,6 +321,14 @@ class Cluster:
                 for o in list(objs.values()):
                     if o["metadata"]["uid"] == owner_uid:
                         self._drop_finalizer(rt_, o, "orphan")
+
+    def _owned_by(self, uid: str) -> list[tuple[ResourceType, Obj]]:
+        out = []
+        for rt, ns, name in sorted(self._dependents.get(uid, set()), key=lambda r: (r[0].plural, r[1], r[2])):
+            obj = self.store.find(rt, ns or None, name)
+            if obj is not None:
+                out.append((rt, obj))
+        return out
 
     def _drop_finalizer(self, rt: ResourceType, obj: Obj, finalizer: str) -> None:
         m = obj["metadata"]
@@ -330,7 +351,7 @@ class Cluster:
         if obj is None:
             self._foreground.discard((rt, ns, name))
             return False
-        blocking = [d for _, d in self.store.owned_by(obj["metadata"]["uid"])
+        blocking = [d for _, d in self._owned_by(obj["metadata"]["uid"])
                     if any(r.get("uid") == obj["metadata"]["uid"] and r.get("blockOwnerDeletion")
                            for r in d["metadata"].get("ownerReferences") or [])]
         if blocking:
