@@ -22,6 +22,7 @@ from __future__ import annotations
 import bisect
 import collections
 import functools
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -131,7 +132,7 @@ def _year_transitions(zone: str, year: int) -> tuple[tuple[int, int, int], ...]:
     sampling every six hours and bisecting each change to the second. After a change the scan
     resumes from the change itself, so two changes between samples are both found (tzdb has no
     pair of changes that cancel out within six hours)."""
-    tz = ZoneInfo(zone)
+    tz = _zone(zone)
     start = int(datetime(year, 1, 1, tzinfo=UTC).timestamp())
     end = int(datetime(year + 1, 1, 1, tzinfo=UTC).timestamp())
     found: list[tuple[int, int, int]] = []
@@ -157,7 +158,13 @@ def _year_transitions(zone: str, year: int) -> tuple[tuple[int, int, int], ...]:
 
 
 def _year_of(ts: int) -> int:
-    return (datetime(1970, 1, 1) + timedelta(seconds=ts)).year
+    return time.gmtime(ts).tm_year
+
+
+@functools.lru_cache(maxsize=1024)
+def _zone(key: str) -> ZoneInfo:
+    """ZoneInfo keeps only 8 zones strongly cached; a catalog often uses more."""
+    return ZoneInfo(key)
 
 
 def _transitions_from(zone: str, lo: int) -> Iterator[tuple[int, int, int]]:
@@ -185,7 +192,7 @@ def _last_transition_before(zone: str, ts: int) -> tuple[int, int, int] | None:
 def _slot_seconds(expr: str, zone: str, after: int, until: int) -> Iterator[int]:
     """Slots `s` (epoch seconds) with after < s ≤ until, strictly increasing."""
     c = _compile(expr)
-    tz = ZoneInfo(zone)
+    tz = _zone(zone)
     lo = after + 1
     end = until + 1
     last = after
@@ -279,7 +286,7 @@ class ScheduleSpec:
         return max(self.catch_up, ON_TIME_GRACE_SECONDS)
 
     def local(self, slot: datetime) -> datetime:
-        return slot.astimezone(ZoneInfo(self.tz))
+        return slot.astimezone(_zone(self.tz))
 
     def season_of(self, slot: datetime) -> str | None:
         """The season the slot's local date falls in; None when outside every listed season

@@ -25,6 +25,7 @@ from runlane.core.schedule import (
     SchedulePlan,
     ScheduleSpec,
     SeasonWindow,
+    SlotDecision,
     next_slot,
     plan_schedule,
 )
@@ -40,6 +41,7 @@ ChainStarter = Callable[[str, datetime, str | None], Awaitable[None]]
 """start_scheduled_chain(chain, slot, skipped_reason): start (reason None) or record a slot."""
 
 STATE_REFRESH_SECONDS = 60.0
+ACCEPT_CONCURRENCY = 8  # accepts in flight per tick (a store pool serves them in parallel)
 
 
 def schedule_specs(catalog: Catalog) -> list[ScheduleSpec]:
@@ -154,13 +156,24 @@ class Scheduler:
                 await self.store.advance_schedules(advanced)
             return report
         overrides = await self.store.overrides()
+        work: list[tuple[ScheduleSpec, SlotDecision]] = []
         for spec in due:
             pause = pause_of(overrides.get(spec.target), now) if spec.kind == "job" else None
             plan = plan_schedule(spec, state.get(spec.key), now, pause=pause)
             report.planned += 1
-            await self._apply(spec, plan, report)
+            self._log_plan(spec, plan)
+            work.extend((spec, decision) for decision in plan.decisions)
             if plan.planned_through is not None:
                 advanced[spec.key] = plan.planned_through
+        # Accepts are independent (one dedupe key each): several in flight at once, so 200 jobs
+        # due on one slot are queued in a few round trips' time rather than 200.
+        limit = asyncio.Semaphore(ACCEPT_CONCURRENCY)
+
+        async def accept_one(spec: ScheduleSpec, decision: SlotDecision) -> None:
+            async with limit:
+                await self._accept_slot(spec, decision, report)
+
+        await asyncio.gather(*(accept_one(spec, d) for spec, d in work))
         if advanced:
             await self.store.advance_schedules(advanced)
             for key, slot in advanced.items():
@@ -168,7 +181,7 @@ class Scheduler:
                 self._next_due.pop(key, None)
         return report
 
-    async def _apply(self, spec: ScheduleSpec, plan: SchedulePlan, report: TickReport) -> None:
+    def _log_plan(self, spec: ScheduleSpec, plan: SchedulePlan) -> None:
         if plan.unrecorded:
             log.warning(
                 "schedule.missed_unrecorded",
@@ -184,46 +197,49 @@ class Scheduler:
                 schedule=spec.key,
                 examined_from=plan.lookback_from.isoformat(),
             )
-        for decision in plan.decisions:
-            reason = None if decision.action == "fire" else decision.action
-            try:
-                if spec.kind == "chain":
-                    if self.start_chain is not None:
-                        await self.start_chain(spec.target, decision.slot, reason)
-                        report.chains += 1
-                    continue
-                result = await self.accept(
-                    RunRequest(
-                        job=spec.target,
-                        trigger=Trigger.SCHEDULE,
-                        dedupe_key=schedule_dedupe_key(spec.target, decision.slot),
-                        scheduled_for=decision.slot,
-                        queue_ttl_seconds=spec.window_seconds,
-                        requested_by="scheduler",
-                        record_skipped=reason,
-                    )
-                )
-            except RunlaneError as exc:
-                log.error(
-                    "schedule.refused",
-                    schedule=spec.key,
-                    slot=decision.slot.isoformat(),
-                    error=str(exc),
-                )
-                continue
-            report.accepted.append(result)
-            if result.created:
-                report.created += 1
-                log.info(
-                    "schedule.accepted",
+
+    async def _accept_slot(
+        self, spec: ScheduleSpec, decision: SlotDecision, report: TickReport
+    ) -> None:
+        reason = None if decision.action == "fire" else decision.action
+        try:
+            if spec.kind == "chain":
+                if self.start_chain is not None:
+                    await self.start_chain(spec.target, decision.slot, reason)
+                    report.chains += 1
+                return
+            result = await self.accept(
+                RunRequest(
                     job=spec.target,
-                    slot=decision.slot.isoformat(),
-                    run_id=result.run.id,
-                    status=result.run.status.value,
-                    end_reason=result.run.end_reason,
+                    trigger=Trigger.SCHEDULE,
+                    dedupe_key=schedule_dedupe_key(spec.target, decision.slot),
+                    scheduled_for=decision.slot,
+                    queue_ttl_seconds=spec.window_seconds,
+                    requested_by="scheduler",
+                    record_skipped=reason,
                 )
-                if self.hook is not None:
-                    self.hook("scheduled", result.run.id)
+            )
+        except RunlaneError as exc:
+            log.error(
+                "schedule.refused",
+                schedule=spec.key,
+                slot=decision.slot.isoformat(),
+                error=str(exc),
+            )
+            return
+        report.accepted.append(result)
+        if result.created:
+            report.created += 1
+            log.info(
+                "schedule.accepted",
+                job=spec.target,
+                slot=decision.slot.isoformat(),
+                run_id=result.run.id,
+                status=result.run.status.value,
+                end_reason=result.run.end_reason,
+            )
+            if self.hook is not None:
+                self.hook("scheduled", result.run.id)
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Tick until `stopping` is set; sleep until the next due slot (at most `interval`)."""
