@@ -87,6 +87,7 @@ class PodExecutor:
     check_rbac: bool = True
     deadline_slack: float = 60.0
     cancel_wait: float = 60.0
+    settle_seconds: float = 1.0  # how long a failed Job waits for its pod's last state
     environ: Mapping[str, str] | None = None  # namespace and cluster lookup; default os.environ
     launcher_env: Mapping[str, str] | None = None  # `${VAR}` in images; default os.environ
     name: str = "pod"
@@ -224,6 +225,7 @@ class PodExecutor:
             await watch.wait_synced()
             announced: str | None = None
             pending_since: float | None = None
+            settle_until: float | None = None
             while True:
                 now = self._now()
                 wake_at = run.backstop_at
@@ -232,7 +234,7 @@ class PodExecutor:
                 if job is None:
                     last = watch.tombstone(run.name)
                     ended = diagnose_deleted(last, pods)
-                    if run.cancel_requested and not ended.final:
+                    if run.cancel_requested and ended.status != RunStatus.SUCCESS:
                         if pods and watch.pods_available and now < run.cancel_until:
                             wake_at = run.cancel_until  # the pod is still terminating
                         else:
@@ -243,7 +245,21 @@ class PodExecutor:
                         return
                 else:
                     found = diagnose(job, pods)
-                    if found.final:
+                    if found.final and found.error_code == "job_failed" and watch.pods_available:
+                        # Jobs and pods come on two streams: the Job's Failed condition can
+                        # arrive before the pod's terminated state. Give the pod stream a
+                        # moment, then read the pods once.
+                        if settle_until is None:
+                            settle_until = now + self.settle_seconds
+                        if now < settle_until:
+                            found = Diagnosis("running")
+                            wake_at = min(wake_at, settle_until)
+                        else:
+                            pods = await self._fetch_pods(run) or pods
+                            found = diagnose(job, pods)
+                    # After our delete the pod's death may show as a failure first: that is
+                    # the cancel. A success that came before the delete is kept.
+                    if found.final and not (run.cancel_requested and found.status != RunStatus.SUCCESS):
                         yield ExecutionEvent("finished", await self._final(run, found, pods))
                         return
                     if run.cancel_requested:
@@ -327,7 +343,7 @@ class PodExecutor:
 
     async def logs(self, execution: Execution, *, tail_bytes: int = 65536) -> str:
         run = _run_of(execution)
-        pod = _newest(run.watch.pods_of(run.name))
+        pod = _newest(run.watch.pods_of(run.name) or await self._fetch_pods(run))
         if pod is None:
             return run.saved_log or ""
         text = await self._read_log(
@@ -344,7 +360,7 @@ class PodExecutor:
     async def follow_logs(self, execution: Execution) -> AsyncIterator[str]:
         """The running pod's log, line by line, until the container ends (`logs --follow`)."""
         run = _run_of(execution)
-        pod = _newest(run.watch.pods_of(run.name))
+        pod = _newest(run.watch.pods_of(run.name) or await self._fetch_pods(run))
         if pod is None:
             return
         path = f"{pods_path(run.namespace, pod['metadata']['name'])}/log"
@@ -407,6 +423,17 @@ class PodExecutor:
                     error_code="config_error",
                 ) from exc
             raise exc.permanent(f"create Job {ns}/{name}") from exc
+
+    async def _fetch_pods(self, run: _Run) -> list[Json]:
+        try:
+            answer = await self.api.request(
+                "GET",
+                pods_path(run.namespace),
+                params={"labelSelector": f"batch.kubernetes.io/job-name={run.name}"},
+            )
+        except (ApiStatus, TemporaryExecutorError):
+            return []
+        return list(answer.get("items") or [])
 
     async def _get_job(self, namespace: str, name: str) -> Json | None:
         try:

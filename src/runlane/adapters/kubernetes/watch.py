@@ -106,6 +106,17 @@ class NamespaceWatch:
         self._subscribers: dict[str, asyncio.Queue[str]] = {}
         self._tombstones: dict[str, Json] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._pulse = asyncio.Event()  # set and replaced whenever `stats` changes
+
+    def _count(self, stat: str) -> None:
+        setattr(self.stats, stat, getattr(self.stats, stat) + 1)
+        self._pulse.set()
+        self._pulse = asyncio.Event()
+
+    async def wait_stats(self, predicate: Callable[[WatchStats], bool]) -> None:
+        """Until `predicate(stats)` holds (for tests and benchmarks: no sleeping)."""
+        while not predicate(self.stats):
+            await self._pulse.wait()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -191,7 +202,7 @@ class NamespaceWatch:
                     1,
                     int(min(self.watch_timeout, self.relist_interval - (self._now() - listed_at))),
                 )
-                self.stats.watches += 1
+                self._count("watches")
                 async for event in self.api.watch(
                     path,
                     params={
@@ -209,7 +220,7 @@ class NamespaceWatch:
                 raise
             except ApiStatus as exc:
                 if exc.code == 410:
-                    self.stats.gone += 1
+                    self._count("gone")
                     log.info("kubernetes.watch_expired", kind=kind, namespace=self.namespace)
                     version = None  # never reuse a stale version: list again
                     continue
@@ -222,20 +233,20 @@ class NamespaceWatch:
                         )
                     state.available = False
                     state.synced.set()
-                self.stats.errors += 1
+                self._count("errors")
                 log.warning("kubernetes.watch_failed", kind=kind, error=str(exc))
                 version = None
                 await asyncio.sleep(backoff if exc.code != 403 else self.max_backoff)
                 backoff = min(backoff * 2, self.max_backoff)
             except TemporaryExecutorError as exc:
-                self.stats.errors += 1
+                self._count("errors")
                 log.info("kubernetes.watch_dropped", kind=kind, error=str(exc))
                 # A dropped stream resumes from the last version; if that is too old (or from
                 # before an API server restart) the server answers 410 and we list again.
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff)
             except Exception:  # a bug must not stop the shared watch for every run
-                self.stats.errors += 1
+                self._count("errors")
                 log.exception("kubernetes.watch_crashed", kind=kind)
                 version = None
                 await asyncio.sleep(backoff)
@@ -245,7 +256,7 @@ class NamespaceWatch:
         state = self._state[kind]
         state.seq += 1
         seq = state.seq
-        self.stats.lists += 1
+        self._count("lists")
         items: list[Json] = []
         params: dict[str, Any] = {"labelSelector": MANAGED_SELECTOR, "limit": 500}
         version = ""
@@ -283,12 +294,12 @@ class NamespaceWatch:
             )
         version = _meta(obj).get("resourceVersion")
         if etype == "BOOKMARK":
-            self.stats.bookmarks += 1
+            self._count("bookmarks")
             return str(version) if version else None
         name = _meta(obj).get("name")
         if not name:
             return str(version) if version else None
-        self.stats.events += 1
+        self._count("events")
         state = self._state[kind]
         if etype == "DELETED":
             self._remove(kind, name, obj)
