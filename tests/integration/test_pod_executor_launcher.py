@@ -1,0 +1,205 @@
+"""Pod runs end to end through the real Launcher and run log, against the local API server,
+whose kubelet runs the container command as a local process (real code runs)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightkube.config.kubeconfig import KubeConfig
+
+from runlane.adapters.kubernetes.api import KubeApi
+from runlane.adapters.kubernetes.executor import PodExecutor
+from runlane.adapters.local.inline import InlineExecutor
+from runlane.catalog import Catalog, load_catalog
+from runlane.core.runs import RunStatus, Trigger
+from runlane.ports import Store
+from runlane.service.accept import RunRequest, accept_run
+from runlane.service.config import Settings
+from runlane.service.launcher import Launcher
+from runlane.testing.kube import KubeFake, run_server
+from tests.integration.conftest import Events
+
+PY = sys.executable
+
+CATALOG = f"""
+version: 1
+global: {{max_deadline: 1h, kill_grace: 1s, start_timeout: 10m}}
+defaults: {{executor: pod, overlap: allow, max_attempts: 1, deadline: 1m}}
+profiles:
+  local: {{image: local}}
+  hang: {{image: fake/hang}}
+  pull: {{image: fake/image-pull-backoff}}
+jobs:
+  hello:
+    profile: local
+    command: [{PY}, -c, "import os; print('hello from', os.environ['RUN_ID'], os.environ['RUNLANE_PARAMS'])"]
+    params: {{week: int?}}
+  fail:
+    profile: local
+    command: [{PY}, -c, "import sys; print('boom'); sys.exit(3)"]
+    max_attempts: 2
+  hang:
+    profile: hang
+    command: [sleep, "1000"]
+  pull:
+    profile: pull
+    command: [work]
+"""
+
+
+@pytest.fixture
+def kube() -> Iterator[KubeFake]:
+    with run_server(run_local=True) as fake:
+        yield fake
+
+
+@pytest.fixture
+def pod_catalog(tmp_path: Path) -> Catalog:
+    path = tmp_path / "pods.yaml"
+    path.write_text(CATALOG)
+    return load_catalog(path)
+
+
+@pytest.fixture
+async def launch(
+    kube: KubeFake, store: Store, pod_catalog: Catalog, settings: Settings
+) -> AsyncIterator[Callable[..., tuple[Launcher, Events, PodExecutor]]]:
+    running: list[tuple[Launcher, asyncio.Task[None], PodExecutor]] = []
+
+    def start(**kw: Any) -> tuple[Launcher, Events, PodExecutor]:
+        config = KubeConfig.from_file(kube.kubeconfig_path).get()
+        assert config is not None
+        pod = PodExecutor(
+            api_client=KubeApi.from_config(config),
+            environ={"KUBERNETES_NAMESPACE": "default"},
+            launcher_env={},
+            start_timeout=kw.pop("start_timeout", pod_catalog.global_.start_timeout),
+        )
+        events = Events()
+        launcher = Launcher(
+            store=store,
+            catalog=pod_catalog,
+            executors={"inline": InlineExecutor(settings.log_dir), "pod": pod},
+            settings=replace(settings, **kw),
+            hook=events,
+            retry_base_seconds=0.05,
+        )
+        running.append((launcher, asyncio.create_task(launcher.run()), pod))
+        return launcher, events, pod
+
+    yield start
+    for launcher, task, pod in running:
+        launcher.stop()
+        async with asyncio.timeout(30):
+            await task
+        await pod.aclose()
+
+
+async def accept(store: Store, catalog: Catalog, job: str, **kw: Any) -> str:
+    req = RunRequest(job=job, trigger=Trigger.MANUAL, **kw)
+    result = await accept_run(store, catalog, req, available_executors=("inline", "pod"))
+    assert result.run.executor == "pod"
+    return result.run.id
+
+
+async def test_a_pod_run_executes_real_code(
+    launch: Callable[..., Any], store: Store, pod_catalog: Catalog, kube: KubeFake
+) -> None:
+    _, events, _ = launch()
+    run_id = await accept(store, pod_catalog, "hello", params={"week": 7})
+    await events.wait("finished", run_id)
+    run = await store.get_run(run_id)
+    assert run.status == RunStatus.SUCCESS, run
+    assert run.exit_code == 0
+    assert run.external_id is not None
+    assert run.external_id.startswith("default/rl-hello-")
+    name = run.external_id.split("/", 1)[1]
+    pods = kube.state.pods_of(name)
+    assert "hello from " + run_id in kube.state.logs(pods[0]["metadata"]["name"])
+
+
+async def test_a_failing_pod_run_keeps_its_log_tail_and_retries(
+    launch: Callable[..., Any], store: Store, pod_catalog: Catalog
+) -> None:
+    _, events, _ = launch()
+    run_id = await accept(store, pod_catalog, "fail")
+    await events.wait("finished", run_id)
+    run = await store.get_run(run_id)
+    assert run.status == RunStatus.FAILURE
+    assert run.exit_code == 3
+    assert run.error_code == "exit_code"
+    assert run.log_tail is not None
+    assert "boom" in run.log_tail
+    retry = await asyncio.wait_for(_retry_of(store, run_id), 30)
+    assert retry.attempt == 2
+    assert retry.external_id != run.external_id  # a new attempt is a new Job
+
+
+async def _retry_of(store: Store, run_id: str) -> Any:
+    from runlane.ports import RunFilter
+
+    while True:
+        for other in await store.list_runs(RunFilter(job="fail", limit=10)):
+            if other.retry_of == run_id and other.status.is_final:
+                return other
+        await asyncio.sleep(0.1)  # noqa: ASYNC110 - the run log has no change feed on SQLite
+
+
+async def test_start_timeout_through_the_launcher(
+    launch: Callable[..., Any], store: Store, pod_catalog: Catalog
+) -> None:
+    _, events, _ = launch(start_timeout=0.5)
+    run_id = await accept(store, pod_catalog, "pull")
+    await events.wait("finished", run_id)
+    run = await store.get_run(run_id)
+    assert run.status == RunStatus.FAILURE
+    assert run.end_reason == "start_timeout"
+    assert run.error_code == "image_pull"
+    assert run.note is not None
+    assert "ImagePullBackOff" in run.note
+
+
+async def test_cancel_a_pod_run(
+    launch: Callable[..., Any], store: Store, pod_catalog: Catalog, kube: KubeFake
+) -> None:
+    _, events, _ = launch()
+    run_id = await accept(store, pod_catalog, "hang")
+    await events.wait("started", run_id)
+    await store.request_cancel(run_id, by="test")
+    await events.wait("finished", run_id)
+    run = await store.get_run(run_id)
+    assert run.status == RunStatus.CANCELLED
+    assert run.external_id is not None
+    assert kube.state.get("jobs", run.external_id.split("/", 1)[1]) is None
+
+
+async def test_pod_runs_are_refused_without_rbac(
+    store: Store, pod_catalog: Catalog, settings: Settings
+) -> None:
+    with run_server(allow=["get,list,watch jobs.batch"]) as fake:
+        config = KubeConfig.from_file(fake.kubeconfig_path).get()
+        assert config is not None
+        pod = PodExecutor(api_client=KubeApi.from_config(config), environ={"KUBERNETES_NAMESPACE": "default"})
+        events = Events()
+        launcher = Launcher(store=store, catalog=pod_catalog, settings=settings, hook=events,
+                            executors={"inline": InlineExecutor(settings.log_dir), "pod": pod})
+        task = asyncio.create_task(launcher.run())
+        try:
+            run_id = await accept(store, pod_catalog, "fail")  # max_attempts 2, but a refusal is final
+            await events.wait("finished", run_id)
+        finally:
+            launcher.stop()
+            await asyncio.wait_for(task, 30)
+            await pod.aclose()
+    run = await store.get_run(run_id)
+    assert run.status == RunStatus.FAILURE
+    assert run.error_code == "forbidden"
+    assert run.note is not None
+    assert "create jobs.batch" in run.note
+    assert fake.state.list("jobs", "default") == []
