@@ -148,7 +148,7 @@ async def _retry_of(store: Store, run_id: str) -> Any:
         for other in await store.list_runs(RunFilter(job="fail", limit=10)):
             if other.retry_of == run_id and other.status.is_final:
                 return other
-        await asyncio.sleep(0.1)  # noqa: ASYNC110 - the run log has no change feed on SQLite
+        await asyncio.sleep(0.1)
 
 
 async def test_start_timeout_through_the_launcher(
