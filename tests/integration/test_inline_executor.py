@@ -150,10 +150,12 @@ async def test_signal_death_is_named(executor: InlineExecutor) -> None:
 
 
 async def test_env_is_launcher_env_plus_spec_env(
-    executor: InlineExecutor, monkeypatch: pytest.MonkeyPatch
+    log_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The launcher's environment is read when the executor is made (once, not per run).
     monkeypatch.setenv("LAUNCHER_ONLY", "from-launcher")
     monkeypatch.setenv("OVERRIDDEN", "launcher")
+    executor = InlineExecutor(log_dir)
     spec = make_spec(
         python(
             """
@@ -173,6 +175,8 @@ async def test_env_is_launcher_env_plus_spec_env(
         "LAUNCHER_ONLY": "from-launcher",
         "OVERRIDDEN": "spec",
     }
+    await executor.shutdown(1.0)
+    executor.close()
 
 
 async def test_argv_stays_literal_no_shell(executor: InlineExecutor, tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     PlainValidator,
+    PrivateAttr,
     StrictBool,
     StrictInt,
     WithJsonSchema,
@@ -441,6 +442,9 @@ class Catalog(_Model):
     chains: dict[str, Chain] = Field(
         default_factory=dict, json_schema_extra=_name_map_extra("Chains")
     )
+    # The catalog is frozen, so a resolved job never changes: resolve each once (it is on the
+    # launcher's per-run path).
+    _resolved: dict[str, ResolvedJob] = PrivateAttr(default_factory=dict)
 
     def job_names(self) -> list[str]:
         """Every job's name, sorted."""
@@ -448,6 +452,12 @@ class Catalog(_Model):
 
     def resolve(self, name: str) -> ResolvedJob:
         """The job with defaults merged in. Raises UnknownJob (with a did-you-mean hint)."""
+        cached = self._resolved.get(name)
+        if cached is None:
+            cached = self._resolved[name] = self._resolve(name)
+        return cached
+
+    def _resolve(self, name: str) -> ResolvedJob:
         job = self.jobs.get(name)
         if job is None:
             hint = ""

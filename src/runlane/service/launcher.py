@@ -61,6 +61,8 @@ log = structlog.get_logger("runlane.launcher")
 T = TypeVar("T")
 
 FINISH_BATCH_MAX = 64
+CLAIM_COALESCE_SECONDS = 0.01
+FINISH_COALESCE_SECONDS = 0.003
 
 def loop_time() -> float:
     """Monotonic time of the running event loop."""
@@ -84,6 +86,7 @@ class Supervised:
     lost: bool = False
     shutdown: bool = False
     cancel_sent: bool = False
+    executing: bool = True  # False once the execution ended and only its outcome is pending
     task: asyncio.Task[None] | None = None
     claimed_at: float = field(default_factory=lambda: loop_time())
 
@@ -171,6 +174,8 @@ class Launcher:
         self._last_recover = 0.0
         self._last_cancel_poll = 0.0
         self._last_orphan_check = 0.0
+        self._backlog = False  # the last claim filled every free slot: more runs may be due
+        self._claim_batch_min = max(1, self.settings.concurrency // 2)
         self._finish_queue: asyncio.Queue[tuple[FinishRequest, asyncio.Future[Run | None]]] = (
             asyncio.Queue()
         )
@@ -275,7 +280,7 @@ class Launcher:
                 if now - self._last_cancel_poll >= settings.claim_interval:
                     self._last_cancel_poll = now
                     await self._poll_cancels()
-                free = settings.concurrency - len(self._active)
+                free = self._free_slots()
                 if free > 0 and now - self._last_recover >= settings.claim_interval:
                     self._last_recover = now
                     recovered = await self.store.claim_abandoned(
@@ -284,6 +289,11 @@ class Launcher:
                     for claimed in recovered:
                         self._supervise(claimed)
                     free -= len(recovered)
+                if 0 < free < self._claim_batch_min and self._backlog:
+                    # Runs are waiting and slots free up one by one: gather a few before one
+                    # claim takes them all (a claim is a transaction; one per run costs more
+                    # than the few milliseconds this waits).
+                    free = await self._gather_free_slots()
                 if free > 0:
                     batch = await self.store.claim(
                         self.owner,
@@ -295,6 +305,7 @@ class Launcher:
                     for c in batch:
                         self._supervise(c)
                     claimed_any = len(batch) == free
+                    self._backlog = claimed_any
             except DatabaseUnavailable as exc:
                 log.warning("launcher.database_unavailable", error=str(exc))
                 await self._sleep_or_stop(min(5.0, settings.claim_interval * 2))
@@ -308,6 +319,27 @@ class Launcher:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(settings.claim_interval):
                     await self._wake.wait()
+
+    async def _gather_free_slots(self) -> int:
+        """Wait up to CLAIM_COALESCE_SECONDS for `_claim_batch_min` free slots; return the
+        number free."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CLAIM_COALESCE_SECONDS
+        free = self._free_slots()
+        while free < self._claim_batch_min and not self._stopping.is_set():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self._wake.wait()
+            free = self._free_slots()
+        return free
+
+    def _free_slots(self) -> int:
+        """Concurrency counts executions, not outcomes waiting to be saved."""
+        return self.settings.concurrency - sum(1 for s in self._active.values() if s.executing)
 
     async def _sleep_or_stop(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -342,6 +374,10 @@ class Launcher:
         run = sup.claimed.run
         try:
             outcome = await self._execute(sup)
+            # The execution is over: its slot is free for the next run while the outcome is
+            # saved (the lease is still held and renewed until then).
+            sup.executing = False
+            self._wake.set()
             if outcome is not None:
                 await self._record(sup, outcome)
         except LeaseLost:
@@ -514,10 +550,24 @@ class Launcher:
     async def _finisher(self) -> None:
         """Save outcomes in batches: whatever queued up while the previous batch was being
         written goes in the next transaction (one commit, one fsync for many runs)."""
+        loop = asyncio.get_running_loop()
         while True:
             batch = [await self._finish_queue.get()]
-            while not self._finish_queue.empty() and len(batch) < FINISH_BATCH_MAX:
-                batch.append(self._finish_queue.get_nowait())
+            # Under load, give the batch a few milliseconds to fill: one commit for many runs.
+            # An idle launcher has nothing else queued and writes at once.
+            deadline = loop.time() + FINISH_COALESCE_SECONDS
+            while len(batch) < FINISH_BATCH_MAX:
+                if not self._finish_queue.empty():
+                    batch.append(self._finish_queue.get_nowait())
+                    continue
+                remaining = deadline - loop.time()
+                if remaining <= 0 or len(self._active) <= len(batch) + self._finish_queue.qsize():
+                    break
+                try:
+                    async with asyncio.timeout(remaining):
+                        batch.append(await self._finish_queue.get())
+                except TimeoutError:
+                    break
             requests = [request for request, _ in batch]
             try:
                 results = await self._write(partial(self.store.finish_many, requests))

@@ -31,6 +31,10 @@ from runlane.ports import Execution, ExecutionEvent, ExecutionSpec
 
 PdeathsigMode = Literal["auto", "guardian", "setpriv", "prctl", "none"]
 
+# Spawns wait for the child to exec (vfork); on a busy machine that is milliseconds of waiting,
+# not CPU, so several can be in progress at once (bench/throughput.py measured 2 vs 6 here).
+SPAWN_THREADS = int(os.environ.get("RUNLANE_SPAWN_THREADS", "6"))
+
 _READ_CHUNK = 65536
 # After the main process exits, a descendant may still hold the output pipe open; we read what
 # it writes for this long, then stop so the run can end.
@@ -448,6 +452,9 @@ class InlineExecutor:
         self.tail_bytes = tail_bytes
         self.tail_lines = tail_lines
         self._live: dict[tuple[str, int], _Child] = {}
+        # The launcher's environment, read once: copying os.environ per run (encode/decode of
+        # every variable) costs more than the rest of starting a run in Python.
+        self._base_env = dict(os.environ)
         self._devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         self._setpriv: str | None = None
         self._preexec: Callable[[], None] | None = None
@@ -488,7 +495,7 @@ class InlineExecutor:
         self._spawn_pool: ThreadPoolExecutor | None = None
         self._starting: dict[tuple[str, int], asyncio.Future[Execution]] = {}
         if self._setpriv is None and self._preexec is None:
-            self._spawn_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="runlane-spawn")
+            self._spawn_pool = ThreadPoolExecutor(max_workers=SPAWN_THREADS, thread_name_prefix="runlane-spawn")
 
     # -- the Executor port --------------------------------------------------------------------
 
@@ -528,7 +535,7 @@ class InlineExecutor:
                 raise TemporaryExecutorError(
                     f"cannot guard a new run: {exc}", error_code="spawn_failed"
                 ) from exc
-        env = {**os.environ, **spec.env}
+        env = {**self._base_env, **spec.env}
         program = spec.command[0]
         if self._setpriv is not None:
             # setpriv reports a missing command as exit 127 after its own exec; check first so
