@@ -36,12 +36,23 @@ def _meta(obj: Json) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
+_KEEP_META = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp",
+              "deletionTimestamp", "labels", "annotations", "ownerReferences")
+
+
 def _slim(obj: Json) -> Json:
-    """Drop what no decision reads (managedFields is most of an object's size)."""
+    """Keep what decisions read: metadata (without managedFields), status, and of a Job's spec
+    only `suspend`. The pod template (with the run's env) is most of an object's size, and the
+    cache holds every runlane Job and pod of the namespace."""
     meta = _meta(obj)
-    if "managedFields" in meta:
-        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
-    return obj
+    out: Json = {
+        "metadata": {k: meta[k] for k in _KEEP_META if k in meta},
+        "status": obj.get("status") or {},
+    }
+    spec = obj.get("spec")
+    if isinstance(spec, dict) and "suspend" in spec:
+        out["spec"] = {"suspend": spec["suspend"]}
+    return out
 
 
 def pod_job_name(pod: Json) -> str | None:
