@@ -374,6 +374,7 @@ ON CONFLICT (schedule_key) DO UPDATE SET
     updated_at = excluded.updated_at
 
 -- name: insert_chain_run
+-- Any conflict: a scheduled chain run has a deterministic id as well as its dedupe key.
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now)
 INSERT INTO chain_runs (
     id, chain, dedupe_key, trigger, requested_by, scheduled_for, status, end_reason,
@@ -384,7 +385,7 @@ SELECT %(id)s::uuid, %(chain)s, %(dedupe_key)s, %(trigger)s, %(requested_by)s,
        n.now + make_interval(secs => %(max_duration)s::float8),
        CASE WHEN %(status)s::text <> 'running' THEN n.now END
 FROM n
-ON CONFLICT (dedupe_key) DO NOTHING
+ON CONFLICT DO NOTHING
 RETURNING *
 
 -- name: chain_run_by_dedupe_key

@@ -258,6 +258,7 @@ ON CONFLICT (schedule_key) DO UPDATE SET
     updated_at = excluded.updated_at
 
 -- name: insert_chain_run
+-- Any conflict: a scheduled chain run has a deterministic id as well as its dedupe key.
 INSERT INTO chain_runs (
     id, chain, dedupe_key, trigger, requested_by, scheduled_for, status, end_reason,
     started_at, deadline_at, finished_at
@@ -265,7 +266,7 @@ INSERT INTO chain_runs (
     :id, :chain, :dedupe_key, :trigger, :requested_by, :scheduled_for, :status, :end_reason,
     :now, :deadline_at, CASE WHEN :status <> 'running' THEN :now END
 )
-ON CONFLICT (dedupe_key) DO NOTHING
+ON CONFLICT DO NOTHING
 RETURNING *
 
 -- name: chain_run_by_dedupe_key
