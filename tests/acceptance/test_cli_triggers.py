@@ -136,3 +136,27 @@ def test_chain_run_show_and_list(env: dict[str, str]) -> None:
     unknown = runlane("chain", "run", "nope", env=env)
     assert unknown.returncode != 0
     assert "unknown chain" in unknown.stderr
+
+
+def test_explain_chain_slots_in_and_out_of_season(env: dict[str, str]) -> None:
+    # Tuesday 2026-07-07 16:00 Chicago is before the regular season (2026-09-08..).
+    off = json.loads(
+        runlane("explain", "tuesday-weekly", "--at", "2026-07-08T00:00Z", "--json", env=env).stdout
+    )
+    assert off["verdict"] == "out_of_season"
+    assert off["slot"] == "2026-07-07T21:00:00Z"
+    assert any("regular (2026-09-08..2027-01-05)" in line for line in off["lines"])
+    # In season, nobody planned it yet; then a person starts the chain by hand, which does not
+    # take the scheduled slot.
+    on = json.loads(
+        runlane("explain", "tuesday-weekly", "--at", "2026-09-09T00:00Z", "--json", env=env).stdout
+    )
+    assert on["verdict"] == "not_planned"
+    assert any("in season 'regular'" in line for line in on["lines"])
+
+
+def test_explain_a_job_that_runs_as_a_chain_step(env: dict[str, str]) -> None:
+    proc = runlane("explain", "metrics-extractor", "--at", "2026-07-08T00:00Z", "--json", env=env)
+    found = json.loads(proc.stdout)
+    assert found["verdict"] == "out_of_season"
+    assert any("step of 'tuesday-weekly'" in line for line in found["lines"])

@@ -317,7 +317,7 @@ def register(app: typer.Typer) -> None:
     @app.command("explain")
     @friendly
     def explain_cmd(
-        job: Annotated[str, typer.Argument(help="The job to explain.")],
+        job: Annotated[str, typer.Argument(help="The job (or chain) to explain.")],
         at: Annotated[
             str | None, typer.Option("--at", help="Time to look at (default now).")
         ] = None,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -29,7 +30,7 @@ from runlane.core.schedule import (
     next_slot,
     plan_schedule,
 )
-from runlane.errors import RunlaneError
+from runlane.errors import NotFound, RunlaneError
 from runlane.ports import Override, Store
 from runlane.service.accept import RunRequest
 
@@ -270,13 +271,89 @@ class Explanation:
     run_id: str | None = None
 
 
-async def explain(store: Store, catalog: Catalog, job: str, at: datetime) -> Explanation:
-    """Read the planner and the run log to say why `job`'s latest slot at or before `at` ran or
-    did not."""
+def _latest_slot(specs: list[ScheduleSpec], at: datetime) -> tuple[datetime, ScheduleSpec] | None:
     from runlane.core.schedule import iter_slots
 
+    best: tuple[datetime, ScheduleSpec] | None = None
+    for spec in specs:
+        last = None
+        for slot in iter_slots(spec.cron, spec.tz, at - timedelta(days=400), at):
+            last = slot
+        if last is not None and (best is None or last > best[0]):
+            best = (last, spec)
+    return best
+
+
+async def explain_chain(store: Store, catalog: Catalog, chain: str, at: datetime) -> Explanation:
+    """Why chain `chain`'s latest scheduled slot at or before `at` started, or did not."""
+    from runlane.service.chains import CHAIN_NAMESPACE, chain_slot_key
+
+    specs = [s for s in schedule_specs(catalog) if s.kind == "chain" and s.target == chain]
+    if not specs:
+        return Explanation(
+            chain, at, None, None, "unscheduled",
+            [f"chain {chain!r} has no schedule: it runs when started by hand (`runlane chain run`)"],
+        )
+    best = _latest_slot(specs, at)
+    if best is None:
+        return Explanation(chain, at, None, None, "no_slot", ["no slot in the 400 days before"])
+    slot, spec = best
+    local = spec.local(slot)
+    lines = [
+        f"chain {chain!r} slot {slot:%Y-%m-%dT%H:%M:%SZ} ({local:%Y-%m-%d %H:%M:%S %Z} in "
+        f"{spec.tz}) from cron {spec.cron!r}",
+    ]
+    if not spec.in_season(slot):
+        names = ", ".join(f"{w.name} ({w.start}..{w.end})" for w in spec.seasons)
+        lines.append(f"out of season: the chain fires only in {names}; nothing is recorded")
+        return Explanation(chain, at, slot, spec, "out_of_season", lines)
+    season = spec.season_of(slot)
+    if season is not None:
+        lines.append(f"in season {season!r}")
+    run_id = str(uuid.uuid5(CHAIN_NAMESPACE, chain_slot_key(chain, slot)))
+    try:
+        run = await store.get_chain_run(run_id)
+    except NotFound:
+        state = (await store.schedule_states()).get(spec.key)
+        if state is None or state < slot:
+            lines.append("no launcher has planned this slot yet (is `runlane serve` running?)")
+            return Explanation(chain, at, slot, spec, "not_planned", lines)
+        lines.append(
+            "no chain run: the schedule was first seen (or its cron/zone changed) after this slot"
+        )
+        return Explanation(chain, at, slot, spec, "before_anchor", lines)
+    lines.append(
+        f"chain run {run.id}: {run.status}" + (f" ({run.end_reason})" if run.end_reason else "")
+        + (" — ran past max_duration" if run.overrun else "")
+    )
+    verdict = {"missed": "missed", "paused": "paused"}.get(run.end_reason or "", "fired")
+    if run.status == "skipped" and verdict == "fired":
+        verdict = "skipped"
+    return Explanation(chain, at, slot, spec, verdict, lines, run.id)
+
+
+async def explain(store: Store, catalog: Catalog, job: str, at: datetime) -> Explanation:
+    """Read the planner and the run log to say why `job`'s latest slot at or before `at` ran or
+    did not. `job` may also name a chain; a job that runs only as a chain step is explained
+    through its chains' slots."""
+    from runlane.core.schedule import iter_slots
+
+    if job in catalog.chains and job not in catalog.jobs:
+        return await explain_chain(store, catalog, job, at)
     catalog.resolve(job)  # UnknownJob with a did-you-mean hint
     specs = [s for s in schedule_specs(catalog) if s.kind == "job" and s.target == job]
+    chains = [
+        name for name in sorted(catalog.chains)
+        if any(catalog.chains[name].step_job(step) == job for step in catalog.chains[name].steps)
+    ]
+    if not specs and chains:
+        parts = [await explain_chain(store, catalog, name, at) for name in chains]
+        lines = [f"job {job!r} has no schedule of its own; it runs as a step of "
+                 f"{', '.join(repr(c) for c in chains)}"]
+        for part in parts:
+            lines += [f"{part.job}: {part.verdict}"] + [f"  {line}" for line in part.lines]
+        first = parts[0]
+        return Explanation(job, at, first.slot, first.spec, first.verdict, lines, first.run_id)
     if not specs:
         return Explanation(
             job,
