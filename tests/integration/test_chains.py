@@ -158,6 +158,17 @@ async def test_chain_failure_skips_success_dependents_transitively(
     }
 
 
+async def test_a_paused_jobs_step_is_skipped_paused(running: tuple[ChainRunner, Hooks]) -> None:
+    runner, hooks = running
+    await runner.store.set_override("bad", paused_until=None, reason="maintenance", by="test")
+    run = await runner.start("failing", trigger=Trigger.CLI)
+    await hooks.wait("chain_finished", run.id)
+    steps = await steps_of(runner, run.id)
+    assert steps["first"] == ("skipped", "paused")  # the paused job never ran
+    assert steps["needs-success"] == ("skipped", "upstream_failed")
+    assert steps["cleanup"] == ("success", "exit")  # `on: finish` still runs
+
+
 async def test_latest_starts_a_step_while_its_parent_runs(
     running: tuple[ChainRunner, Hooks], tmp_path: Path
 ) -> None:

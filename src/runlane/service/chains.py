@@ -166,8 +166,13 @@ class ChainRunner:
                 )
         for step, reason in plan.skip:
             await self._step(run, specs[step], now, skipped=reason)
+        overrides = await self.store.overrides() if plan.start else {}
         for step in plan.start:
-            await self._step(run, specs[step], now, skipped=None)
+            # A paused (or snoozed) job's step is recorded `skipped` / `paused` instead of run:
+            # pausing a job stops every automatic start of it, chains included.
+            ov = overrides.get(specs[step].job)
+            paused = ov is not None and (ov.paused_until is None or ov.paused_until > now)
+            await self._step(run, specs[step], now, skipped="paused" if paused else None)
         if plan.start or plan.skip or plan.expire_queued:
             # Skips can unblock `on: finish` steps at once; plan again rather than wait a tick.
             return await self.advance(await self.store.get_chain_run(run.id))
