@@ -424,11 +424,15 @@ async def test_dropped_watch_is_not_an_end(kube: KubeFake, executor: PodExecutor
     events = executor.events(execution)
     await until(events, "running")
     watch = executor.watches[NS]
+    await fake_reaches(kube, lambda st: st.open_watches == 2)  # both watches are connected
     before = watch.stats.watches
     kube.state.end_watches(abort=True)
-    kube.state.end_watches(abort=False)
-    await stats_reach(watch, lambda st: st.watches >= before + 2)
+    await stats_reach(watch, lambda st: st.watches >= before + 2)  # both kinds reconnected
     await fake_reaches(kube, lambda st: st.open_watches == 2)
+    await fake_reaches(kube, lambda st: st.open_watches == 2)
+    before = watch.stats.watches
+    kube.state.end_watches(abort=False)  # a clean end (the server's timeout) is not an end either
+    await stats_reach(watch, lambda st: st.watches >= before + 2)
     kube.state.advance(10)
     assert (await finish(events)).status == RunStatus.TIMEOUT
 
