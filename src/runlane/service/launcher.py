@@ -92,7 +92,12 @@ class Supervised:
 
 
 def build_env(run: Run, database_url: str, job: ResolvedJob) -> dict[str, str]:
-    """The environment a run's process sees on top of the launcher's (DESIGN.md "Inside a run")."""
+    """The environment a run's process sees on top of the launcher's (DESIGN.md "Inside a run").
+
+    `RUNLANE_DATABASE_URL` (for the SDK's child rows) goes only to inline runs, which share the
+    launcher's machine and environment anyway: in a pod or Slurm job spec it would expose the
+    database password to whoever can read those objects; give such jobs the URL through a
+    secret (profile `secrets`) instead."""
     params = run.params or {}
     env: dict[str, str] = {}
     if job.profile_spec is not None:
@@ -106,9 +111,10 @@ def build_env(run: Run, database_url: str, job: ResolvedJob) -> dict[str, str]:
             "RUNLANE_JOB": run.job,
             "RUNLANE_ATTEMPT": str(run.attempt),
             "RUNLANE_PARAMS": json.dumps(params, separators=(",", ":"), sort_keys=True),
-            "RUNLANE_DATABASE_URL": database_url,
         }
     )
+    if run.executor == "inline":
+        env["RUNLANE_DATABASE_URL"] = database_url
     for name, value in params.items():
         if isinstance(value, bool):
             text = "true" if value else "false"
@@ -416,7 +422,19 @@ class Launcher:
             return Outcome(RunStatus.TIMEOUT, EndReason.DEADLINE, error_code="deadline",
                            note="deadline passed before the run could start")
         if claimed.recovered:
-            execution = await sup.executor.reattach(spec)
+            try:
+                execution = await sup.executor.reattach(spec)
+            except TemporaryExecutorError as exc:
+                # The provider is unreachable right now: give the run back and look again later
+                # (the execution, if any, keeps running and is reattached then).
+                delay, code, note = exc.retry_after, exc.code, str(exc)
+                await self._write(
+                    lambda: self.store.release(
+                        sup.lease, retry_after=delay, error_code=code, note=note
+                    )
+                )
+                log.warning("run.reattach_deferred", run_id=run.id, error_code=code)
+                return None
             if execution is None:
                 return Outcome(
                     RunStatus.FAILURE,

@@ -179,7 +179,7 @@ async def serve(
         launcher = Launcher(
             store=rt.store,
             catalog=catalog,
-            executors=build_executors(settings),
+            executors=build_executors(settings, start_timeout=catalog.global_.start_timeout),
             settings=settings,
             hook=hook,
             executor_caps={"pod": catalog.global_.max_concurrent_pods},
