@@ -19,6 +19,7 @@ import pytest
 
 from runlane.catalog import Catalog
 from runlane.core.runs import RunStatus, Trigger
+from runlane.errors import TemporaryExecutorError
 from runlane.ports import Execution, ExecutionEvent, ExecutionSpec, Executor, RunFilter, Store
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.config import Settings
@@ -285,3 +286,34 @@ async def test_a_slow_start_never_leaves_an_expired_run_going(
     assert (run.status, run.end_reason) == (RunStatus.TIMEOUT, "deadline")
     assert "while the executor was starting" in (run.note or "")
     assert ("started", run_id) not in events.log
+
+
+class FlakyReattach(SlowStart):
+    """An executor whose provider is unreachable when a run is taken over."""
+
+    async def reattach(self, spec: ExecutionSpec) -> Execution | None:
+        raise TemporaryExecutorError("API server unavailable (503)", error_code="api_unavailable",
+                                     retry_after=60)
+
+
+async def test_a_provider_outage_during_takeover_releases_the_run(
+    store: Store, catalog: Catalog, settings: Settings
+) -> None:
+    run_id = await accept(store, catalog, "sleeper")
+    await store.claim("dead-launcher", limit=1, lease_ttl=0.0, executors=["inline"],
+                      executor_caps={})
+    events = Events()
+    inline = build_executors(settings)["inline"]
+    launcher = Launcher(store=store, catalog=catalog,
+                        executors={"inline": FlakyReattach(inline, delay=0)},
+                        settings=settings, hook=events)
+    task = asyncio.create_task(launcher.run())
+    try:
+        await events.wait("finished", run_id)
+    finally:
+        launcher.stop()
+        await task
+    run = await store.get_run(run_id)
+    assert (run.status, run.error_code) == (RunStatus.QUEUED, "api_unavailable")
+    assert run.not_before is not None
+    assert run.lease_token is None
