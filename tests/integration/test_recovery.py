@@ -317,3 +317,24 @@ async def test_a_provider_outage_during_takeover_releases_the_run(
     assert (run.status, run.error_code) == (RunStatus.QUEUED, "api_unavailable")
     assert run.not_before is not None
     assert run.lease_token is None
+
+
+async def test_doctor_reports_missing_kubernetes_permissions(
+    store: Store, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runlane.testing.kube.fake import KubeFake
+
+    no_cluster = [f for f in await diagnose(settings, store) if f.check == "kubernetes"]
+    assert [(f.level, f.message) for f in no_cluster] == [
+        ("ok", "no cluster configured: pod jobs run inline")
+    ]
+    fake = KubeFake(allow=["create jobs.batch", "get jobs.batch", "list jobs.batch",
+                           "watch jobs.batch"]).start()
+    try:
+        monkeypatch.setenv("KUBECONFIG", str(fake.kubeconfig_path))
+        found = [f for f in await diagnose(settings, store) if f.check == "kubernetes"]
+    finally:
+        fake.stop()
+    assert [f.level for f in found] == ["error"]
+    assert "delete jobs.batch" in found[0].message
+    assert "get pods/log" in found[0].message

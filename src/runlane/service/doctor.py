@@ -117,4 +117,36 @@ async def diagnose(settings: Settings, store: Store) -> list[Finding]:
             )
     if repair == 0:
         findings.append(Finding("ok", "repair", f"{len(active)} active runs, none needs repair"))
+    findings.extend(await kubernetes_findings(catalog))
     return findings
+
+
+async def kubernetes_findings(catalog: Catalog | None) -> list[Finding]:
+    """The RBAC report of the pod executor (SelfSubjectAccessReview per verb it needs), for every
+    namespace the catalog's profiles name. Nothing when no cluster is configured."""
+    from runlane.adapters.kubernetes.config import cluster_configured
+    from runlane.adapters.kubernetes.rbac import rbac_report
+    from runlane.errors import RunlaneError
+
+    if not cluster_configured():
+        return [Finding("ok", "kubernetes", "no cluster configured: pod jobs run inline")]
+    namespaces: list[str | None] = [None]
+    if catalog is not None:
+        namespaces += sorted({p.namespace for p in catalog.profiles.values() if p.namespace})
+    found: list[Finding] = []
+    for ns in namespaces:
+        where = ns or "the launcher's namespace"
+        try:
+            report = await rbac_report(ns)
+        except RunlaneError as exc:
+            found.append(Finding("warning", "kubernetes", f"RBAC check in {where}: {exc.message}"))
+            continue
+        missing = [f"{verb} {resource}" for resource, verb, allowed in report if not allowed]
+        if missing:
+            found.append(Finding(
+                "error", "kubernetes",
+                f"in {where} the launcher may not: {', '.join(missing)} (pod runs are refused)",
+            ))
+        else:
+            found.append(Finding("ok", "kubernetes", f"RBAC in {where}: every verb allowed"))
+    return found
