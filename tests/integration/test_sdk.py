@@ -267,3 +267,15 @@ def test_params_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RUNLANE_PARAMS", "[1, 2]")
     with pytest.raises(ValueError, match="must be a JSON object"):
         params_from_env()
+
+
+def test_params_from_a_mounted_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # Params too large for the environment reach a pod as a mounted ConfigMap file.
+    monkeypatch.delenv("RUNLANE_PARAMS", raising=False)
+    params_file = tmp_path / "params.json"
+    params_file.write_text('{"blob": "' + "x" * 100_000 + '"}')
+    monkeypatch.setenv("RUNLANE_PARAMS_FILE", str(params_file))
+    assert len(params_from_env()["blob"]) == 100_000
+    monkeypatch.setenv("RUNLANE_PARAMS_FILE", str(tmp_path / "missing.json"))
+    with pytest.raises(ValueError, match="cannot read the params file"):
+        params_from_env()

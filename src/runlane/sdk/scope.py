@@ -53,16 +53,27 @@ def trigger_from_env(default: str = "manual") -> str:
 
 
 def params_from_env() -> dict[str, Any]:
-    """The run's params from `RUNLANE_PARAMS` (JSON object); `{}` when it is not set."""
+    """The run's params from `RUNLANE_PARAMS` (JSON object), or from the file named by
+    `RUNLANE_PARAMS_FILE` (params too large for the environment travel in a mounted ConfigMap);
+    `{}` when neither is set."""
     raw = os.environ.get("RUNLANE_PARAMS")
+    source = "RUNLANE_PARAMS"
     if not raw:
-        return {}
+        path = os.environ.get("RUNLANE_PARAMS_FILE")
+        if not path:
+            return {}
+        source = path
+        try:
+            with open(path, encoding="utf-8") as fh:
+                raw = fh.read()
+        except OSError as exc:
+            raise ValueError(f"cannot read the params file {path}: {exc.strerror}") from exc
     try:
         params = json.loads(raw)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"RUNLANE_PARAMS is not valid JSON: {exc}") from exc
+        raise ValueError(f"{source} is not valid JSON: {exc}") from exc
     if not isinstance(params, dict):
-        raise ValueError(f"RUNLANE_PARAMS must be a JSON object, not {type(params).__name__}")
+        raise ValueError(f"{source} must be a JSON object, not {type(params).__name__}")
     return params
 
 
