@@ -54,6 +54,9 @@ jobs:
   careful:
     command: [{PY}, -c, "print('acted')"]
     acts: true
+  kubejob:
+    command: [{PY}, -c, "print('ran inline')"]
+    executor: pod
   sleeper:
     command: [{PY}, -c, "import os, time, pathlib; pathlib.Path(os.environ['RUNLANE_TEST_DIR'], os.environ['RUN_ID'] + '.' + os.environ['RUNLANE_ATTEMPT'] + '.pid').write_text(str(os.getpid())); time.sleep(60)"]
     max_attempts: 2

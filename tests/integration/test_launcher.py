@@ -9,7 +9,13 @@ import pytest
 
 from runlane.catalog import Catalog
 from runlane.core.runs import RunStatus, Trigger
-from runlane.errors import ConfirmationRequired, OverlapRefused, ParamError, UnknownJob
+from runlane.errors import (
+    ConfirmationRequired,
+    OverlapRefused,
+    ParamError,
+    RunRefused,
+    UnknownJob,
+)
 from runlane.ports import RunFilter, Store
 from runlane.service.accept import RunRequest, accept_run
 
@@ -190,3 +196,23 @@ async def test_heartbeat_is_written(
     await launcher.launcher.beat()
     beats = await store.launchers()
     assert [h.launcher_id for h in beats] == [launcher.launcher.owner]
+
+
+async def test_pod_job_without_a_cluster_runs_inline_and_says_so(
+    store: Store, catalog: Catalog, start_launcher: Callable[..., Running]
+) -> None:
+    launcher = start_launcher()
+    run_id = await accept(store, catalog, "kubejob")
+    await launcher.events.wait("finished", run_id)
+    run = await store.get_run(run_id)
+    assert (run.executor, run.status, run.note) == ("inline", RunStatus.SUCCESS, "no_cluster_fallback")
+    assert "ran inline" in (run.log_tail or "")
+
+
+async def test_pod_fallback_refuse_refuses_pod_jobs_without_a_cluster(
+    store: Store, catalog: Catalog
+) -> None:
+    with pytest.raises(RunRefused, match="no cluster is configured"):
+        await accept_run(store, catalog, RunRequest(job="kubejob", trigger=Trigger.CLI),
+                         pod_fallback="refuse")
+    assert await store.list_runs(RunFilter(job="kubejob")) == []

@@ -175,7 +175,7 @@ UPDATE run_log r SET
     exit_code = %(exit_code)s,
     error_code = %(error_code)s,
     log_tail = %(log_tail)s,
-    note = %(note)s,
+    note = coalesce(%(note)s, r.note),  -- keep the accept note (e.g. no_cluster_fallback) unless the outcome has one
     finished_at = n.now,
     external_id = coalesce(%(external_id)s, r.external_id)
 FROM n
@@ -199,7 +199,7 @@ UPDATE run_log r SET
     exit_code = v.exit_code,
     error_code = v.error_code,
     log_tail = v.log_tail,
-    note = v.note,
+    note = coalesce(v.note, r.note),
     finished_at = n.now,
     external_id = coalesce(v.external_id, r.external_id)
 FROM v, n

@@ -119,7 +119,7 @@ UPDATE run_log SET
     exit_code = :exit_code,
     error_code = :error_code,
     log_tail = :log_tail,
-    note = :note,
+    note = coalesce(:note, note),  -- keep the accept note (e.g. no_cluster_fallback) unless the outcome has one
     finished_at = :now,
     external_id = coalesce(:external_id, external_id)
 WHERE id = :id AND status = 'running' AND lease_token = :token AND lease_generation = :gen
