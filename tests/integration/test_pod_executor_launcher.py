@@ -50,6 +50,9 @@ jobs:
   pull:
     profile: pull
     command: [work]
+  talker:
+    profile: local
+    command: [{PY}, -u, -c, "import os, pathlib, time\\nprint('line one')\\nprint('line two')\\ngate = pathlib.Path(os.environ['TALKER_GATE'])\\nwhile not gate.exists(): time.sleep(0.02)\\nprint('last line')"]
 """
 
 
@@ -203,3 +206,35 @@ async def test_pod_runs_are_refused_without_rbac(
     assert run.note is not None
     assert "create jobs.batch" in run.note
     assert fake.state.list("jobs", "default") == []
+
+
+async def test_logs_follow_streams_a_running_pods_log(
+    launch: Callable[..., Any],
+    store: Store,
+    pod_catalog: Catalog,
+    kube: KubeFake,
+    settings: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from runlane.service.runtime import Runtime, pod_log_lines
+
+    gate = tmp_path / "gate"
+    monkeypatch.setenv("TALKER_GATE", str(gate))  # the fake's kubelet runs it with our env
+    monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig_path))
+    monkeypatch.setenv("KUBERNETES_NAMESPACE", "default")
+    _, events, _ = launch()
+    run_id = await accept(store, pod_catalog, "talker")
+    await events.wait("started", run_id)
+    run = await store.get_run(run_id)
+    rt = Runtime(settings=settings, store=store, catalog=pod_catalog)
+    seen: list[str] = []
+    async with asyncio.timeout(30):
+        async for line in pod_log_lines(rt, run, follow=True):
+            seen.append(line)
+            if line == "line two":
+                gate.write_text("open")  # the run goes on only once we have read its output
+    assert seen == ["line one", "line two", "last line"]
+    await events.wait("finished", run_id)
+    whole = "".join([chunk async for chunk in pod_log_lines(rt, run, follow=False)])
+    assert whole.splitlines() == seen

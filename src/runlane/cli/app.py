@@ -447,6 +447,18 @@ def logs_cmd(
     async def body(rt: Runtime) -> None:
         run = await rt.resolve_run_id(run_id)
         path = rt.log_path(run)
+        if run.executor == "pod" and not (run.status.is_final and run.log_tail):
+            # The pod's log, from the cluster; the saved tail once the run has ended.
+            from runlane.service.runtime import pod_log_lines
+
+            try:
+                async for chunk in pod_log_lines(rt, run, follow=follow):
+                    sys.stdout.write(chunk + "\n" if follow else chunk)
+                    sys.stdout.flush()
+                return
+            except NotFound as exc:
+                if not run.log_tail:
+                    raise fail(exc.message) from None
         if follow:
             await follow_with_output(rt, run.id, show_output=True)
             return

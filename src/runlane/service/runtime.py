@@ -18,7 +18,7 @@ import structlog
 from runlane.catalog import Catalog, load_catalog
 from runlane.core.durations import parse_duration
 from runlane.core.runs import AcceptResult, Run, RunStatus
-from runlane.errors import CatalogError, ConfigError, NotFound
+from runlane.errors import CatalogError, ConfigError, NotFound, RunlaneError
 from runlane.ports import Executor, Override, RunFilter, Store
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.config import Settings
@@ -96,6 +96,19 @@ class Runtime:
             if other.retry_of == run.id:
                 return other
         return None
+
+
+async def pod_log_lines(rt: Runtime, run: Run, *, follow: bool) -> AsyncIterator[str]:
+    """A pod run's log from the cluster (`runlane logs`): whole, or followed line by line until
+    its container ends. `NotFound` when there is no pod to read."""
+    from runlane.adapters.kubernetes.logs import pod_log
+
+    namespace = None
+    with contextlib.suppress(RunlaneError):
+        spec = rt.require_catalog().resolve(run.job).profile_spec
+        namespace = spec.namespace if spec is not None else None
+    async for chunk in pod_log(run.job, run.id, run.attempt, namespace, follow=follow):
+        yield chunk
 
 
 def available_executors() -> tuple[str, ...]:
