@@ -290,6 +290,26 @@ async def test_admission_overlap_queue_waits_for_the_running_run(harness: StoreH
     assert [c.run.id for c in await claim_all(store)] == [second.id]
 
 
+async def test_admission_stays_exact_as_the_queue_mixes_policies(harness: StoreHarness) -> None:
+    # PostgreSQL claims `allow` runs on uncapped executors in one statement and falls back to
+    # the admission function for anything else; either way the decisions are the same.
+    store = harness.store
+    allow = (await store.accept(new_run(overlap="allow"))).run
+    first = await claim_all(store, limit=1)
+    assert [c.run.id for c in first] == [allow.id]
+    queued = (await store.accept(new_run(overlap="queue"))).run
+    assert await claim_all(store) == []  # the job's `allow` run still counts as running
+    later = [(await store.accept(new_run("side", overlap="allow"))).run for _ in range(2)]
+    assert [c.run.id for c in await claim_all(store, limit=1)] == [later[0].id]
+    await store.finish(first[0].lease, SUCCESS)
+    assert [c.run.id for c in await claim_all(store)] == [queued.id, later[1].id]
+    more = [(await store.accept(new_run("side", overlap="allow"))).run for _ in range(3)]
+    assert [c.run.id for c in await claim_all(store, limit=2)] == [m.id for m in more[:2]]
+    pod = (await store.accept(new_run("p", executor="pod"))).run
+    assert [c.run.id for c in await claim_all(store, executor_caps={"pod": 0})] == [more[2].id]
+    assert [c.run.id for c in await claim_all(store, executor_caps={"pod": 1})] == [pod.id]
+
+
 async def test_admission_allow_runs_side_by_side(harness: StoreHarness) -> None:
     store = harness.store
     for _ in range(3):

@@ -126,6 +126,9 @@ class PostgresStore:
         self._listen_conn: _Conn | None = None
         self._listener: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
+        # Try the one-statement claim (claim_fast) first; False after it found runs that need an
+        # admission decision, until a two-step claim sees the head of the queue free of them.
+        self._claim_fast = True
 
     # --- connections ----------------------------------------------------------------------------
 
@@ -389,6 +392,12 @@ class PostgresStore:
         if limit <= 0 or not executors:
             return []
         now = self._now()
+        if self._claim_fast:
+            claims = await self._claim_fast_path(owner, limit, lease_ttl, executors, executor_caps)
+            if claims is not None:
+                return claims
+            # Admission has something to decide: claim in two steps until it has not.
+            self._claim_fast = False
         # Scan a few more rows than asked: admission may pass over some (overlap, caps).
         scan = min(limit * 4, limit + 256)
         async with self._conn() as conn, conn.pipeline(), conn.transaction():
@@ -406,6 +415,12 @@ class PostgresStore:
             cand_rows = await cand_cur.fetchall()
             if not cand_rows:
                 return []
+            # The next claim may take the one-statement path again once the head of the queue
+            # needs no admission decision.
+            self._claim_fast = all(
+                r["overlap"] == "allow" and r["executor"] not in executor_caps
+                for r in cand_rows[:limit]
+            )
             counts = sqlcommon.parse_running_counts(cand_rows[0]["running"])
             chosen = sqlcommon.admit(cand_rows, counts, executor_caps, limit)
             if not chosen:
@@ -417,6 +432,40 @@ class PostgresStore:
             )
             rows = await upd.fetchall()
         return _claimed(rows, chosen, recovered=False)
+
+    async def _claim_fast_path(
+        self,
+        owner: str,
+        limit: int,
+        lease_ttl: float,
+        executors: Collection[str],
+        executor_caps: Mapping[str, int],
+    ) -> list[Claimed] | None:
+        """One round trip (BEGIN, lock, claim_fast, COMMIT in one pipeline sync) when the first
+        `limit` due runs need no admission decision; None when they do (nothing was claimed)."""
+        async with self._conn() as conn:
+            async with conn.pipeline(), conn.transaction():
+                await conn.execute(Q["claim_lock"])
+                cur = conn.cursor(row_factory=dict_row)
+                await cur.execute(
+                    Q["claim_fast"],
+                    {
+                        "now": self._now(),
+                        "executors": list(executors),
+                        "capped": list(executor_caps),
+                        "limit": limit,
+                        "owner": owner,
+                        "ttl": float(lease_ttl),
+                    },
+                )
+            # Read after COMMIT: the pipeline sent everything at once.
+            rows = await cur.fetchall()
+        if not rows or rows[0]["fast"] is None:
+            return []  # nothing is due
+        if not rows[0]["fast"]:
+            return None
+        return _claimed([r for r in rows if r["id"] is not None], None, recovered=False,
+                        in_claim_order=True)
 
     async def claim_abandoned(
         self, owner: str, *, limit: int, lease_ttl: float, executors: Collection[str]
@@ -865,7 +914,11 @@ class PostgresStore:
 
 
 def _claimed(
-    rows: Sequence[Mapping[str, object]], order: Sequence[str] | None, *, recovered: bool
+    rows: Sequence[Mapping[str, object]],
+    order: Sequence[str] | None,
+    *,
+    recovered: bool,
+    in_claim_order: bool = False,
 ) -> list[Claimed]:
     claims: list[Claimed] = []
     for row in rows:
@@ -874,7 +927,9 @@ def _claimed(
             raise StoreError(f"claimed run {run.id} has no lease")
         lease = Lease(run.id, run.lease_owner, run.lease_token, run.lease_generation)
         claims.append(Claimed(run, lease, _READ.time(row, "db_now"), recovered=recovered))
-    if order is not None:
+    if in_claim_order:
+        pass  # the statement sorted them
+    elif order is not None:
         rank = {run_id: i for i, run_id in enumerate(order)}
         claims.sort(key=lambda c: rank.get(c.run.id, len(rank)))
     else:

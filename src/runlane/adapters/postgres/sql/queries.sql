@@ -129,6 +129,43 @@ FROM n
 WHERE r.id = ANY(%(ids)s::uuid[]) AND r.status = 'queued'
 RETURNING r.*, n.now AS db_now
 
+-- name: claim_fast
+-- The whole claim in one statement, for the common case where admission has nothing to decide:
+-- the first %(limit)s due candidates (locked) are all `overlap: allow` on executors without a
+-- cap, so `select_admissible` takes every one of them in order. Otherwise nothing is updated and
+-- the caller claims with claim_candidates + claim_update. One result row always comes back:
+-- `fast` is NULL when nothing is due, false when admission must decide; the run columns are
+-- NULL when nothing was claimed.
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now),
+cand AS (
+    SELECT r.id, r.overlap = 'allow' AND r.executor <> ALL(%(capped)s::text[]) AS free
+    FROM run_log r, n
+    WHERE r.status = 'queued'
+      AND coalesce(r.not_before, r.queued_at) <= n.now
+      AND (r.not_before IS NULL OR r.not_before <= n.now)
+      AND (r.queue_expires_at IS NULL OR r.queue_expires_at > n.now)
+      AND r.executor = ANY(%(executors)s::text[])
+    ORDER BY coalesce(r.not_before, r.queued_at), r.queued_at, r.id
+    LIMIT %(limit)s
+    FOR UPDATE OF r SKIP LOCKED
+),
+verdict AS (SELECT bool_and(cand.free) AS fast FROM cand),
+upd AS (
+    UPDATE run_log r SET
+        status = 'running',
+        lease_owner = %(owner)s,
+        lease_token = gen_random_uuid(),
+        lease_generation = r.lease_generation + 1,
+        lease_expires_at = n.now + make_interval(secs => %(ttl)s::float8),
+        started_at = coalesce(r.started_at, n.now),
+        deadline_at = coalesce(r.deadline_at, n.now + make_interval(secs => r.deadline_seconds))
+    FROM cand, n, verdict
+    WHERE verdict.fast AND r.id = cand.id AND r.status = 'queued'
+    RETURNING r.*, n.now AS db_now
+)
+SELECT upd.*, verdict.fast FROM verdict LEFT JOIN upd ON true
+ORDER BY coalesce(upd.not_before, upd.queued_at), upd.queued_at, upd.id
+
 -- name: claim_abandoned
 -- The expiry test is repeated in the UPDATE: never trust the candidate snapshot.
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now),
