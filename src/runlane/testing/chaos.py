@@ -24,6 +24,7 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,31 @@ jobs:
   serial:
     command: [{py}, {script}, ok]
     overlap: queue
+  tick:
+    command: [{py}, {script}, ok]
+    schedules: [{{cron: "{tick_cron}", tz: UTC, catch_up: 30s}}]
+chains:
+  pipeline:
+    schedule: {{cron: "{chain_cron}", tz: UTC, catch_up: 30s}}
+    steps:
+      extract: {{job: ok}}
+      load: {{job: flaky, after: [{{step: extract, on: success}}]}}
+      report: {{job: ok, after: [{{step: load, on: finish}}]}}
 """
+
+
+def chaos_crons(start: datetime, seconds: float) -> tuple[str, str]:
+    """Six-field crons that fire only during the chaos window: every 2 s (a job) and every 5 s
+    (a chain) in the UTC minutes from `start` to `start + seconds`, so firing ends by itself
+    and the run log can drain."""
+    minutes: list[int] = []
+    t = start.replace(second=0, microsecond=0)
+    while t <= start + timedelta(seconds=seconds):
+        if t.minute not in minutes:
+            minutes.append(t.minute)
+        t += timedelta(minutes=1)
+    field_ = ",".join(str(m) for m in minutes)
+    return f"*/2 {field_} * * * *", f"*/5 {field_} * * * *"
 
 JOB_MIX = [("ok", 0.55), ("flaky", 0.3), ("slow", 0.05), ("serial", 0.1)]
 
@@ -119,13 +144,16 @@ class ChaosReport:
     postgres_restarts: int = 0
     audited_writes: int = 0
     ledger_lines: int = 0
+    scheduled: int = 0
+    chain_runs: int = 0
     violations: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     def summary(self) -> str:
         by_status = ", ".join(f"{k}={v}" for k, v in sorted(self.statuses.items()))
         return (
-            f"chaos: runs={self.runs} (first attempts {self.first_attempts}; {by_status}) "
+            f"chaos: runs={self.runs} (first attempts {self.first_attempts}; {by_status}; "
+            f"scheduled {self.scheduled}; chain runs {self.chain_runs}) "
             f"kills={self.kills} pauses={self.pauses} postgres_restarts={self.postgres_restarts} "
             f"audited_writes={self.audited_writes} ledger={self.ledger_lines} "
             f"violations={len(self.violations)} in {self.seconds:.0f}s"
@@ -182,7 +210,11 @@ class Harness:
         work.mkdir(parents=True, exist_ok=True)
         script = work / "chaos_job.py"
         script.write_text(JOB_SCRIPT)
-        (work / "catalog.yaml").write_text(CATALOG.format(py=sys.executable, script=script))
+        tick_cron, chain_cron = chaos_crons(datetime.now(UTC), self.cfg.duration * 0.8)
+        (work / "catalog.yaml").write_text(
+            CATALOG.format(py=sys.executable, script=script, tick_cron=tick_cron,
+                           chain_cron=chain_cron)
+        )
         with psycopg.connect(self.cfg.admin_url, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{self.db_name}"')  # our own name, not input
         subprocess.run(
@@ -276,7 +308,9 @@ class Harness:
             try:
                 with psycopg.connect(self.url) as conn:
                     row = conn.execute(
-                        "SELECT count(*) FROM run_log WHERE status IN ('queued', 'running')"
+                        "SELECT (SELECT count(*) FROM run_log"
+                        "        WHERE status IN ('queued', 'running'))"
+                        "     + (SELECT count(*) FROM chain_runs WHERE status = 'running')"
                     ).fetchone()
                 if row is not None and row[0] == 0:
                     return
@@ -304,14 +338,30 @@ class Harness:
         with psycopg.connect(self.url, row_factory=dict_row) as conn:
             runs = conn.execute("SELECT * FROM run_log").fetchall()
             audit = conn.execute("SELECT * FROM chaos_audit ORDER BY id").fetchall()
+            chains = conn.execute("SELECT * FROM chain_runs").fetchall()
         rep = self.report
+        rep.scheduled = sum(1 for r in runs if r["trigger"] == "schedule")
+        rep.chain_runs = len(chains)
+        rep.violations += [
+            f"chain run {c['id']} ({c['chain']}) never finished: {c['status']}"
+            for c in chains
+            if c["status"] == "running"
+        ]
+        if rep.scheduled == 0 or rep.chain_runs == 0:
+            rep.violations.append(
+                f"the schedules did not fire ({rep.scheduled} scheduled runs, "
+                f"{rep.chain_runs} chain runs)"
+            )
         rep.runs = len(runs)
         rep.audited_writes = len(audit)
         rep.statuses = Counter(r["status"] for r in runs)
         rep.first_attempts = len({r["dedupe_key"].split("#", 1)[0] for r in runs})
-        if rep.first_attempts < self.cfg.runs:
+        manual = len({
+            r["dedupe_key"].split("#", 1)[0] for r in runs if r["dedupe_key"].startswith("chaos-")
+        })
+        if manual < self.cfg.runs:
             rep.violations.append(
-                f"only {rep.first_attempts} of {self.cfg.runs} accepted runs are in the log"
+                f"only {manual} of {self.cfg.runs} accepted runs are in the log"
             )
         lines = self.ledger.read_text().splitlines() if self.ledger.exists() else []
         rep.ledger_lines = len(lines)
