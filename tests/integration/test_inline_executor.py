@@ -451,9 +451,10 @@ def test_guardian_is_the_default_on_linux(log_dir: Path) -> None:
     assert ex.pdeathsig_mode == "guardian"
     assert ex.guardian_pid is None  # started lazily, on the first spawn
     # The guardian alone: no preexec_fn (it would force fork() instead of vfork()), and spawns
-    # go to worker threads.
+    # use posix_spawn (vfork) on the loop thread.
     assert ex._preexec is None
-    assert ex._spawn_pool is not None
+    assert ex._posix_spawn_ok
+    assert ex._spawn_pool is None
     ex.close()
 
 
@@ -484,3 +485,29 @@ async def test_without_pidfd_a_waiter_thread_reports_the_exit(
     assert timed_out.status is RunStatus.TIMEOUT
     assert wait_gone(int(text.split()[0]), timeout=5)
     ex.close()
+
+
+async def test_a_run_starts_like_popen_would_start_it(log_dir: Path) -> None:
+    # posix_spawn, not Popen: the child still gets SIGPIPE at its default, its own process group,
+    # /dev/null for stdin, and no descriptor of ours, not even one this process inherited.
+    inherited = os.open(os.devnull, os.O_RDONLY)
+    os.set_inheritable(inherited, True)
+    ex = InlineExecutor(log_dir)
+    try:
+        script = (
+            "grep SigIgn /proc/self/status; ls /proc/self/fd | tr '\\n' ' '; echo; "
+            "ps -o pgid= -p $$; readlink /proc/self/fd/0"
+        )
+        execution = await ex.start(make_spec(["sh", "-c", script]))
+        outcome = await finish(ex, execution)
+        assert outcome.status is RunStatus.SUCCESS
+        assert outcome.log_tail is not None
+        sig_ign, fds, pgid, stdin = outcome.log_tail.splitlines()
+        assert not int(sig_ign.split()[1], 16) & (1 << (signal.SIGPIPE - 1))
+        # 0-2 and the listing's own descriptor (ls opens /proc/self/fd as 3)
+        assert fds.split() == ["0", "1", "2", "3"]
+        assert int(pgid) == int(execution.external_id)
+        assert stdin == "/dev/null"
+    finally:
+        ex.close()
+        os.close(inherited)

@@ -3,7 +3,7 @@
 Why: a kernel parent-death signal (`PR_SET_PDEATHSIG`) must be set inside the child, which costs
 either a second exec (`setpriv --pdeathsig KILL --`) or a `preexec_fn` (which forces `fork()`
 instead of `vfork()`). Both roughly halve spawn throughput. With a guardian the executor spawns
-runs with plain `subprocess.Popen` (the vfork path) and tells the guardian about each run's
+runs with a plain vfork spawn (`os.posix_spawn`) and tells the guardian about each run's
 process group instead. It also guards more: the whole group dies, grandchildren included, where
 PDEATHSIG reaches only the direct child.
 
@@ -35,7 +35,7 @@ The module imports only `os`, `select`, `sys` and `time` at module level (no
 contextlib, no pathlib, nothing of runlane): `python -I -S` does not even load `os` on its own.
 
 Limits, by design:
-- Between `Popen` returning and the `+pgid` write (microseconds, on the same thread, with no
+- Between the spawn returning and the `+pgid` write (microseconds, on the same thread, with no
   await between them) a launcher death leaves that one run unguarded.
 - After the guardian dies and before it is replaced (at once when the loop sees the death via a
   pidfd, else on the next spawn) the live runs are unguarded.

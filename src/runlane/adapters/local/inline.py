@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache, partial
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import BinaryIO, Literal, Protocol
 
 from runlane.adapters.local.guardian import Guardian, GuardianError, guardian_argv
 from runlane.core.runs import EndReason, Outcome, RunStatus
@@ -31,8 +31,8 @@ from runlane.ports import Execution, ExecutionEvent, ExecutionSpec
 
 PdeathsigMode = Literal["auto", "guardian", "setpriv", "prctl", "none"]
 
-# Spawns wait for the child to exec (vfork); on a busy machine that is milliseconds of waiting,
-# not CPU, so several can be in progress at once (bench/throughput.py measured 2 vs 6 here).
+# Only where spawns use Popen on worker threads (no os.posix_spawn): spawns wait for the child
+# to exec (vfork), so several can be in progress at once.
 SPAWN_THREADS = int(os.environ.get("RUNLANE_SPAWN_THREADS", "6"))
 
 _READ_CHUNK = 65536
@@ -180,6 +180,53 @@ class _BoundedLog:
         self._last_written = data[-1:]
 
 
+class _Process(Protocol):
+    """What `_Child` needs of a spawned process: `subprocess.Popen` or `_SpawnedProcess`."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def wait(self) -> int: ...
+
+
+class _SpawnedProcess:
+    """A child started with `os.posix_spawn`: the two `Popen` methods the executor uses."""
+
+    __slots__ = ("pid", "returncode")
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere: what Popen reports too
+                self.returncode = 0
+            else:
+                if pid == self.pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self) -> int:
+        while self.returncode is None:
+            try:
+                _, status = os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                self.returncode = 0
+            else:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+
+# Signals Python ignores that a child must start with at their defaults (Popen's restore_signals).
+_RESTORED_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ") if hasattr(signal, name)
+)
+
+
 @dataclass(slots=True)
 class _Termination:
     status: RunStatus
@@ -195,7 +242,7 @@ class _Child:
         self,
         executor: InlineExecutor,
         spec: ExecutionSpec,
-        proc: subprocess.Popen[bytes],
+        proc: _Process,
         pipe_fd: int,
         log: _BoundedLog,
         log_path: Path,
@@ -456,6 +503,7 @@ class InlineExecutor:
         # every variable) costs more than the rest of starting a run in Python.
         self._base_env = dict(os.environ)
         self._devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        self._resolved: dict[tuple[str, str | None], str] = {}  # see _executable
         self._setpriv: str | None = None
         self._preexec: Callable[[], None] | None = None
         self._guardian: Guardian | None = None
@@ -488,14 +536,22 @@ class InlineExecutor:
             if self._preexec
             else "none"
         )
-        # vfork suspends the spawning thread until the child execs; on a busy machine that wait
-        # is milliseconds. With the guardian (or no guarantee) spawns run on a few worker threads
-        # so the event loop keeps going. PDEATHSIG modes must spawn on the loop thread (the
+        # Without a preexec_fn, runs start with os.posix_spawn (vfork in glibc) on the loop
+        # thread: bench/spawn.py measured it at about half Popen's launcher CPU per run and
+        # faster than Popen on worker threads, whose thread hops and Python-level set-up cost more
+        # than the child's exec keeps the loop waiting. Popen stays for the preexec_fn (prctl)
+        # mode and where there is no posix_spawn; there, in modes without a parent-death signal,
+        # spawns go to a few worker threads. PDEATHSIG modes must spawn on the loop thread (the
         # signal fires when the spawning *thread* exits).
+        self._posix_spawn_ok = self._preexec is None and hasattr(os, "posix_spawn")
+        if self._posix_spawn_ok:
+            _no_inherited_descriptors()
         self._spawn_pool: ThreadPoolExecutor | None = None
         self._starting: dict[tuple[str, int], asyncio.Future[Execution]] = {}
-        if self._setpriv is None and self._preexec is None:
-            self._spawn_pool = ThreadPoolExecutor(max_workers=SPAWN_THREADS, thread_name_prefix="runlane-spawn")
+        if self._setpriv is None and self._preexec is None and not self._posix_spawn_ok:
+            self._spawn_pool = ThreadPoolExecutor(
+                max_workers=SPAWN_THREADS, thread_name_prefix="runlane-spawn"
+            )
 
     # -- the Executor port --------------------------------------------------------------------
 
@@ -551,13 +607,12 @@ class InlineExecutor:
                 self._spawn_pool, spawn
             )
         else:
-            # On the event-loop thread, never a worker thread: PDEATHSIG fires when the
-            # spawning thread exits, not the process.
+            # On the event-loop thread (never a worker thread with PDEATHSIG: it fires when the
+            # spawning thread exits, not the process).
             read_fd, proc, log = spawn()
         if guardian is not None:
             # The child is its own group leader (process_group=0), so pgid == pid. Until this
-            # write lands (one thread hop after the spawn) a launcher death would leave this
-            # one run unguarded.
+            # write lands a launcher death would leave this one run unguarded.
             try:
                 guardian.register(proc.pid)
             except GuardianError as exc:
@@ -578,7 +633,7 @@ class InlineExecutor:
 
     def _spawn_blocking(
         self, argv: list[str], env: dict[str, str], log_path: Path
-    ) -> tuple[int, subprocess.Popen[bytes], _BoundedLog]:
+    ) -> tuple[int, _Process, _BoundedLog]:
         """Open the log, make the output pipe and spawn; blocking, so maybe on a worker thread."""
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
         try:
@@ -589,17 +644,21 @@ class InlineExecutor:
             raise TemporaryExecutorError(
                 f"cannot open the log file {log_path}: {exc.strerror}", error_code="spawn_failed"
             ) from exc
+        proc: _Process
         try:
-            # Popen returns once the child has exec'd (vfork), it does not wait for it to end.
-            proc = subprocess.Popen(
-                argv,
-                stdin=self._devnull,
-                stdout=write_fd,
-                stderr=subprocess.STDOUT,
-                env=env,
-                process_group=0,
-                preexec_fn=self._preexec,
-            )
+            if self._posix_spawn_ok and min(write_fd, self._devnull) > 2:
+                proc = self._posix_spawn(argv, env, write_fd)
+            else:
+                # Popen returns once the child has exec'd (vfork without a preexec_fn).
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=self._devnull,
+                    stdout=write_fd,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    process_group=0,
+                    preexec_fn=self._preexec,
+                )
         except OSError as exc:
             os.close(read_fd)
             log.close()
@@ -607,6 +666,57 @@ class InlineExecutor:
         finally:
             os.close(write_fd)
         return read_fd, proc, log
+
+    def _posix_spawn(self, argv: list[str], env: dict[str, str], write_fd: int) -> _Process:
+        """What `Popen(argv, stdin=devnull, stdout=write_fd, stderr=STDOUT, env=env,
+        process_group=0)` does, through glibc's vfork-based posix_spawn without Popen's Python
+        machinery. The launcher's own descriptors are all close-on-exec (Python's default), so
+        nothing else reaches the child."""
+        program = argv[0]
+        path = env.get("PATH")
+        file_actions = [
+            (os.POSIX_SPAWN_DUP2, self._devnull, 0),
+            (os.POSIX_SPAWN_DUP2, write_fd, 1),
+            (os.POSIX_SPAWN_DUP2, write_fd, 2),
+        ]
+        for attempt in (1, 2):
+            executable = self._executable(program, path)
+            try:
+                pid = os.posix_spawn(
+                    executable,
+                    argv,
+                    env,
+                    file_actions=file_actions,
+                    setpgroup=0,
+                    setsigdef=_RESTORED_SIGNALS,
+                )
+            except FileNotFoundError:
+                # A cached location that went away: look the program up again, once.
+                if attempt == 2 or self._resolved.pop((program, path), None) is None:
+                    raise
+                continue
+            return _SpawnedProcess(pid)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _executable(self, program: str, path: str | None) -> str:
+        """The file `execvpe` would run for `program` on the child's PATH (Popen's lookup),
+        cached per (program, PATH); raises the OSError exec would give."""
+        if "/" in program:
+            return program
+        key = (program, path)
+        found = self._resolved.get(key)
+        if found is not None:
+            return found
+        denied = False
+        for directory in os.get_exec_path({"PATH": path} if path is not None else {}):
+            candidate = os.path.join(directory, program)  # noqa: PTH118 - str in, str out
+            if os.path.isfile(candidate):  # noqa: PTH113
+                if os.access(candidate, os.X_OK):
+                    self._resolved[key] = candidate
+                    return candidate
+                denied = True
+        code = errno.EACCES if denied else errno.ENOENT
+        raise OSError(code, os.strerror(code), program)
 
     async def reattach(self, spec: ExecutionSpec) -> Execution | None:
         live = self._live.get((spec.run_id, spec.attempt))
@@ -684,6 +794,25 @@ class InlineExecutor:
         key = (child.spec.run_id, child.spec.attempt)
         if self._live.get(key) is child:
             del self._live[key]
+
+
+def _no_inherited_descriptors() -> None:
+    """Mark every descriptor above stderr close-on-exec, as Popen's close_fds does for its child.
+
+    posix_spawn passes on whatever is not close-on-exec. Everything Python (and libpq) opens is,
+    so only descriptors this process inherited from its own parent are left: they are the
+    parent's business and must not reach a run either.
+    """
+    try:
+        names = os.listdir("/proc/self/fd")  # noqa: PTH208 - names, not Path objects
+    except OSError:  # no /proc: nothing to sweep with
+        return
+    for name in names:
+        fd = int(name)
+        if fd > 2:
+            with contextlib.suppress(OSError):  # the listing's own descriptor, closed by now
+                if os.get_inheritable(fd):
+                    os.set_inheritable(fd, False)
 
 
 def _child_of(execution: Execution) -> _Child:
