@@ -47,18 +47,35 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
-def postgres_cpu_seconds() -> float:
-    """Total CPU of every postgres process on this machine (backends, WAL writer, …)."""
-    total = 0.0
+# Server processes that work for every database (a commit's WAL flush, checkpoints).
+_PG_SHARED = ("walwriter", "checkpointer", "background writer")
+
+
+def postgres_cpu_seconds(database: str | None = None) -> dict[int, float]:
+    """CPU seconds by pid of the postgres processes on this machine; with `database`, only its
+    backends (and autovacuum workers) and the shared WAL writer, checkpointer and background
+    writer: other people's sessions on the same server are not ours to count."""
+    found: dict[int, float] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            if (entry / "comm").read_text().strip() in ("postgres", "postmaster"):
-                total += cpu_seconds(int(entry.name))
+            if (entry / "comm").read_text().strip() not in ("postgres", "postmaster"):
+                continue
+            if database is not None:
+                title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                if f" {database} " not in f"{title} " and not any(p in title for p in _PG_SHARED):
+                    continue
+            found[int(entry.name)] = cpu_seconds(int(entry.name))
         except (FileNotFoundError, ProcessLookupError, PermissionError):
             continue
-    return total
+    return found
+
+
+def postgres_cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU used between two `postgres_cpu_seconds` readings: processes that exited in between
+    are not counted, those started in between count in full."""
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
 
 
 def rss_mib(pid: int, field: str = "VmRSS") -> float:
