@@ -153,6 +153,17 @@ class EventLink:
 
 
 @dataclass(frozen=True, slots=True)
+class FinishedRun:
+    """What `Store.finish_many` reports of a saved outcome: what the launcher logs. The whole
+    row is a `get_run` away; decoding it for every finished run cost more than the rest of the
+    save."""
+
+    run_id: str
+    status: RunStatus
+    end_reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class FinishRequest:
     """One outcome to record under its lease (see `Store.finish_many`)."""
 
@@ -243,10 +254,11 @@ class Store(Protocol):
         """Fenced: write the final status; insert the retry row in the same transaction."""
         ...
 
-    async def finish_many(self, requests: Sequence[FinishRequest]) -> list[Run | None]:
+    async def finish_many(self, requests: Sequence[FinishRequest]) -> list[FinishedRun | None]:
         """`finish` for several runs in one transaction (one commit): each request is fenced on
         its own lease; a request whose lease is lost gets None and writes nothing (its retry row
-        included) while the others are saved."""
+        included) while the others are saved. A saved one gets a `FinishedRun` (id, final
+        status, end reason), not the whole row."""
         ...
 
     async def release(

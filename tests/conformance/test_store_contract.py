@@ -765,8 +765,11 @@ async def test_finish_many_saves_each_under_its_own_lease(harness: StoreHarness)
         FinishRequest(stale, FAILURE, retry=lost_retry),
     ])
     assert [r.status if r else None for r in results] == [RunStatus.FAILURE, RunStatus.SUCCESS, None]
-    assert results[0] is not None
-    assert results[0].external_id == "101"
+    assert [r.run_id if r else None for r in results] == [a.run.id, b.run.id, None]
+    assert [r.end_reason if r else None for r in results] == [
+        FAILURE.end_reason, SUCCESS.end_reason, None
+    ]
+    assert (await store.get_run(a.run.id)).external_id == "101"
     assert (await store.get_run(retry.id)).retry_of == a.run.id
     with pytest.raises(NotFound):
         await store.get_run(lost_retry.id)  # a lost lease writes nothing, its retry included

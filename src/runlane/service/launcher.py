@@ -53,7 +53,15 @@ from runlane.errors import (
     TemporaryExecutorError,
     UnknownJob,
 )
-from runlane.ports import Execution, ExecutionSpec, Executor, FinishRequest, Heartbeat, Store
+from runlane.ports import (
+    Execution,
+    ExecutionSpec,
+    Executor,
+    FinishedRun,
+    FinishRequest,
+    Heartbeat,
+    Store,
+)
 from runlane.service.config import Settings
 
 log = structlog.get_logger("runlane.launcher")
@@ -182,7 +190,7 @@ class Launcher:
         self._last_orphan_check = 0.0
         self._backlog = False  # the last claim filled every free slot: more runs may be due
         self._claim_batch_min = max(1, self.settings.concurrency // 2)
-        self._finish_queue: asyncio.Queue[tuple[FinishRequest, asyncio.Future[Run | None]]] = (
+        self._finish_queue: asyncio.Queue[tuple[FinishRequest, asyncio.Future[FinishedRun | None]]] = (
             asyncio.Queue()
         )
 
@@ -559,9 +567,9 @@ class Launcher:
             retry=retry.id if retry else None,
         )
 
-    async def _finish(self, request: FinishRequest) -> Run | None:
-        """Queue an outcome for the finisher; the saved row, or None when the lease is lost."""
-        done: asyncio.Future[Run | None] = asyncio.get_running_loop().create_future()
+    async def _finish(self, request: FinishRequest) -> FinishedRun | None:
+        """Queue an outcome for the finisher; what was saved, or None when the lease is lost."""
+        done: asyncio.Future[FinishedRun | None] = asyncio.get_running_loop().create_future()
         self._finish_queue.put_nowait((request, done))
         return await done
 

@@ -42,6 +42,7 @@ from runlane.ports import (
     Clock,
     Event,
     EventLink,
+    FinishedRun,
     FinishRequest,
     Heartbeat,
     NewChainRun,
@@ -555,7 +556,7 @@ class PostgresStore:
                 raise LeaseLost(f"lease on run {lease.run_id} is lost: outcome not saved")
         return _READ.run(row)
 
-    async def finish_many(self, requests: Sequence[FinishRequest]) -> list[Run | None]:
+    async def finish_many(self, requests: Sequence[FinishRequest]) -> list[FinishedRun | None]:
         for req in requests:
             status = req.outcome.status
             if not status.is_final or not can_transition(RunStatus.RUNNING, status):
@@ -566,17 +567,19 @@ class PostgresStore:
             return await self._finish_batch(requests)
         except _BatchLeaseExpired:
             # A lease expired between the UPDATE and COMMIT (rare): save one by one instead.
-            out: list[Run | None] = []
+            out: list[FinishedRun | None] = []
             for req in requests:
                 try:
-                    out.append(await self.finish(
+                    run = await self.finish(
                         req.lease, req.outcome, retry=req.retry, external_id=req.external_id
-                    ))
+                    )
                 except LeaseLost:
                     out.append(None)
+                else:
+                    out.append(FinishedRun(run.id, run.status, run.end_reason))
             return out
 
-    async def _finish_batch(self, requests: Sequence[FinishRequest]) -> list[Run | None]:
+    async def _finish_batch(self, requests: Sequence[FinishRequest]) -> list[FinishedRun | None]:
         cols: dict[str, list[object]] = {
             k: [] for k in ("ids", "tokens", "gens", "statuses", "end_reasons", "exit_codes",
                             "error_codes", "log_tails", "notes", "external_ids")
@@ -601,10 +604,7 @@ class PostgresStore:
                 cur = conn.cursor(row_factory=dict_row)
                 await cur.execute(Q["finish_many"], {**cols, "now": self._now()})
                 written = {str(row["id"]): row for row in await cur.fetchall()}
-            return [
-                _READ.run(written[r.lease.run_id]) if r.lease.run_id in written else None
-                for r in requests
-            ]
+            return _finished(requests, written)
         async with self._conn() as conn, conn.transaction():
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(Q["finish_many"], {**cols, "now": self._now()})
@@ -627,10 +627,7 @@ class PostgresStore:
                     # Checked last so a save that ran past its lease rolls back whole.
                     if await chk.fetchone() is None:
                         raise _BatchLeaseExpired
-        return [
-            _READ.run(written[r.lease.run_id]) if r.lease.run_id in written else None
-            for r in requests
-        ]
+        return _finished(requests, written)
 
     async def release(
         self, lease: Lease, *, retry_after: float, error_code: str, note: str | None = None
@@ -922,6 +919,24 @@ class PostgresStore:
             return []
         rows = await self._fetchall(Q["events_of_run"], {"run_id": run_id})
         return [sqltriggers.event_link(r) for r in rows]
+
+
+def _finished(
+    requests: Sequence[FinishRequest], written: Mapping[str, Mapping[str, object]]
+) -> list[FinishedRun | None]:
+    out: list[FinishedRun | None] = []
+    for req in requests:
+        row = written.get(req.lease.run_id)
+        out.append(
+            None
+            if row is None
+            else FinishedRun(
+                req.lease.run_id,
+                RunStatus(RowReader.text(row, "status")),
+                RowReader.opt_text(row, "end_reason"),
+            )
+        )
+    return out
 
 
 def _claimed(

@@ -36,6 +36,7 @@ from runlane.ports import (
     Clock,
     Event,
     EventLink,
+    FinishedRun,
     FinishRequest,
     Heartbeat,
     NewChainRun,
@@ -510,7 +511,7 @@ class SqliteStore:
         self._wakeup.set()  # a slot was freed (and a retry may be queued)
         return run
 
-    async def finish_many(self, requests: Sequence[FinishRequest]) -> list[Run | None]:
+    async def finish_many(self, requests: Sequence[FinishRequest]) -> list[FinishedRun | None]:
         for req in requests:
             status = req.outcome.status
             if not status.is_final or not can_transition(RunStatus.RUNNING, status):
@@ -519,8 +520,8 @@ class SqliteStore:
             return []
         now = self._now()
 
-        def work(conn: sqlite3.Connection) -> list[Run | None]:
-            out: list[Run | None] = []
+        def work(conn: sqlite3.Connection) -> list[FinishedRun | None]:
+            out: list[FinishedRun | None] = []
             for req in requests:
                 params = {
                     **self._fence(req.lease, now),
@@ -533,7 +534,13 @@ class SqliteStore:
                     continue
                 if req.retry is not None:
                     self._insert(conn, req.retry, req.retry.status, req.retry.end_reason, now)
-                out.append(_READ.run(row))
+                out.append(
+                    FinishedRun(
+                        req.lease.run_id,
+                        RunStatus(RowReader.text(row, "status")),
+                        RowReader.opt_text(row, "end_reason"),
+                    )
+                )
             return out
 
         runs = await self._call(lambda conn: _write(conn, work))

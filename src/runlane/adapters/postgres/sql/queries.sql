@@ -221,7 +221,8 @@ WHERE r.id = %(id)s::uuid AND r.status = 'running' AND r.lease_token = %(token)s
 RETURNING r.*
 
 -- name: finish_many
--- finish for a batch in one statement; rows whose fence fails are simply not returned.
+-- finish for a batch in one statement; rows whose fence fails are simply not returned. Returns
+-- what FinishedRun holds, not the whole row.
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now),
 v AS (
     SELECT * FROM unnest(
@@ -242,7 +243,7 @@ UPDATE run_log r SET
 FROM v, n
 WHERE r.id = v.id AND r.status = 'running' AND r.lease_token = v.token
   AND r.lease_generation = v.gen AND r.lease_expires_at > n.now
-RETURNING r.*
+RETURNING r.id, r.status, r.end_reason
 
 -- name: lease_still_valid
 -- The commit-time fence of a multi-statement save (the row may already be final by now).
