@@ -101,7 +101,8 @@ async def _tour(workdir: Path, time_limit: float) -> int:
         last[r.job] = r
     mismatches = [j for j, st in expected.items() if j not in last or last[j].status is not st]
     out.print(
-        "\n[bold]what to try next[/]\n"
+        "\n[bold]what to try next[/] (after ./dev, runlane is .venv/bin/runlane; "
+        "`source .venv/bin/activate` puts it on PATH)\n"
         "  runlane init my-jobs && cd my-jobs     a starter catalog\n"
         "  runlane catalog check                   every error, with file:line:col\n"
         "  runlane db upgrade && runlane serve     the launcher (SQLite by default)\n"
