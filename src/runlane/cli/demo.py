@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import shutil
 import tempfile
 import time
@@ -143,15 +142,7 @@ async def _drive(rt: Runtime, time_limit: float) -> bool:
         while time.monotonic() < deadline:
             runs = await rt.store.list_runs(RunFilter(limit=100))
             live.update(runs_table(list(reversed(runs)), title="live"))
-            if runs and all(r.status.is_final for r in runs) and not await _retries_pending(rt, runs):
+            if runs and all(r.status.is_final for r in runs):
                 return True
-            with contextlib.suppress(TimeoutError):
-                await asyncio.sleep(0.25)
-    return False
-
-
-async def _retries_pending(rt: Runtime, runs: list[Run]) -> bool:
-    for r in runs:
-        if await rt.next_attempt(r) is not None and not any(o.retry_of == r.id for o in runs):
-            return True
+            await asyncio.sleep(0.25)  # the live table refreshes at this pace
     return False

@@ -24,6 +24,7 @@ from runlane.core.runs import AcceptResult, Outcome, Run, RunStatus, Trigger
 from runlane.errors import InvalidTransition, NotFound, RunlaneError
 from runlane.ports import ChainRun, NewChainRun, RunFilter, Store
 from runlane.service.accept import RunRequest
+from runlane.service.scheduler import pause_of
 
 log = structlog.get_logger("runlane.chains")
 
@@ -170,8 +171,7 @@ class ChainRunner:
         for step in plan.start:
             # A paused (or snoozed) job's step is recorded `skipped` / `paused` instead of run:
             # pausing a job stops every automatic start of it, chains included.
-            ov = overrides.get(specs[step].job)
-            paused = ov is not None and (ov.paused_until is None or ov.paused_until > now)
+            paused = pause_of(overrides.get(specs[step].job), now) is not None
             await self._step(run, specs[step], now, skipped="paused" if paused else None)
         if plan.start or plan.skip or plan.expire_queued:
             # Skips can unblock `on: finish` steps at once; plan again rather than wait a tick.

@@ -76,19 +76,6 @@ class Runtime:
             paused_until = parse_until(until, await self.store.now())
         return await self.store.set_override(job, paused_until=paused_until, reason=reason, by=by)
 
-    async def follow(self, run_id: str, *, poll: float = 0.2) -> Run:
-        """Wait until the run — and the retries that follow it — reach a final status."""
-        run = await self.store.get_run(run_id)
-        while True:
-            if run.status.is_final:
-                nxt = await self.next_attempt(run)
-                if nxt is None:
-                    return run
-                run = nxt
-                continue
-            await asyncio.sleep(poll)
-            run = await self.store.get_run(run.id)
-
     async def next_attempt(self, run: Run) -> Run | None:
         if run.status not in (RunStatus.FAILURE, RunStatus.TIMEOUT) or run.attempt >= run.max_attempts:
             return None
