@@ -258,3 +258,27 @@ async def test_debounced_event_burst_starts_one_run_per_window(
         assert {r.status for r in notify} == {RunStatus.QUEUED}
     finally:
         await store.close()
+
+
+async def test_a_finished_step_advances_its_chain_without_waiting_for_the_tick(
+    store: Store, catalog: Catalog, database_url: str, tmp_path: Path
+) -> None:
+    hooks = Hooks()
+    settings = Settings(database_url=database_url, log_dir=str(tmp_path / "logs"),
+                        claim_interval=0.05, launcher_id="nudge-test")
+    launcher = Launcher(store=store, catalog=catalog, executors=build_executors(settings),
+                        settings=settings, hook=hooks, trigger_interval=60.0)
+    task = asyncio.create_task(launcher.run())
+    try:
+
+        async def accept(request: RunRequest) -> Any:
+            return await accept_run(store, catalog, request)
+
+        runner = ChainRunner(store, catalog, accept, hooks)
+        run = await runner.start("happy", trigger=Trigger.CLI)
+        async with asyncio.timeout(15):  # far below the 60 s tick: only the nudge can do it
+            await hooks.wait("chain_finished", run.id)
+    finally:
+        launcher.stop()
+        await task
+    assert (await store.get_chain_run(run.id)).status == "success"

@@ -188,6 +188,7 @@ class Launcher:
         self._last_recover = 0.0
         self._last_cancel_poll = 0.0
         self._last_orphan_check = 0.0
+        self._chain_nudge: asyncio.Event | None = None
         self._backlog = False  # the last claim filled every free slot: more runs may be due
         self._claim_batch_min = max(1, self.settings.concurrency // 2)
         self._finish_queue: asyncio.Queue[tuple[FinishRequest, asyncio.Future[FinishedRun | None]]] = (
@@ -242,6 +243,7 @@ class Launcher:
             )
 
         chains = ChainRunner(self.store, self.catalog, accept, self.hook, self.trigger_interval)
+        self._chain_nudge = chains.nudge
         scheduler = Scheduler(
             self.store, self.catalog, accept, chains.start_scheduled, self.hook,
             self.trigger_interval,
@@ -557,6 +559,8 @@ class Launcher:
             final = await self._finish(request)
             if final is None:
                 raise LeaseLost(f"lease on run {run.id} is lost: outcome not saved")
+        if run.chain_root_id is not None and self._chain_nudge is not None:
+            self._chain_nudge.set()  # the chain may start its next steps now
         log.info(
             "run.finished",
             run_id=run.id,
