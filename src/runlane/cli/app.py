@@ -563,8 +563,9 @@ def jobs_cmd(as_json: JsonOpt = False, catalog: CatalogOpt = None, database: Dat
         from rich.table import Table
 
         table = Table(header_style="bold")
-        for col in ("job", "executor", "overlap", "attempts", "deadline", "schedules", "params", "state"):
-            table.add_column(col)
+        for col in ("job", "executor", "overlap", "tries", "deadline", "schedules", "params", "state"):
+            # Names and settings stay on one line; only schedules and params wrap.
+            table.add_column(col, no_wrap=col not in ("schedules", "params"))
         from runlane.core.durations import format_duration
 
         for r in rows:
