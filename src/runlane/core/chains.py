@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
+from runlane.core.runs import chain_dedupe_key
+
 FINAL = frozenset({"success", "failure", "timeout", "skipped", "cancelled"})
 
 
@@ -123,9 +125,8 @@ def plan_chain(
 def step_dedupe_key(step: str, job: str, chain_root_id: str) -> str:
     """`job@chain_root`; a step whose job has another name adds `/step`, so the same job can
     appear twice in one chain."""
-    if step == job:
-        return f"{job}@{chain_root_id}"
-    return f"{job}@{chain_root_id}/{step}"
+    key = chain_dedupe_key(job, chain_root_id)
+    return key if step == job else f"{key}/{step}"
 
 
 def step_of(dedupe_key: str, job: str, chain_root_id: str) -> str | None:
