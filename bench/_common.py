@@ -78,6 +78,23 @@ def postgres_cpu_delta(before: dict[int, float], after: dict[int, float]) -> flo
     return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
 
 
+def helper_cpu_seconds(pid: int) -> float:
+    """CPU of the launcher's own helper processes (the inline executor's guardian): part of
+    the launcher's cost, though not in its own utime + stime. Runs are not counted."""
+    total = 0.0
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue  # gone meanwhile
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"guardian" in cmdline:
+            total += cpu_seconds(int(proc.name))
+    return total
+
+
 def rss_mib(pid: int, field: str = "VmRSS") -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(field + ":"):

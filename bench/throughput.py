@@ -2,14 +2,16 @@
 
 2,000 manual runs of a job whose command is `true`, concurrency 16: runs are enqueued through the
 accept path first, then a launcher is started and timed from its first start to its last finish
-(database timestamps). CPU per run counts the launcher process (children excluded; its start-up CPU, read from an
-idle launcher started just before, subtracted) plus the PostgreSQL processes that serve the
+(database timestamps). CPU per run counts the launcher process and its guardian (runs excluded;
+its start-up CPU, read from an idle launcher started just before, subtracted) plus the PostgreSQL processes that serve the
 scratch database (its backends and the shared WAL writer, checkpointer and background writer;
 other sessions on the server are left out). Prints one line per repetition and the medians.
 
     .venv/bin/python bench/throughput.py --db postgres --runs 2000 --repeat 3
     .venv/bin/python bench/throughput.py --db sqlite --runs 2000 --repeat 3
     .venv/bin/python bench/throughput.py --quick      # a smoke run (CI uses this)
+    PATH=.venv/bin:$PATH .venv/bin/python bench/throughput.py --runs 4000 --repeat 1 \
+        --profile /tmp/serve.txt                        # where the launcher's time goes (py-spy)
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from _common import (
     CATALOG,
     cpu_seconds,
+    helper_cpu_seconds,
     median,
     postgres_cpu_delta,
     postgres_cpu_seconds,
@@ -68,7 +71,7 @@ async def progress(url: str) -> tuple[int, float | None]:
         await store.close()
 
 
-def one(kind: str, n: int, concurrency: int) -> dict[str, float]:
+def one(kind: str, n: int, concurrency: int, profile: str | None = None) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "catalog.yaml").write_text(CATALOG)
@@ -94,6 +97,15 @@ def one(kind: str, n: int, concurrency: int) -> dict[str, float]:
             database = url.rsplit("/", 1)[1]
             pg_before = postgres_cpu_seconds(database) if kind == "postgres" else {}
             proc = subprocess.Popen([*runlane_cmd(), "serve"], env=env)
+            spy = (
+                subprocess.Popen(
+                    ["py-spy", "record", "--nonblocking", "--format", "raw", "--rate", "250",
+                     "-o", profile, "--pid", str(proc.pid)],
+                    stdout=subprocess.DEVNULL,
+                )
+                if profile
+                else None
+            )
             started = time.monotonic()
             done, span = 0, None
             while done < n:
@@ -101,7 +113,10 @@ def one(kind: str, n: int, concurrency: int) -> dict[str, float]:
                 done, span = asyncio.run(progress(url))
                 if time.monotonic() - started > 600:
                     raise SystemExit(f"only {done}/{n} runs finished in 10 minutes")
-            launcher_cpu = cpu_seconds(proc.pid)
+            launcher_cpu = cpu_seconds(proc.pid) + helper_cpu_seconds(proc.pid)
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(30)
             peak = rss_mib(proc.pid, "VmHWM")
             pg_cpu = (
                 postgres_cpu_delta(pg_before, postgres_cpu_seconds(database))
@@ -130,13 +145,15 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=2000)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--profile", metavar="FILE",
+                    help="sample the launcher with py-spy (on PATH) into FILE, collapsed stacks")
     ap.add_argument("--quick", action="store_true", help="50 runs, once: checks the script works")
     args = ap.parse_args()
     if args.quick:
         args.runs, args.repeat = 50, 1
     results = []
     for i in range(args.repeat):
-        r = one(args.db, args.runs, args.concurrency)
+        r = one(args.db, args.runs, args.concurrency, args.profile)
         results.append(r)
         print(f"[{args.db} #{i + 1}] " + "  ".join(f"{k}={v:.2f}" for k, v in r.items()), flush=True)
     keys = results[0].keys()
