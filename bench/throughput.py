@@ -9,7 +9,7 @@ other sessions on the server are left out). Prints one line per repetition and t
 
     .venv/bin/python bench/throughput.py --db postgres --runs 2000 --repeat 3
     .venv/bin/python bench/throughput.py --db sqlite --runs 2000 --repeat 3
-    .venv/bin/python bench/throughput.py --quick      # a smoke run (CI uses this)
+    .venv/bin/python bench/throughput.py --quick      # a smoke run (tests/integration/test_bench_smoke.py)
     PATH=.venv/bin:$PATH .venv/bin/python bench/throughput.py --runs 4000 --repeat 1 \
         --profile /tmp/serve.txt                        # where the launcher's time goes (py-spy)
 """
