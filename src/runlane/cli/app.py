@@ -56,17 +56,22 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON and nothing el
 def configure_logging(default_level: str = "warning") -> None:
     level_name = os.environ.get("RUNLANE_LOG_LEVEL", default_level).upper()
     level = logging.getLevelNamesMapping().get(level_name, logging.WARNING)
+    # Tracebacks in logs never show local variables: they hold database URLs with passwords,
+    # lease tokens and params (structlog's rich formatter shows them by default).
     renderer: Any
+    processors: list[Any] = [
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
     if os.environ.get("RUNLANE_LOG_FORMAT", "console") == "json":
+        processors.append(structlog.processors.format_exc_info)
         renderer = structlog.processors.JSONRenderer()
     else:
-        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        renderer = structlog.dev.ConsoleRenderer(
+            colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
+        )
     structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            renderer,
-        ],
+        processors=[*processors, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
