@@ -199,6 +199,29 @@ class Outcome:
     note: str | None = None
     retryable: bool = True  # False for permanent refusals (command not found, corrupt state)
 
+    def __post_init__(self) -> None:
+        # A job's output is arbitrary: make every text storable as it is built, so no database
+        # (PostgreSQL refuses NUL in text) can refuse the outcome of a run that already ran.
+        for name in ("log_tail", "note", "error_code"):
+            value = getattr(self, name)
+            if value is not None:
+                clean = storable_text(value)
+                if clean is not value:
+                    object.__setattr__(self, name, clean)
+
+
+def storable_text(text: str) -> str:
+    """`text` as every store can keep it: NUL characters and lone surrogates (which UTF-8
+    cannot encode) become U+FFFD. Returns `text` itself when it is already fine."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\ufffd")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
+    return text
+
 
 @dataclass(frozen=True, slots=True)
 class AcceptResult:

@@ -47,6 +47,7 @@ from runlane.core.runs import (
 )
 from runlane.errors import (
     DatabaseUnavailable,
+    InvalidTransition,
     LeaseLost,
     PermanentExecutorError,
     StoreError,
@@ -604,17 +605,55 @@ class Launcher:
                         batch.append(await self._finish_queue.get())
                 except TimeoutError:
                     break
-            requests = [request for request, _ in batch]
-            try:
-                results = await self._write(partial(self.store.finish_many, requests))
-            except Exception as exc:  # noqa: BLE001 - handed to each waiting supervisor
-                for _, done in batch:
-                    if not done.done():
-                        done.set_exception(exc)
-                continue
+            results = await self._save_outcomes([request for request, _ in batch])
             for (_, done), result in zip(batch, results, strict=True):
-                if not done.done():
+                if done.done():
+                    continue
+                if isinstance(result, BaseException):
+                    done.set_exception(result)
+                else:
                     done.set_result(result)
+
+    async def _save_outcomes(
+        self, requests: list[FinishRequest]
+    ) -> list[FinishedRun | BaseException | None]:
+        """finish_many, so that one outcome the database refuses cannot take the others with
+        it: a refused batch is saved one by one, and a refused outcome is saved once more
+        without its texts (the run did run; its status must not be lost with its log tail)."""
+        try:
+            return list(await self._write(partial(self.store.finish_many, requests)))
+        except StoreError as exc:
+            if len(requests) > 1:
+                saved: list[FinishedRun | BaseException | None] = []
+                for request in requests:
+                    saved += await self._save_outcomes([request])
+                return saved
+            request = requests[0]
+            outcome = request.outcome
+            texts = outcome.log_tail is not None or outcome.note is not None
+            if isinstance(exc, LeaseLost | InvalidTransition) or not texts:
+                return [exc]
+            log.error(
+                "run.outcome_text_refused",
+                run_id=request.lease.run_id,
+                error=str(exc),
+                error_code=exc.code,
+            )
+            bare = replace(
+                request,
+                outcome=replace(
+                    outcome,
+                    log_tail=None,
+                    note=f"the log tail and note could not be stored ({exc.code}); "
+                    "see the run's log file",
+                ),
+            )
+            try:
+                return list(await self._write(partial(self.store.finish_many, [bare])))
+            except StoreError as again:
+                return [again]
+        except Exception as exc:  # noqa: BLE001 - handed to each waiting supervisor
+            return [exc] * len(requests)
 
     async def _write(self, op: Callable[[], Awaitable[T]]) -> T:
         """A store write that survives a database outage: retried with backoff until it lands,
