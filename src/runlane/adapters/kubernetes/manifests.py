@@ -10,6 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from runlane.core import envsplit
+from runlane.core.envsplit import ENV_BUDGET_BYTES as ENV_BUDGET_BYTES  # re-exported
+from runlane.core.envsplit import PARAMS_FILE_ENV as PARAMS_FILE_ENV
+from runlane.core.envsplit import PARAMS_FILE_KEY as PARAMS_FILE_KEY
+from runlane.core.envsplit import env_size as env_size
 from runlane.core.k8s_names import job_name, label_value, params_config_map_name, slug
 from runlane.errors import PermanentExecutorError
 from runlane.ports import ExecutionSpec
@@ -25,12 +30,8 @@ JOB_ANNOTATION = "runlane.dev/job"
 CONTAINER = "run"
 
 DEFAULT_TTL_SECONDS = 86_400
-# The kernel caps ONE `NAME=value` string at 128 KiB (MAX_ARG_STRLEN) and argv+envp together at
-# about 2 MiB; keeping the whole inline environment under 64 KiB leaves room for the image's own.
-ENV_BUDGET_BYTES = 64 * 1024
+# Params over the environment budget travel in a ConfigMap mounted here (core/envsplit.py).
 PARAMS_MOUNT_DIR = "/var/run/runlane/params"
-PARAMS_FILE_KEY = "params.json"
-PARAMS_FILE_ENV = "RUNLANE_PARAMS_FILE"
 SCRATCH_DIR = "/scratch"
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -108,40 +109,10 @@ def expand_image(image: str, environ: Mapping[str, str]) -> str:
     return _VAR.sub(lambda m: environ[m.group(1)], image)
 
 
-def env_size(env: Mapping[str, str]) -> int:
-    """Bytes the environment takes in the process: `NAME=value\\0` per entry."""
-    return sum(len(k.encode()) + len(v.encode()) + 2 for k, v in env.items())
-
-
 def split_env(env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str] | None]:
-    """The environment to pass inline, and the params to put in a ConfigMap instead (or None).
-
-    Over the budget, `RUNLANE_PARAMS` moves to a file (`RUNLANE_PARAMS_FILE` names it), then the
-    largest `RUNLANE_PARAM_*` values follow until the rest fits.
-    """
-    inline = dict(env)
-    if env_size(inline) <= ENV_BUDGET_BYTES:
-        return inline, None
-    spilled: dict[str, str] = {}
-    if "RUNLANE_PARAMS" in inline:
-        spilled[PARAMS_FILE_KEY] = inline.pop("RUNLANE_PARAMS")
-        inline[PARAMS_FILE_ENV] = f"{PARAMS_MOUNT_DIR}/{PARAMS_FILE_KEY}"
-    singles = sorted(
-        (k for k in inline if k.startswith("RUNLANE_PARAM_")),
-        key=lambda k: len(inline[k]),
-        reverse=True,
-    )
-    for key in singles:
-        if env_size(inline) <= ENV_BUDGET_BYTES:
-            break
-        spilled[key] = inline.pop(key)
-    if env_size(inline) > ENV_BUDGET_BYTES:
-        raise PermanentExecutorError(
-            f"the run's environment without its params is {env_size(inline)} bytes, over the "
-            f"{ENV_BUDGET_BYTES}-byte budget; shrink the profile's or the job's env",
-            error_code="env_too_large",
-        )
-    return inline, spilled
+    """The environment to pass inline, and the params to put in a ConfigMap mounted at
+    PARAMS_MOUNT_DIR instead (or None): `runlane.core.envsplit.split_env`."""
+    return envsplit.split_env(env, PARAMS_MOUNT_DIR)
 
 
 def _get(profile: Mapping[str, Any], *names: str) -> Any:

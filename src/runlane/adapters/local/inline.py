@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import BinaryIO, Literal, Protocol
 
 from runlane.adapters.local.guardian import Guardian, GuardianError, guardian_argv
+from runlane.core.envsplit import split_env
 from runlane.core.runs import EndReason, Outcome, RunStatus
 from runlane.errors import PermanentExecutorError, TemporaryExecutorError
 from runlane.ports import Execution, ExecutionEvent, ExecutionSpec
@@ -32,8 +33,9 @@ from runlane.ports import Execution, ExecutionEvent, ExecutionSpec
 PdeathsigMode = Literal["auto", "guardian", "setpriv", "prctl", "none"]
 
 # Only where spawns use Popen on worker threads (no os.posix_spawn): spawns wait for the child
-# to exec (vfork), so several can be in progress at once.
-SPAWN_THREADS = int(os.environ.get("RUNLANE_SPAWN_THREADS", "6"))
+# to exec (vfork), so several can be in progress at once. RUNLANE_SPAWN_THREADS is read and
+# checked by Settings; runlane.service.runtime.build_executors sets this from it.
+SPAWN_THREADS = 6
 
 _READ_CHUNK = 65536
 # After the main process exits, a descendant may still hold the output pipe open; we read what
@@ -260,6 +262,7 @@ class _Child:
         self.returncode: int | None = None
         self.termination: _Termination | None = None
         self.drain_cut = False
+        self.params_dir: Path | None = None  # spilled params, removed when the run ends
         self.finished: asyncio.Future[Outcome] = self.loop.create_future()
         self._deadline_timer: asyncio.TimerHandle | None = None
         self._kill_timer: asyncio.TimerHandle | None = None
@@ -591,7 +594,13 @@ class InlineExecutor:
                 raise TemporaryExecutorError(
                     f"cannot guard a new run: {exc}", error_code="spawn_failed"
                 ) from exc
-        env = {**self._base_env, **spec.env}
+        # Params too large for the environment (E2BIG past 128 KiB in one variable) go to files
+        # in a private directory; RUNLANE_PARAMS_FILE names the JSON one (the SDK reads it).
+        params_dir = self.log_dir / f"{spec.run_id}.{spec.attempt}.params"
+        run_env, spilled = split_env(spec.env, str(params_dir))
+        if spilled:
+            _write_params_dir(params_dir, spilled)
+        env = {**self._base_env, **run_env}
         program = spec.command[0]
         if self._setpriv is not None:
             # setpriv reports a missing command as exit 127 after its own exec; check first so
@@ -602,14 +611,19 @@ class InlineExecutor:
             argv = list(spec.command)
         log_path = self.log_path(spec.run_id, spec.attempt)
         spawn = partial(self._spawn_blocking, argv, env, log_path)
-        if self._spawn_pool is not None:
-            read_fd, proc, log = await asyncio.get_running_loop().run_in_executor(
-                self._spawn_pool, spawn
-            )
-        else:
-            # On the event-loop thread (never a worker thread with PDEATHSIG: it fires when the
-            # spawning thread exits, not the process).
-            read_fd, proc, log = spawn()
+        try:
+            if self._spawn_pool is not None:
+                read_fd, proc, log = await asyncio.get_running_loop().run_in_executor(
+                    self._spawn_pool, spawn
+                )
+            else:
+                # On the event-loop thread (never a worker thread with PDEATHSIG: it fires when
+                # the spawning thread exits, not the process).
+                read_fd, proc, log = spawn()
+        except BaseException:
+            if spilled:
+                shutil.rmtree(params_dir, ignore_errors=True)
+            raise
         if guardian is not None:
             # The child is its own group leader (process_group=0), so pgid == pid. Until this
             # write lands a launcher death would leave this one run unguarded.
@@ -622,11 +636,14 @@ class InlineExecutor:
                 proc.wait()
                 os.close(read_fd)
                 log.close()
+                if spilled:
+                    shutil.rmtree(params_dir, ignore_errors=True)
                 raise TemporaryExecutorError(
                     f"cannot guard a new run: {exc}", error_code="spawn_failed"
                 ) from exc
         os.set_blocking(read_fd, False)
         child = _Child(self, spec, proc, read_fd, log, log_path)
+        child.params_dir = params_dir if spilled else None
         self._live[key] = child
         child.watch()
         return child.execution
@@ -794,6 +811,8 @@ class InlineExecutor:
         key = (child.spec.run_id, child.spec.attempt)
         if self._live.get(key) is child:
             del self._live[key]
+        if child.params_dir is not None:
+            shutil.rmtree(child.params_dir, ignore_errors=True)
 
 
 def _no_inherited_descriptors() -> None:
@@ -844,6 +863,22 @@ def _check_command(program: str, path: str | None) -> None:
     raise PermanentExecutorError(f"command {program!r} not found", error_code="command_not_found")
 
 
+def _write_params_dir(path: Path, files: dict[str, str]) -> None:
+    """The spilled params as files in a fresh directory only this user can read."""
+    try:
+        shutil.rmtree(path, ignore_errors=True)  # a leftover of a killed launcher
+        path.mkdir(mode=0o700)
+        for name, content in files.items():
+            fd = os.open(path / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(content)
+    except OSError as exc:
+        shutil.rmtree(path, ignore_errors=True)
+        raise TemporaryExecutorError(
+            f"cannot write the params files in {path}: {exc.strerror}", error_code="spawn_failed"
+        ) from exc
+
+
 def _spawn_error(program: str, exc: OSError) -> Exception:
     if exc.errno == errno.ENOENT:
         return PermanentExecutorError(
@@ -852,6 +887,12 @@ def _spawn_error(program: str, exc: OSError) -> Exception:
     if exc.errno in (errno.EACCES, errno.EPERM):
         return PermanentExecutorError(
             f"command {program!r} is not executable", error_code="permission_denied"
+        )
+    if exc.errno == errno.E2BIG:
+        return PermanentExecutorError(
+            f"cannot start {program!r}: its arguments and environment are larger than the "
+            "kernel allows (E2BIG); shrink the command or the launcher's environment",
+            error_code="env_too_large",
         )
     if exc.errno == errno.ENOEXEC:
         return PermanentExecutorError(
