@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -29,6 +30,7 @@ PY = sys.executable
 GATE = "import os, time, pathlib\\ngate = pathlib.Path(os.environ['RUNLANE_TEST_DIR'], 'gate')\\nwhile not gate.exists(): time.sleep(0.02)"
 CATALOG = f"""
 version: 1
+global: {{timezone: "{{zone}}"}}
 defaults: {{executor: inline, overlap: allow, deadline: 1m}}
 jobs:
   ok: {{command: [{PY}, -c, "pass"], env: {{RUNLANE_TEST_DIR: "{{dir}}"}}}}
@@ -54,7 +56,7 @@ chains:
   latest:
     steps:
       slow: {{job: gated}}
-      lineup: {{job: ok, after: [{{step: slow, on: finish}}], latest: "00:00"}}
+      lineup: {{job: ok, after: [{{step: slow, on: finish}}], latest: "{{latest}}"}}
   timeout:
     max_duration: 1s
     steps:
@@ -75,9 +77,28 @@ class Hooks:
             await self.seen[(event, run_id)].wait()
 
 
+def zone_and_latest(now: datetime) -> tuple[str, str]:
+    """A zone where it is about noon at `now`, and a `latest` two minutes before `now` in it.
+
+    A step started by its `latest` is queued with a TTL of `latest` + 30 min - now (at least
+    1 s): a fixed "00:00" in UTC gave the test's step 30 minutes just after midnight and one
+    second the rest of the day (gone if the launcher was slower than that to claim it). Near noon,
+    `latest` and the chain run share a local date whatever the time of day, and the TTL is 28
+    minutes."""
+    offset = (12 - now.hour) % 24  # hours east of UTC; -11..+14 all exist as Etc/GMT zones
+    if offset > 14:
+        offset -= 24
+    zone = f"Etc/GMT{-offset:+d}"  # POSIX signs: Etc/GMT-5 is UTC+5
+    local = now.astimezone(ZoneInfo(zone))
+    assert local.hour == 12, (now, zone)
+    return zone, (local - timedelta(minutes=2)).strftime("%H:%M")
+
+
 @pytest.fixture
 def catalog(tmp_path: Path) -> Catalog:
-    return parse_catalog_text(CATALOG.replace("{dir}", str(tmp_path)), "catalog.yaml")
+    zone, latest = zone_and_latest(datetime.now(UTC))
+    text = CATALOG.replace("{dir}", str(tmp_path)).replace("{zone}", zone)
+    return parse_catalog_text(text.replace("{latest}", latest), "catalog.yaml")
 
 
 @pytest.fixture
@@ -174,9 +195,12 @@ async def test_latest_starts_a_step_while_its_parent_runs(
 ) -> None:
     runner, hooks = running
     run = await runner.start("latest", trigger=Trigger.CLI)
-    # "00:00" on the chain run's date has passed: lineup starts although `slow` still runs.
+    # `latest` (two minutes ago, see zone_and_latest) has passed on the chain run's date: lineup
+    # starts although `slow` still runs.
     rows = await runner.store.list_runs(RunFilter(chain_root_id=run.id))
     lineup = next(r for r in rows if r.dedupe_key.endswith("/lineup"))
+    assert lineup.queue_expires_at is not None
+    assert lineup.queue_expires_at - lineup.queued_at > timedelta(minutes=25)
     await hooks.wait("finished", lineup.id)
     assert (await steps_of(runner, run.id))["slow"][0] in ("queued", "running")
     (tmp_path / "gate").write_text("open")
