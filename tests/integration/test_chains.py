@@ -68,9 +68,12 @@ chains:
 class Hooks:
     def __init__(self) -> None:
         self.seen: dict[tuple[str, str], asyncio.Event] = defaultdict(asyncio.Event)
+        self.steps: asyncio.Queue[str] = asyncio.Queue()  # ids of step runs, as they start
 
     def __call__(self, event: str, run_id: str) -> None:
         self.seen[(event, run_id)].set()
+        if event == "chain_step":
+            self.steps.put_nowait(run_id)
 
     async def wait(self, event: str, run_id: str) -> None:
         async with asyncio.timeout(30):
@@ -191,14 +194,33 @@ async def test_a_paused_jobs_step_is_skipped_paused(running: tuple[ChainRunner, 
 
 
 async def test_latest_starts_a_step_while_its_parent_runs(
-    running: tuple[ChainRunner, Hooks], tmp_path: Path
+    running: tuple[ChainRunner, Hooks], database_url: str, tmp_path: Path
 ) -> None:
     runner, hooks = running
-    run = await runner.start("latest", trigger=Trigger.CLI)
-    # `latest` (two minutes ago, see zone_and_latest) has passed on the chain run's date: lineup
-    # starts although `slow` still runs.
-    rows = await runner.store.list_runs(RunFilter(chain_root_id=run.id))
-    lineup = next(r for r in rows if r.dedupe_key.endswith("/lineup"))
+    # The chain run starts an hour ago (recorded through a store whose clock is set back), so
+    # its `latest` (two minutes ago, see zone_and_latest) is still ahead of it then; the
+    # launcher's chain loop, on the real clock, then finds `latest` passed and starts lineup
+    # although `slow` still runs.
+    earlier = datetime.now(UTC) - timedelta(hours=1)
+    past: Store
+    if database_url.startswith("sqlite"):
+        past = SqliteStore(database_url.removeprefix("sqlite:///"), clock=FixedClock(earlier))
+    else:
+        past = PostgresStore(database_url, pool_max=1, clock=FixedClock(earlier))
+    await past.open()
+    try:
+        run = await ChainRunner(past, runner.catalog, runner.accept, hooks).start(
+            "latest", trigger=Trigger.CLI
+        )
+    finally:
+        await past.close()
+    first = await runner.store.list_runs(RunFilter(chain_root_id=run.id))
+    assert [r.dedupe_key.rsplit("/", 1)[1] for r in first] == ["slow"]  # not yet at its start
+    while True:
+        step = await runner.store.get_run(await asyncio.wait_for(hooks.steps.get(), 30))
+        if step.dedupe_key.endswith("/lineup"):
+            break
+    lineup = step
     assert lineup.queue_expires_at is not None
     assert lineup.queue_expires_at - lineup.queued_at > timedelta(minutes=25)
     await hooks.wait("finished", lineup.id)
@@ -206,6 +228,28 @@ async def test_latest_starts_a_step_while_its_parent_runs(
     (tmp_path / "gate").write_text("open")
     await hooks.wait("chain_finished", run.id)
     assert (await runner.store.get_chain_run(run.id)).status == "success"
+
+
+async def test_a_chain_run_started_after_latest_waits_for_the_parents(
+    running: tuple[ChainRunner, Hooks], tmp_path: Path
+) -> None:
+    runner, hooks = running
+    # Started now, after its `latest` (two minutes ago): the gate does not apply to this run, or
+    # lineup would start at once beside `slow` and expire unstarted 30 minutes after `latest`.
+    run = await runner.start("latest", trigger=Trigger.CLI)
+    specs = step_specs(runner.catalog, runner.catalog.chains["latest"], run)
+    assert specs["lineup"].latest is None
+    before = await steps_of(runner, run.id)
+    assert set(before) == {"slow"}  # lineup waits for its parent
+    assert before["slow"][0] in ("queued", "running")
+    (tmp_path / "gate").write_text("open")
+    await hooks.wait("chain_finished", run.id)
+    rows = {r.dedupe_key.rsplit("/", 1)[1]: r for r in await runner.store.list_runs(
+        RunFilter(chain_root_id=run.id))}
+    assert rows["lineup"].status is RunStatus.SUCCESS
+    assert rows["slow"].finished_at is not None
+    assert rows["lineup"].queued_at >= rows["slow"].finished_at  # after its parent, not beside it
+    assert rows["lineup"].queue_expires_at is None
 
 
 async def test_max_duration_skips_unstarted_steps_and_marks_overrun(

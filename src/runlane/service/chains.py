@@ -47,7 +47,12 @@ def chain_zone(catalog: Catalog, chain: Chain) -> str:
 
 
 def step_specs(catalog: Catalog, chain: Chain, run: ChainRun) -> dict[str, StepSpec]:
-    """The chain's steps with `latest` resolved to an instant on the chain run's local date."""
+    """The chain's steps with `latest` resolved to an instant on the chain run's local date.
+
+    A `latest` that had already passed when the chain run started (a manual run in the evening,
+    a slot caught up late) does not apply to that run: the step waits for its parents like any
+    other. Applied, it would start the step at once beside the first steps, and expire it
+    unstarted once `latest` + 30 min is behind."""
     tz = ZoneInfo(chain_zone(catalog, chain))
     day = (run.scheduled_for or run.started_at).astimezone(tz).date()
     specs: dict[str, StepSpec] = {}
@@ -55,6 +60,8 @@ def step_specs(catalog: Catalog, chain: Chain, run: ChainRun) -> dict[str, StepS
         latest = None
         if step.latest_time is not None:
             latest = datetime.combine(day, step.latest_time, tzinfo=tz)
+            if latest <= run.started_at:
+                latest = None
         specs[name] = StepSpec(
             name=name,
             job=chain.step_job(name),
