@@ -196,7 +196,7 @@ def db_upgrade(database: DatabaseOpt = None) -> None:
             out.print(f"schema is up to date (version {version_now})")
 
     async def go() -> None:
-        async with open_runtime(settings, catalog=False, check_schema=False) as rt:
+        async with open_runtime(settings, catalog=False, check_schema=False, create=True) as rt:
             await body(rt)
 
     run_async(go())

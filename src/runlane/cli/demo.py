@@ -66,7 +66,7 @@ async def _tour(workdir: Path, time_limit: float) -> int:
             border_style="cyan",
         )
     )
-    async with open_runtime(settings, catalog=True, check_schema=False) as rt:
+    async with open_runtime(settings, catalog=True, check_schema=False, create=True) as rt:
         await rt.store.upgrade()
         launcher = Launcher(
             store=rt.store,

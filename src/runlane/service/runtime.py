@@ -131,8 +131,14 @@ async def open_runtime(
     catalog: bool = True,
     check_schema: bool = True,
     application_name: str = "runlane",
+    create: bool = False,
 ) -> AsyncIterator[Runtime]:
-    store = store_from_url(settings.database_url, application_name=application_name)
+    """The store (opened) and the catalog. `create=True` only for what sets a database up
+    (`runlane db upgrade`, the demo): otherwise a SQLite file that is not there is an error
+    ("no database at PATH"), not a new empty database."""
+    store = store_from_url(
+        settings.database_url, application_name=application_name, create=create
+    )
     cat = load_catalog(settings.catalog_path) if catalog else None
     await store.open()
     try:

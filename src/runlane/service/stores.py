@@ -28,18 +28,40 @@ def sqlite_path(url: str) -> str | None:
     return None
 
 
+def check_postgres_url(url: str) -> None:
+    """`ConfigError` (secrets masked, one line) unless libpq can parse the connection string.
+    Whatever libpq takes is accepted: several hosts, any port text (the connection reports it)."""
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conninfo_to_dict(url)
+    except psycopg.Error as exc:
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        reason = sqlcommon.mask_secrets(reason.replace(url, mask_url(url)), url)
+        raise ConfigError(f"invalid database URL {mask_url(url)!r}: {reason}") from None
+
+
 def store_from_url(
-    url: str, *, clock: Clock | None = None, application_name: str = "runlane"
+    url: str,
+    *,
+    clock: Clock | None = None,
+    application_name: str = "runlane",
+    create: bool = True,
 ) -> Store:
-    """A (not yet opened) store for `url`; `ConfigError` naming the accepted forms otherwise."""
+    """A (not yet opened) store for `url`; `ConfigError` naming the accepted forms otherwise.
+
+    `create=False`: a SQLite file that does not exist is not created; opening the store fails
+    with "no database at PATH" instead (every command but `runlane db upgrade`)."""
     url = url.strip()
     path = sqlite_path(url)
     if path is not None:
         from runlane.adapters.sqlite import SqliteStore
 
-        return SqliteStore(path, clock=clock)
+        return SqliteStore(path, clock=clock, create=create)
     if url.startswith(("postgresql://", "postgres://")):
         from runlane.adapters.postgres import PostgresStore
 
+        check_postgres_url(url)
         return PostgresStore(url, clock=clock, application_name=application_name)
     raise ConfigError(f"unsupported database URL {mask_url(url)!r}: use {ACCEPTED_FORMS}")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import urllib.parse
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, TypeVar
 
 from runlane.adapters import sqlcommon, sqltriggers
@@ -121,8 +123,12 @@ class SqliteStore:
 
     dialect = "sqlite"
 
-    def __init__(self, path: str, *, clock: Clock | None = None, outbox: bool = False) -> None:
+    def __init__(
+        self, path: str, *, clock: Clock | None = None, outbox: bool = False, create: bool = True
+    ) -> None:
         self.path = path
+        # False: a missing file is an error ("no database at PATH"), never created by a read.
+        self._create = create
         self._clock: Clock = clock or SystemClock()
         self._outbox = outbox
         self._conn: sqlite3.Connection | None = None
@@ -134,11 +140,23 @@ class SqliteStore:
     # --- plumbing -------------------------------------------------------------------------------
 
     def _connect(self) -> sqlite3.Connection:
+        in_memory = self.path == ":memory:" or self.path.startswith("file:")
+        if not self._create and not in_memory and not Path(self.path).exists():
+            raise StoreError(f"no database at {self.path} — run `runlane db upgrade`")
         try:
-            conn = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=5.0
-            )
+            if self._create or in_memory:
+                conn = sqlite3.connect(
+                    self.path, isolation_level=None, check_same_thread=False, timeout=5.0
+                )
+            else:
+                # mode=rw: a file removed since the check above is not created either.
+                uri = f"file:{urllib.parse.quote(str(Path(self.path).absolute()))}?mode=rw"
+                conn = sqlite3.connect(
+                    uri, isolation_level=None, check_same_thread=False, timeout=5.0, uri=True
+                )
         except sqlite3.Error as exc:
+            if not self._create and not Path(self.path).exists():
+                raise StoreError(f"no database at {self.path} — run `runlane db upgrade`") from None
             raise DatabaseUnavailable(
                 f"cannot open SQLite database at {self.path}: {exc}"
             ) from None
