@@ -54,8 +54,14 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON and nothing el
 
 
 def configure_logging(default_level: str = "warning") -> None:
-    level_name = os.environ.get("RUNLANE_LOG_LEVEL", default_level).upper()
-    level = logging.getLevelNamesMapping().get(level_name, logging.WARNING)
+    from runlane.service.config import env_log_format, env_log_level
+
+    try:
+        level_name = env_log_level(os.environ) or default_level
+        log_format = env_log_format(os.environ)
+    except ConfigError:  # reported in one line by the command, as it reads its settings
+        level_name, log_format = default_level, "console"
+    level = logging.getLevelNamesMapping()[level_name.upper()]
     # Tracebacks in logs never show local variables: they hold database URLs with passwords,
     # lease tokens and params (structlog's rich formatter shows them by default).
     renderer: Any
@@ -63,7 +69,7 @@ def configure_logging(default_level: str = "warning") -> None:
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
-    if os.environ.get("RUNLANE_LOG_FORMAT", "console") == "json":
+    if log_format == "json":
         processors.append(structlog.processors.format_exc_info)
         renderer = structlog.processors.JSONRenderer()
     else:
@@ -230,6 +236,8 @@ def config(catalog: CatalogOpt = None, database: DatabaseOpt = None, as_json: Js
     if as_json:
         print_json(data)
         return
+    if data.get("log_level") is None:
+        data["log_level"] = "default (info for serve, warning otherwise)"
     rows = [(f"{k} ({ENV_NAMES[k]})" if k in ENV_NAMES else k, v) for k, v in data.items()]
     out.print(output.kv_table(rows))
 

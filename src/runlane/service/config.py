@@ -39,6 +39,41 @@ def _env_int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) 
     return value
 
 
+LOG_LEVELS: dict[str, str] = {
+    "debug": "debug",
+    "info": "info",
+    "warning": "warning",
+    "warn": "warning",
+    "error": "error",
+    "critical": "critical",
+}
+LOG_FORMATS = ("console", "json")
+PRUNE_LAUNCHERS_AFTER = 3600.0
+
+
+def env_log_level(env: Mapping[str, str]) -> str | None:
+    """RUNLANE_LOG_LEVEL, normalised (`WARN` → `warning`); None when unset (the command's
+    default: `info` for `runlane serve`, `warning` otherwise)."""
+    raw = env.get("RUNLANE_LOG_LEVEL")
+    if raw is None or raw.strip() == "":
+        return None
+    level = LOG_LEVELS.get(raw.strip().lower())
+    if level is None:
+        raise ConfigError(
+            f"RUNLANE_LOG_LEVEL={raw!r}: expected one of debug, info, warning, error, critical"
+        )
+    return level
+
+
+def env_log_format(env: Mapping[str, str]) -> str:
+    raw = env.get("RUNLANE_LOG_FORMAT")
+    if raw is None or raw.strip() == "":
+        return "console"
+    if raw.strip().lower() not in LOG_FORMATS:
+        raise ConfigError(f"RUNLANE_LOG_FORMAT={raw!r}: expected 'console' or 'json'")
+    return raw.strip().lower()
+
+
 def default_launcher_id() -> str:
     """host:pid:random — unique per launcher process, readable in `runlane status`."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -62,6 +97,9 @@ class Settings:
     expire_interval: float = 1.0
     retry_base: float = 5.0  # first retry backoff; doubles per attempt, capped at 5 minutes
     pod_fallback: str = "inline"  # or "refuse": pod jobs without a cluster are refused
+    log_level: str | None = None  # None: `info` for `runlane serve`, `warning` otherwise
+    log_format: str = "console"  # or "json": one JSON object per line
+    spawn_threads: int = 6  # inline spawns on worker threads, where posix_spawn cannot be used
     launcher_id: str = field(default_factory=default_launcher_id)
 
     @classmethod
@@ -82,6 +120,9 @@ class Settings:
             shutdown_grace=_env_duration(e, "RUNLANE_SHUTDOWN_GRACE", 10.0),
             retry_base=_env_duration(e, "RUNLANE_RETRY_BASE", 5.0),
             pod_fallback=e.get("RUNLANE_POD_FALLBACK") or "inline",
+            log_level=env_log_level(e),
+            log_format=env_log_format(e),
+            spawn_threads=_env_int(e, "RUNLANE_SPAWN_THREADS", 6),
         )
         settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
         settings.validate()
@@ -97,6 +138,15 @@ class Settings:
             raise ConfigError(
                 f"RUNLANE_POD_FALLBACK={self.pod_fallback!r}: expected 'inline' or 'refuse'"
             )
+        if self.log_level is not None and self.log_level not in LOG_LEVELS.values():
+            raise ConfigError(
+                f"RUNLANE_LOG_LEVEL={self.log_level!r}: "
+                "expected one of debug, info, warning, error, critical"
+            )
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigError(f"RUNLANE_LOG_FORMAT={self.log_format!r}: expected 'console' or 'json'")
+        if self.spawn_threads < 1:
+            raise ConfigError(f"RUNLANE_SPAWN_THREADS={self.spawn_threads!r}: must be at least 1")
 
     def public(self) -> dict[str, Any]:
         """The settings with secrets masked, for `runlane config`."""
@@ -121,4 +171,7 @@ ENV_NAMES: dict[str, str] = {
     "shutdown_grace": "RUNLANE_SHUTDOWN_GRACE",
     "retry_base": "RUNLANE_RETRY_BASE",
     "pod_fallback": "RUNLANE_POD_FALLBACK",
+    "log_level": "RUNLANE_LOG_LEVEL",
+    "log_format": "RUNLANE_LOG_FORMAT",
+    "spawn_threads": "RUNLANE_SPAWN_THREADS",
 }

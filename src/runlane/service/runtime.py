@@ -155,8 +155,10 @@ def build_executors(
     """The launcher's executors. `pod` joins when a cluster is configured; its start timeout is
     the catalog's `global.start_timeout` (read from `settings.catalog_path` when not given)."""
     from runlane.adapters.kubernetes.config import cluster_configured
+    from runlane.adapters.local import inline
     from runlane.adapters.local.inline import InlineExecutor
 
+    inline.SPAWN_THREADS = settings.spawn_threads
     Path(settings.log_dir).mkdir(parents=True, exist_ok=True)
     executors: dict[str, Executor] = {"inline": InlineExecutor(settings.log_dir)}
     if cluster_configured():
