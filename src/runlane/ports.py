@@ -311,6 +311,17 @@ class Store(Protocol):
 
     async def remove_launcher(self, launcher_id: str) -> None: ...
 
+    async def prune_launchers(self, older_than: float) -> list[str]:
+        """Delete the heartbeat rows of launchers silent for more than `older_than` seconds (by
+        the store's clock); return their ids, sorted. Live launchers call it as they beat."""
+        ...
+
+    async def check_writable(self) -> None:
+        """Raise `StoreError` when the database can be read but not written (a read-only file,
+        a read-only transaction or standby, no INSERT privilege); `DatabaseUnavailable` when it
+        cannot be reached now. Writes nothing: the probe is rolled back."""
+        ...
+
     # --- triggers (schedules, chains, events) ----------------------------------------------------
 
     async def run_by_dedupe_key(self, dedupe_key: str) -> Run | None: ...

@@ -21,8 +21,9 @@ import typer
 
 from runlane import __version__
 from runlane.cli import output
+from runlane.cli.inputs import BadInput, invalid_utf8_argument, parse_until, run_id_prefix
 from runlane.cli.output import err, out, print_json, run_dict
-from runlane.core.runs import RunStatus, Trigger
+from runlane.core.runs import Run, RunStatus, Trigger
 from runlane.errors import ConfigError, NotFound, OverlapRefused, RunlaneError
 from runlane.ports import RunFilter
 from runlane.service.accept import RunRequest
@@ -93,18 +94,42 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+def error_object(exc: RunlaneError) -> dict[str, Any]:
+    """What a refusal prints on stdout under `--json` (besides its line on stderr)."""
+    data: dict[str, Any] = {"error": exc.code, "message": exc.message}
+    if isinstance(exc, OverlapRefused):
+        data["active_run_id"] = exc.active_run_id
+    problems = getattr(exc, "problems", None)
+    if problems:
+        data["problems"] = list(problems)
+    return data
+
+
 def friendly(fn: Callable[P, T]) -> Callable[P, T]:
-    """Turn runlane's errors into one plain line on stderr and the error's exit code."""
+    """Turn runlane's errors into one plain line on stderr and the error's exit code. Under
+    `--json` the error is also printed on stdout as `{"error": CODE, "message": TEXT, ...}`.
+
+    An OSError from a file operation becomes `error: PATH: <reason>` (exit 1)."""
 
     @wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
         try:
             return fn(*args, **kwargs)
         except RunlaneError as exc:
+            if kwargs.get("as_json"):
+                print_json(error_object(exc))
             problems = getattr(exc, "problems", None) or []
             for problem in problems:
-                err.print(output.escape(problem))
+                if problem != exc.message:  # a missing file is its own only problem
+                    err.print(output.escape(problem))
             raise fail(exc.message, exc.exit_code) from None
+        except OSError as exc:
+            if exc.filename is None:
+                raise
+            message = f"{exc.filename}: {exc.strerror or exc}"
+            if kwargs.get("as_json"):
+                print_json({"error": "os_error", "message": message})
+            raise fail(message, 1) from None
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
 
@@ -143,11 +168,16 @@ def init(
     """Write a starter catalog.yaml to DIR."""
     from importlib.resources import files
 
-    directory.mkdir(parents=True, exist_ok=True)
+    make_directory(directory)
     target = directory / "catalog.yaml"
     if target.exists() and not force:
         raise fail(f"{target} already exists (use --force to overwrite)")
-    target.write_text(files("runlane.catalog").joinpath("starter.yaml").read_text())
+    if target.is_dir():
+        raise fail(f"{target} is a directory", 2)
+    try:
+        target.write_text(files("runlane.catalog").joinpath("starter.yaml").read_text())
+    except OSError as exc:
+        raise fail(f"cannot write {target}: {exc.strerror or exc}") from None
     out.print(f"wrote {target}")
     out.print("next: runlane catalog check && runlane db upgrade && runlane serve")
 
@@ -196,6 +226,8 @@ def db_upgrade(database: DatabaseOpt = None) -> None:
     async def body(rt: Runtime) -> None:
         applied = await rt.store.upgrade()
         version_now = await rt.store.schema_version()
+        await rt.store.ensure_current()  # written by a newer runlane: refused, as `db status` does
+        await rt.store.check_writable()  # "up to date" on a read-only database would mislead
         if applied:
             out.print(f"applied migrations {', '.join(map(str, applied))}; schema is at version {version_now}")
         else:
@@ -242,6 +274,19 @@ def config(catalog: CatalogOpt = None, database: DatabaseOpt = None, as_json: Js
     out.print(output.kv_table(rows))
 
 
+def make_directory(directory: Path) -> None:
+    """Create `directory` (and its parents) for the files a command writes, or fail in one line:
+    exit 2 when it names a file, 1 when the system refuses."""
+    if directory.exists() and not directory.is_dir():
+        raise fail(f"{directory} is not a directory (give the directory to write into)", 2)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise fail(f"{directory} is not a directory (give the directory to write into)", 2) from None
+    except OSError as exc:
+        raise fail(f"cannot create directory {directory}: {exc.strerror or exc}") from None
+
+
 # ---------------------------------------------------------------------- the launcher
 
 
@@ -275,9 +320,9 @@ def parse_params(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name:
-            raise fail(f"-p {pair!r}: expected NAME=VALUE", 2)
+            raise BadInput(f"-p {pair!r}: expected NAME=VALUE")
         if name in params:
-            raise fail(f"-p {name}: given twice", 2)
+            raise BadInput(f"-p {name}: given twice")
         params[name] = value
     return params
 
@@ -301,22 +346,16 @@ def run_cmd(
     requested_by = os.environ.get("USER") or os.environ.get("LOGNAME") or "cli"
 
     async def body(rt: Runtime) -> int:
-        try:
-            result = await rt.accept(
-                RunRequest(
-                    job=job,
-                    trigger=Trigger.CLI,
-                    params=params,
-                    params_from_strings=True,
-                    requested_by=requested_by,
-                    confirmed=yes,
-                )
+        result = await rt.accept(
+            RunRequest(
+                job=job,
+                trigger=Trigger.CLI,
+                params=params,
+                params_from_strings=True,
+                requested_by=requested_by,
+                confirmed=yes,
             )
-        except OverlapRefused as exc:
-            if as_json:
-                print_json({"error": exc.code, "message": exc.message, "active_run_id": exc.active_run_id})
-                return exc.exit_code
-            raise
+        )
         run = result.run
         if not wait:
             if as_json:
@@ -398,14 +437,14 @@ def runs_cmd(
     """List runs, newest first. `runlane runs show ID` shows one."""
     settings = settings_from(database=database)
     if run_id is not None and run_id != "show":
-        raise fail(f"unexpected argument {run_id!r}; did you mean `runlane runs show {run_id}`?", 2)
+        raise BadInput(f"unexpected argument {run_id!r}; did you mean `runlane runs show {run_id}`?")
     st = None
     if status is not None:
         try:
             st = RunStatus(status)
         except ValueError:
-            raise fail(
-                f"--status {status!r}: expected one of {', '.join(s.value for s in RunStatus)}", 2
+            raise BadInput(
+                f"--status {status!r}: expected one of {', '.join(s.value for s in RunStatus)}"
             ) from None
 
     async def body(rt: Runtime) -> None:
@@ -421,6 +460,11 @@ def runs_cmd(
 
 
 
+async def resolve_run(rt: Runtime, run_id: str) -> Run:
+    """A run by its id or a unique prefix of it (any case; at least 6 characters)."""
+    return await rt.resolve_run_id(run_id_prefix(run_id))
+
+
 @app.command("show", hidden=True)
 @friendly
 def show_alias(run_id: str, as_json: JsonOpt = False, database: DatabaseOpt = None) -> None:
@@ -432,7 +476,7 @@ def show_run(run_id: str, as_json: bool, database: str | None) -> None:
     settings = settings_from(database=database)
 
     async def body(rt: Runtime) -> None:
-        run = await rt.resolve_run_id(run_id)
+        run = await resolve_run(rt, run_id)
         if as_json:
             print_json(run_dict(run))
             return
@@ -458,7 +502,7 @@ def logs_cmd(
     settings = settings_from(database=database)
 
     async def body(rt: Runtime) -> None:
-        run = await rt.resolve_run_id(run_id)
+        run = await resolve_run(rt, run_id)
         path = rt.log_path(run)
         if run.executor == "pod" and not (run.status.is_final and run.log_tail):
             # The pod's log, from the cluster; the saved tail once the run has ended.
@@ -493,7 +537,7 @@ def cancel_cmd(run_id: str, as_json: JsonOpt = False, database: DatabaseOpt = No
     who = os.environ.get("USER") or "cli"
 
     async def body(rt: Runtime) -> None:
-        run = await rt.resolve_run_id(run_id)
+        run = await resolve_run(rt, run_id)
         run = await rt.store.request_cancel(run.id, by=who)
         if as_json:
             print_json(run_dict(run))
@@ -519,7 +563,9 @@ def pause_cmd(
     who = os.environ.get("USER") or "cli"
 
     async def body(rt: Runtime) -> None:
-        ov = await rt.pause(job, until=until, reason=reason, by=who)
+        rt.require_catalog().resolve(job)
+        paused_until = None if until is None else parse_until(until, await rt.store.now())
+        ov = await rt.store.set_override(job, paused_until=paused_until, reason=reason, by=who)
         when = f" until {output.iso(ov.paused_until)}" if ov.paused_until else " until resumed"
         out.print(f"paused {job}{when}")
 
@@ -604,6 +650,7 @@ def status_cmd(as_json: JsonOpt = False, database: DatabaseOpt = None) -> None:
     settings = settings_from(database=database)
 
     async def body(rt: Runtime) -> None:
+        from runlane.core.durations import format_duration
         from runlane.service.doctor import stuck_runs
 
         launchers = await rt.store.launchers()
@@ -618,22 +665,24 @@ def status_cmd(as_json: JsonOpt = False, database: DatabaseOpt = None) -> None:
             "stuck": [
                 {"id": s.run_id, "job": s.job, "status": s.status, "why": s.why} for s in stuck
             ],
-            "launchers": [
-                {
-                    "launcher_id": h.launcher_id,
-                    "host": h.host,
-                    "pid": h.pid,
-                    "version": h.version,
-                    "started_at": output.iso(h.started_at),
-                    "beat_at": output.iso(h.beat_at),
-                    "stale": h.beat_at is None
-                    or (now - h.beat_at).total_seconds() > 3 * settings.heartbeat_interval,
-                    "queue_depth": h.queue_depth,
-                    "running": dict(h.running),
-                }
-                for h in launchers
-            ],
+            "launchers": [],
         }
+        for h in launchers:
+            seen = None if h.beat_at is None else max(0.0, (now - h.beat_at).total_seconds())
+            stale = seen is None or seen > settings.launcher_stale_after
+            data["launchers"].append({
+                "launcher_id": h.launcher_id,
+                "host": h.host,
+                "pid": h.pid,
+                "version": h.version,
+                "started_at": output.iso(h.started_at),
+                "beat_at": output.iso(h.beat_at),
+                "last_seen_seconds": None if seen is None else round(seen, 3),
+                "stale": stale,
+                # A stale launcher's last counts are history, not the present: not shown.
+                "queue_depth": None if stale else h.queue_depth,
+                "running": None if stale else dict(h.running),
+            })
         if as_json:
             print_json(data)
             return
@@ -641,11 +690,13 @@ def status_cmd(as_json: JsonOpt = False, database: DatabaseOpt = None) -> None:
         if not launchers:
             out.print("[yellow]no launcher has reported; start one with `runlane serve`[/]")
         for entry in data["launchers"]:
-            flag = " [red](stale)[/]" if entry["stale"] else ""
-            out.print(
-                f"launcher {output.escape(entry['launcher_id'])} v{entry['version']} "
-                f"beat {entry['beat_at']}{flag} running {entry['running']}"
-            )
+            name = f"launcher {output.escape(entry['launcher_id'])} v{entry['version']}"
+            seen = entry["last_seen_seconds"]
+            ago = "never" if seen is None else f"{format_duration(seen)} ago ({entry['beat_at']})"
+            if entry["stale"]:
+                out.print(f"{name} [red]stale[/]: last seen {ago}")
+            else:
+                out.print(f"{name} beat {ago} running {entry['running']}")
         for s in stuck:
             out.print(
                 f"[yellow]stuck[/] run {s.run_id} ({output.escape(s.job)}, {s.status}): "
@@ -687,6 +738,12 @@ def main() -> None:
     configure_logging()
     # `runlane runs show ID` → the show command (typer has no default subcommand with options).
     argv = sys.argv[1:]
+    bad = invalid_utf8_argument(argv)
+    if bad is not None:
+        if "--json" in argv:
+            print_json({"error": BadInput.code, "message": bad})
+        err.print(f"[red]error:[/] {output.escape(bad)}")
+        raise SystemExit(2)
     if len(argv) >= 2 and argv[0] == "runs" and argv[1] == "show":
         sys.argv = [sys.argv[0], "show", *argv[2:]]
     try:

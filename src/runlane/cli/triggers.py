@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
@@ -13,10 +12,20 @@ from rich.tree import Tree
 
 from runlane.catalog import Catalog, load_catalog
 from runlane.cli import output
+from runlane.cli.inputs import (
+    LATEST,
+    RANGE_TEXT,
+    BadInput,
+    check_days,
+    check_range,
+    parse_data,
+    parse_time,
+    run_id_prefix,
+)
 from runlane.cli.output import err, escape, iso, out, print_json
 from runlane.core.runs import Trigger
 from runlane.core.schedule import Pause, schedule_table
-from runlane.errors import ConfigError, NotFound, RunlaneError
+from runlane.errors import NotFound, RunlaneError
 from runlane.ports import ChainRun
 from runlane.service.chains import ChainRunner, StepView, chain_view
 from runlane.service.events import emit_event
@@ -32,24 +41,6 @@ DatabaseOpt = Annotated[
     typer.Option("--database", "-d", help="Database URL (env RUNLANE_DATABASE_URL)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON and nothing else.")]
-
-
-def parse_time(text: str | None, default: datetime) -> datetime:
-    """An ISO-8601 time (a naive one is local time), `now`, or `now+2h`/`now-1d`."""
-    if text is None or text == "now":
-        return default
-    from runlane.core.durations import parse_duration
-
-    if text.startswith(("now+", "now-")):
-        seconds = parse_duration(text[4:])
-        return default + timedelta(seconds=seconds if text[3] == "+" else -seconds)
-    try:
-        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise ConfigError(
-            f"{text!r} is not a time: use ISO-8601 (2026-12-01T08:00Z), now, or now+2h"
-        ) from None
-    return at.astimezone(UTC) if at.tzinfo else at.astimezone().astimezone(UTC)
 
 
 def chain_run_dict(run: ChainRun, steps: list[StepView] | None = None) -> dict[str, Any]:
@@ -108,7 +99,7 @@ def chain_tree(run: ChainRun, steps: list[StepView]) -> Tree:
 
 def register(app: typer.Typer) -> None:
     """Add the trigger commands to the `runlane` app."""
-    from runlane.cli.app import friendly, settings_from, with_runtime
+    from runlane.cli.app import friendly, make_directory, settings_from, with_runtime
     from runlane.cli.docs_gen import write_docs
 
     chain_app = typer.Typer(no_args_is_help=True, help="Start a chain run; show one as a tree.")
@@ -133,8 +124,19 @@ def register(app: typer.Typer) -> None:
         """Every slot of every schedule and chain in a range: local and UTC time, season, and
         whether it would fire (paused, out of season)."""
         settings = settings_from(catalog, database)
-        cat = load_catalog(settings.catalog_path)
+        if fmt not in ("table", "md"):
+            raise BadInput(f"--format {fmt!r}: expected table or md")
+        check_days(days)
         now = datetime.now(UTC)
+        t0 = parse_time(start, now, "--from")
+        if end is None:
+            t1 = t0 + timedelta(days=days)
+            if t1 >= LATEST:
+                raise BadInput(f"--from {start!r} --days {days:g}: the range must end {RANGE_TEXT}")
+        else:
+            t1 = parse_time(end, t0, "--to")
+        check_range(t0, t1, start, end)
+        cat = load_catalog(settings.catalog_path)
         pauses: dict[str, Pause] = {}
         try:
 
@@ -150,8 +152,6 @@ def register(app: typer.Typer) -> None:
             pauses = with_runtime(settings, read, catalog=False)
         except RunlaneError as exc:
             err.print(f"note: pauses not shown ({escape(exc.message)})")
-        t0 = parse_time(start, now)
-        t1 = parse_time(end, t0 + timedelta(days=days)) if end else t0 + timedelta(days=days)
         rows = schedule_table(schedule_specs(cat), t0, t1, paused=pauses)
         if as_json:
             print_json(
@@ -181,8 +181,6 @@ def register(app: typer.Typer) -> None:
                     f"{'yes' if r.fires else 'no (' + r.reason + ')'} |"
                 )
             return
-        if fmt != "table":
-            raise ConfigError(f"--format {fmt!r}: expected table or md")
         table = Table(header_style="bold")
         for col in ("utc", "local", "kind", "name", "season", "fires"):
             table.add_column(col, no_wrap=True)
@@ -210,15 +208,7 @@ def register(app: typer.Typer) -> None:
         database: DatabaseOpt = None,
     ) -> None:
         """Record an event and start (or join, when debounced) the jobs listening for KEY."""
-        payload: dict[str, Any] = {}
-        if data is not None:
-            try:
-                parsed = json.loads(data)
-            except ValueError as exc:
-                raise ConfigError(f"--data is not JSON: {exc}") from None
-            if not isinstance(parsed, dict):
-                raise ConfigError("--data must be a JSON object")
-            payload = parsed
+        payload: dict[str, Any] = {} if data is None else parse_data(data)
 
         async def body(rt: Runtime) -> None:
             emitted = await emit_event(
@@ -261,6 +251,10 @@ def register(app: typer.Typer) -> None:
         """Start a run of chain NAME now (its first steps are queued; a launcher advances it)."""
 
         async def body(rt: Runtime) -> None:
+            cat = rt.require_catalog()
+            if name not in cat.chains:
+                known = ", ".join(sorted(cat.chains)) or "the catalog has none"
+                raise BadInput(f"unknown chain {name!r} (chains: {known})")
             run = await runner(rt).start(name, trigger=Trigger.CLI, requested_by="cli")
             steps = await chain_view(rt.store, rt.require_catalog(), run)
             if as_json:
@@ -329,7 +323,7 @@ def register(app: typer.Typer) -> None:
         missed or out of season."""
 
         async def body(rt: Runtime) -> None:
-            when = parse_time(at, await rt.store.now())
+            when = parse_time(at, await rt.store.now(), "--at")
             found = await explain(rt.store, rt.require_catalog(), job, when)
             if as_json:
                 print_json(
@@ -357,16 +351,17 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Write the schedule table and one Mermaid diagram per chain into DIRECTORY."""
         cat: Catalog = load_catalog(settings_from(catalog, None).catalog_path)
+        make_directory(directory)
         for path in write_docs(cat, directory):
             out.print(f"wrote {path}")
 
 
-async def find_chain_run(rt: Runtime, prefix: str) -> ChainRun:
+async def find_chain_run(rt: Runtime, text: str) -> ChainRun:
+    prefix = run_id_prefix(text, "chain run")
     try:
         return await rt.store.get_chain_run(prefix)
     except NotFound:
-        if len(prefix) < 6:
-            raise
+        pass
     matches = [r for r in await rt.store.list_chain_runs(limit=1000) if r.id.startswith(prefix)]
     if len(matches) == 1:
         return matches[0]

@@ -22,7 +22,7 @@ from runlane.core.runs import (
     RunStatus,
     Trigger,
 )
-from runlane.errors import ConfirmationRequired, RunRefused
+from runlane.errors import ConfirmationRequired, ParamError, RunRefused
 from runlane.ports import Store
 
 PERSON_TRIGGERS = frozenset({Trigger.MANUAL, Trigger.CLI, Trigger.MCP})
@@ -50,6 +50,30 @@ class RunRequest:
     # `paused`, `upstream_failed`, `chain_timeout`): the row is written `skipped` with this
     # `end_reason`, under the same dedupe key a run would have had.
     record_skipped: str | None = None
+
+
+def text_problem(text: str) -> str | None:
+    """Why `text` cannot be stored (PostgreSQL refuses U+0000 and neither database takes a lone
+    surrogate, which is how Python carries bytes that were not UTF-8), or None."""
+    if "\x00" in text:
+        return "contains U+0000 (a NUL character)"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"is not valid UTF-8 (a lone surrogate {text[exc.start]!r} at position {exc.start})"
+    return None
+
+
+def check_param_text(job: str, params: Mapping[str, object]) -> None:
+    """ParamError naming every param whose name or text could not be stored."""
+    problems = []
+    for name, value in params.items():
+        if isinstance(name, str) and (problem := text_problem(name)) is not None:
+            problems.append(f"param name {name!r} {problem}")
+        elif isinstance(value, str) and (problem := text_problem(value)) is not None:
+            problems.append(f"param {name!r} {problem}")
+    if problems:
+        raise ParamError(f"job {job!r}: " + "; ".join(problems))
 
 
 def overlap_action_for(job: ResolvedJob, trigger: Trigger) -> OverlapAction:
@@ -91,6 +115,7 @@ async def accept_run(
         raise ConfirmationRequired(
             f"job {job.name!r} acts on the outside world (acts: true); confirm with --yes"
         )
+    check_param_text(job.name, request.params or {})
     params: dict[str, Any] = coerce_params(
         job, request.params or {}, from_strings=request.params_from_strings
     )

@@ -128,6 +128,17 @@ class Settings:
         settings.validate()
         return settings
 
+    @property
+    def launcher_stale_after(self) -> float:
+        """Seconds without a heartbeat after which a launcher is shown as stale."""
+        return 3 * self.heartbeat_interval
+
+    @property
+    def launcher_prune_after(self) -> float:
+        """Seconds without a heartbeat after which live launchers delete a launcher's row: an
+        hour, or ten heartbeat intervals when that is longer."""
+        return max(PRUNE_LAUNCHERS_AFTER, 10 * self.heartbeat_interval)
+
     def validate(self) -> None:
         if self.lease_renew_interval >= self.lease_ttl:
             raise ConfigError(

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from runlane.catalog import Catalog, load_catalog
+from runlane.core.durations import format_duration
 from runlane.core.runs import RunStatus
 from runlane.errors import CatalogError, StoreError
 from runlane.ports import RunFilter, Store
@@ -34,6 +35,15 @@ class Stuck:
     why: str
 
 
+def iso_utc(value: datetime) -> str:
+    """UTC ISO-8601 with a Z, as every JSON output of runlane writes times."""
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _ago(delta: timedelta) -> str:
+    return format_duration(max(0.0, delta.total_seconds()))
+
+
 async def stuck_runs(store: Store, *, waiting_after: timedelta = timedelta(minutes=5)) -> list[Stuck]:
     """Runs a person should look at: running past their deadline, running with nobody renewing
     the lease, or due in the queue for longer than `waiting_after`."""
@@ -41,13 +51,13 @@ async def stuck_runs(store: Store, *, waiting_after: timedelta = timedelta(minut
     found: list[Stuck] = []
     for run in await store.list_runs(RunFilter(status=RunStatus.RUNNING, limit=100_000)):
         if run.deadline_at is not None and now > run.deadline_at:
-            found.append(Stuck(run.id, run.job, "running", f"{now - run.deadline_at} past its deadline"))
+            found.append(Stuck(run.id, run.job, "running", f"{_ago(now - run.deadline_at)} past its deadline"))
         elif run.lease_expires_at is not None and now > run.lease_expires_at:
             found.append(Stuck(run.id, run.job, "running", "its launcher stopped renewing the lease"))
     for run in await store.list_runs(RunFilter(status=RunStatus.QUEUED, limit=100_000)):
         due = run.not_before or run.queued_at
         if now - due > waiting_after:
-            found.append(Stuck(run.id, run.job, "queued", f"due for {now - due}"))
+            found.append(Stuck(run.id, run.job, "queued", f"due for {_ago(now - due)}"))
     return found
 
 
@@ -60,6 +70,11 @@ async def diagnose(settings: Settings, store: Store) -> list[Finding]:
     except StoreError as exc:
         findings.append(Finding("error", "schema", exc.message))
         return findings
+    try:
+        await store.check_writable()
+        findings.append(Finding("ok", "database", "writable"))
+    except StoreError as exc:
+        findings.append(Finding("error", "database", exc.message))
 
     catalog: Catalog | None = None
     try:
@@ -71,13 +86,17 @@ async def diagnose(settings: Settings, store: Store) -> list[Finding]:
 
     now = await store.now()
     launchers = await store.launchers()
-    stale_after = timedelta(seconds=3 * settings.heartbeat_interval)
+    stale_after = timedelta(seconds=settings.launcher_stale_after)
     fresh = [h for h in launchers if h.beat_at is not None and now - h.beat_at <= stale_after]
     for h in launchers:
         if h not in fresh:
-            findings.append(
-                Finding("warning", "launchers", f"launcher {h.launcher_id} has not beaten since {h.beat_at}")
+            seen = (
+                "never beat"
+                if h.beat_at is None
+                else f"last seen {_ago(now - h.beat_at)} "
+                f"ago ({iso_utc(h.beat_at)})"
             )
+            findings.append(Finding("warning", "launchers", f"launcher {h.launcher_id} is stale: {seen}"))
     if fresh:
         findings.append(Finding("ok", "launchers", f"{len(fresh)} launcher(s) alive"))
     else:
@@ -111,7 +130,7 @@ async def diagnose(settings: Settings, store: Store) -> list[Finding]:
                 Finding(
                     "warning",
                     "orphans",
-                    f"run {run.id} ({run.job}) is running {now - run.deadline_at} past its deadline",
+                    f"run {run.id} ({run.job}) is running {_ago(now - run.deadline_at)} past its deadline",
                     run.id,
                 )
             )

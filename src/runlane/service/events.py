@@ -9,6 +9,8 @@ Emitting the same event id again is a no-op that returns what the first emit did
 
 from __future__ import annotations
 
+import json
+import math
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -18,14 +20,68 @@ from typing import Any
 import structlog
 
 from runlane.catalog import Catalog
+from runlane.catalog.params import MAX_PARAMS_BYTES
 from runlane.core.runs import AcceptResult, Trigger, event_dedupe_key
 from runlane.errors import ConfigError
 from runlane.ports import Event, EventLink, Store
-from runlane.service.accept import RunRequest
+from runlane.service.accept import RunRequest, text_problem
 
 log = structlog.get_logger("runlane.events")
 
 AcceptFn = Callable[[RunRequest], Awaitable[AcceptResult]]
+
+MAX_EVENT_DATA_BYTES = MAX_PARAMS_BYTES
+"""The largest an event's data may be, as compact JSON (UTF-8): 1 MiB, as for run params."""
+MAX_EVENT_DATA_DEPTH = 64
+"""How deeply an event's data may nest objects and arrays."""
+
+
+class BadEvent(ConfigError):
+    """The event's key, id or data cannot be recorded."""
+
+    code = "bad_event"
+    exit_code = 2
+
+
+def check_event(key: str, event_id: str | None, data: Mapping[str, Any]) -> None:
+    """BadEvent, naming the place, for a key, id or data that could not be stored faithfully:
+    strings with U+0000 or lone surrogates, NaN or Infinity, nesting deeper than
+    MAX_EVENT_DATA_DEPTH, or more than MAX_EVENT_DATA_BYTES."""
+    if not key or any(c.isspace() for c in key):
+        raise BadEvent(f"an event key is one word such as rumor.signal_created, got {key!r}")
+    for what, text in (("event key", key), ("event id", event_id)):
+        if text is not None and (problem := text_problem(text)) is not None:
+            raise BadEvent(f"the {what} {problem}")
+    if event_id is not None and not event_id.strip():
+        raise BadEvent("the event id is empty")
+    # Iterative, so deep nesting is reported rather than overflowing the stack.
+    stack: list[tuple[str, object, int]] = [("data", dict(data), 1)]
+    while stack:
+        where, value, depth = stack.pop()
+        if depth > MAX_EVENT_DATA_DEPTH:
+            raise BadEvent(f"event data is nested deeper than {MAX_EVENT_DATA_DEPTH} levels")
+        if isinstance(value, str):
+            if (problem := text_problem(value)) is not None:
+                raise BadEvent(f"event {where} {problem}")
+        elif isinstance(value, float):
+            if not math.isfinite(value):
+                raise BadEvent(f"event {where} is {value!r}; JSON has no NaN or Infinity")
+        elif isinstance(value, Mapping):
+            for k, v in value.items():
+                if not isinstance(k, str):
+                    raise BadEvent(f"event {where} has a key that is not a string: {k!r}")
+                if (problem := text_problem(k)) is not None:
+                    raise BadEvent(f"a key in event {where} {problem}")
+                stack.append((f"{where}.{k}", v, depth + 1))
+        elif isinstance(value, list | tuple):
+            stack.extend((f"{where}[{i}]", v, depth + 1) for i, v in enumerate(value))
+        elif value is not None and not isinstance(value, bool | int):
+            raise BadEvent(f"event {where} is not a JSON value: {type(value).__name__}")
+    size = len(json.dumps(dict(data), separators=(",", ":"), ensure_ascii=False).encode())
+    if size > MAX_EVENT_DATA_BYTES:
+        raise BadEvent(
+            f"event data is {size} bytes as JSON; the limit is {MAX_EVENT_DATA_BYTES} bytes (1 MiB)"
+        )
 
 
 def debounce_bucket(at: datetime, debounce_seconds: float) -> datetime:
@@ -69,8 +125,7 @@ async def emit_event(
     event_id: str | None = None,
 ) -> Emitted:
     """Record the event and start (or join) the runs of every job listening for `key`."""
-    if not key or any(c.isspace() for c in key):
-        raise ConfigError(f"an event key is one word such as rumor.signal_created, got {key!r}")
+    check_event(key, event_id, data or {})
     event, created = await store.record_event(event_id or str(uuid.uuid4()), key, dict(data or {}))
     links: list[EventLink] = []
     runs: list[AcceptResult] = []

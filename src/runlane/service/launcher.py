@@ -733,3 +733,6 @@ class Launcher:
                 running=running,
             )
         )
+        # A launcher that died without removing its row (SIGKILL, lost host) goes after a while.
+        for gone in await self.store.prune_launchers(self.settings.launcher_prune_after):
+            log.info("launcher.pruned", launcher=gone)

@@ -18,7 +18,7 @@ import structlog
 from runlane.catalog import Catalog, load_catalog
 from runlane.core.durations import parse_duration
 from runlane.core.runs import AcceptResult, Run, RunStatus
-from runlane.errors import CatalogError, ConfigError, NotFound, RunlaneError
+from runlane.errors import CatalogError, ConfigError, DatabaseUnavailable, NotFound, RunlaneError
 from runlane.ports import Executor, Override, RunFilter, Store
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.config import Settings
@@ -172,6 +172,16 @@ def build_executors(
     return executors
 
 
+async def probe_writable(store: Store) -> None:
+    """Refuse to start a launcher on a database it cannot write (a read-only SQLite file, a
+    read-only PostgreSQL transaction or standby): it would fail every claim forever. A database
+    that is unreachable right now is not refused here: the launcher rides out outages."""
+    try:
+        await store.check_writable()
+    except DatabaseUnavailable as exc:
+        log.warning("launcher.database_unavailable", error=str(exc))
+
+
 async def serve(
     settings: Settings,
     *,
@@ -183,6 +193,7 @@ async def serve(
     async with open_runtime(
         settings, application_name=f"runlane-launcher:{settings.launcher_id}"
     ) as rt:
+        await probe_writable(rt.store)
         catalog = rt.require_catalog()
         launcher = Launcher(
             store=rt.store,

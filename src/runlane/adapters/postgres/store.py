@@ -774,6 +774,23 @@ class PostgresStore:
         async with self._conn() as conn:
             await conn.execute(Q["remove_launcher"], {"launcher_id": launcher_id})
 
+    async def prune_launchers(self, older_than: float) -> list[str]:
+        rows = await self._fetchall(
+            Q["prune_launchers"], {"now": self._now(), "older_than": float(older_than)}
+        )
+        return sorted(str(r["launcher_id"]) for r in rows)
+
+    async def check_writable(self) -> None:
+        try:
+            async with self._conn() as conn, conn.transaction():
+                await conn.execute(Q["write_probe"], {"launcher_id": f"write-probe:{uuid.uuid4()}"})
+                raise psycopg.Rollback()
+        except psycopg.Error as exc:  # read-only transaction, standby, no INSERT privilege
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise StoreError(
+                f"database not writable: PostgreSQL at {_where(self._url)}: {reason}"
+            ) from None
+
     async def wait_for_wakeup(self, max_wait: float) -> bool:
         try:
             # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that

@@ -740,6 +740,33 @@ class SqliteStore:
             lambda c: c.execute(Q["remove_launcher"], {"launcher_id": launcher_id}).close()
         )
 
+    async def prune_launchers(self, older_than: float) -> list[str]:
+        cutoff = format_time(self._now() - timedelta(seconds=older_than))
+        rows = await self._call(
+            lambda c: _write(c, lambda w: _all(w.execute(Q["prune_launchers"], {"cutoff": cutoff})))
+        )
+        return sorted(RowReader.text(r, "launcher_id") for r in rows)
+
+    async def check_writable(self) -> None:
+        params = {"launcher_id": f"write-probe:{uuid.uuid4()}", "now": format_time(self._now())}
+
+        def probe(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute(Q["write_probe"], params)
+            finally:
+                conn.execute("ROLLBACK")
+
+        try:
+            await self._call(probe)
+        except DatabaseUnavailable:
+            raise
+        except StoreError as exc:
+            cause = exc.__cause__ if exc.__cause__ is not None else exc
+            raise StoreError(
+                f"database not writable: SQLite database at {self.path}: {cause}"
+            ) from None
+
     async def wait_for_wakeup(self, max_wait: float) -> bool:
         """Woken by this store's own accepts, releases and finishes; runs written by other
         processes are found by the caller's periodic poll."""

@@ -398,6 +398,17 @@ SELECT * FROM launcher_heartbeat ORDER BY launcher_id
 -- name: remove_launcher
 DELETE FROM launcher_heartbeat WHERE launcher_id = %(launcher_id)s
 
+-- name: prune_launchers
+-- Heartbeat rows of launchers silent for longer than the bound: a dead launcher's row goes.
+DELETE FROM launcher_heartbeat
+WHERE beat_at < coalesce(%(now)s::timestamptz, clock_timestamp()) - make_interval(secs => %(older_than)s)
+RETURNING launcher_id
+
+-- name: write_probe
+-- Inside a transaction that is rolled back: fails when the database cannot be written.
+INSERT INTO launcher_heartbeat (launcher_id, host, pid, version, started_at, beat_at, queue_depth, running)
+VALUES (%(launcher_id)s, '', 0, '', clock_timestamp(), clock_timestamp(), 0, '{}'::jsonb)
+
 -- --- triggers: schedule state, chain runs, events ------------------------------------------
 
 -- name: schedule_states

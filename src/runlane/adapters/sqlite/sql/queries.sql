@@ -244,6 +244,15 @@ SELECT * FROM launcher_heartbeat ORDER BY launcher_id
 -- name: remove_launcher
 DELETE FROM launcher_heartbeat WHERE launcher_id = :launcher_id
 
+-- name: prune_launchers
+-- Heartbeat rows of launchers silent for longer than the bound: a dead launcher's row goes.
+DELETE FROM launcher_heartbeat WHERE beat_at < :cutoff RETURNING launcher_id
+
+-- name: write_probe
+-- Inside a transaction that is rolled back: fails when the database cannot be written.
+INSERT INTO launcher_heartbeat (launcher_id, host, pid, version, started_at, beat_at, queue_depth, running)
+VALUES (:launcher_id, '', 0, '', :now, :now, 0, '{}')
+
 -- --- triggers: schedule state, chain runs, events ------------------------------------------
 
 -- name: schedule_states

@@ -1,0 +1,151 @@
+"""Opening the database through the library API: reads never create a SQLite file, a read-only
+database stops a launcher at start, and live launchers prune the rows of dead ones."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from runlane.adapters.sqlite import SqliteStore
+from runlane.catalog import Catalog
+from runlane.errors import StoreError
+from runlane.ports import FixedClock, Heartbeat, Store
+from runlane.service.config import Settings
+from runlane.service.launcher import Launcher
+from runlane.service.runtime import build_executors, open_runtime, serve
+from runlane.service.stores import store_from_url
+
+T0 = datetime(2031, 3, 4, 5, 6, 7, tzinfo=UTC)
+
+
+async def test_reads_do_not_create_a_missing_sqlite_file(tmp_path: Path) -> None:
+    path = tmp_path / "typo.db"
+    settings = Settings(database_url=f"sqlite:///{path}", catalog_path=str(tmp_path / "c.yaml"))
+    with pytest.raises(StoreError, match=r"no database at .*typo\.db — run `runlane db upgrade`"):
+        async with open_runtime(settings, catalog=False, check_schema=False):
+            pass
+    assert not path.exists()
+    # The library default (and `runlane db upgrade`) still creates it.
+    async with open_runtime(settings, catalog=False, check_schema=False, create=True) as rt:
+        await rt.store.upgrade()
+    assert path.exists()
+    async with open_runtime(settings, catalog=False) as rt:
+        assert await rt.store.launchers() == []
+
+
+async def test_a_missing_file_removed_before_connect_is_not_created(tmp_path: Path) -> None:
+    store = store_from_url(f"sqlite:///{tmp_path / 'gone.db'}", create=False)
+    with pytest.raises(StoreError, match="no database at"):
+        await store.open()
+    assert not (tmp_path / "gone.db").exists()
+
+
+@contextlib.contextmanager
+def read_only(path: Path) -> Iterator[None]:
+    """Make a SQLite file unwritable: `chattr +i` as root, file and directory modes otherwise."""
+    if os.geteuid() == 0:
+        chattr = shutil.which("chattr")
+        if chattr is None:
+            pytest.skip("root without chattr: cannot make a read-only file")
+        made = subprocess.run([chattr, "+i", str(path)], capture_output=True, check=False)
+        if made.returncode != 0:
+            pytest.skip(f"chattr +i failed: {made.stderr.decode().strip()}")
+        try:
+            yield
+        finally:
+            subprocess.run([chattr, "-i", str(path)], check=False)
+        return
+    path.chmod(0o444)
+    path.parent.chmod(0o555)
+    try:
+        yield
+    finally:
+        path.parent.chmod(0o755)
+        path.chmod(0o644)
+
+
+@pytest.fixture
+async def sqlite_settings(tmp_path: Path, catalog_file: Path) -> Settings:
+    url = f"sqlite:///{tmp_path / 'ro.db'}"
+    store = store_from_url(url)
+    await store.open()
+    await store.upgrade()
+    await store.close()
+    return Settings(
+        database_url=url,
+        catalog_path=str(catalog_file),
+        log_dir=str(tmp_path / "logs"),
+        claim_interval=0.1,
+        heartbeat_interval=1.0,
+    )
+
+
+async def test_serve_refuses_a_read_only_sqlite_database(
+    sqlite_settings: Settings, tmp_path: Path
+) -> None:
+    with read_only(tmp_path / "ro.db"):
+        async with open_runtime(sqlite_settings, catalog=False) as rt:
+            with pytest.raises(StoreError, match="database not writable"):
+                await rt.store.check_writable()
+        async with asyncio.timeout(10):
+            with pytest.raises(StoreError, match="database not writable"):
+                await serve(sqlite_settings, install_signals=False)
+    # Writable again: the probe passes and wrote nothing.
+    async with open_runtime(sqlite_settings, catalog=False) as rt:
+        await rt.store.check_writable()
+        assert await rt.store.launchers() == []
+
+
+@pytest.mark.postgres
+async def test_serve_refuses_a_read_only_postgres_database(
+    pg_database: str, catalog_file: Path, tmp_path: Path
+) -> None:
+    store = store_from_url(pg_database)
+    await store.open()
+    await store.upgrade()
+    await store.close()
+    sep = "&" if "?" in pg_database else "?"
+    read_only_url = f"{pg_database}{sep}options=-c%20default_transaction_read_only%3Don"
+    settings = Settings(
+        database_url=read_only_url, catalog_path=str(catalog_file), log_dir=str(tmp_path / "logs")
+    )
+    async with open_runtime(settings, catalog=False) as rt:
+        with pytest.raises(StoreError, match=r"database not writable: PostgreSQL at .*read-only"):
+            await rt.store.check_writable()
+    async with asyncio.timeout(20):
+        with pytest.raises(StoreError, match="database not writable"):
+            await serve(settings, install_signals=False)
+
+
+async def test_a_launcher_beat_prunes_launchers_silent_for_an_hour(
+    tmp_path: Path, catalog: Catalog
+) -> None:
+    clock = FixedClock(T0)
+    store: Store = SqliteStore(str(tmp_path / "prune.db"), clock=clock)
+    await store.open()
+    try:
+        await store.upgrade()
+        await store.beat(Heartbeat("killed-9", "h", 1, "0.1.0", T0, running={"inline": 1}))
+        await store.beat(Heartbeat("quiet", "h", 2, "0.1.0", T0))
+        s = Settings(log_dir=str(tmp_path / "logs"), heartbeat_interval=15.0, launcher_id="live")
+        launcher = Launcher(store=store, catalog=catalog, executors=build_executors(s), settings=s)
+        clock.advance(3000)
+        await store.beat(Heartbeat("quiet", "h", 2, "0.1.0", T0))
+        clock.advance(601)  # killed-9: 3601 s silent (> 1 h = max(1 h, 10 x 15 s)); quiet: 601 s
+        await launcher.beat()
+        assert [h.launcher_id for h in await store.launchers()] == ["live", "quiet"]
+    finally:
+        await store.close()
+
+
+def test_the_prune_bound_is_an_hour_or_ten_heartbeats() -> None:
+    assert Settings().launcher_prune_after == 3600.0
+    assert Settings(heartbeat_interval=600.0).launcher_prune_after == 6000.0
