@@ -393,7 +393,15 @@ async def warn_if_no_launcher(rt: Runtime) -> None:
         err.print("[yellow]warning:[/] no launcher is running; start one with `runlane serve`")
 
 
-async def follow_with_output(rt: Runtime, run_id: str, *, show_output: bool) -> Any:
+def write_output(text: str, *, raw: bool = False) -> None:
+    """A job's output on stdout: as it is when piped or with --raw, with its control characters
+    shown as escapes on a terminal (a job must not be able to clear or retitle the reader's)."""
+    sys.stdout.write(text if raw or not sys.stdout.isatty() else output.terminal_safe(text))
+
+
+async def follow_with_output(
+    rt: Runtime, run_id: str, *, show_output: bool, raw: bool = False
+) -> Any:
     """Follow a run (and its retries) to the end, printing its output as it is written."""
     run = await rt.store.get_run(run_id)
     printed: dict[str, int] = {}
@@ -406,13 +414,13 @@ async def follow_with_output(rt: Runtime, run_id: str, *, show_output: bool) -> 
                     chunk = fh.read()
                     if chunk:
                         printed[str(path)] = printed.get(str(path), 0) + len(chunk)
-                        sys.stdout.write(chunk.decode("utf-8", "replace"))
+                        write_output(chunk.decode("utf-8", "replace"), raw=raw)
                         sys.stdout.flush()
         if run.status.is_final:
             nxt = await rt.next_attempt(run)
             if nxt is None:
                 if show_output and str(rt.log_path(run)) not in printed and run.log_tail:
-                    sys.stdout.write(run.log_tail)
+                    write_output(run.log_tail, raw=raw)
                 return run
             if show_output:
                 out.print(
@@ -486,6 +494,7 @@ def show_run(run_id: str, as_json: bool, database: str | None) -> None:
         out.print(output.kv_table(data.items()))
         if tail:
             out.print("[bold]log tail[/]")
+            tail = output.terminal_safe(tail)  # a view for people, piped or not
             sys.stdout.write(tail if tail.endswith("\n") else tail + "\n")
 
     with_runtime(settings, body, catalog=False)
@@ -496,9 +505,14 @@ def show_run(run_id: str, as_json: bool, database: str | None) -> None:
 def logs_cmd(
     run_id: str,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the run ends.")] = False,
+    raw: Annotated[
+        bool,
+        typer.Option("--raw", help="Print control characters as they are, even on a terminal."),
+    ] = False,
     database: DatabaseOpt = None,
 ) -> None:
-    """Print a run's output (the per-run log file, or the saved tail)."""
+    """Print a run's output (the per-run log file, or the saved tail). On a terminal, control
+    characters (escape sequences) are shown as escapes unless --raw; piped, output is as is."""
     settings = settings_from(database=database)
 
     async def body(rt: Runtime) -> None:
@@ -510,19 +524,24 @@ def logs_cmd(
 
             try:
                 async for chunk in pod_log_lines(rt, run, follow=follow):
-                    sys.stdout.write(chunk + "\n" if follow else chunk)
+                    write_output(chunk + "\n" if follow else chunk, raw=raw)
                     sys.stdout.flush()
                 return
             except NotFound as exc:
                 if not run.log_tail:
                     raise fail(exc.message) from None
         if follow:
-            await follow_with_output(rt, run.id, show_output=True)
+            await follow_with_output(rt, run.id, show_output=True, raw=raw)
             return
         if path.exists():
-            sys.stdout.write(path.read_text(errors="replace"))
+            data = path.read_bytes()
+            if raw or not sys.stdout.isatty():
+                sys.stdout.flush()
+                sys.stdout.buffer.write(data)  # byte for byte, for tools
+            else:
+                write_output(data.decode("utf-8", "replace"))
         elif run.log_tail:
-            sys.stdout.write(run.log_tail)
+            write_output(run.log_tail, raw=raw)
         elif not run.status.is_final:
             err.print(f"run {run.id} has no output yet ({run.status.value})")
 

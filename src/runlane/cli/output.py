@@ -30,6 +30,17 @@ STATUS_STYLE = {
     "cancelled": "dim",
 }
 
+# Control characters a job's output could use on the terminal of whoever reads it (clear the
+# screen, retitle the window, move the cursor to overwrite text): everything below U+0020 but
+# newline and tab, DEL, and the C1 range. Shown as visible escapes such as \x1b instead.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (9, 10)}
+
+
+def terminal_safe(text: str) -> str:
+    """`text` with every control character but newline and tab shown as an escape (\x1b)."""
+    return text.translate(_CONTROLS)
+
+
 # Lease token is a secret of the launcher holding it: never printed.
 HIDDEN = frozenset({"lease_token", "params_raw"})
 
@@ -115,5 +126,5 @@ def kv_table(rows: Iterable[tuple[str, Any]]) -> Table:
     for key, value in rows:
         if value is None or value == "":
             continue
-        table.add_row(escape(key), escape(str(value)))
+        table.add_row(escape(key), escape(terminal_safe(str(value))))
     return table
