@@ -23,7 +23,7 @@ from runlane.cli.inputs import (
     run_id_prefix,
 )
 from runlane.cli.output import err, escape, iso, out, print_json
-from runlane.core.runs import Trigger
+from runlane.core.runs import RunStatus, Trigger
 from runlane.core.schedule import Pause, schedule_table
 from runlane.errors import NotFound, RunlaneError
 from runlane.ports import ChainRun
@@ -224,8 +224,14 @@ def register(app: typer.Typer) -> None:
                             "new": emitted.created,
                         },
                         "runs": [
-                            {"job": x.job, "run_id": x.run_id, "started": x.started}
-                            for x in emitted.links
+                            {
+                                "job": x.job,
+                                "run_id": x.run_id,
+                                "started": x.started,
+                                "status": r.run.status.value,
+                                "end_reason": r.run.end_reason,
+                            }
+                            for x, r in zip(emitted.links, emitted.runs, strict=True)
                         ],
                     }
                 )
@@ -234,7 +240,11 @@ def register(app: typer.Typer) -> None:
             out.print(f"event {emitted.event.id} {state} ({escape(emitted.event.key)})")
             if not emitted.links:
                 out.print("no job listens for this key")
-            for link in emitted.links:
+            for link, result in zip(emitted.links, emitted.runs, strict=True):
+                if result.run.status is RunStatus.SKIPPED:
+                    why = escape(result.run.end_reason or "skipped")
+                    out.print(f"  skipped {escape(link.job)} run {link.run_id} ({why})")
+                    continue
                 verb = "started" if link.started else "joined"
                 out.print(f"  {verb} {escape(link.job)} run {link.run_id}")
 

@@ -21,7 +21,7 @@ import structlog
 
 from runlane.catalog import Catalog
 from runlane.catalog.params import MAX_PARAMS_BYTES
-from runlane.core.runs import AcceptResult, Trigger, event_dedupe_key
+from runlane.core.runs import AcceptResult, RunStatus, Trigger, event_dedupe_key
 from runlane.errors import ConfigError
 from runlane.ports import Event, EventLink, Store
 from runlane.service.accept import RunRequest, text_problem
@@ -140,7 +140,9 @@ async def emit_event(
             )
         )
         runs.append(result)
-        started = result.created or result.run.event_id == event.id
+        # This event started the run, unless the run was recorded as skipped (an `overlap:
+        # forbid` job still busy with the previous window's run): then nothing started.
+        started = result.run.event_id == event.id and result.run.status is not RunStatus.SKIPPED
         links.append(EventLink(event.id, result.run.id, job, started))
     await store.link_event_runs(links)
     log.info("event.recorded", event_id=event.id, key=event.key, new=created, runs=len(links))

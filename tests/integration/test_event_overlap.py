@@ -1,0 +1,72 @@
+"""An event whose debounce window opens while the job (`overlap: forbid`) is still busy with the
+previous window's run records a skipped run and says so: it started nothing. SQLite and
+PostgreSQL, on a clock the test moves across a window boundary."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from runlane.adapters.postgres import PostgresStore
+from runlane.adapters.sqlite import SqliteStore
+from runlane.catalog import Catalog, parse_catalog_text
+from runlane.core.runs import RunStatus
+from runlane.ports import FixedClock, Store
+from runlane.service.accept import RunRequest, accept_run
+from runlane.service.events import emit_event
+
+CATALOG = """
+version: 1
+defaults: {executor: inline, deadline: 1m}
+jobs:
+  notify:
+    command: ["true"]
+    overlap: forbid
+    on_event: [{key: rumor.signal_created, debounce: 30m}]
+"""
+BEFORE_BOUNDARY = datetime(2031, 3, 4, 14, 29, 59, tzinfo=UTC)
+
+
+@pytest.fixture
+def clock() -> FixedClock:
+    return FixedClock(BEFORE_BOUNDARY)
+
+
+@pytest.fixture
+async def store(database_url: str, clock: FixedClock) -> AsyncIterator[Store]:
+    s: Store
+    if database_url.startswith("sqlite"):
+        s = SqliteStore(database_url.removeprefix("sqlite:///"), clock=clock)
+    else:
+        s = PostgresStore(database_url, pool_max=2, clock=clock)
+    await s.open()
+    await s.upgrade()
+    yield s
+    await s.close()
+
+
+async def test_a_new_window_while_the_job_is_busy_records_a_skip_not_a_start(
+    store: Store, clock: FixedClock
+) -> None:
+    catalog: Catalog = parse_catalog_text(CATALOG, "catalog.yaml")
+
+    async def accept(request: RunRequest) -> Any:
+        return await accept_run(store, catalog, request)
+
+    first = await emit_event(store, catalog, accept, "rumor.signal_created", event_id="e1")
+    assert [(link.started, r.run.status) for link, r in zip(first.links, first.runs, strict=True)] == [
+        (True, RunStatus.QUEUED)
+    ]
+    clock.advance(2)  # 14:30:01: the next 30-minute window; the first run is still queued
+    second = await emit_event(store, catalog, accept, "rumor.signal_created", event_id="e2")
+    [link] = second.links
+    [result] = second.runs
+    assert result.run.id != first.runs[0].run.id
+    assert result.run.status is RunStatus.SKIPPED
+    assert result.run.end_reason == "overlap"
+    assert link.started is False
+    again = await emit_event(store, catalog, accept, "rumor.signal_created", event_id="e2")
+    assert [x.started for x in again.links] == [False]  # the same answer when repeated
