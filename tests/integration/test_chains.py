@@ -214,8 +214,6 @@ async def test_latest_starts_a_step_while_its_parent_runs(
         )
     finally:
         await past.close()
-    first = await runner.store.list_runs(RunFilter(chain_root_id=run.id))
-    assert [r.dedupe_key.rsplit("/", 1)[1] for r in first] == ["slow"]  # not yet at its start
     while True:
         step = await runner.store.get_run(await asyncio.wait_for(hooks.steps.get(), 30))
         if step.dedupe_key.endswith("/lineup"):
