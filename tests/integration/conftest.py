@@ -18,6 +18,7 @@ import pytest
 
 from runlane.catalog import Catalog, load_catalog
 from runlane.ports import Store
+from runlane.service.accept import RunRequest, accept_run
 from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
 from runlane.service.runtime import build_executors
@@ -197,3 +198,29 @@ async def start_launcher(
     for r in started:
         if not r.task.done():
             await r.stop()
+
+
+async def run_to_end(
+    store: Any, catalog: Catalog, settings: Settings, requests: list[RunRequest]
+) -> list[str]:
+    """Start a launcher, accept `requests`, wait until each run's supervision is over, stop the
+    launcher; the run ids, in order. `store` may wrap a real one."""
+    events = Events()
+    launcher = Launcher(
+        store=store,
+        catalog=catalog,
+        executors=build_executors(settings),
+        settings=settings,
+        hook=events,
+        retry_base_seconds=0.05,
+    )
+    task = asyncio.create_task(launcher.run())
+    try:
+        ids = [(await accept_run(store, catalog, r)).run.id for r in requests]
+        for run_id in ids:
+            await events.wait("finished", run_id)
+        return ids
+    finally:
+        launcher.stop()
+        async with asyncio.timeout(30):
+            await task

@@ -4,7 +4,6 @@ starts, the SDK reads them, and the files are gone when it ends. SQLite and Post
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -14,12 +13,10 @@ import pytest
 from runlane.catalog import load_catalog
 from runlane.core.runs import RunStatus, Trigger
 from runlane.ports import RunFilter, Store
-from runlane.service.accept import RunRequest, accept_run
+from runlane.service.accept import RunRequest
 from runlane.service.config import Settings
-from runlane.service.launcher import Launcher
-from runlane.service.runtime import build_executors
 
-from .conftest import Events
+from .conftest import run_to_end
 
 PY = sys.executable
 READER = (
@@ -50,20 +47,9 @@ def catalog_file(tmp_path: Path) -> Path:
 
 
 async def _run(store: Store, settings: Settings, catalog_file: Path, job: str, **params: str) -> str:
-    catalog = load_catalog(catalog_file)
-    events = Events()
-    launcher = Launcher(store=store, catalog=catalog, executors=build_executors(settings),
-                        settings=settings, hook=events, retry_base_seconds=0.05)
-    task = asyncio.create_task(launcher.run())
-    try:
-        run = (await accept_run(store, catalog, RunRequest(job=job, trigger=Trigger.CLI,
-                                                           params=params))).run
-        await events.wait("finished", run.id)
-        return run.id
-    finally:
-        launcher.stop()
-        async with asyncio.timeout(30):
-            await task
+    request = RunRequest(job=job, trigger=Trigger.CLI, params=params)
+    [run_id] = await run_to_end(store, load_catalog(catalog_file), settings, [request])
+    return run_id
 
 
 async def test_params_over_the_env_budget_travel_in_files(

@@ -5,7 +5,6 @@ to be retried as `launcher_lost` and run twice. SQLite and the real PostgreSQL."
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,16 +12,18 @@ from typing import Any
 
 import pytest
 
-from runlane.catalog import Catalog, load_catalog
+from runlane.catalog import load_catalog
 from runlane.core.runs import RunStatus, Trigger
 from runlane.errors import StoreError
 from runlane.ports import FinishedRun, FinishRequest, RunFilter, Store
-from runlane.service.accept import RunRequest, accept_run
+from runlane.service.accept import RunRequest
 from runlane.service.config import Settings
-from runlane.service.launcher import Launcher
-from runlane.service.runtime import build_executors
 
-from .conftest import Events
+from .conftest import run_to_end
+
+
+def cli(job: str) -> RunRequest:
+    return RunRequest(job=job, trigger=Trigger.CLI)
 
 PY = sys.executable
 CATALOG = f"""
@@ -63,36 +64,11 @@ class RefusesPoison:
         return await self._store.finish_many(requests)
 
 
-async def _run_all(store: Any, catalog: Catalog, settings: Settings, jobs: list[str]) -> list[str]:
-    events = Events()
-    launcher = Launcher(
-        store=store,
-        catalog=catalog,
-        executors=build_executors(settings),
-        settings=settings,
-        hook=events,
-        retry_base_seconds=0.05,
-    )
-    task = asyncio.create_task(launcher.run())
-    try:
-        ids = [
-            (await accept_run(store, catalog, RunRequest(job=j, trigger=Trigger.CLI))).run.id
-            for j in jobs
-        ]
-        for run_id in ids:
-            await events.wait("finished", run_id)
-        return ids
-    finally:
-        launcher.stop()
-        async with asyncio.timeout(30):
-            await task
-
-
 async def test_nul_bytes_and_invalid_utf8_in_output_are_stored_replaced(
     store: Store, catalog_file: Path, settings: Settings
 ) -> None:
     catalog = load_catalog(catalog_file)
-    [run_id] = await _run_all(store, catalog, settings, ["binary"])
+    [run_id] = await run_to_end(store, catalog, settings, [cli("binary")])
     run = await store.get_run(run_id)
     assert run.status is RunStatus.SUCCESS
     assert run.attempt == 1
@@ -106,7 +82,7 @@ async def test_a_refused_outcome_is_saved_without_its_texts_and_spares_the_batch
 ) -> None:
     catalog = load_catalog(catalog_file)
     wrapped = RefusesPoison(store)
-    ids = await _run_all(wrapped, catalog, settings, ["poison", *["plain"] * 6])
+    ids = await run_to_end(wrapped, catalog, settings, [cli(j) for j in ["poison", *["plain"] * 6]])
     assert wrapped.refused >= 1
     runs = {run_id: await store.get_run(run_id) for run_id in ids}
     assert {r.status for r in runs.values()} == {RunStatus.SUCCESS}
