@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 T0 = datetime(2031, 3, 4, 5, 6, 7, 123456, tzinfo=UTC)
 SUCCESS = Outcome(RunStatus.SUCCESS, "exit", exit_code=0)
 FAILURE = Outcome(RunStatus.FAILURE, "exit", exit_code=1, error_code="exit_code", log_tail="boom")
+FAILURE_WITH_NOTE = Outcome(RunStatus.FAILURE, "exit", exit_code=1, note="the outcome's own")
 
 
 def new_run(
@@ -749,6 +750,32 @@ async def test_sweep_orphans_ends_only_unsupervised_runs_past_deadline_and_grace
         assert (run.status, run.end_reason) == (RunStatus.TIMEOUT, "orphaned")
     assert (await store.get_run(supervised.run.id)).status == RunStatus.RUNNING
     assert await store.sweep_orphans(grace=600) == []
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["finish", "finish_many"])
+async def test_a_note_from_a_released_temporary_error_ends_with_it(
+    harness: StoreHarness, batched: bool
+) -> None:
+    store, clock = await pinned(harness)
+    claimed = await _one_claimed(store, note="no cluster: ran inline")
+    await store.release(claimed.lease, retry_after=1, error_code="api_unavailable", note="503")
+    clock.advance(1)
+    [again] = await claim_all(store)
+    if batched:
+        await store.finish_many([FinishRequest(again.lease, SUCCESS)])
+    else:
+        await store.finish(again.lease, SUCCESS)
+    run = await store.get_run(again.run.id)
+    assert run.status is RunStatus.SUCCESS
+    assert run.error_code is None
+    assert run.note is None  # "503" was about the released attempt, not this outcome
+    # Without a release, the accept note stays; an outcome's own note replaces it.
+    kept = await _one_claimed(store, note="no cluster: ran inline")
+    await store.finish_many([FinishRequest(kept.lease, SUCCESS)])
+    assert (await store.get_run(kept.run.id)).note == "no cluster: ran inline"
+    told = await _one_claimed(store, note="no cluster: ran inline")
+    await store.finish(told.lease, FAILURE_WITH_NOTE)
+    assert (await store.get_run(told.run.id)).note == "the outcome's own"
 
 
 async def test_finish_many_saves_each_under_its_own_lease(harness: StoreHarness) -> None:

@@ -212,7 +212,10 @@ UPDATE run_log r SET
     exit_code = %(exit_code)s,
     error_code = %(error_code)s,
     log_tail = %(log_tail)s,
-    note = coalesce(%(note)s, r.note),  -- keep the accept note (e.g. no_cluster_fallback) unless the outcome has one
+    -- The outcome's note; else the accept note (e.g. no_cluster_fallback), unless the row holds
+    -- the note of a temporary error it was released with (error_code set): that one is over.
+    note = CASE WHEN %(note)s::text IS NOT NULL THEN %(note)s
+                WHEN r.error_code IS NOT NULL THEN NULL ELSE r.note END,
     finished_at = n.now,
     external_id = coalesce(%(external_id)s, r.external_id)
 FROM n
@@ -237,7 +240,8 @@ UPDATE run_log r SET
     exit_code = v.exit_code,
     error_code = v.error_code,
     log_tail = v.log_tail,
-    note = coalesce(v.note, r.note),
+    note = CASE WHEN v.note IS NOT NULL THEN v.note
+                WHEN r.error_code IS NOT NULL THEN NULL ELSE r.note END,  -- as in finish
     finished_at = n.now,
     external_id = coalesce(v.external_id, r.external_id)
 FROM v, n

@@ -119,7 +119,10 @@ UPDATE run_log SET
     exit_code = :exit_code,
     error_code = :error_code,
     log_tail = :log_tail,
-    note = coalesce(:note, note),  -- keep the accept note (e.g. no_cluster_fallback) unless the outcome has one
+    -- The outcome's note; else the accept note (e.g. no_cluster_fallback), unless the row holds
+    -- the note of a temporary error it was released with (error_code set): that one is over.
+    note = CASE WHEN :note IS NOT NULL THEN :note
+                WHEN error_code IS NOT NULL THEN NULL ELSE note END,
     finished_at = :now,
     external_id = coalesce(:external_id, external_id)
 WHERE id = :id AND status = 'running' AND lease_token = :token AND lease_generation = :gen
