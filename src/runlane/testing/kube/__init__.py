@@ -31,7 +31,8 @@ Container images choose what the fake kubelet does (see `kubelet.Script`):
 | `local` (or any image with `run_local=True`) | runs `command + args` as a local process |
 
 Scripted containers print the `FAKE_OUTPUT` env value as their log. A missing ConfigMap/Secret volume
-keeps the pod in `ContainerCreating` with a `FailedMount` event. Local containers get the container's
+keeps the pod in `ContainerCreating` with a `FailedMount` event (repeats aggregate into its count)
+and is retried with backoff (0.5 s doubling to 8 s, `Timing.mount_retry*`) until it exists. Local containers get the container's
 env over the server's own environment and their volumes (ConfigMaps, Secrets, emptyDirs) written
 under `$KUBE_FAKE_ROOT/<mountPath>`.
 """

@@ -78,6 +78,7 @@ class Cluster:
         self._dependents: dict[str, set[tuple[ResourceType, str, str]]] = {}
         self._stop = False
         self._thread: threading.Thread | None = None
+        self.last_event_name = ""  # the name of the event `record_event` wrote last
         self.store.listeners.append(self._on_event)
 
     # --- loop ------------------------------------------------------------------------------------
@@ -205,7 +206,8 @@ class Cluster:
             "firstTimestamp": now, "lastTimestamp": now, "count": 1, "type": kind, "eventTime": None,
             "reportingComponent": component, "reportingInstance": "fake-node" if component == "kubelet" else "",
         }
-        self.store.create(EVENTS, meta.get("namespace") or "default", event)
+        created = self.store.create(EVENTS, meta.get("namespace") or "default", event)
+        self.last_event_name = str(created["metadata"]["name"])
 
     # --- API operations --------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from runlane.testing.kube.store import CONFIGMAPS, PODS, SECRETS, Obj, now_rfc3339
+from runlane.testing.kube.store import CONFIGMAPS, EVENTS, PODS, SECRETS, Obj, now_rfc3339
 
 if TYPE_CHECKING:
     from runlane.testing.kube.cluster import Cluster
@@ -91,6 +91,11 @@ class Timing:
     pull: float = 0.0  # ContainerCreating -> Running
     run: float = 0.0  # Running -> terminated, for scripted containers (`fake/sleep:N` sets its own)
     grace_cap: float = 2.0  # SIGTERM -> SIGKILL for local processes, at most this (wall seconds)
+    # A missing ConfigMap/Secret volume is retried like the kubelet's volume manager does: after
+    # `mount_retry` seconds, doubling up to `mount_retry_max` (the real cap is 2m2s; a shorter one
+    # keeps a volume created a moment late from delaying tests), a FailedMount event each time.
+    mount_retry: float = 0.5
+    mount_retry_max: float = 8.0
 
 
 @dataclass
@@ -117,6 +122,8 @@ class PodRuntime:
     containers: list[ContainerRuntime] = field(default_factory=list)
     root: Path | None = None
     killing: bool = False
+    mount_backoff: float = 0.0  # the next delay before retrying a missing volume
+    mount_event: str = ""  # the FailedMount event repeats aggregate into (count, lastTimestamp)
 
 
 def _ready_conditions(now: str, *, scheduled: bool, initialized: bool, ready: bool, reason: str = "",
@@ -269,17 +276,26 @@ class Kubelet:
 
         self._set_status(rt, fn)
 
-    def _create_containers(self, rt: PodRuntime) -> None:
+    def _create_containers(self, rt: PodRuntime, *, retry: bool = False) -> None:
         pod = self._pod(rt)
-        if pod is None or pod["metadata"].get("deletionTimestamp"):
+        if pod is None or pod["metadata"].get("deletionTimestamp") or rt.killing:
             return
-        self._waiting(rt, {})
-        rt.stage = "waiting"
+        if retry:
+            if rt.stage != "waiting":
+                return
+        else:
+            self._waiting(rt, {})
+            rt.stage = "waiting"
         problems: dict[str, tuple[str, str]] = {}
         missing_volume = self._missing_volume(pod)
         if missing_volume:
-            self._event(rt, "Warning", "FailedMount", missing_volume)
-            return  # stays ContainerCreating, like a pod whose ConfigMap volume does not exist
+            # Stays ContainerCreating and retries the mount with backoff, like the kubelet's volume
+            # manager: the container starts once the ConfigMap/Secret exists (runlane creates the
+            # params ConfigMap just after its Job). One timer per waiting pod, no polling loop.
+            self._failed_mount(rt, missing_volume)
+            rt.mount_backoff = min(rt.mount_backoff * 2 or self.timing.mount_retry, self.timing.mount_retry_max)
+            self.cluster.after(rt.mount_backoff, lambda: self._create_containers(rt, retry=True))
+            return
         for c, spec in zip(rt.containers, pod["spec"]["containers"], strict=False):
             b = c.script.behaviour
             ref = f'"{c.image}"'
@@ -311,6 +327,20 @@ class Kubelet:
             self._waiting(rt, problems)
             return
         self.cluster.after(self.timing.pull, lambda: self._start(rt))
+
+    def _failed_mount(self, rt: PodRuntime, message: str) -> None:
+        """A FailedMount event; repeats of the same one aggregate into its count, as the event
+        recorder does ("(x5 over 20s)" in kubectl describe)."""
+        prev = self.store.find(EVENTS, rt.namespace, rt.mount_event) if rt.mount_event else None
+        if prev is not None and prev.get("message") == message:
+            new = copy.deepcopy(prev)
+            new["count"] = int(prev.get("count") or 1) + 1
+            new["lastTimestamp"] = self._now()
+            self.store.write(EVENTS, new)
+            return
+        self._event(rt, "Warning", "FailedMount", message)
+        latest = self.cluster.last_event_name
+        rt.mount_event = latest or ""
 
     def _missing_volume(self, pod: Obj) -> str:
         for vol in pod.get("spec", {}).get("volumes") or []:
