@@ -93,7 +93,8 @@ async def launch(
             hook=events,
             retry_base_seconds=0.05,
         )
-        running.append((launcher, asyncio.create_task(launcher.run()), pod))
+        task = asyncio.create_task(launcher.run(), name=f"launcher-{id(launcher)}")
+        running.append((launcher, task, pod))
         return launcher, events, pod
 
     yield start
@@ -238,3 +239,23 @@ async def test_logs_follow_streams_a_running_pods_log(
     await events.wait("finished", run_id)
     whole = "".join([chunk async for chunk in pod_log_lines(rt, run, follow=False)])
     assert whole.splitlines() == seen
+
+
+async def test_shutdown_leaves_pod_runs_at_once_for_the_next_launcher(
+    launch: Callable[..., Any], store: Store, pod_catalog: Catalog, kube: KubeFake
+) -> None:
+    launcher, events, _ = launch(shutdown_grace=20.0)
+    run_id = await accept(store, pod_catalog, "hang")
+    await events.wait("started", run_id)
+    task = next(t for t in asyncio.all_tasks() if t.get_name() == f"launcher-{id(launcher)}")
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    launcher.stop()
+    async with asyncio.timeout(30):
+        await task
+    # No grace period spent on a pod: it runs on without the launcher (which never deletes it).
+    assert loop.time() - t0 < 10.0
+    run = await store.get_run(run_id)
+    assert run.status == RunStatus.RUNNING
+    assert run.external_id is not None
+    assert kube.state.pods_of(run.external_id.split("/", 1)[1])  # the Job and its pod are there

@@ -260,6 +260,12 @@ class Launcher:
 
     async def _shutdown(self) -> None:
         log.info("launcher.stopping", launcher=self.owner, running=len(self._active))
+        # A pod (or any remote) execution goes on without us and is never deleted at shutdown:
+        # stop watching it at once, unless its outcome is being saved. The next launcher
+        # reattaches to it when its lease expires. Inline runs get the grace period below.
+        for sup in list(self._active.values()):
+            if sup.task is not None and sup.executing and sup.executor.name != "inline":
+                sup.task.cancel()
         pending = [s.task for s in self._active.values() if s.task is not None]
         if pending:
             _, still = await asyncio.wait(pending, timeout=self.settings.shutdown_grace)
@@ -493,6 +499,11 @@ class Launcher:
                 error_code="deadline",
                 note="the deadline passed while the executor was starting the run",
             )
+        if sup.executor.name != "inline" and execution.external_id:
+            # Where the run lives (namespace/Job name), for whoever looks while it runs; an inline
+            # run's pid is saved with its outcome instead (a write per start would cost throughput).
+            external_id = execution.external_id
+            await self._write(lambda: self.store.set_external_id(sup.lease, external_id))
         self._emit("started", run.id)
         log.debug("run.started", run_id=run.id, job=run.job, external_id=execution.external_id)
         outcome: Outcome | None = None
