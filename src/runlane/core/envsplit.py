@@ -5,7 +5,9 @@ about 2 MiB (a quarter of the stack limit): a run whose params exceed that canno
 exec'd (E2BIG). Every executor therefore keeps the run's own environment under a budget and
 moves the params that do not fit into files the job reads instead (the SDK's
 `params_from_env()` follows `RUNLANE_PARAMS_FILE`): a mounted ConfigMap for pods, a private
-directory for inline runs.
+directory for inline runs. A ConfigMap holds at most 1 MiB, so pods give the files a budget too:
+`params.json` always goes, single `RUNLANE_PARAM_*` values only while they fit (the others are
+read from `params.json`).
 """
 
 from __future__ import annotations
@@ -25,8 +27,16 @@ def env_size(env: Mapping[str, str]) -> int:
     return sum(len(k.encode()) + len(v.encode()) + 2 for k, v in env.items())
 
 
+def file_size(files: Mapping[str, str]) -> int:
+    """Bytes files take where each key and value count (a ConfigMap's `data`)."""
+    return sum(len(k.encode()) + len(v.encode()) for k, v in files.items())
+
+
 def split_env(
-    env: Mapping[str, str], params_dir: str, budget: int = ENV_BUDGET_BYTES
+    env: Mapping[str, str],
+    params_dir: str,
+    budget: int = ENV_BUDGET_BYTES,
+    files_budget: int | None = None,
 ) -> tuple[dict[str, str], dict[str, str] | None]:
     """The environment to pass as such, and the files (name → content) to put in `params_dir`
     instead, or None when everything fits.
@@ -35,6 +45,11 @@ def split_env(
     names it), then the largest `RUNLANE_PARAM_*` values follow, each to a file of its own name,
     until the rest fits. Raises PermanentExecutorError (`env_too_large`) when even the
     environment without its params is over the budget.
+
+    `files_budget` (None: unlimited) caps the bytes of the files, names included (a ConfigMap
+    holds at most 1 MiB). `params.json` is always a file; a `RUNLANE_PARAM_*` that fits neither
+    the environment nor what is left of the files budget is left out altogether: every param is
+    in `params.json` anyway (`runlane.sdk.params_from_env()` reads it).
     """
     inline = dict(env)
     if env_size(inline) <= budget:
@@ -48,10 +63,16 @@ def split_env(
         key=lambda k: len(inline[k]),
         reverse=True,
     )
+    used = file_size(spilled)
     for key in singles:
         if env_size(inline) <= budget:
             break
-        spilled[key] = inline.pop(key)
+        value = inline.pop(key)
+        size = len(key.encode()) + len(value.encode())
+        if files_budget is None or used + size <= files_budget:
+            spilled[key] = value
+            used += size
+        # else: left out; params.json holds it
     if env_size(inline) > budget:
         raise PermanentExecutorError(
             f"the run's environment without its params is {env_size(inline)} bytes, over the "

@@ -185,8 +185,18 @@ class PodExecutor:
         watch.subscribe(plan.name)
         try:
             job = await self._create_or_adopt(plan, spec)
+        except BaseException:
+            watch.unsubscribe(plan.name)
+            raise
+        try:
             if plan.params is not None:
                 await self._ensure_config_map(plan, job)
+        except Exception:
+            # The Job exists but cannot run as planned: never leave it behind, unsupervised
+            # (its pod would wait for the ConfigMap volume forever).
+            watch.unsubscribe(plan.name)
+            await self._delete(namespace, plan.name, (job.get("metadata") or {}).get("uid"), spec.run_id)
+            raise
         except BaseException:
             watch.unsubscribe(plan.name)
             raise
@@ -454,31 +464,33 @@ class PodExecutor:
                 raise exc.permanent(f"create the params ConfigMap of {plan.name}") from exc
 
     async def _delete_job(self, run: _Run) -> None:
+        await self._delete(run.namespace, run.name, run.uid, run.spec.run_id)
+
+    async def _delete(self, namespace: str, name: str, uid: str | None, run_id: str) -> None:
+        """Delete a run's Job: Background propagation, UID precondition, a few retries."""
         body: Json = {
             "apiVersion": "v1",
             "kind": "DeleteOptions",
             "propagationPolicy": "Background",
         }
-        if run.uid:
-            body["preconditions"] = {"uid": run.uid}
+        if uid:
+            body["preconditions"] = {"uid": uid}
         delay = 0.5
         for _ in range(4):
             try:
-                await self.api.request("DELETE", jobs_path(run.namespace, run.name), body=body)
-                log.info(
-                    "kubernetes.deleted", run_id=run.spec.run_id, job=f"{run.namespace}/{run.name}"
-                )
+                await self.api.request("DELETE", jobs_path(namespace, name), body=body)
+                log.info("kubernetes.deleted", run_id=run_id, job=f"{namespace}/{name}")
                 return
             except ApiStatus as exc:
                 if exc.code == 404:
                     return
                 if exc.code == 409:  # UID precondition: the name now holds another Job
-                    log.warning("kubernetes.delete_skipped", job=run.name, reason=exc.message)
+                    log.warning("kubernetes.delete_skipped", job=name, reason=exc.message)
                     return
-                log.warning("kubernetes.delete_failed", job=run.name, error=str(exc))
+                log.warning("kubernetes.delete_failed", job=name, error=str(exc))
                 return
             except TemporaryExecutorError as exc:
-                log.warning("kubernetes.delete_retry", job=run.name, error=str(exc))
+                log.warning("kubernetes.delete_retry", job=name, error=str(exc))
                 await asyncio.sleep(delay)
                 delay *= 2
 

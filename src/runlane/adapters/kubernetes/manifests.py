@@ -4,6 +4,7 @@ ConfigMap that carries them). Pure: no API calls, no clock; `launcher_env` is pa
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -33,6 +34,10 @@ DEFAULT_TTL_SECONDS = 86_400
 # Params over the environment budget travel in a ConfigMap mounted here (core/envsplit.py).
 PARAMS_MOUNT_DIR = "/var/run/runlane/params"
 SCRATCH_DIR = "/scratch"
+# The API server refuses a ConfigMap whose data (keys and values, in bytes) exceeds 1 MiB.
+CONFIG_MAP_MAX_BYTES = 1024 * 1024
+# The single RUNLANE_PARAM_* files share what params.json leaves, minus this margin.
+CONFIG_MAP_MARGIN_BYTES = 16 * 1024
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -111,8 +116,46 @@ def expand_image(image: str, environ: Mapping[str, str]) -> str:
 
 def split_env(env: Mapping[str, str]) -> tuple[dict[str, str], dict[str, str] | None]:
     """The environment to pass inline, and the params to put in a ConfigMap mounted at
-    PARAMS_MOUNT_DIR instead (or None): `runlane.core.envsplit.split_env`."""
-    return envsplit.split_env(env, PARAMS_MOUNT_DIR)
+    PARAMS_MOUNT_DIR instead (or None): `runlane.core.envsplit.split_env`, with the files kept
+    under the ConfigMap limit. `params.json` always goes (as UTF-8, not `\\u` escapes); a single
+    `RUNLANE_PARAM_*` that fits neither the environment nor the rest of the ConfigMap is left
+    out (the job reads it from `params.json`). Raises PermanentExecutorError
+    (`params_too_large`) when `params.json` alone cannot be held by a ConfigMap."""
+    inline, spilled = envsplit.split_env(
+        env, PARAMS_MOUNT_DIR, files_budget=CONFIG_MAP_MAX_BYTES - CONFIG_MAP_MARGIN_BYTES
+    )
+    if spilled is None or PARAMS_FILE_KEY not in spilled:
+        return inline, spilled
+    spilled[PARAMS_FILE_KEY] = _compact_json(spilled[PARAMS_FILE_KEY])
+    size = envsplit.file_size({PARAMS_FILE_KEY: spilled[PARAMS_FILE_KEY]})
+    if size > CONFIG_MAP_MAX_BYTES:
+        raise PermanentExecutorError(
+            f"the run's params are {size - len(PARAMS_FILE_KEY)} bytes as JSON; a pod receives "
+            f"them in a ConfigMap, which holds at most {CONFIG_MAP_MAX_BYTES - len(PARAMS_FILE_KEY)} "
+            "bytes of params.json",
+            error_code="params_too_large",
+        )
+    while envsplit.file_size(spilled) > CONFIG_MAP_MAX_BYTES:  # only if the margin was too small
+        largest = max((k for k in spilled if k != PARAMS_FILE_KEY), key=lambda k: len(spilled[k]))
+        del spilled[largest]
+    return inline, spilled
+
+
+def _compact_json(text: str) -> str:
+    """The same JSON with non-ASCII characters as UTF-8 instead of `\\uXXXX` escapes (up to 6
+    bytes for 2): the size the params were accepted at (MAX_PARAMS_BYTES)."""
+    if "\\u" not in text:
+        return text
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    compact = json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    try:
+        smaller = len(compact.encode()) < len(text.encode())
+    except UnicodeEncodeError:  # a lone surrogate: only the escaped form is valid UTF-8
+        return text
+    return compact if smaller else text
 
 
 def _get(profile: Mapping[str, Any], *names: str) -> Any:

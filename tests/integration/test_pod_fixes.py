@@ -1,0 +1,175 @@
+"""Pod-run defects found by a black-box hunt against the local API server (runlane.testing.kube):
+params near the 1 MiB limit, a Job left behind when its ConfigMap fails, `logs --follow` before
+the pod starts, doctor's RBAC and fallback verdicts, a Job deleted while no launcher ran, and a
+mistyped KUBECONFIG."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from lightkube.config.kubeconfig import KubeConfig
+
+from runlane.adapters.kubernetes.api import KubeApi
+from runlane.adapters.kubernetes.executor import PodExecutor
+from runlane.catalog.params import MAX_PARAMS_BYTES
+from runlane.core.k8s_names import job_name, params_config_map_name
+from runlane.core.runs import Outcome, RunStatus
+from runlane.errors import PermanentExecutorError
+from runlane.ports import Execution, ExecutionSpec
+from runlane.testing.kube import KubeFake, Timing, run_server
+
+NS = "default"
+PY = sys.executable
+
+
+@pytest.fixture
+def kube() -> Iterator[KubeFake]:
+    with run_server(run_local=True, timing=Timing(schedule=0.3)) as fake:
+        yield fake
+
+
+def make_executor(kube: KubeFake, **kw: Any) -> PodExecutor:
+    config = KubeConfig.from_file(kube.kubeconfig_path).get()
+    assert config is not None
+    return PodExecutor(
+        api_client=KubeApi.from_config(config),
+        environ={"KUBERNETES_NAMESPACE": NS},
+        launcher_env={},
+        start_timeout=kw.pop("start_timeout", 30.0),
+        **kw,
+    )
+
+
+@pytest.fixture
+async def executor(kube: KubeFake) -> AsyncIterator[PodExecutor]:
+    ex = make_executor(kube)
+    yield ex
+    await ex.aclose()
+
+
+def pod_spec(
+    params: dict[str, Any], *, image: str = "fake/succeed", command: list[str] | None = None
+) -> ExecutionSpec:
+    """A spec whose env is what the launcher's build_env makes of `params`."""
+    rid = str(uuid.uuid4())
+    env = {
+        "RUN_ID": rid,
+        "RUN_TRIGGER": "manual",
+        "RUNLANE_PARAMS": json.dumps(params, separators=(",", ":"), sort_keys=True),
+        **{f"RUNLANE_PARAM_{k.upper()}": str(v) for k, v in params.items()},
+    }
+    return ExecutionSpec(
+        run_id=rid,
+        job="demo",
+        attempt=1,
+        trigger="manual",
+        command=command or ["work"],
+        params=params,
+        env=env,
+        deadline_seconds=120.0,
+        kill_grace_seconds=1.0,
+        profile={"image": image},
+    )
+
+
+async def outcome_of(ex: PodExecutor, execution: Execution, within: float = 30.0) -> Outcome:
+    async with asyncio.timeout(within):
+        async for event in ex.events(execution):
+            if event.kind == "finished":
+                assert event.outcome is not None
+                return event.outcome
+    raise AssertionError("events ended without a finished event")
+
+
+def params_of_size(total: int, **others: str) -> dict[str, Any]:
+    """Params whose compact JSON is exactly `total` bytes (ASCII)."""
+    base = {"blob": "", **others}
+    overhead = len(json.dumps(base, separators=(",", ":"), sort_keys=True).encode())
+    return {**base, "blob": "x" * (total - overhead)}
+
+
+# ---------------------------------------------------------------------- 1. params near 1 MiB
+
+
+READER = (
+    "import json, os; f = os.environ['RUNLANE_PARAMS_FILE']; "
+    "p = json.load(open(os.environ['KUBE_FAKE_ROOT'] + f, encoding='utf-8')); "
+    "print(json.dumps({k: len(v) for k, v in sorted(p.items())}), "
+    "sorted(k for k in os.environ if k.startswith('RUNLANE_PARAM')))"
+)
+
+
+@pytest.mark.parametrize("size", [600 * 1024, 900 * 1024, MAX_PARAMS_BYTES - 64])
+async def test_params_up_to_the_limit_run_in_one_config_map(
+    kube: KubeFake, executor: PodExecutor, size: int
+) -> None:
+    params = params_of_size(size, small="s")
+    s = pod_spec(params, image="local", command=[PY, "-c", READER])
+    execution = await executor.start(s)
+    outcome = await outcome_of(executor, execution)
+    assert outcome.status == RunStatus.SUCCESS, (outcome.note, outcome.log_tail)
+    name = job_name("demo", s.run_id, 1)
+    cm = kube.state.get("configmaps", params_config_map_name(name))
+    assert cm is not None
+    assert cm["data"]["params.json"] == s.env["RUNLANE_PARAMS"]  # params.json always goes
+    assert "RUNLANE_PARAM_BLOB" not in cm["data"]  # no second copy of the big value
+    assert sum(len(k) + len(v.encode()) for k, v in cm["data"].items()) <= 1024 * 1024
+    env = {e["name"] for e in kube.state.get("jobs", name)["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert "RUNLANE_PARAM_BLOB" not in env
+    assert "RUNLANE_PARAM_SMALL" in env
+    log = kube.state.logs(kube.state.pods_of(name)[0]["metadata"]["name"])
+    lengths = json.loads(log.split(" [", 1)[0])
+    assert lengths == {"blob": len(params["blob"]), "small": 1}  # the job reads it from params.json
+
+
+async def test_non_ascii_params_go_as_utf8_not_escapes(kube: KubeFake, executor: PodExecutor) -> None:
+    params = {"text": "é" * 300_000}  # 600 KB as UTF-8, 1.8 MB as \\u escapes
+    s = pod_spec(params)
+    outcome = await outcome_of(executor, await executor.start(s))
+    assert outcome.status == RunStatus.SUCCESS, outcome.note
+    cm = kube.state.get("configmaps", params_config_map_name(job_name("demo", s.run_id, 1)))
+    assert cm is not None
+    assert json.loads(cm["data"]["params.json"]) == params
+
+
+async def test_a_single_param_that_fits_stays_a_file_too(kube: KubeFake, executor: PodExecutor) -> None:
+    params = {"a": "x" * 200_000, "b": "y" * 150_000}
+    s = pod_spec(params)
+    outcome = await outcome_of(executor, await executor.start(s))
+    assert outcome.status == RunStatus.SUCCESS
+    cm = kube.state.get("configmaps", params_config_map_name(job_name("demo", s.run_id, 1)))
+    assert cm is not None
+    assert set(cm["data"]) == {"params.json", "RUNLANE_PARAM_A", "RUNLANE_PARAM_B"}
+
+
+# ---------------------------------------------------------------------- 2. no Job left behind
+
+
+async def test_a_failed_config_map_create_deletes_the_job(kube: KubeFake, executor: PodExecutor) -> None:
+    await executor.ensure_allowed(NS)
+    deletes: list[Any] = []
+    request = executor.api.request
+
+    async def spy(method: str, path: str, **kw: Any) -> Any:
+        if method == "DELETE":
+            deletes.append((path, kw.get("body")))
+        return await request(method, path, **kw)
+
+    executor.api.request = spy  # type: ignore[method-assign]
+    s = pod_spec({"blob": "x" * 100_000})
+    name = job_name("demo", s.run_id, 1)
+    kube.state.fail_next(1, 422, method="POST", path="/configmaps")
+    with pytest.raises(PermanentExecutorError):
+        await executor.start(s)
+    assert len(deletes) == 1
+    path, body = deletes[0]
+    assert path.endswith(f"/jobs/{name}")
+    assert body["propagationPolicy"] == "Background"
+    assert body["preconditions"]["uid"]
+    await asyncio.to_thread(kube.state.wait_for, lambda st: st.get("jobs", name) is None, 10)
