@@ -310,7 +310,9 @@ async def test_reattach_after_launcher_restart(kube: KubeFake) -> None:
         kube.state.advance(10)
         outcome = await finish(events)
         assert outcome.status == RunStatus.TIMEOUT
-        assert await second.reattach(spec()) is None  # nothing to find
+        with pytest.raises(PermanentExecutorError) as gone:  # nothing to find: not an inline
+            await second.reattach(spec())  # process that died with its launcher
+        assert gone.value.code == "deleted_externally"
     finally:
         await second.aclose()
 

@@ -6,6 +6,7 @@ mistyped KUBECONFIG."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 import uuid
@@ -173,3 +174,93 @@ async def test_a_failed_config_map_create_deletes_the_job(kube: KubeFake, execut
     assert body["propagationPolicy"] == "Background"
     assert body["preconditions"]["uid"]
     await asyncio.to_thread(kube.state.wait_for, lambda st: st.get("jobs", name) is None, 10)
+
+
+# ---------------------------------------------------------------------- 6. Job gone while no launcher ran
+
+POD_CATALOG = f"""
+version: 1
+global: {{max_deadline: 1h, kill_grace: 1s, start_timeout: 10m}}
+defaults: {{executor: pod, overlap: allow, max_attempts: 1, deadline: 1m}}
+profiles:
+  hang: {{image: fake/hang}}
+  pull: {{image: fake/image-pull-backoff}}
+  local: {{image: local}}
+jobs:
+  hang:
+    profile: hang
+    command: [sleep, "1000"]
+  pull:
+    profile: pull
+    command: [work]
+  talker:
+    profile: local
+    command: [{PY}, -u, -c, "print('hello from the pod')"]
+"""
+
+
+@pytest.fixture
+def pod_catalog(tmp_path: Any) -> Any:
+    from runlane.catalog import load_catalog
+
+    path = tmp_path / "pods.yaml"
+    path.write_text(POD_CATALOG)
+    return load_catalog(path)
+
+
+async def accept_pod(store: Any, catalog: Any, job: str) -> str:
+    from runlane.core.runs import Trigger
+    from runlane.service.accept import RunRequest, accept_run
+
+    req = RunRequest(job=job, trigger=Trigger.MANUAL)
+    result = await accept_run(store, catalog, req, available_executors=("inline", "pod"))
+    assert result.run.executor == "pod"
+    return result.run.id
+
+
+@contextlib.asynccontextmanager
+async def launcher_with_pods(kube: KubeFake, store: Any, catalog: Any, settings: Any) -> AsyncIterator[Any]:
+    from runlane.adapters.local.inline import InlineExecutor
+    from runlane.service.launcher import Launcher
+    from tests.integration.conftest import Events
+
+    pod = make_executor(kube)
+    events = Events()
+    launcher = Launcher(
+        store=store,
+        catalog=catalog,
+        executors={"inline": InlineExecutor(settings.log_dir), "pod": pod},
+        settings=settings,
+        hook=events,
+        retry_base_seconds=0.05,
+    )
+    task = asyncio.create_task(launcher.run())
+    try:
+        yield events
+    finally:
+        launcher.stop()
+        async with asyncio.timeout(30):
+            await task
+        await pod.aclose()
+
+
+@pytest.mark.parametrize("seen_started", [True, False])
+async def test_a_job_gone_while_no_launcher_ran_is_not_launcher_lost(
+    kube: KubeFake, store: Any, pod_catalog: Any, settings: Any, seen_started: bool
+) -> None:
+    run_id = await accept_pod(store, pod_catalog, "hang")
+    # A launcher claimed it, (maybe) started its Job, and died; the Job was deleted meanwhile.
+    [claimed] = await store.claim("dead-launcher", limit=1, lease_ttl=1.0, executors=["pod"], executor_caps={})
+    if seen_started:
+        await store.set_external_id(claimed.lease, f"{NS}/{job_name('hang', run_id, 1)}")
+    await asyncio.sleep(1.1)  # its lease expires
+    async with launcher_with_pods(kube, store, pod_catalog, settings) as events:
+        await events.wait("finished", run_id)
+    run = await store.get_run(run_id)
+    assert run.status == RunStatus.FAILURE
+    if seen_started:
+        assert (run.end_reason, run.error_code) == ("orphaned", "deleted_externally")
+        assert "no longer exists" in (run.note or "")
+        assert "outcome is unknown" in (run.note or "")
+    else:  # it died before its start was recorded: the Job may never have been made
+        assert (run.end_reason, run.error_code) == ("launcher_lost", "launcher_lost")

@@ -458,6 +458,14 @@ class Launcher:
                 )
                 log.warning("run.reattach_deferred", run_id=run.id, error_code=code)
                 return None
+            except PermanentExecutorError as exc:
+                # E.g. a pod run's Job is gone (deleted, or removed by its TTL, while no launcher
+                # watched it). Never seen started: the old launcher died starting it (below).
+                if run.external_id is not None or exc.code != "deleted_externally":
+                    return Outcome(
+                        RunStatus.FAILURE, EndReason.ORPHANED, error_code=exc.code, note=str(exc)
+                    )
+                execution = None
             if execution is None:
                 return Outcome(
                     RunStatus.FAILURE,

@@ -204,6 +204,9 @@ class PodExecutor:
         return self._execution(self._track(spec, plan.name, namespace, watch, job))
 
     async def reattach(self, spec: ExecutionSpec) -> Execution | None:
+        """The run's Job, found by its deterministic name. A Job that is not there any more
+        raises PermanentExecutorError (`deleted_externally`): unlike an inline process, a Job
+        does not end with its launcher, so someone (or its TTL) removed it."""
         known = self._runs.get((spec.run_id, spec.attempt))
         if known is not None and not known.finished:
             return self._execution(known)
@@ -219,7 +222,11 @@ class PodExecutor:
             raise
         if job is None:
             watch.unsubscribe(name)
-            return None
+            raise PermanentExecutorError(
+                f"the Job {namespace}/{name} no longer exists: it was deleted, or removed by its "
+                "TTL, while no launcher watched it; the run's outcome is unknown",
+                error_code="deleted_externally",
+            )
         if not belongs_to(job, spec.run_id, spec.attempt):
             watch.unsubscribe(name)
             raise _collision(namespace, name)
