@@ -18,6 +18,8 @@ JOBS = "/apis/batch/v1/namespaces/default/jobs"
 
 def test_watch_without_rv_replays_state_and_timeout_ends_it(kube_fake: KubeFake) -> None:
     kube_fake.state.create("jobs", job_body("a", image="fake/hang"))
+    kube_fake.state.wait_for(lambda s: (s.get("jobs", "a") or {}).get("status", {}).get("ready") == 1)
+    kube_fake.state.wait_idle()  # else a late status write is a MODIFIED event in the stream
     status, events = Raw(kube_fake.url).watch_lines(f"{JOBS}?watch=true&timeoutSeconds=1")
     assert status == 200
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "a")]

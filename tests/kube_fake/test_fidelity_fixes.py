@@ -8,8 +8,12 @@
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 from typing import Any
+
+import pytest
 
 from runlane.testing.kube import KubeFake
 from tests.kube_fake.conftest import job_body
@@ -116,3 +120,79 @@ def test_deleting_a_job_whose_pod_waits_for_a_volume_stops_the_retries(kube_fake
     kube_fake.state.advance(30)
     kube_fake.state.wait_idle()
     assert not kube_fake.state.pods_of("gone")
+
+
+# ---------------------------------------------------------------------- 2. too large resource version
+
+TOO_LARGE_CAUSES = [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]
+
+
+def test_a_watch_from_a_future_resource_version_fails_with_504_too_large(kube_fake: KubeFake) -> None:
+    kube_fake.server.too_large_wait = 0.3
+    raw = Raw(kube_fake.url)
+    current = kube_fake.state.resource_version
+    future = current + 5000
+    started = time.monotonic()
+    status, events = raw.watch_lines(f"{JOBS}?watch=true&resourceVersion={future}&allowWatchBookmarks=true")
+    assert time.monotonic() - started >= 0.25  # it waited for the version first, like the watch cache
+    assert status == 504
+    assert events == [{
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": f"Timeout: Too large resource version: {future}, current: {current}",
+        "reason": "Timeout", "details": {"causes": TOO_LARGE_CAUSES, "retryAfterSeconds": 1}, "code": 504,
+    }]
+    # A list "not older than" that version fails the same way; "0" (any) and "" (latest) do not.
+    status, _, body = raw.request("GET", f"{JOBS}?resourceVersion={future}&resourceVersionMatch=NotOlderThan")
+    assert (status, body["reason"], body["details"]["causes"]) == (504, "Timeout", TOO_LARGE_CAUSES)
+    assert raw.request("GET", f"{JOBS}?resourceVersion=0")[0] == 200
+    assert raw.request("GET", JOBS)[0] == 200
+
+
+def test_a_watch_from_a_version_reached_while_it_waits_streams_normally(kube_fake: KubeFake) -> None:
+    kube_fake.server.too_large_wait = 5.0
+    raw = Raw(kube_fake.url)
+    future = kube_fake.state.resource_version + 1
+    threading.Timer(0.3, lambda: kube_fake.state.create("configmaps", {"metadata": {"name": "a"}})).start()
+    threading.Timer(0.6, lambda: kube_fake.state.create("configmaps", {"metadata": {"name": "b"}})).start()
+    status, events = raw.watch_lines(f"{CMS}?watch=true&resourceVersion={future}&timeoutSeconds=2")
+    assert status == 200
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events] == [("ADDED", "b")]
+
+
+def test_a_restart_that_loses_state_sends_the_resource_version_backwards(kube_fake: KubeFake) -> None:
+    kube_fake.server.too_large_wait = 0.2
+    raw = Raw(kube_fake.url)
+    raw.request("POST", JOBS, job_body("before"))
+    kube_fake.state.wait_for(lambda s: s.job_finished("before"))
+    old = kube_fake.state.resource_version
+    assert old > 1000
+    assert raw.request("POST", "/fake/restart?loseState=1")[0] == 200
+    assert kube_fake.state.resource_version == 1000
+    status, _, body = raw.request("GET", JOBS)
+    assert (status, body["items"], body["metadata"]["resourceVersion"]) == (200, [], "1000")
+    assert kube_fake.state.get("namespaces", "default", namespace="") is not None
+    status, events = raw.watch_lines(f"{JOBS}?watch=true&resourceVersion={old}")
+    assert status == 504
+    assert events[0]["message"] == f"Timeout: Too large resource version: {old}, current: 1000"
+    # The cluster keeps working from its new, lower versions.
+    raw.request("POST", JOBS, job_body("after"))
+    kube_fake.state.wait_for(lambda s: s.job_finished("after"))
+    assert kube_fake.state.resource_version < old
+
+
+def test_the_official_client_sees_the_too_large_error(kube_fake: KubeFake) -> None:
+    kubernetes = pytest.importorskip("kubernetes")
+    kube_fake.server.too_large_wait = 0.2
+    api_client = kubernetes.config.new_client_from_config(str(kube_fake.kubeconfig_path))
+    try:
+        batch = kubernetes.client.BatchV1Api(api_client)
+        future = str(kube_fake.state.resource_version + 100)
+        with pytest.raises(kubernetes.client.ApiException) as info:
+            for _ in kubernetes.watch.Watch().stream(batch.list_namespaced_job, "default", resource_version=future,
+                                                     timeout_seconds=2):
+                pass
+        assert info.value.status == 504
+        body = json.loads(info.value.body)
+        assert body["details"]["causes"][0]["reason"] == "ResourceVersionTooLarge"
+    finally:
+        api_client.close()

@@ -35,6 +35,12 @@ keeps the pod in `ContainerCreating` with a `FailedMount` event (repeats aggrega
 and is retried with backoff (0.5 s doubling to 8 s, `Timing.mount_retry*`) until it exists. Local containers get the container's
 env over the server's own environment and their volumes (ConfigMaps, Secrets, emptyDirs) written
 under `$KUBE_FAKE_ROOT/<mountPath>`.
+
+A watch or list from a resourceVersion the server has not reached waits up to
+`ApiServer.too_large_wait` (3 s, like the watch cache) and then fails with 504 `Timeout` "Too large
+resource version" (cause `ResourceVersionTooLarge`). `state.restart(lose_state=True)` (HTTP:
+`POST /fake/restart?loseState=1`) loses every object but the namespaces and sends the
+resourceVersion back to 1000, like an API server whose etcd was restored from an old backup.
 """
 
 from __future__ import annotations

@@ -108,6 +108,22 @@ class Cluster:
             self.store.clock.offset += seconds
             self.store.cond.notify_all()
 
+    def wipe(self) -> None:
+        """The cluster's state is lost (see `Store.wipe`): containers stop, controllers forget."""
+        with self.store.cond:
+            self.kubelet.shutdown()
+            self.kubelet.pods.clear()
+            self._timers.clear()
+            self._dirty_jobs.clear()
+            self._dirty_pods.clear()
+            self._gc.clear()
+            self._foreground.clear()
+            self._pods_by_job.clear()
+            self._ttl_scheduled.clear()
+            self._dependents.clear()
+            self.store.wipe()
+            self.store.cond.notify_all()
+
     def _run(self) -> None:
         with self.store.cond:
             while not self._stop:

@@ -192,14 +192,12 @@ class KubeState:
         """Forget the watch history: resuming from any earlier resourceVersion gets 410."""
         self.store.compact()
 
-    def restart(self, jump: int = 1000) -> None:
+    def restart(self, jump: int = 1000, *, lose_state: bool = False) -> None:
         """What clients see when the API server restarts: connections drop, the resourceVersion jumps,
-        history before the restart is gone."""
-        with self.store.lock:
-            self.store.rv += jump
-            self.store.compact()
-        self.server.end_watches(abort=True)
-        self.server.drop_connections()
+        history before the restart is gone. With `lose_state`, etcd's data is lost as well: every
+        object but the namespaces is gone (no DELETED events) and the resourceVersion goes back to
+        1000, so any version a client holds is "too large" (504) until it lists again."""
+        self.server.restart(jump, lose_state=lose_state)
 
     def send_bookmarks(self) -> None:
         """Make every watch that allows bookmarks send one now."""

@@ -346,6 +346,9 @@ class ApiServer:
         self.bookmark_interval = bookmark_interval
         self.expired = expired
         self.watch_timeout = watch_timeout
+        # How long a watch or list from a resourceVersion the store has not reached waits for it
+        # before 504 "Too large resource version" (the watch cache's blockTimeout is 3 s).
+        self.too_large_wait = 3.0
         self.faults = Faults()
         self.requests: deque[RequestRecord] = deque(maxlen=200_000)
         self._bookmark_now = 0
@@ -386,14 +389,27 @@ class ApiServer:
             self.store.cond.notify_all()
             return len(watchers)
 
+    def restart(self, jump: int = 1000, *, lose_state: bool = False, keep: socket.socket | None = None) -> None:
+        """Drop every connection; the resourceVersion jumps by `jump` and the history is gone, or
+        (`lose_state`) every object is gone and the resourceVersion goes backwards."""
+        if lose_state:
+            self.cluster.wipe()
+        else:
+            with self.store.lock:
+                self.store.rv += jump
+                self.store.compact()
+        self.end_watches(abort=True)
+        self.drop_connections(keep=keep)
+
     def send_bookmarks(self) -> None:
         with self.store.cond:
             self._bookmark_now += 1
             self.store.cond.notify_all()
 
-    def drop_connections(self) -> None:
+    def drop_connections(self, *, keep: socket.socket | None = None) -> None:
+        """Shut every client connection (but `keep`: the admin request asking for it)."""
         with self._conns_lock:
-            conns = list(self._conns)
+            conns = [c for c in self._conns if c is not keep]
         for conn in conns:
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
@@ -641,6 +657,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif method == "GET" and watch:
             self._watch(rt, route.namespace, query)
         elif method == "GET":
+            self._check_list_rv(query)
             items, rv = store.select(rt, route.namespace, query.get("labelSelector"), query.get("fieldSelector"))
             if self._wants_table():
                 self._json(200, _table(rt, items, str(rv), store.clock.now()))
@@ -681,6 +698,20 @@ class _Handler(BaseHTTPRequestHandler):
                              "metadata": {"resourceVersion": str(store.rv)}, "items": deleted})
         else:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+
+    def _check_list_rv(self, query: dict[str, str]) -> None:
+        """A list at (or not older than) a resourceVersion the store has not reached waits for it,
+        then fails with 504 Too large resource version. "0" (any) and "" (latest) always work."""
+        rv_param = query.get("resourceVersion") or ""
+        if rv_param in ("", "0") or query.get("continue"):
+            return
+        try:
+            wanted = int(rv_param)
+        except ValueError as exc:
+            raise bad_request(f"invalid resource version: {rv_param}") from exc
+        store = self.server.api.store
+        if wanted > store.rv:
+            store.wait_for_rv(wanted, self.server.api.too_large_wait)
 
     def _wants_table(self) -> bool:
         return "as=Table" in (self.headers.get("Accept") or "")
@@ -823,12 +854,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif action == "compact":
             api.store.compact()
         elif action == "restart":
-            jump = int(query.get("jump", "1000"))
-            with api.store.lock:
-                api.store.rv += jump
-                api.store.compact()
-            api.end_watches(abort=True)
-            api.drop_connections()
+            api.restart(int(query.get("jump", "1000")), lose_state=query.get("loseState") in ("1", "true"),
+                        keep=self.connection)
+            self.close_connection = True  # like any connection open across a restart
         elif action == "advance":
             api.cluster.advance(float(query.get("seconds", "0")))
         elif action == "bookmark":
@@ -870,6 +898,8 @@ class _Handler(BaseHTTPRequestHandler):
                     cursor = int(rv_param)
                 except ValueError as exc:
                     raise bad_request(f"invalid resource version: {rv_param}") from exc
+                if cursor > store.rv:
+                    store.wait_for_rv(cursor, api.too_large_wait)  # else 504, before the stream
                 try:
                     store.events_since(cursor)
                 except ApiError as exc:

@@ -195,6 +195,15 @@ def gone(message: str) -> ApiError:
     return ApiError(410, "Expired", message)
 
 
+def too_large(requested: int, current: int) -> ApiError:
+    """What the apiserver answers a watch or list from a resourceVersion it has not reached (it lost
+    its state, or the client came from another cluster): `storage.NewTooLargeResourceVersionError`,
+    a 504 Timeout whose cause client-go's reflector looks for before it lists from scratch."""
+    return ApiError(504, "Timeout", f"Timeout: Too large resource version: {requested}, current: {current}",
+                    {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                     "retryAfterSeconds": 1})
+
+
 def forbidden(rt: ResourceType, name: str | None, user: str, verb: str, namespace: str | None,
               subresource: str = "") -> ApiError:
     what = f"{rt.plural}/{subresource}" if subresource else rt.plural
@@ -671,6 +680,28 @@ class Store:
                 else:
                     hi = mid
             return self.history[lo:]
+
+    def wait_for_rv(self, rv: int, timeout: float) -> None:
+        """Block (up to `timeout` seconds) until the store reaches `rv`, like the watch cache does
+        for a request from a version it has not seen yet; then 504 Too large resource version."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while self.rv < rv:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise too_large(rv, self.rv)
+                self.cond.wait(min(left, 0.5))
+
+    def wipe(self, rv: int = 1000) -> None:
+        """Lose every object but the namespaces and go back to `rv`, with no watch events (an etcd
+        restored from an old backup, or a fresh one): every resourceVersion clients hold is now
+        from the future."""
+        with self.lock:
+            for rt in RESOURCES:
+                if rt is not NAMESPACES:
+                    self.objects[rt].clear()
+            self.history.clear()
+            self.rv = self.oldest_rv = rv
 
     def compact(self) -> None:
         """Forget the whole history: any watch resumed from an older rv now gets 410."""
