@@ -264,3 +264,96 @@ async def test_a_job_gone_while_no_launcher_ran_is_not_launcher_lost(
         assert "outcome is unknown" in (run.note or "")
     else:  # it died before its start was recorded: the Job may never have been made
         assert (run.end_reason, run.error_code) == ("launcher_lost", "launcher_lost")
+
+
+# ---------------------------------------------------------------------- 4, 5, 7. doctor, KUBECONFIG
+
+JOB_VERBS = ["create,get,list,watch,delete jobs.batch", "create selfsubjectaccessreviews.authorization.k8s.io"]
+
+
+async def kube_findings(settings: Any, store: Any) -> list[tuple[str, str]]:
+    from runlane.service.doctor import diagnose
+
+    return [(f.level, f.message) for f in await diagnose(settings, store) if f.check == "kubernetes"]
+
+
+@pytest.fixture
+def no_cluster(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.kube/config
+
+
+async def test_doctor_warns_when_only_optional_permissions_are_missing(
+    store: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with run_server(allow=JOB_VERBS) as fake:
+        monkeypatch.setenv("KUBECONFIG", str(fake.kubeconfig_path))
+        monkeypatch.setenv("KUBERNETES_NAMESPACE", NS)
+        found = await kube_findings(settings, store)
+        ex = make_executor(fake)
+        try:  # and the launcher does run pod jobs there
+            outcome = await outcome_of(ex, await ex.start(pod_spec({})))
+        finally:
+            await ex.aclose()
+    assert outcome.status == RunStatus.SUCCESS
+    assert [level for level, _ in found] == ["warning"]
+    message = found[0][1]
+    assert "get pods/log" in message
+    assert "create configmaps" in message
+    assert "refused" not in message
+    assert "no log tail" in message
+
+
+async def test_doctor_says_pod_jobs_are_refused_without_a_cluster_and_refuse(
+    store: Any, settings: Any, no_cluster: None
+) -> None:
+    from dataclasses import replace
+
+    assert await kube_findings(settings, store) == [("ok", "no cluster configured: pod jobs run inline")]
+    found = await kube_findings(replace(settings, pod_fallback="refuse"), store)
+    assert len(found) == 1
+    level, message = found[0]
+    assert level == "error"  # as doctor grades pod runs refused for missing job verbs
+    assert "RUNLANE_POD_FALLBACK=refuse" in message
+    assert "pod jobs are refused" in message
+    assert "kubejob" in message  # the catalog's pod job
+
+
+async def test_a_mistyped_kubeconfig_refuses_pod_jobs_instead_of_running_them_inline(
+    store: Any, catalog: Any, settings: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runlane.core.runs import Trigger
+    from runlane.errors import RunRefused
+    from runlane.service.accept import RunRequest
+    from runlane.service.runtime import Runtime, build_executors
+
+    missing = str(tmp_path / "kube" / "confg")
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", missing)
+    rt = Runtime(settings=settings, store=store, catalog=catalog)
+    with pytest.raises(RunRefused) as refused:
+        await rt.accept(RunRequest(job="kubejob", trigger=Trigger.CLI))
+    assert missing in refused.value.message
+    assert (await rt.accept(RunRequest(job="hello", trigger=Trigger.CLI))).run.executor == "inline"
+    [(level, message)] = await kube_findings(settings, store)
+    assert level == "error"
+    assert missing in message
+    # A launcher (scheduled runs) gets a pod executor that refuses, never an inline fallback.
+    pod = build_executors(settings)["pod"]
+    with pytest.raises(PermanentExecutorError) as err:
+        await pod.start(pod_spec({}))
+    assert err.value.code == "config_error"
+    assert missing in str(err.value)
+
+
+def test_the_default_namespace_warning_is_logged_once(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from structlog.testing import capture_logs
+
+    from runlane.adapters.kubernetes import config
+
+    monkeypatch.setattr(config, "_warned_default_namespace", False)
+    with capture_logs() as logs:
+        for _ in range(3):
+            assert config.resolve_namespace(None, {}, sa_dir=tmp_path) == "default"
+    assert [e["event"] for e in logs] == ["kubernetes.namespace_default"]

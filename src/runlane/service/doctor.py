@@ -9,7 +9,7 @@ from typing import Literal
 from runlane.catalog import Catalog, load_catalog
 from runlane.core.durations import format_duration
 from runlane.core.runs import RunStatus
-from runlane.errors import CatalogError, StoreError
+from runlane.errors import CatalogError, RunlaneError, StoreError
 from runlane.ports import RunFilter, Store
 from runlane.service.config import Settings
 
@@ -136,19 +136,36 @@ async def diagnose(settings: Settings, store: Store) -> list[Finding]:
             )
     if repair == 0:
         findings.append(Finding("ok", "repair", f"{len(active)} active runs, none needs repair"))
-    findings.extend(await kubernetes_findings(catalog))
+    findings.extend(await kubernetes_findings(catalog, settings))
     return findings
 
 
-async def kubernetes_findings(catalog: Catalog | None) -> list[Finding]:
-    """The RBAC report of the pod executor (SelfSubjectAccessReview per verb it needs), for every
-    namespace the catalog's profiles name. Nothing when no cluster is configured."""
-    from runlane.adapters.kubernetes.config import cluster_configured
-    from runlane.adapters.kubernetes.rbac import rbac_report
-    from runlane.errors import RunlaneError
+async def kubernetes_findings(
+    catalog: Catalog | None, settings: Settings | None = None
+) -> list[Finding]:
+    """What pod jobs will meet, graded as the launcher acts: a broken explicit kubeconfig or a
+    refused fallback (pod jobs refused) is an error; no cluster with the inline fallback is ok.
+    With a cluster, the RBAC report (SelfSubjectAccessReview per verb the pod executor uses)
+    for every namespace the catalog's profiles name: an error only when a required `jobs.batch`
+    verb is denied (pod runs are refused), a warning when optional ones are (runs work with
+    less) or a review could not be made."""
+    from runlane.adapters.kubernetes.config import cluster_configured, cluster_problem
+    from runlane.adapters.kubernetes.rbac import WITHOUT, rbac_review
 
+    problem = cluster_problem()
+    if problem is not None:
+        return [Finding("error", "kubernetes", f"{problem}: pod jobs are refused")]
     if not cluster_configured():
-        return [Finding("ok", "kubernetes", "no cluster configured: pod jobs run inline")]
+        if settings is None or settings.pod_fallback != "refuse":
+            return [Finding("ok", "kubernetes", "no cluster configured: pod jobs run inline")]
+        why = "no cluster configured and RUNLANE_POD_FALLBACK=refuse: pod jobs are refused"
+        if catalog is None:
+            return [Finding("warning", "kubernetes", why)]
+        pod_jobs = sorted(name for name in catalog.jobs if _runs_as_pod(catalog, name))
+        if not pod_jobs:
+            return [Finding("ok", "kubernetes", f"{why} (the catalog has none)")]
+        shown = ", ".join(pod_jobs[:5]) + (", …" if len(pod_jobs) > 5 else "")
+        return [Finding("error", "kubernetes", f"{why} ({len(pod_jobs)} in the catalog: {shown})")]
     namespaces: list[str | None] = [None]
     if catalog is not None:
         namespaces += sorted({p.namespace for p in catalog.profiles.values() if p.namespace})
@@ -156,16 +173,38 @@ async def kubernetes_findings(catalog: Catalog | None) -> list[Finding]:
     for ns in namespaces:
         where = ns or "the launcher's namespace"
         try:
-            report = await rbac_report(ns)
+            checks = await rbac_review(ns)
         except RunlaneError as exc:
             found.append(Finding("warning", "kubernetes", f"RBAC check in {where}: {exc.message}"))
             continue
-        missing = [f"{verb} {resource}" for resource, verb, allowed in report if not allowed]
-        if missing:
+        required = [f"{p.verb} {p.label}" for p, ok in checks if p.required and ok is False]
+        optional = [p for p, ok in checks if not p.required and ok is False]
+        unknown = [f"{p.verb} {p.label}" for p, ok in checks if ok is None]
+        lacks = sorted({WITHOUT.get(p.label, "") for p in optional} - {""})
+        optional_text = ", ".join(f"{p.verb} {p.label}" for p in optional)
+        if required:
+            message = f"in {where} the launcher may not: {', '.join(required)} (pod runs are refused)"
+            if optional:
+                message += f"; nor: {optional_text}"
+            found.append(Finding("error", "kubernetes", message))
+        elif optional:
             found.append(Finding(
-                "error", "kubernetes",
-                f"in {where} the launcher may not: {', '.join(missing)} (pod runs are refused)",
+                "warning", "kubernetes",
+                f"in {where} the launcher may not: {optional_text} (pod runs work, with "
+                f"{'; '.join(lacks)})",
             ))
-        else:
+        if unknown:
+            found.append(Finding(
+                "warning", "kubernetes",
+                f"in {where} the API server did not answer the review of: {', '.join(unknown)}",
+            ))
+        if not (required or optional or unknown):
             found.append(Finding("ok", "kubernetes", f"RBAC in {where}: every verb allowed"))
     return found
+
+
+def _runs_as_pod(catalog: Catalog, job: str) -> bool:
+    try:
+        return catalog.resolve(job).executor == "pod"
+    except RunlaneError:
+        return False

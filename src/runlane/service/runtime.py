@@ -18,7 +18,14 @@ import structlog
 from runlane.catalog import Catalog, load_catalog
 from runlane.core.durations import parse_duration
 from runlane.core.runs import AcceptResult, Run, RunStatus
-from runlane.errors import CatalogError, ConfigError, DatabaseUnavailable, NotFound, RunlaneError
+from runlane.errors import (
+    CatalogError,
+    ConfigError,
+    DatabaseUnavailable,
+    NotFound,
+    RunlaneError,
+    RunRefused,
+)
 from runlane.ports import Executor, Override, RunFilter, Store
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.config import Settings
@@ -42,6 +49,7 @@ class Runtime:
         return self.catalog
 
     async def accept(self, request: RunRequest) -> AcceptResult:
+        refuse_pods(self.require_catalog(), request.job)
         return await accept_run(
             self.store,
             self.require_catalog(),
@@ -96,6 +104,16 @@ async def pod_log_lines(rt: Runtime, run: Run, *, follow: bool) -> AsyncIterator
         namespace = spec.namespace if spec is not None else None
     async for chunk in pod_log(run.job, run.id, run.attempt, namespace, follow=follow):
         yield chunk
+
+
+def refuse_pods(catalog: Catalog, job: str) -> None:
+    """Refuse a pod job when the cluster named explicitly cannot be used (a `KUBECONFIG` that
+    names no readable file): it must not quietly run inline on this host."""
+    from runlane.adapters.kubernetes.config import cluster_problem
+
+    problem = cluster_problem()
+    if problem is not None and catalog.resolve(job).executor == "pod":
+        raise RunRefused(f"job {job!r} runs as a Kubernetes pod, but {problem}")
 
 
 def available_executors() -> tuple[str, ...]:
@@ -154,14 +172,16 @@ def build_executors(
 ) -> dict[str, Executor]:
     """The launcher's executors. `pod` joins when a cluster is configured; its start timeout is
     the catalog's `global.start_timeout` (read from `settings.catalog_path` when not given)."""
-    from runlane.adapters.kubernetes.config import cluster_configured
+    from runlane.adapters.kubernetes.config import cluster_configured, cluster_problem
     from runlane.adapters.local import inline
     from runlane.adapters.local.inline import InlineExecutor
 
     inline.SPAWN_THREADS = settings.spawn_threads
     Path(settings.log_dir).mkdir(parents=True, exist_ok=True)
     executors: dict[str, Executor] = {"inline": InlineExecutor(settings.log_dir)}
-    if cluster_configured():
+    if cluster_configured() or cluster_problem() is not None:
+        # A broken KUBECONFIG still gets the pod executor: its runs fail (config_error, naming
+        # the path) or wait, never run inline here.
         from runlane.adapters.kubernetes.executor import PodExecutor
 
         if start_timeout is None:

@@ -1,9 +1,11 @@
 """Where the cluster is and which namespace a run goes to.
 
 Cluster: in-cluster service account first, then the first file of `KUBECONFIG`, then
-`~/.kube/config` (lightkube reads the files, auth plugins and certificates).
+`~/.kube/config` (lightkube reads the files, auth plugins and certificates). A `KUBECONFIG` that
+names no readable file is an error (`cluster_problem`), never "no cluster": pod jobs must not
+quietly run inline because of a typo.
 Namespace: the profile's, else `KUBERNETES_NAMESPACE`, else the service account's namespace
-file, else `default` with a warning.
+file, else `default` with a warning (once per process).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ log = structlog.get_logger("runlane.kubernetes")
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 DEFAULT_KUBECONFIG = "~/.kube/config"
+_warned_default_namespace = False  # `kubernetes.namespace_default` is logged once per process
 
 
 def _in_cluster(environ: Mapping[str, str], sa_dir: Path) -> bool:
@@ -41,6 +44,29 @@ def kubeconfig_path(environ: Mapping[str, str]) -> Path | None:
     return path if path.is_file() else None
 
 
+def cluster_problem(
+    environ: Mapping[str, str] | None = None, sa_dir: Path = SERVICE_ACCOUNT_DIR
+) -> str | None:
+    """Why the cluster named explicitly cannot be used, or None: `KUBECONFIG` is set (and we are
+    not in a cluster) but none of its files exists, or the one to use cannot be read."""
+    env = os.environ if environ is None else environ
+    listed = env.get("KUBECONFIG")
+    if not listed or _in_cluster(env, sa_dir):
+        return None
+    parts = [part for part in listed.split(os.pathsep) if part]
+    if not parts:
+        return None
+    path = kubeconfig_path(env)
+    if path is None:
+        return f"KUBECONFIG={listed} names no kubeconfig file that exists ({', '.join(parts)})"
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        return f"the kubeconfig {path} (from KUBECONFIG) cannot be read: {exc.strerror}"
+    return None
+
+
 def cluster_configured(
     environ: Mapping[str, str] | None = None, sa_dir: Path = SERVICE_ACCOUNT_DIR
 ) -> bool:
@@ -57,6 +83,9 @@ def load_cluster_config(
         if _in_cluster(env, sa_dir):
             cfg = KubeConfig.from_service_account(service_account=sa_dir).get()
         else:
+            problem = cluster_problem(env, sa_dir)
+            if problem is not None:
+                raise ConfigError(problem)
             path = kubeconfig_path(env)
             if path is None:
                 raise ConfigError(
@@ -89,8 +118,11 @@ def resolve_namespace(
         from_file = ""
     if from_file:
         return from_file
-    log.warning(
-        "kubernetes.namespace_default",
-        hint="set the profile's namespace or KUBERNETES_NAMESPACE; using 'default'",
-    )
+    global _warned_default_namespace
+    if not _warned_default_namespace:
+        _warned_default_namespace = True
+        log.warning(
+            "kubernetes.namespace_default",
+            hint="set the profile's namespace or KUBERNETES_NAMESPACE; using 'default'",
+        )
     return "default"

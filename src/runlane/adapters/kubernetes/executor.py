@@ -47,7 +47,7 @@ from runlane.adapters.kubernetes.watch import NamespaceWatch
 from runlane.core.k8s_classify import Diagnosis, diagnose, diagnose_deleted
 from runlane.core.k8s_names import job_name
 from runlane.core.runs import EndReason, Outcome, RunStatus
-from runlane.errors import PermanentExecutorError, TemporaryExecutorError
+from runlane.errors import ConfigError, PermanentExecutorError, TemporaryExecutorError
 from runlane.ports import Execution, ExecutionEvent, ExecutionSpec
 
 log = structlog.get_logger("runlane.kubernetes")
@@ -103,6 +103,23 @@ class PodExecutor:
         if self.api_client is None:
             self.api_client = KubeApi.from_config(load_cluster_config(self.environ))
         return self.api_client
+
+    def _require_api(self, *, when: str) -> None:
+        """The cluster's client, or the error a run gets when the cluster configuration is
+        broken (a KUBECONFIG naming no file): permanent on start, temporary on reattach (the
+        Job may be running; the run waits until the configuration is fixed)."""
+        try:
+            self.api  # noqa: B018 - builds the client from the configuration
+        except ConfigError as exc:
+            if when == "reattach":
+                raise TemporaryExecutorError(
+                    f"cannot look for the run's Job: {exc.message}",
+                    error_code="config_error",
+                    retry_after=60.0,
+                ) from exc
+            raise PermanentExecutorError(
+                f"pod runs are refused: {exc.message}", error_code="config_error"
+            ) from exc
 
     def watch_for(self, namespace: str) -> NamespaceWatch:
         """The namespace's shared watch, started on first use."""
@@ -171,6 +188,7 @@ class PodExecutor:
         known = self._runs.get((spec.run_id, spec.attempt))
         if known is not None and not known.finished:
             return self._execution(known)
+        self._require_api(when="start")
         namespace = self._namespace(spec)
         environ = os.environ if self.launcher_env is None else self.launcher_env
         plan = build_job_plan(
@@ -210,6 +228,7 @@ class PodExecutor:
         known = self._runs.get((spec.run_id, spec.attempt))
         if known is not None and not known.finished:
             return self._execution(known)
+        self._require_api(when="reattach")
         namespace = self._namespace(spec)
         name = job_name(spec.job, spec.run_id, spec.attempt)
         await self.ensure_allowed(namespace)

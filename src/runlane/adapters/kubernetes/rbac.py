@@ -74,6 +74,36 @@ def missing_required(checks: list[tuple[Permission, bool | None]]) -> list[Permi
     return [p for p, allowed in checks if p.required and allowed is False]
 
 
+# What a pod run lacks without an optional permission (docs/kubernetes.md, RBAC).
+WITHOUT: dict[str, str] = {
+    "pods": "no failure diagnosis beyond the Job's conditions",
+    "pods/log": "no log tail",
+    "configmaps": "runs whose params exceed 64 KiB fail",
+    "events": "no pod events in start-failure notes",
+}
+
+
+async def rbac_review(
+    namespace: str | None = None,
+    *,
+    api: KubeApi | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> list[tuple[Permission, bool | None]]:
+    """Each permission with the server's answer (None: the review could not be made), as the
+    pod executor itself asks before the first run in a namespace. For `runlane doctor`, which
+    must grade them as the launcher does: refusal only for a required one answered no."""
+    from runlane.adapters.kubernetes.config import load_cluster_config, resolve_namespace
+
+    ns = resolve_namespace(namespace, environ)
+    own = api is None
+    client = api if api is not None else KubeApi.from_config(load_cluster_config(environ))
+    try:
+        return await check_permissions(client, ns)
+    finally:
+        if own:
+            await client.aclose()
+
+
 async def rbac_report(
     namespace: str | None = None,
     *,
@@ -87,14 +117,5 @@ async def rbac_report(
     resolves as for runs. Raises `ConfigError` when no cluster is configured and
     `TemporaryExecutorError` when the API cannot be reached.
     """
-    from runlane.adapters.kubernetes.config import load_cluster_config, resolve_namespace
-
-    ns = resolve_namespace(namespace, environ)
-    own = api is None
-    client = api if api is not None else KubeApi.from_config(load_cluster_config(environ))
-    try:
-        checks = await check_permissions(client, ns)
-    finally:
-        if own:
-            await client.aclose()
+    checks = await rbac_review(namespace, api=api, environ=environ)
     return [(p.label, p.verb, allowed is True) for p, allowed in checks]
