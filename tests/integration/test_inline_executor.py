@@ -358,10 +358,39 @@ async def test_log_is_bounded_and_keeps_the_tail(log_dir: Path) -> None:
     ex.close()
 
 
-async def test_grandchild_holding_the_pipe_does_not_hang_the_run(
+async def test_what_the_command_leaves_in_its_group_ends_with_it(
     executor: InlineExecutor, stray_pids: list[int]
 ) -> None:
+    # A background child in the run's process group, holding the output pipe: killed when the
+    # command exits (the run is over), so the pipe closes and nothing outlives the run.
     spec = make_spec(["sh", "-c", "sleep 60 & echo $!"])
+    started = time.monotonic()
+    outcome = await finish(executor, await executor.start(spec), within=10)
+    assert outcome.log_tail is not None
+    left = int(outcome.log_tail.split()[0])
+    stray_pids.append(left)
+    assert outcome.status is RunStatus.SUCCESS
+    assert outcome.note is None  # the pipe closed: nothing was cut
+    assert wait_gone(left, timeout=5), f"background child {left} outlived its run"
+    assert time.monotonic() - started < 5
+
+
+async def test_a_process_that_left_the_group_holding_the_pipe_does_not_hang_the_run(
+    executor: InlineExecutor, stray_pids: list[int]
+) -> None:
+    # The child leaves the run's group (setsid) before the command exits, then holds the pipe.
+    spec = make_spec(python("""
+        import os, sys, time
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.setsid()
+            os.write(w, b"x")
+            time.sleep(60)
+            os._exit(0)
+        os.read(r, 1)
+        print(pid, flush=True)
+    """))
     started = time.monotonic()
     outcome = await finish(executor, await executor.start(spec), within=10)
     assert outcome.log_tail is not None

@@ -334,11 +334,12 @@ class _Child:
     def _on_exit(self) -> None:
         if self.returncode is not None:
             return
-        if self.termination is not None:
-            # The leader is a zombie until reaped, so its pid still names the group: kill the
-            # rest of the group now, while that is safe, rather than leave TERM-ignoring
-            # descendants behind.
-            self._signal_group(signal.SIGKILL)
+        # The run is over when its command exits: whatever it left in its process group (a
+        # background child, a grandchild holding the output pipe) ends with it, as under
+        # systemd's control-group kill mode. The leader is a zombie until reaped, so its pid
+        # still names the group and this cannot reach anyone else's processes. (A process that
+        # left the group with setsid is out of reach: docs/limits.md.)
+        self._signal_group(signal.SIGKILL)
         guardian = self.executor._guardian
         if guardian is not None:
             # Before reaping: until then the pid (= pgid) cannot be given to another process,
