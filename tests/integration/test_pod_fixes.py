@@ -219,12 +219,14 @@ async def accept_pod(store: Any, catalog: Any, job: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def launcher_with_pods(kube: KubeFake, store: Any, catalog: Any, settings: Any) -> AsyncIterator[Any]:
+async def launcher_with_pods(
+    kube: KubeFake, store: Any, catalog: Any, settings: Any, **kw: Any
+) -> AsyncIterator[Any]:
     from runlane.adapters.local.inline import InlineExecutor
     from runlane.service.launcher import Launcher
     from tests.integration.conftest import Events
 
-    pod = make_executor(kube)
+    pod = make_executor(kube, **kw)
     events = Events()
     launcher = Launcher(
         store=store,
@@ -357,3 +359,73 @@ def test_the_default_namespace_warning_is_logged_once(tmp_path: Any, monkeypatch
         for _ in range(3):
             assert config.resolve_namespace(None, {}, sa_dir=tmp_path) == "default"
     assert [e["event"] for e in logs] == ["kubernetes.namespace_default"]
+
+
+# ---------------------------------------------------------------------- 3. logs --follow before the pod runs
+
+
+async def test_logs_follow_right_after_run_waits_for_the_pod(
+    kube: KubeFake, store: Any, pod_catalog: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runlane.service.runtime import Runtime, pod_log_lines
+
+    monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig_path))
+    monkeypatch.setenv("KUBERNETES_NAMESPACE", NS)
+    run_id = await accept_pod(store, pod_catalog, "talker")
+    run = await store.get_run(run_id)  # queued: no Job, no pod yet
+    rt = Runtime(settings=settings, store=store, catalog=pod_catalog)
+    waits: list[str] = []
+    seen: list[str] = []
+    async with launcher_with_pods(kube, store, pod_catalog, settings) as events:
+        async with asyncio.timeout(30):
+            async for line in pod_log_lines(rt, run, follow=True, on_wait=waits.append):
+                seen.append(line)
+        await events.wait("finished", run_id)
+    assert seen == ["hello from the pod"]
+    assert len(waits) == 1  # one line saying it waits, not one per look
+    assert "waiting for the pod" in waits[0]
+    lists = [r for r in kube.state.requests if r.method == "GET" and r.path.endswith("/pods")
+             and "labelSelector" in r.query and "watch" not in r.query]
+    assert len(lists) < 20  # a bounded backoff, not a busy loop
+
+
+async def test_logs_follow_of_a_pod_that_never_starts_ends_with_the_run(
+    kube: KubeFake, store: Any, pod_catalog: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runlane.service.runtime import Runtime, pod_log_lines
+
+    monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig_path))
+    monkeypatch.setenv("KUBERNETES_NAMESPACE", NS)
+    pull_catalog = pod_catalog.model_copy(
+        update={"global_": pod_catalog.global_.model_copy(update={"start_timeout": 2.0})}
+    )
+    run_id = await accept_pod(store, pull_catalog, "pull")
+    rt = Runtime(settings=settings, store=store, catalog=pull_catalog)
+    waits: list[str] = []
+    seen: list[str] = []
+    async with launcher_with_pods(kube, store, pull_catalog, settings, start_timeout=2.0) as events:
+        await events.wait("started", run_id)
+        run = await store.get_run(run_id)
+        async with asyncio.timeout(30):
+            async for line in pod_log_lines(rt, run, follow=True, on_wait=waits.append):
+                seen.append(line)
+        await events.wait("finished", run_id)
+    assert seen == []  # nothing on stdout: the container never ran
+    assert len(waits) == 2
+    assert "ImagePullBackOff" in waits[0] or "ErrImagePull" in waits[0] or "to start" in waits[0]
+    assert "ended failure (image_pull)" in waits[1]
+
+
+async def test_logs_without_follow_keep_failing_at_once(
+    kube: KubeFake, store: Any, pod_catalog: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runlane.errors import NotFound
+    from runlane.service.runtime import Runtime, pod_log_lines
+
+    monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig_path))
+    monkeypatch.setenv("KUBERNETES_NAMESPACE", NS)
+    run_id = await accept_pod(store, pod_catalog, "talker")
+    rt = Runtime(settings=settings, store=store, catalog=pod_catalog)
+    with pytest.raises(NotFound):
+        async for _ in pod_log_lines(rt, await store.get_run(run_id), follow=False):
+            pass

@@ -523,7 +523,9 @@ def logs_cmd(
             from runlane.service.runtime import pod_log_lines
 
             try:
-                async for chunk in pod_log_lines(rt, run, follow=follow):
+                async for chunk in pod_log_lines(
+                    rt, run, follow=follow, on_wait=lambda m: err.print(m, markup=False)
+                ):
                     write_output(chunk + "\n" if follow else chunk, raw=raw)
                     sys.stdout.flush()
                 return

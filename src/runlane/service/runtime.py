@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -93,17 +93,41 @@ class Runtime:
         return None
 
 
-async def pod_log_lines(rt: Runtime, run: Run, *, follow: bool) -> AsyncIterator[str]:
+async def pod_log_lines(
+    rt: Runtime, run: Run, *, follow: bool, on_wait: Callable[[str], None] | None = None
+) -> AsyncIterator[str]:
     """A pod run's log from the cluster (`runlane logs`): whole, or followed line by line until
-    its container ends. `NotFound` when there is no pod to read."""
+    its container ends. `NotFound` when there is no pod to read (without `follow`).
+
+    `follow` waits for the pod to exist and its container to start (bounded backoff; `on_wait`
+    is told once what it waits for) as long as the run is not final. A run that ends before its
+    pod ran yields its saved log tail, and `on_wait` gets how it ended."""
     from runlane.adapters.kubernetes.logs import pod_log
 
     namespace = None
     with contextlib.suppress(RunlaneError):
         spec = rt.require_catalog().resolve(run.job).profile_spec
         namespace = spec.namespace if spec is not None else None
-    async for chunk in pod_log(run.job, run.id, run.attempt, namespace, follow=follow):
+    last = run
+
+    async def active() -> bool:
+        nonlocal last
+        last = await rt.store.get_run(run.id)
+        return not last.status.is_final
+
+    streamed = False
+    async for chunk in pod_log(
+        run.job, run.id, run.attempt, namespace, follow=follow, active=active, on_wait=on_wait
+    ):
+        streamed = True
         yield chunk
+    if follow and not streamed and last.status.is_final:
+        for line in (last.log_tail or "").splitlines():
+            yield line
+        if on_wait is not None:
+            reason = f" ({last.error_code})" if last.error_code else ""
+            note = f": {last.note}" if last.note else ""
+            on_wait(f"run {last.id} ended {last.status.value}{reason} while waiting for its pod{note}")
 
 
 def refuse_pods(catalog: Catalog, job: str) -> None:
