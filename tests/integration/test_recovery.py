@@ -87,6 +87,26 @@ async def test_runs_of_a_dead_launcher_end_launcher_lost_and_are_retried(
     await launcher.events.wait("started", retry.id)
 
 
+async def test_a_cancel_asked_while_no_launcher_watched_ends_cancelled_not_retried(
+    store: Store, catalog: Catalog, start_launcher: Callable[..., Running]
+) -> None:
+    run_id = await accept(store, catalog, "sleeper")  # max_attempts: 2
+    [claimed] = await store.claim(
+        "dead-launcher", limit=1, lease_ttl=0.0, executors=["inline"], executor_caps={}
+    )
+    # `runlane cancel` while the launcher is dead: it can only ask.
+    asked = await store.request_cancel(run_id, by="alice")
+    assert asked.status is RunStatus.RUNNING
+    launcher = start_launcher()
+    await launcher.events.wait("finished", run_id)
+    run = await store.get_run(run_id)
+    assert (run.status, run.end_reason) == (RunStatus.CANCELLED, "cancelled")
+    assert run.note is not None
+    assert "cancel requested" in run.note
+    assert [r.id for r in await store.list_runs(RunFilter(job="sleeper"))] == [run_id]  # no retry
+    assert claimed.lease.generation + 1 == run.lease_generation
+
+
 async def test_corrupt_state_is_kept_for_repair_and_listed_by_doctor(
     store: Store, catalog: Catalog, settings: Settings, start_launcher: Callable[..., Running]
 ) -> None:

@@ -563,8 +563,23 @@ class Launcher:
 
     async def _record(self, sup: Supervised, outcome: Outcome) -> None:
         run = sup.claimed.run
+        if run.cancel_requested_at is not None and outcome.end_reason == EndReason.LAUNCHER_LOST:
+            # Someone asked to cancel while no launcher supervised the run (its launcher was
+            # killed or stalled): the process is gone, and what they asked for is what happened.
+            outcome = Outcome(
+                RunStatus.CANCELLED,
+                EndReason.CANCELLED,
+                exit_code=outcome.exit_code,
+                error_code="cancelled",
+                log_tail=outcome.log_tail,
+                note="cancel requested while no launcher supervised the run; its process ended "
+                "with its launcher",
+            )
         retry = None
-        if should_retry(outcome, run.attempt, run.max_attempts):
+        # A run somebody asked to cancel is never retried, whatever it ended with.
+        if run.cancel_requested_at is None and should_retry(
+            outcome, run.attempt, run.max_attempts
+        ):
             retry = retry_command(run, sup.claimed.db_now)
             db_now = await self._write(self.store.now)
             retry = replace(
