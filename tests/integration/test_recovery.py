@@ -13,13 +13,14 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
 from runlane.catalog import Catalog
 from runlane.core.runs import RunStatus, Trigger
-from runlane.errors import TemporaryExecutorError
+from runlane.errors import DatabaseUnavailable, TemporaryExecutorError
 from runlane.ports import Execution, ExecutionEvent, ExecutionSpec, Executor, RunFilter, Store
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.config import Settings
@@ -105,6 +106,56 @@ async def test_a_cancel_asked_while_no_launcher_watched_ends_cancelled_not_retri
     assert "cancel requested" in run.note
     assert [r.id for r in await store.list_runs(RunFilter(job="sleeper"))] == [run_id]  # no retry
     assert claimed.lease.generation + 1 == run.lease_generation
+
+
+class Outage:
+    """The real store, unreachable while `down` (every call raises DatabaseUnavailable)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.down = False
+        self.failures = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._store, name)
+        if not asyncio.iscoroutinefunction(attr):
+            return attr
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if self.down:
+                self.failures += 1
+                raise DatabaseUnavailable("cannot reach the database (test outage)")
+            return await attr(*args, **kwargs)
+
+        return call
+
+
+async def test_after_an_outage_a_launcher_leaves_expired_leases_alone_for_a_ttl(
+    store: Store, catalog: Catalog, settings: Settings
+) -> None:
+    # Another launcher holds a run whose lease ran out during a database outage both of them
+    # saw: this one must give it a lease TTL to reconnect and revive its lease before taking
+    # over a run that may well be alive (taking it at once killed healthy runs and re-ran them).
+    run_id = await accept(store, catalog, "sleeper")
+    await store.claim("other-launcher", limit=1, lease_ttl=0.0, executors=["inline"],
+                      executor_caps={})
+    outage = Outage(store)
+    outage.down = True
+    events = Events()
+    ttl = 1.5
+    launcher = Launcher(store=outage, catalog=catalog, executors=build_executors(settings),  # type: ignore[arg-type]
+                        settings=replace(settings, lease_ttl=ttl, lease_renew_interval=0.5),
+                        hook=events)
+    task = asyncio.create_task(launcher.run())
+    try:
+        await wait_for(lambda: outage.failures >= 1)
+        outage.down = False
+        back = time.monotonic()
+        await events.wait("claimed", run_id)
+        assert time.monotonic() - back >= ttl - 0.2  # held off, then recovered as usual
+    finally:
+        launcher.stop()
+        await task
 
 
 async def test_corrupt_state_is_kept_for_repair_and_listed_by_doctor(

@@ -192,6 +192,10 @@ class Launcher:
         self._chain_nudge: asyncio.Event | None = None
         self._backlog = False  # the last claim filled every free slot: more runs may be due
         self._claim_batch_min = max(1, self.settings.concurrency // 2)
+        # After this launcher saw the database fail, it leaves other launchers' expired leases
+        # alone for a lease TTL: they lost their database too, and need the time to reconnect
+        # and revive their leases before anyone takes their live runs over (monotonic time).
+        self._recover_after = 0.0
         # Resolved jobs by name: the catalog caches them too, but behind a pydantic private
         # attribute whose every read is a Python-level __getattr__ (5% of the launcher's CPU
         # per run in bench/throughput.py --profile). The catalog never changes under a launcher.
@@ -308,7 +312,11 @@ class Launcher:
                     self._last_cancel_poll = now
                     await self._poll_cancels()
                 free = self._free_slots()
-                if free > 0 and now - self._last_recover >= settings.claim_interval:
+                if (
+                    free > 0
+                    and now - self._last_recover >= settings.claim_interval
+                    and now >= self._recover_after
+                ):
                     self._last_recover = now
                     recovered = await self.store.claim_abandoned(
                         self.owner, limit=free, lease_ttl=settings.lease_ttl, executors=executors
@@ -335,6 +343,7 @@ class Launcher:
                     self._backlog = claimed_any
             except DatabaseUnavailable as exc:
                 log.warning("launcher.database_unavailable", error=str(exc))
+                self._database_failed()
                 await self._sleep_or_stop(min(5.0, settings.claim_interval * 2))
                 continue
             except StoreError as exc:
@@ -698,6 +707,7 @@ class Launcher:
                 return await op()
             except DatabaseUnavailable as exc:
                 log.warning("store.write_retry", error=str(exc), delay=delay)
+                self._database_failed()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
@@ -710,21 +720,34 @@ class Launcher:
 
     # ------------------------------------------------------------------ leases, cancels, heartbeat
 
+    def _database_failed(self) -> None:
+        """Hold off taking over other launchers' runs for a lease TTL from now."""
+        self._recover_after = time.monotonic() + self.settings.lease_ttl
+
     async def _lease_keeper(self) -> None:
         while True:
-            await asyncio.sleep(self.settings.lease_renew_interval)
-            await self.renew_leases()
+            renewed = await self.renew_leases()
+            # After a failed renewal try again soon: the database may be back in a moment, and
+            # the leases must be revived before other launchers' hold-off runs out.
+            await asyncio.sleep(
+                self.settings.lease_renew_interval
+                if renewed
+                else min(1.0, self.settings.lease_renew_interval)
+            )
 
-    async def renew_leases(self) -> None:
-        """Renew every held lease; kill the executions whose lease is gone."""
+    async def renew_leases(self) -> bool:
+        """Renew every held lease; kill the executions whose lease is gone. False when the
+        database could not be reached."""
         held = [s.lease for s in self._active.values() if not s.lost]
         if not held:
-            return
+            return True
         try:
             kept = await self.store.renew(held, self.settings.lease_ttl)
         except StoreError as exc:
             log.warning("lease.renew_failed", error=str(exc), leases=len(held))
-            return
+            if isinstance(exc, DatabaseUnavailable):
+                self._database_failed()
+            return False
         for lease in held:
             if lease.run_id not in kept:
                 sup = self._active.get(lease.run_id)
@@ -734,6 +757,7 @@ class Launcher:
                 log.warning("run.lease_lost", run_id=lease.run_id)
                 if sup.executor.name == "inline":
                     await self._cancel_execution(sup, grace=0.0)
+        return True
 
     async def _poll_cancels(self) -> None:
         if not self._active:
