@@ -2,9 +2,12 @@
 
 Each kind (jobs, pods) runs one loop: list with the `managed-by=runlane` selector, then watch
 from the list's resourceVersion with bookmarks; when the server ends the stream, watch again
-from the last version seen; on 410 Gone (HTTP or in-stream), on any error, and every
-`relist_interval`, list again and reconcile the cache (objects gone from the list count as
-deleted). A stream ending is never a final state: only what the objects say is.
+from the last version seen. A dropped connection resumes from the last version once (like
+client-go); if that resume fails too, list again. On 410 Gone and on 504 "Too large resource
+version" (the API server lost its state: our version is from its future; HTTP or in-stream), on
+any other error, and every `relist_interval`, list again and reconcile the cache (objects gone
+from the list count as deleted). A stream ending is never a final state: only what the objects
+say is, and the watch never stays blind.
 
 Runs subscribe by Job name and get a nudge on their queue whenever their Job or one of its pods
 changes; they read the current state from the cache. No run ever polls or opens a watch of its
@@ -55,6 +58,16 @@ def _slim(obj: Json) -> Json:
     return out
 
 
+def is_too_large(exc: ApiStatus) -> bool:
+    """The server has not reached the resourceVersion asked for (client-go's
+    `isTooLargeResourceVersionError`): a 504 Timeout with cause `ResourceVersionTooLarge`, or, from
+    servers before 1.18.6, only the message."""
+    causes = exc.details.get("causes") or ()
+    if any(isinstance(c, dict) and c.get("reason") == "ResourceVersionTooLarge" for c in causes):
+        return True
+    return exc.code == 504 and "Too large resource version" in exc.message
+
+
 def pod_job_name(pod: Json) -> str | None:
     """The Job a pod belongs to: its job-name label, else its owner reference."""
     meta = _meta(pod)
@@ -78,7 +91,7 @@ class _Entry:
 class WatchStats:
     lists: int = 0
     watches: int = 0
-    gone: int = 0
+    gone: int = 0  # 410 Gone, or 504 Too large resource version: both list again at once
     errors: int = 0
     events: int = 0
     bookmarks: int = 0
@@ -203,12 +216,14 @@ class NamespaceWatch:
         backoff = 0.5
         version: str | None = None
         listed_at = 0.0
+        failed_resumes = 0  # watch attempts in a row that ended in an error with nothing read
         while True:
             try:
                 if version is None or self._now() - listed_at >= self.relist_interval:
                     version = await self._list(kind, path)
                     listed_at = self._now()
                     backoff = 0.5
+                    failed_resumes = 0
                 budget = max(
                     1,
                     int(min(self.watch_timeout, self.relist_interval - (self._now() - listed_at))),
@@ -226,14 +241,21 @@ class NamespaceWatch:
                 ):
                     version = self._apply_event(kind, event) or version
                     backoff = 0.5
+                    failed_resumes = 0
                 # The server ended the stream (its timeout, a restart): watch again from `version`.
             except asyncio.CancelledError:
                 raise
             except ApiStatus as exc:
-                if exc.code == 410:
+                if exc.code == 410 or is_too_large(exc):
                     self._count("gone")
-                    log.info("kubernetes.watch_expired", kind=kind, namespace=self.namespace)
-                    version = None  # never reuse a stale version: list again
+                    log.info(
+                        "kubernetes.watch_expired" if exc.code == 410 else "kubernetes.watch_ahead",
+                        kind=kind,
+                        namespace=self.namespace,
+                        version=version,
+                        error=exc.message,
+                    )
+                    version = None  # never reuse a stale (or future) version: list again
                     continue
                 if exc.code == 403 and kind == "pods":
                     if state.available:
@@ -251,9 +273,16 @@ class NamespaceWatch:
                 backoff = min(backoff * 2, self.max_backoff)
             except TemporaryExecutorError as exc:
                 self._count("errors")
-                log.info("kubernetes.watch_dropped", kind=kind, error=str(exc))
-                # A dropped stream resumes from the last version; if that is too old (or from
-                # before an API server restart) the server answers 410 and we list again.
+                failed_resumes += 1
+                # A dropped stream resumes from the last version once: if that is too old the
+                # server answers 410 and we list again. If the resume fails as well (the server
+                # is down, or answers 504 because it lost its state and our version is from its
+                # future: the HTTP error carries no Status here), list again rather than resume
+                # from a version that may never come back.
+                relist = failed_resumes > 1
+                log.info("kubernetes.watch_dropped", kind=kind, error=str(exc), relist=relist)
+                if relist:
+                    version = None
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff)
             except Exception:  # a bug must not stop the shared watch for every run
@@ -323,8 +352,12 @@ class NamespaceWatch:
     def _store(self, kind: Kind, name: str, obj: Json, seq: int) -> None:
         state = self._state[kind]
         old = state.entries.get(name)
-        changed = old is None or _meta(old.obj).get("resourceVersion") != _meta(obj).get(
-            "resourceVersion"
+        meta, old_meta = _meta(obj), _meta(old.obj) if old is not None else {}
+        # The uid too: after an API server lost its state, versions restart and may repeat.
+        changed = (
+            old is None
+            or old_meta.get("resourceVersion") != meta.get("resourceVersion")
+            or old_meta.get("uid") != meta.get("uid")
         )
         if old is not None and not changed:
             old.seq = seq
