@@ -158,6 +158,40 @@ async def test_after_an_outage_a_launcher_leaves_expired_leases_alone_for_a_ttl(
         await task
 
 
+async def test_an_outcome_the_database_missed_is_recorded_from_the_journal_not_rerun(
+    store: Store, catalog: Catalog, settings: Settings, test_dir: Path,
+    start_launcher: Callable[..., Running],
+) -> None:
+    # The run ends while the database is down, and its launcher is stopped before the database
+    # returns: the launcher that takes it over records how it ended, and runs nothing again.
+    outage = Outage(store)
+    events = Events()
+    quick = replace(settings, lease_ttl=1.0, lease_renew_interval=0.3, shutdown_grace=0.5)
+    first = Launcher(store=outage, catalog=catalog, executors=build_executors(quick),  # type: ignore[arg-type]
+                     settings=quick, hook=events)
+    task = asyncio.create_task(first.run())
+    run_id = await accept(store, catalog, "gate")
+    await events.wait("started", run_id)
+    journal = Path(settings.log_dir) / f"{run_id}.1.outcome.json"
+    outage.down = True
+    (test_dir / "gate").write_text("open")
+    await wait_for(journal.exists)  # the outcome could not be saved: it is journaled
+    first.stop()
+    async with asyncio.timeout(30):
+        await task
+    assert (await store.get_run(run_id)).status is RunStatus.RUNNING  # the database missed it
+    outage.down = False
+    second = start_launcher(lease_ttl=1.0, lease_renew_interval=0.3)
+    await second.events.wait("finished", run_id)
+    run = await store.get_run(run_id)
+    assert (run.status, run.exit_code) == (RunStatus.SUCCESS, 0)
+    assert run.note is not None
+    assert "outcome journal" in run.note
+    assert "gate passed" in (run.log_tail or "")
+    assert [r.id for r in await store.list_runs(RunFilter(job="gate"))] == [run_id]  # not re-run
+    assert not journal.exists()  # recorded: the journal is gone
+
+
 async def test_corrupt_state_is_kept_for_repair_and_listed_by_doctor(
     store: Store, catalog: Catalog, settings: Settings, start_launcher: Callable[..., Running]
 ) -> None:

@@ -22,10 +22,11 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
+from pathlib import Path
 from typing import Any, TypeVar
 
 import structlog
@@ -196,6 +197,7 @@ class Launcher:
         # alone for a lease TTL: they lost their database too, and need the time to reconnect
         # and revive their leases before anyone takes their live runs over (monotonic time).
         self._recover_after = 0.0
+        self._journaled: dict[str, Path] = {}  # run id → its outcome journal, until recorded
         # Resolved jobs by name: the catalog caches them too, but behind a pydantic private
         # attribute whose every read is a Python-level __getattr__ (5% of the launcher's CPU
         # per run in bench/throughput.py --profile). The catalog never changes under a launcher.
@@ -449,10 +451,20 @@ class Launcher:
                 sup, "corrupt_params", "the stored params are not valid JSON; kept for repair"
             )
             return None
+        if claimed.recovered and sup.executor.name == "inline":
+            journaled = self._journaled_outcome(run)
+            if journaled is not None:
+                return journaled
         spec = self._spec(run, job, claimed.db_now)
         if spec.deadline_seconds <= 0:
-            return Outcome(RunStatus.TIMEOUT, EndReason.DEADLINE, error_code="deadline",
-                           note="deadline passed before the run could start")
+            return Outcome(
+                RunStatus.TIMEOUT,
+                EndReason.DEADLINE,
+                error_code="deadline",
+                note="the deadline passed while no launcher supervised the run"
+                if claimed.recovered
+                else "deadline passed before the run could start",
+            )
         if claimed.recovered:
             try:
                 execution = await sup.executor.reattach(spec)
@@ -664,13 +676,18 @@ class Launcher:
         it: a refused batch is saved one by one, and a refused outcome is saved once more
         without its texts (the run did run; its status must not be lost with its log tail)."""
         try:
-            return list(await self._write(partial(self.store.finish_many, requests)))
+            saved: list[FinishedRun | BaseException | None] = list(
+                await self._write(
+                    partial(self.store.finish_many, requests),
+                    on_unavailable=partial(self._journal_outcomes, requests),
+                )
+            )
         except StoreError as exc:
             if len(requests) > 1:
-                saved: list[FinishedRun | BaseException | None] = []
+                one_by_one: list[FinishedRun | BaseException | None] = []
                 for request in requests:
-                    saved += await self._save_outcomes([request])
-                return saved
+                    one_by_one += await self._save_outcomes([request])
+                return one_by_one
             request = requests[0]
             outcome = request.outcome
             texts = outcome.log_tail is not None or outcome.note is not None
@@ -697,10 +714,75 @@ class Launcher:
                 return [again]
         except Exception as exc:  # noqa: BLE001 - handed to each waiting supervisor
             return [exc] * len(requests)
+        for request in requests:  # recorded: a journal kept meanwhile has done its job
+            path = self._journaled.pop(request.lease.run_id, None)
+            if path is not None:
+                path.unlink(missing_ok=True)
+        return saved
 
-    async def _write(self, op: Callable[[], Awaitable[T]]) -> T:
+    # ------------------------------------------------------------------ outcome journal
+
+    def _journal_path(self, run_id: str, attempt: int) -> Path:
+        return Path(self.settings.log_dir) / f"{run_id}.{attempt}.outcome.json"
+
+    def _journal_outcomes(self, requests: Sequence[FinishRequest]) -> None:
+        """The database is down while inline runs' outcomes wait to be saved: keep each next to
+        its log, so that if this launcher stops before the database returns, the launcher that
+        takes the run over (on this machine) records how it really ended instead of calling it
+        lost and running it again."""
+        for request in requests:
+            sup = self._active.get(request.lease.run_id)
+            if sup is None or sup.executor.name != "inline":
+                continue
+            run, o = sup.claimed.run, request.outcome
+            path = self._journal_path(run.id, run.attempt)
+            record = {
+                "run_id": run.id, "attempt": run.attempt, "launcher": self.owner,
+                "status": o.status.value, "end_reason": o.end_reason, "exit_code": o.exit_code,
+                "error_code": o.error_code, "log_tail": o.log_tail, "note": o.note,
+                "ended_at": datetime.now(UTC).isoformat(),
+            }
+            tmp = path.with_suffix(".tmp")
+            try:
+                with tmp.open("w", encoding="utf-8") as fh:
+                    json.dump(record, fh)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                tmp.replace(path)
+            except OSError as exc:
+                log.error("run.journal_failed", run_id=run.id, error=str(exc))
+                continue
+            self._journaled[run.id] = path
+
+    def _journaled_outcome(self, run: Run) -> Outcome | None:
+        """How an inline run ended, from the journal of the launcher that ran it, if any."""
+        path = self._journal_path(run.id, run.attempt)
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            outcome = Outcome(
+                RunStatus(record["status"]),
+                str(record["end_reason"]),
+                exit_code=record.get("exit_code"),
+                error_code=record.get("error_code"),
+                log_tail=record.get("log_tail"),
+                note=f"recorded from the outcome journal of launcher {record.get('launcher')}, "
+                f"which ran it and stopped before the database was back (it ended at "
+                f"{record.get('ended_at')})" + (f"; {record['note']}" if record.get("note") else ""),
+            )
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.error("run.journal_unreadable", run_id=run.id, path=str(path), error=str(exc))
+            return None
+        self._journaled[run.id] = path  # removed once this outcome is recorded
+        return outcome
+
+    async def _write(
+        self, op: Callable[[], Awaitable[T]], on_unavailable: Callable[[], None] | None = None
+    ) -> T:
         """A store write that survives a database outage: retried with backoff until it lands,
-        the lease is lost, or the launcher stops."""
+        the lease is lost, or the launcher stops. `on_unavailable` runs once, at the first
+        failure."""
         delay = 0.2
         while True:
             try:
@@ -708,6 +790,9 @@ class Launcher:
             except DatabaseUnavailable as exc:
                 log.warning("store.write_retry", error=str(exc), delay=delay)
                 self._database_failed()
+                if on_unavailable is not None:
+                    on_unavailable()
+                    on_unavailable = None
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
 

@@ -175,6 +175,10 @@ class PostgresStore:
             kwargs={"autocommit": True, "application_name": self._application_name},
             configure=self._configure,
             open=False,
+            # How long a call waits for a connection: during an outage a call fails after this
+            # (and is retried by its caller) instead of psycopg's 30 s, so a launcher told to
+            # stop acts on it promptly.
+            timeout=5.0,
         )
         try:
             await pool.open(wait=True, timeout=10.0)
