@@ -5,6 +5,7 @@ and runs started afterwards get their outcomes (no spurious start_timeout)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -119,5 +120,19 @@ async def test_a_resume_that_fails_again_lists_again(kube: KubeFake) -> None:
         kube.state.advance(10)
         assert (await finish(events)).status == RunStatus.TIMEOUT
         await _new_runs_end(executor)
+    finally:
+        await executor.aclose()
+
+
+async def test_large_params_without_a_scheduling_delay(kube: KubeFake) -> None:
+    # Not a watch case, but the same bug hunt: with the fake's default timing the pod is scheduled
+    # before the params ConfigMap (created just after its Job) exists; the fake kubelet retries the
+    # mount, as a real one does, instead of leaving the pod in ContainerCreating until start_timeout.
+    executor = make_executor(kube, start_timeout=15.0)
+    try:
+        s = spec(env={"RUNLANE_PARAMS": json.dumps({"blob": "x" * 100_000})})
+        execution = await executor.start(s)
+        _, outcome = await outcome_of(executor, execution)
+        assert outcome.status == RunStatus.SUCCESS, outcome
     finally:
         await executor.aclose()
