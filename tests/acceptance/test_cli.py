@@ -16,10 +16,13 @@ import pytest
 from tests.integration.conftest import CATALOG
 
 
-def runlane(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def runlane(
+    *args: str, env: dict[str, str], cwd: Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "runlane", *args],
         env=env,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,

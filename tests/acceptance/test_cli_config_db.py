@@ -10,7 +10,6 @@ import re
 import shutil
 import sqlite3
 import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,23 +17,10 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.acceptance.test_cli import runlane
 from tests.integration.conftest import CATALOG, PG_URL
 
 SECRET = "s3cret"
-
-
-def runlane(
-    *args: str, env: dict[str, str], cwd: Path | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "runlane", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 @pytest.fixture

@@ -14,9 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from lightkube.config.kubeconfig import KubeConfig
 
-from runlane.adapters.kubernetes.api import KubeApi
 from runlane.adapters.kubernetes.executor import PodExecutor
 from runlane.catalog.params import MAX_PARAMS_BYTES
 from runlane.core.k8s_names import job_name, params_config_map_name
@@ -24,6 +22,7 @@ from runlane.core.runs import Outcome, RunStatus
 from runlane.errors import PermanentExecutorError
 from runlane.ports import Execution, ExecutionSpec
 from runlane.testing.kube import KubeFake, Timing, run_server
+from tests.integration.test_pod_executor import make_executor
 
 NS = "default"
 PY = sys.executable
@@ -33,18 +32,6 @@ PY = sys.executable
 def kube() -> Iterator[KubeFake]:
     with run_server(run_local=True, timing=Timing(schedule=0.3)) as fake:
         yield fake
-
-
-def make_executor(kube: KubeFake, **kw: Any) -> PodExecutor:
-    config = KubeConfig.from_file(kube.kubeconfig_path).get()
-    assert config is not None
-    return PodExecutor(
-        api_client=KubeApi.from_config(config),
-        environ={"KUBERNETES_NAMESPACE": NS},
-        launcher_env={},
-        start_timeout=kw.pop("start_timeout", 30.0),
-        **kw,
-    )
 
 
 @pytest.fixture
