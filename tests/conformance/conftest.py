@@ -65,6 +65,9 @@ class StoreHarness:
     # Raw SQL for tests that must reach under the store (corrupt a row, count outbox rows).
     # Both dialects take `:name` placeholders here.
     query: Callable[[str, Mapping[str, object]], list[tuple[object, ...]]]
+    # The database's URL (PostgreSQL) or file path (SQLite), for tests that need one connection
+    # across several statements.
+    location: str = ""
     extra: list[Store] = field(default_factory=list)
 
 
@@ -128,7 +131,13 @@ async def harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
 
     store = await make_store()
     try:
-        yield StoreHarness(request.param, store, make_store, query)
+        yield StoreHarness(
+            request.param,
+            store,
+            make_store,
+            query,
+            location=path if request.param == "sqlite" else url,
+        )
     finally:
         for each in reversed(opened):
             await each.close()

@@ -78,10 +78,17 @@ outbox_row AS (
 SELECT ins.*, (SELECT count(*) FROM wake) AS woken FROM ins
 
 -- name: claim_lock
--- One claimer at a time across launchers: keeps executor caps and overlap exact.
-SELECT pg_advisory_xact_lock(hashtext('runlane:claim'))
+-- One claimer at a time across launchers: keeps executor caps and overlap exact. And, for this
+-- transaction only, no bitmap scans: the candidate scan must walk run_log_claim_idx in order and
+-- stop at the LIMIT. With statistics that underestimate the backlog (autovacuum has not analyzed
+-- since it grew) the planner otherwise reads every due run through a bitmap scan and sorts them,
+-- so each claim costs O(backlog) until the next ANALYZE.
+SELECT pg_advisory_xact_lock(hashtext('runlane:claim')),
+       set_config('enable_bitmapscan', 'off', true)
 
 -- name: claim_candidates
+-- (In candidate scans `now` is a scalar subquery, never a join with `n`: joined, the planner
+-- reads every due run and sorts them before the LIMIT, which made each claim cost O(backlog).)
 -- Candidates (locked) and the running counts admission needs, from one snapshot. Counts cover
 -- only the candidates' non-`allow` jobs and the capped executors, so the cost does not grow with
 -- everything that is running. The first coalesce() term matches run_log_claim_idx; the not_before term is
@@ -90,11 +97,11 @@ WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now),
 cand AS (
     SELECT r.id, r.job, r.executor, r.overlap,
            coalesce(r.not_before, r.queued_at) AS due_at, r.queued_at
-    FROM run_log r, n
+    FROM run_log r
     WHERE r.status = 'queued'
-      AND coalesce(r.not_before, r.queued_at) <= n.now
-      AND (r.not_before IS NULL OR r.not_before <= n.now)
-      AND (r.queue_expires_at IS NULL OR r.queue_expires_at > n.now)
+      AND coalesce(r.not_before, r.queued_at) <= (SELECT now FROM n)
+      AND (r.not_before IS NULL OR r.not_before <= (SELECT now FROM n))
+      AND (r.queue_expires_at IS NULL OR r.queue_expires_at > (SELECT now FROM n))
       AND r.executor = ANY(%(executors)s::text[])
     ORDER BY coalesce(r.not_before, r.queued_at), r.queued_at, r.id
     LIMIT %(scan)s
@@ -139,11 +146,11 @@ RETURNING r.*, n.now AS db_now
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now),
 cand AS (
     SELECT r.id, r.overlap = 'allow' AND r.executor <> ALL(%(capped)s::text[]) AS free
-    FROM run_log r, n
+    FROM run_log r
     WHERE r.status = 'queued'
-      AND coalesce(r.not_before, r.queued_at) <= n.now
-      AND (r.not_before IS NULL OR r.not_before <= n.now)
-      AND (r.queue_expires_at IS NULL OR r.queue_expires_at > n.now)
+      AND coalesce(r.not_before, r.queued_at) <= (SELECT now FROM n)
+      AND (r.not_before IS NULL OR r.not_before <= (SELECT now FROM n))
+      AND (r.queue_expires_at IS NULL OR r.queue_expires_at > (SELECT now FROM n))
       AND r.executor = ANY(%(executors)s::text[])
     ORDER BY coalesce(r.not_before, r.queued_at), r.queued_at, r.id
     LIMIT %(limit)s
@@ -170,8 +177,9 @@ ORDER BY coalesce(upd.not_before, upd.queued_at), upd.queued_at, upd.id
 -- The expiry test is repeated in the UPDATE: never trust the candidate snapshot.
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now),
 c AS (
-    SELECT r.id FROM run_log r, n
-    WHERE r.status = 'running' AND r.lease_token IS NOT NULL AND r.lease_expires_at < n.now
+    SELECT r.id FROM run_log r
+    WHERE r.status = 'running' AND r.lease_token IS NOT NULL
+      AND r.lease_expires_at < (SELECT now FROM n)
       AND r.executor = ANY(%(executors)s::text[])
     ORDER BY r.lease_expires_at, r.id
     LIMIT %(limit)s
@@ -295,8 +303,8 @@ RETURNING r.*
 -- name: expire_queued
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now),
 c AS (
-    SELECT r.id FROM run_log r, n
-    WHERE r.status = 'queued' AND r.queue_expires_at <= n.now
+    SELECT r.id FROM run_log r
+    WHERE r.status = 'queued' AND r.queue_expires_at <= (SELECT now FROM n)
     ORDER BY r.queue_expires_at, r.id
     LIMIT %(limit)s
     FOR UPDATE OF r SKIP LOCKED
@@ -311,10 +319,10 @@ RETURNING r.*
 -- died) or an expired one that no launcher able to run it has taken over.
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now),
 c AS (
-    SELECT r.id FROM run_log r, n
+    SELECT r.id FROM run_log r
     WHERE r.status = 'running' AND r.deadline_at IS NOT NULL
-      AND r.deadline_at < n.now - make_interval(secs => %(grace)s::float8)
-      AND (r.lease_token IS NULL OR r.lease_expires_at < n.now)
+      AND r.deadline_at < (SELECT now FROM n) - make_interval(secs => %(grace)s::float8)
+      AND (r.lease_token IS NULL OR r.lease_expires_at < (SELECT now FROM n))
     ORDER BY r.deadline_at, r.id
     LIMIT %(limit)s
     FOR UPDATE OF r SKIP LOCKED
