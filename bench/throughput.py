@@ -3,9 +3,10 @@
 2,000 manual runs of a job whose command is `true`, concurrency 16: runs are enqueued through the
 accept path first, then a launcher is started and timed from its first start to its last finish
 (database timestamps). CPU per run counts the launcher process and its guardian (runs excluded;
-its start-up CPU, read from an idle launcher started just before, subtracted) plus the PostgreSQL processes that serve the
-scratch database (its backends and the shared WAL writer, checkpointer and background writer;
-other sessions on the server are left out). Prints one line per repetition and the medians.
+the runs are held while the launcher starts, and its CPU is read once it is idle, so start-up
+is not counted) plus the PostgreSQL processes that serve the scratch database (its backends and
+the shared WAL writer, checkpointer and background writer; other sessions on the server are
+left out). Prints one line per repetition and the medians.
 
     .venv/bin/python bench/throughput.py --db postgres --runs 2000 --repeat 3
     .venv/bin/python bench/throughput.py --db sqlite --runs 2000 --repeat 3
@@ -28,6 +29,7 @@ from pathlib import Path
 from _common import (
     CATALOG,
     cpu_seconds,
+    held_queue,
     helper_cpu_seconds,
     median,
     postgres_cpu_delta,
@@ -35,11 +37,11 @@ from _common import (
     rss_mib,
     runlane_cmd,
     scratch_database,
+    wait_for_successes,
 )
 
 from runlane.catalog import load_catalog
-from runlane.core.runs import RunStatus, Trigger
-from runlane.ports import RunFilter
+from runlane.core.runs import Trigger
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.stores import store_from_url
 
@@ -53,20 +55,6 @@ async def enqueue(url: str, catalog_path: Path, n: int) -> float:
         for _ in range(n):
             await accept_run(store, catalog, RunRequest(job="noop", trigger=Trigger.CLI))
         return n / (time.perf_counter() - t0)
-    finally:
-        await store.close()
-
-
-async def progress(url: str) -> tuple[int, float | None]:
-    store = store_from_url(url)
-    await store.open()
-    try:
-        runs = await store.list_runs(RunFilter(status=RunStatus.SUCCESS, limit=100000))
-        if not runs:
-            return 0, None
-        first = min(r.started_at for r in runs if r.started_at)
-        last = max(r.finished_at for r in runs if r.finished_at)
-        return len(runs), (last - first).total_seconds()
     finally:
         await store.close()
 
@@ -85,34 +73,28 @@ def one(kind: str, n: int, concurrency: int, profile: str | None = None) -> dict
                 RUNLANE_LOG_LEVEL="warning",
             )
             subprocess.run([*runlane_cmd(), "db", "upgrade"], env=env, check=True, capture_output=True)
-            # Idle memory: a launcher with nothing to do.
-            idle = subprocess.Popen([*runlane_cmd(), "serve"], env=env)
-            time.sleep(2.0)
-            idle_rss = rss_mib(idle.pid)
-            startup_cpu = cpu_seconds(idle.pid)  # imports and start-up: not a per-run cost
-            idle.send_signal(signal.SIGTERM)
-            idle.wait(30)
-
             enqueue_rate = asyncio.run(enqueue(url, work / "catalog.yaml", n))
             database = url.rsplit("/", 1)[1]
-            pg_before = postgres_cpu_seconds(database) if kind == "postgres" else {}
-            proc = subprocess.Popen([*runlane_cmd(), "serve"], env=env)
-            spy = (
-                subprocess.Popen(
-                    ["py-spy", "record", "--nonblocking", "--format", "raw", "--rate", "250",
-                     "-o", profile, "--pid", str(proc.pid)],
-                    stdout=subprocess.DEVNULL,
+            with held_queue(url) as release:
+                # The launcher starts on a held queue: its start-up (imports, connections) is
+                # over and it is idle when its memory and CPU are read; then every run is let go
+                # at once.
+                proc = subprocess.Popen([*runlane_cmd(), "serve"], env=env)
+                time.sleep(2.0)
+                idle_rss = rss_mib(proc.pid)
+                startup_cpu = cpu_seconds(proc.pid) + helper_cpu_seconds(proc.pid)
+                pg_before = postgres_cpu_seconds(database) if kind == "postgres" else {}
+                spy = (
+                    subprocess.Popen(
+                        ["py-spy", "record", "--nonblocking", "--format", "raw", "--rate", "250",
+                         "-o", profile, "--pid", str(proc.pid)],
+                        stdout=subprocess.DEVNULL,
+                    )
+                    if profile
+                    else None
                 )
-                if profile
-                else None
-            )
-            started = time.monotonic()
-            done, span = 0, None
-            while done < n:
-                time.sleep(0.25)
-                done, span = asyncio.run(progress(url))
-                if time.monotonic() - started > 600:
-                    raise SystemExit(f"only {done}/{n} runs finished in 10 minutes")
+                release()
+            span = wait_for_successes(url, n)
             launcher_cpu = cpu_seconds(proc.pid) + helper_cpu_seconds(proc.pid)
             if spy is not None:
                 spy.send_signal(signal.SIGINT)
@@ -126,7 +108,6 @@ def one(kind: str, n: int, concurrency: int, profile: str | None = None) -> dict
             launcher_cpu = max(0.0, launcher_cpu - startup_cpu)
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
-            assert span is not None
             return {
                 "runs_per_s": n / span,
                 "enqueue_per_s": enqueue_rate,
