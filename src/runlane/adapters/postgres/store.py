@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import uuid
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from datetime import datetime
@@ -584,35 +585,32 @@ class PostgresStore:
             return out
 
     async def _finish_batch(self, requests: Sequence[FinishRequest]) -> list[FinishedRun | None]:
-        cols: dict[str, list[object]] = {
-            k: [] for k in ("ids", "tokens", "gens", "statuses", "end_reasons", "exit_codes",
-                            "error_codes", "log_tails", "notes", "external_ids")
-        }
+        batch: list[dict[str, object]] = []
         for req in requests:
             if not (_is_uuid(req.lease.run_id) and _is_uuid(req.lease.token)):
                 raise LeaseLost(f"lease on run {req.lease.run_id} is malformed")
             o = req.outcome
-            for key, value in (
-                ("ids", req.lease.run_id), ("tokens", req.lease.token),
-                ("gens", req.lease.generation), ("statuses", o.status.value),
-                ("end_reasons", o.end_reason), ("exit_codes", o.exit_code),
-                ("error_codes", o.error_code), ("log_tails", o.log_tail), ("notes", o.note),
-                ("external_ids", req.external_id),
-            ):
-                cols[key].append(value)
+            batch.append({
+                "id": req.lease.run_id, "token": req.lease.token, "gen": req.lease.generation,
+                "status": o.status.value, "end_reason": o.end_reason, "exit_code": o.exit_code,
+                "error_code": o.error_code, "log_tail": o.log_tail, "note": o.note,
+                "external_id": req.external_id,
+            })
+        # Outcome texts are storable (core.runs.storable_text): no NUL, no lone surrogate.
+        params = {"batch": json.dumps(batch, ensure_ascii=False), "now": self._now()}
         retries = [(r, r.retry) for r in requests if r.retry is not None]
         if not retries:
             # One statement, its own transaction: the fence in its WHERE is the whole check, and
             # BEGIN/COMMIT would cost two more round trips.
             async with self._conn() as conn:
                 cur = conn.cursor(row_factory=dict_row)
-                await cur.execute(Q["finish_many"], {**cols, "now": self._now()})
-                written = {str(row["id"]): row for row in await cur.fetchall()}
+                await cur.execute(Q["finish_many"], params)
+                written = {row["id"]: row for row in await cur.fetchall()}
             return _finished(requests, written)
         async with self._conn() as conn, conn.transaction():
             cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(Q["finish_many"], {**cols, "now": self._now()})
-            written = {str(row["id"]): row for row in await cur.fetchall()}
+            await cur.execute(Q["finish_many"], params)
+            written = {row["id"]: row for row in await cur.fetchall()}
             saved_retries = [(r, new) for r, new in retries if r.lease.run_id in written]
             if saved_retries:
                 async with conn.pipeline():
