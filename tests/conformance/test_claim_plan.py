@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import psycopg
+import pytest
 
 from runlane.adapters.postgres.store import Q as PG_QUERIES
 from runlane.adapters.sqlite.store import Q as SQLITE_QUERIES
@@ -82,3 +83,23 @@ async def test_a_claim_reads_only_the_runs_it_takes(harness: StoreHarness) -> No
         harness.query("SELECT count(*) FROM run_log WHERE status = 'success'", {})[0][0] == HISTORY
     )
     assert claimed[0][0] == LIMIT
+
+
+
+async def test_after_a_failed_claim_the_next_one_works(
+    harness: StoreHarness, monkeypatch: Any
+) -> None:
+    """The claim's BEGIN/COMMIT are plain pipeline statements: when the claim statement fails
+    the COMMIT is skipped, and the connection must not go back to the pool inside the failed
+    transaction (every later statement on it would fail)."""
+    if harness.dialect == "sqlite":
+        return  # the SQLite claim is one BEGIN IMMEDIATE transaction of its own
+    store = harness.store
+    await store.accept(new_run())
+    monkeypatch.setitem(PG_QUERIES, "claim_fast", "SELECT no_such_column FROM run_log")
+    with pytest.raises(Exception, match="no_such_column"):  # whatever the store raises
+        await claim_all(store)
+    monkeypatch.undo()
+    for _ in range(4):  # pool_max=4: every connection of the pool is used again
+        assert await store.count_queued() in (0, 1)
+    assert [c.run.status for c in await claim_all(store)] == ["running"]

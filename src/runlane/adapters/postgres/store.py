@@ -450,7 +450,12 @@ class PostgresStore:
         """One round trip (BEGIN, lock, claim_fast, COMMIT in one pipeline sync) when the first
         `limit` due runs need no admission decision; None when they do (nothing was claimed)."""
         async with self._conn() as conn:
-            async with conn.pipeline(), conn.transaction():
+            # BEGIN and COMMIT as plain statements of the pipeline: conn.transaction() costs
+            # the launcher ~0.3 ms of Python per claim on top of the statements themselves. A
+            # failed statement skips the rest of the pipeline, COMMIT included; the pool's
+            # connection context then rolls the transaction back.
+            async with conn.pipeline():
+                await conn.execute(b"BEGIN")
                 await conn.execute(Q["claim_lock"])
                 cur = conn.cursor(row_factory=dict_row)
                 await cur.execute(
@@ -464,6 +469,7 @@ class PostgresStore:
                         "ttl": float(lease_ttl),
                     },
                 )
+                await conn.execute(b"COMMIT")
             # Read after COMMIT: the pipeline sent everything at once.
             rows = await cur.fetchall()
         if not rows or rows[0]["fast"] is None:
