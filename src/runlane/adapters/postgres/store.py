@@ -406,7 +406,10 @@ class PostgresStore:
             self._claim_fast = False
         # Scan a few more rows than asked: admission may pass over some (overlap, caps).
         scan = min(limit * 4, limit + 256)
-        async with self._conn() as conn, conn.pipeline(), conn.transaction():
+        # BEGIN/COMMIT sent as statements, as in the one-statement path; an early return leaves
+        # the transaction to the pool's connection context, which commits it.
+        async with self._conn() as conn, conn.pipeline():
+            await conn.execute(b"BEGIN")
             await conn.execute(Q["claim_lock"])
             cand_cur = conn.cursor(row_factory=dict_row)
             await cand_cur.execute(
@@ -436,7 +439,8 @@ class PostgresStore:
                 Q["claim_update"],
                 {"now": now, "owner": owner, "ttl": float(lease_ttl), "ids": chosen},
             )
-            rows = await upd.fetchall()
+            await conn.execute(b"COMMIT")
+            rows = await upd.fetchall()  # a failed COMMIT raises here or as the pipeline ends
         return _claimed(rows, chosen, recovered=False)
 
     async def _claim_fast_path(
