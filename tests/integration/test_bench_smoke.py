@@ -18,6 +18,7 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 # script, tiny arguments, a pattern its last lines must contain (a figure with its unit)
 CASES = [
     ("fencing.py", "--runs 50 --repeat 1", r"cost of fencing=[+-]?\d+\.\d+ ms"),
+    ("inline_executor.py", "--runs 50 --repeat 1", r"cpu_ms_per_run=\d+\.\d+"),
     ("latency.py", "--quick", r"pickup p50=\d+\.\d+ ms p99=\d+\.\d+ ms"),
     ("multi_launcher.py", "--runs 100 --launchers 1 2 --repeat 1", r"\] \d+ runs/s"),
     ("pod_scale.py", "--runs 20 --repeats 1 --per-kind 2", r"\d+\.\d+ s after the deadline"),
