@@ -52,7 +52,10 @@ def split_env(
     in `params.json` anyway (`runlane.sdk.params_from_env()` reads it).
     """
     inline = dict(env)
-    if env_size(inline) <= budget:
+    # A character is at most 4 bytes in UTF-8: most environments are far enough under the
+    # budget to know without encoding them (this runs for every run, on the launcher's loop).
+    chars = sum(len(k) + len(v) for k, v in inline.items())
+    if 4 * chars + 2 * len(inline) <= budget or env_size(inline) <= budget:
         return inline, None
     spilled: dict[str, str] = {}
     if "RUNLANE_PARAMS" in inline:
