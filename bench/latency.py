@@ -1,8 +1,10 @@
 """Pickup latency on an idle launcher: enqueue → process started, one run at a time.
 
 The launcher runs in this process with a long poll interval (10 s), so a fast pickup can only
-come from the wake-up path (LISTEN/NOTIFY on PostgreSQL). Runs are enqueued through a second store
-instance (its own connection). Prints p50/p99 over the samples, median of the repetitions.
+come from the wake-up path (LISTEN/NOTIFY on PostgreSQL). Runs are enqueued by another process
+(as `runlane run` or the API would), which reads the clock just before it accepts each run; the
+launcher's hook reads it when the run's process has been started (CLOCK_MONOTONIC, the same for
+both processes). Prints p50/p99 over the samples, median of the repetitions.
 
     .venv/bin/python bench/latency.py --db postgres --samples 200 --repeat 3
 """
@@ -11,8 +13,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import tempfile
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 from _common import CATALOG, median, percentile, scratch_database
@@ -26,6 +30,26 @@ from runlane.service.runtime import build_executors
 from runlane.service.stores import store_from_url
 
 
+def enqueuer(url: str, catalog_path: str, pipe: Connection) -> None:
+    """The client process: for each request on `pipe`, accept one run and answer with its id
+    and the clock read just before the accept began."""
+
+    async def serve() -> None:
+        catalog = load_catalog(catalog_path)
+        client = store_from_url(url)
+        await client.open()
+        try:
+            pipe.send("ready")
+            while pipe.recv() == "go":
+                t0 = time.perf_counter()
+                result = await accept_run(client, catalog, RunRequest(job="noop", trigger=Trigger.CLI))
+                pipe.send((result.run.id, t0))
+        finally:
+            await client.close()
+
+    asyncio.run(serve())
+
+
 async def measure(url: str, work: Path, samples: int) -> list[float]:
     catalog = load_catalog(work / "catalog.yaml")
     settings = Settings(
@@ -33,37 +57,57 @@ async def measure(url: str, work: Path, samples: int) -> list[float]:
         claim_interval=10.0, lease_ttl=30.0, lease_renew_interval=10.0,
     )
     launcher_store = store_from_url(url)
-    client = store_from_url(url)
     await launcher_store.open()
     await launcher_store.upgrade()
-    await client.open()
     started: dict[str, float] = {}
     finished: dict[str, asyncio.Event] = {}
+
+    def done(run_id: str) -> asyncio.Event:
+        return finished.setdefault(run_id, asyncio.Event())
 
     def hook(event: str, run_id: str) -> None:
         if event == "started":
             started[run_id] = time.perf_counter()
-        elif event == "finished" and run_id in finished:
-            finished[run_id].set()
+        elif event == "finished":
+            done(run_id).set()
 
+    ours, theirs = multiprocessing.Pipe()
+    client = multiprocessing.get_context("spawn").Process(
+        target=enqueuer, args=(url, str(work / "catalog.yaml"), theirs), daemon=True
+    )
+    client.start()
+    loop = asyncio.get_running_loop()
+
+    async def ask(message: str) -> object:
+        """Send, then wait for the answer on the event loop (no thread: a thread waking up
+        would compete with the launcher for the GIL)."""
+        ours.send(message)
+        readable = loop.create_future()
+        loop.add_reader(ours.fileno(), lambda: readable.done() or readable.set_result(None))
+        try:
+            await readable
+        finally:
+            loop.remove_reader(ours.fileno())
+        return ours.recv()
+
+    if not ours.poll(60) or ours.recv() != "ready":
+        raise SystemExit("the enqueuer did not start")
     launcher = Launcher(store=launcher_store, catalog=catalog, executors=build_executors(settings),
                         settings=settings, hook=hook)
     task = asyncio.create_task(launcher.run())
-    await asyncio.sleep(1.0)  # let it go idle: this measures an idle launcher
     latencies = []
     try:
+        await asyncio.sleep(1.0)  # let the launcher go idle: this measures an idle launcher
         for _ in range(samples):
-            t0 = time.perf_counter()
-            result = await accept_run(client, catalog, RunRequest(job="noop", trigger=Trigger.CLI))
-            run_id = result.run.id
-            finished[run_id] = asyncio.Event()
-            await asyncio.wait_for(finished[run_id].wait(), 30)
+            run_id, t0 = await ask("go")  # type: ignore[misc]
+            await asyncio.wait_for(done(run_id).wait(), 30)
             latencies.append((started[run_id] - t0) * 1000)
             await asyncio.sleep(0.02)  # idle again before the next sample
     finally:
+        ours.send("stop")
+        client.join(10)
         launcher.stop()
         await task
-        await client.close()
         await launcher_store.close()
     return latencies
 
