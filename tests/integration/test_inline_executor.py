@@ -206,6 +206,35 @@ async def test_command_not_found_is_permanent(executor: InlineExecutor, command:
     assert executor.running_count() == 0
 
 
+def open_fds() -> int:
+    return sum(1 for _ in Path("/proc/self/fd").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("command", "env"),
+    [
+        (["true"], {"RUNLANE_PARAM_X": "a\x00b"}),  # NUL: no process can be given it
+        (["true"], {"RUNLANE_PARAM_X": "\ud800"}),  # an unpaired surrogate cannot be encoded
+        (["echo", "a\x00b"], {}),
+    ],
+    ids=["nul-in-env", "surrogate-in-env", "nul-in-argv"],
+)
+async def test_unpassable_characters_are_permanent_and_leak_nothing(
+    executor: InlineExecutor, command: list[str], env: dict[str, str]
+) -> None:
+    """A catalog `env` or command can hold what no exec can pass on (YAML escapes): the run
+    fails for good with the reason instead of crashing its supervisor, and no descriptor of
+    its output pipe or log is left open."""
+    await executor.start(make_spec(["true"]))  # the guardian and the fd watcher exist already
+    before = open_fds()
+    for _ in range(5):
+        with pytest.raises(PermanentExecutorError) as info:
+            await executor.start(make_spec(command, env=env))
+        assert info.value.code == "invalid_spec"
+        assert "NUL byte or an unpaired surrogate" in str(info.value)
+    assert open_fds() <= before
+
+
 async def test_not_executable_is_permanent(executor: InlineExecutor, tmp_path: Path) -> None:
     script = tmp_path / "script.sh"
     script.write_text("#!/bin/sh\necho hi\n")
@@ -540,3 +569,37 @@ async def test_a_run_starts_like_popen_would_start_it(log_dir: Path) -> None:
     finally:
         ex.close()
         os.close(inherited)
+
+
+async def test_a_failing_descriptor_callback_does_not_starve_the_others() -> None:
+    """The executor watches every run's pipe and pidfd through one level-triggered epoll set,
+    polled in the same order each time: a callback that raises (and leaves its descriptor
+    readable) is reported like asyncio reports a reader's error, and the rest still run."""
+    from runlane.adapters.local.inline import _FdWatcher
+
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    watcher = _FdWatcher()
+    a_read, a_write = os.pipe()
+    b_read, b_write = os.pipe()
+    b_called = asyncio.Event()
+
+    def broken() -> None:
+        raise RuntimeError("this callback is broken")
+
+    try:
+        watcher.add(a_read, broken)
+        os.write(a_write, b"x")  # A is ready first and stays ready: its callback never reads
+        watcher.add(b_read, b_called.set)
+        os.write(b_write, b"y")
+        await asyncio.wait_for(b_called.wait(), 5)
+    finally:
+        watcher.remove(a_read)
+        watcher.remove(b_read)
+        watcher.close()
+        loop.set_exception_handler(None)
+        for fd in (a_read, a_write, b_read, b_write):
+            os.close(fd)
+    assert reported
+    assert isinstance(reported[0]["exception"], RuntimeError)

@@ -52,10 +52,20 @@ def split_env(
     in `params.json` anyway (`runlane.sdk.params_from_env()` reads it).
     """
     inline = dict(env)
-    # A character is at most 4 bytes in UTF-8: most environments are far enough under the
-    # budget to know without encoding them (this runs for every run, on the launcher's loop).
-    chars = sum(len(k) + len(v) for k, v in inline.items())
-    if 4 * chars + 2 * len(inline) <= budget or env_size(inline) <= budget:
+    # All-ASCII (the usual case) is sized without encoding every variable: this runs for every
+    # run, on the launcher's loop. Anything else is encoded, which also refuses a lone surrogate.
+    if all(k.isascii() and v.isascii() for k, v in inline.items()):
+        size = sum(len(k) + len(v) + 2 for k, v in inline.items())
+    else:
+        try:
+            size = env_size(inline)
+        except UnicodeEncodeError as exc:
+            raise PermanentExecutorError(
+                "the run's command or environment holds a character no process can be given "
+                f"(a NUL byte or an unpaired surrogate): {exc}",
+                error_code="invalid_spec",
+            ) from exc
+    if size <= budget:
         return inline, None
     spilled: dict[str, str] = {}
     if "RUNLANE_PARAMS" in inline:

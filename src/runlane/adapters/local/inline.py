@@ -299,8 +299,18 @@ class _FdWatcher:
         for fd, callback in ready:
             # Still registered, and to the same callback: an earlier callback of this batch
             # may have removed (and closed) it.
-            if callback is not None and callbacks.get(fd) is callback:
+            if callback is None or callbacks.get(fd) is not callback:
+                continue
+            try:
                 callback()
+            except Exception as exc:  # noqa: BLE001 - as asyncio does for a reader callback
+                # Report it and go on: the set is level-triggered and polled in the same order,
+                # so a callback that raises would otherwise starve every descriptor after it.
+                assert self._loop is not None
+                self._loop.call_exception_handler(
+                    {"message": f"error in a run's descriptor callback (fd {fd})",
+                     "exception": exc}
+                )
 
 
 @dataclass(slots=True)
@@ -761,6 +771,18 @@ class InlineExecutor:
             os.close(read_fd)
             log.close()
             raise _spawn_error(argv[0] if self._setpriv is None else argv[4], exc) from exc
+        except ValueError as exc:  # a NUL byte, or (UnicodeEncodeError) an unpaired surrogate
+            os.close(read_fd)
+            log.close()
+            raise PermanentExecutorError(
+                "the run's command or environment holds a character no process can be given "
+                f"(a NUL byte or an unpaired surrogate): {exc}",
+                error_code="invalid_spec",
+            ) from exc
+        except BaseException:
+            os.close(read_fd)
+            log.close()
+            raise
         finally:
             os.close(write_fd)
         return read_fd, proc, log

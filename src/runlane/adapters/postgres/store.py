@@ -606,7 +606,8 @@ class PostgresStore:
                 "error_code": o.error_code, "log_tail": o.log_tail, "note": o.note,
                 "external_id": req.external_id,
             })
-        # Outcome texts are storable (core.runs.storable_text): no NUL, no lone surrogate.
+        # The outcome's texts (log tail, note, error code) are storable by construction
+        # (core.runs.storable_text); end reasons and external ids come from runlane itself.
         params = {"batch": json.dumps(batch, ensure_ascii=False), "now": self._now()}
         retries = [(r, r.retry) for r in requests if r.retry is not None]
         if not retries:
