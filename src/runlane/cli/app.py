@@ -54,6 +54,19 @@ DatabaseOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON and nothing else.")]
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever `sys.stderr` is when a record comes: tests and embedding programs
+    swap it, and a handler bound to a closed stream would only print logging errors."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
 def configure_logging(default_level: str = "warning") -> None:
     from runlane.service.config import env_log_format, env_log_level
 
@@ -83,6 +96,20 @@ def configure_logging(default_level: str = "warning") -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+    # The libraries' own records (psycopg's pool retrying during an outage, asyncio, httpx) in
+    # the same format, so a JSON log stays all JSON; warnings and up only, whatever the level:
+    # at info the pool logs every connection it hands back.
+    handler = _StderrHandler()
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[structlog.stdlib.add_logger_name, *processors],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+        )
+    )
+    handler.set_name("runlane")
+    root = logging.getLogger()
+    root.handlers = [h for h in root.handlers if h.get_name() != "runlane"] + [handler]
+    root.setLevel(max(level, logging.WARNING))
 
 
 def settings_from(catalog: str | None = None, database: str | None = None) -> Settings:
