@@ -331,8 +331,10 @@ async def test_cancel_deletes_and_ends_cancelled_once_the_pod_is_gone(kube: Kube
     name = job_name("demo", s.run_id, 1)
     assert kube.state.get("jobs", name) is None
     assert kube.state.pods_of(name, NS) == []
-    delete = [r for r in kube.state.requests if r.method == "DELETE"]
-    assert len(delete) == 1
+    # One delete answered; a transport retry (a kept-alive connection the server had closed)
+    # may add an unanswered attempt, which is the client's business, not a second delete.
+    deletes = [r for r in kube.state.requests if r.method == "DELETE"]
+    assert [r.status for r in deletes if r.status > 0] == [200], deletes
 
 
 async def test_job_deleted_by_someone_else(kube: KubeFake, executor: PodExecutor) -> None:

@@ -491,6 +491,8 @@ class _HTTPServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _HTTPServer
+    _status: int = 0
+    _recorded: bool = False
     # One watch or a streamed log must not stall behind Nagle's algorithm.
     disable_nagle_algorithm = True
 
@@ -525,6 +527,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, code: int, body: bytes, content_type: str = "application/json",
               headers: dict[str, str] | None = None) -> None:
+        self._record(code)
         self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -533,19 +536,18 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(k, v)
         self.end_headers()
         self.wfile.write(body)
-        self._status = code
 
     def _json(self, code: int, obj: Obj, headers: dict[str, str] | None = None) -> None:
         self._send(code, json.dumps(obj, separators=(",", ":")).encode(), headers=headers)
 
     def _start_stream(self, content_type: str) -> None:
+        self._record(200)
         self.send_response(200)
         self.send_header("Content-Type", content_type)
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Cache-Control", "no-cache, private")
         self.end_headers()
         self.wfile.flush()
-        self._status = 200
 
     def _chunk(self, data: bytes) -> None:
         if data:
@@ -573,11 +575,21 @@ class _Handler(BaseHTTPRequestHandler):
             return bytes(data)
         return self.rfile.read(length) if length else b""
 
+    def _record(self, code: int) -> None:
+        """Log the request before its answer leaves: a client that has its answer must find
+        its request in the log (recording after the write raced the client's next step)."""
+        if self._recorded:
+            return
+        self._recorded = True
+        url = urlsplit(self.path)
+        self.server.api.record(self.command, url.path, url.query, code)
+
     def _handle(self, method: str) -> None:
         api = self.server.api
         url = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         self._status = 0
+        self._recorded = False
         try:
             raw = self._read_body()
             if url.path.startswith("/fake/"):
@@ -603,7 +615,9 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         finally:
-            api.record(method, url.path, url.query, self._status)
+            if not self._recorded:  # dropped or reset before any answer
+                self._recorded = True
+                api.record(method, url.path, url.query, self._status)
 
     def _body(self, raw: bytes) -> Any:
         if not raw:
@@ -866,7 +880,6 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             raise ApiError(404, "NotFound", f"no fake admin action {action!r}")
         self._json(200, result)
-        self._status = 200
 
     # --- watch -------------------------------------------------------------------------------------
 
