@@ -52,7 +52,7 @@ async def test_a_claim_reads_only_the_runs_it_takes(harness: StoreHarness) -> No
         return
     # No ANALYZE: the statistics are whatever autovacuum left (here: those of an empty table),
     # the case where the planner once chose to read and sort the whole backlog. The plan is read
-    # inside the claim's own transaction set-up (`claim_lock`), as the store runs it.
+    # on a connection set up as the store sets up its claim connection (`claim_session`).
     params = {
         "now": None,
         "executors": ["inline"],
@@ -62,7 +62,7 @@ async def test_a_claim_reads_only_the_runs_it_takes(harness: StoreHarness) -> No
         "ttl": 30.0,
     }
     with psycopg.connect(harness.location) as conn:
-        conn.execute(PG_QUERIES["claim_lock"])
+        conn.execute(PG_QUERIES["claim_session"])
         rows = conn.execute(
             ("EXPLAIN (ANALYZE, FORMAT JSON) " + PG_QUERIES["claim_fast"]).encode(), params
         ).fetchall()
@@ -86,20 +86,25 @@ async def test_a_claim_reads_only_the_runs_it_takes(harness: StoreHarness) -> No
 
 
 
+@pytest.mark.parametrize(
+    ("overlap", "statement"),
+    [("allow", "claim_fast"), ("forbid", "claim_candidates"), ("forbid", "claim_update")],
+)
 async def test_after_a_failed_claim_the_next_one_works(
-    harness: StoreHarness, monkeypatch: Any
+    harness: StoreHarness, monkeypatch: Any, overlap: str, statement: str
 ) -> None:
-    """The claim's BEGIN/COMMIT are plain pipeline statements: when the claim statement fails
-    the COMMIT is skipped, and the connection must not go back to the pool inside the failed
-    transaction (every later statement on it would fail)."""
+    """A failed claim statement must not leave the claim connection unusable (inside a failed
+    transaction, every later statement on it would fail), nor any connection of the pool. An
+    `overlap: forbid` run takes the two-statement claim inside BEGIN ... COMMIT."""
     if harness.dialect == "sqlite":
         return  # the SQLite claim is one BEGIN IMMEDIATE transaction of its own
     store = harness.store
-    await store.accept(new_run())
-    monkeypatch.setitem(PG_QUERIES, "claim_fast", "SELECT no_such_column FROM run_log")
+    await store.accept(new_run(overlap=overlap))  # type: ignore[arg-type]
+    monkeypatch.setitem(PG_QUERIES, statement, "SELECT no_such_column FROM run_log")
     with pytest.raises(Exception, match="no_such_column"):  # whatever the store raises
         await claim_all(store)
     monkeypatch.undo()
     for _ in range(4):  # pool_max=4: every connection of the pool is used again
-        assert await store.count_queued() in (0, 1)
+        assert await store.count_queued() == 1
     assert [c.run.status for c in await claim_all(store)] == ["running"]
+    assert await store.count_queued() == 0

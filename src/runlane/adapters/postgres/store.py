@@ -125,6 +125,11 @@ class PostgresStore:
         self._outbox = outbox
         self._pool_max = max(1, pool_max)
         self._pool: AsyncConnectionPool[_Conn] | None = None
+        # Claims have a connection of their own (opened at the first claim, so CLI commands
+        # never open it), set up once for them (`claim_session`): the common claim is then one
+        # autocommit statement instead of BEGIN, lock, claim and COMMIT.
+        self._claim_pool: AsyncConnectionPool[_Conn] | None = None
+        self._claim_pool_lock = asyncio.Lock()
         self._listen_conn: _Conn | None = None
         self._listener: asyncio.Task[None] | None = None
         self._wakeup = asyncio.Event()
@@ -200,6 +205,9 @@ class PostgresStore:
         if self._listen_conn is not None:
             await self._listen_conn.close()
             self._listen_conn = None
+        if self._claim_pool is not None:
+            await self._claim_pool.close()
+            self._claim_pool = None
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
@@ -238,6 +246,39 @@ class PostgresStore:
             raise StoreError("the PostgreSQL store is not open: call open() first")
         try:
             async with self._pool.connection() as conn:
+                yield conn
+        except (PoolTimeout, psycopg.OperationalError) as exc:
+            raise self._unavailable(exc) from exc
+
+    @staticmethod
+    async def _configure_claims(conn: _Conn) -> None:
+        await PostgresStore._configure(conn)
+        await conn.execute(Q["claim_session"])
+
+    @contextlib.asynccontextmanager
+    async def _claim_conn(self) -> AsyncIterator[_Conn]:
+        """The claims' own connection (a pool of one: psycopg_pool reconnects it after an
+        outage and rolls back or drops it when a claim fails halfway)."""
+        if self._pool is None:
+            raise StoreError("the PostgreSQL store is not open: call open() first")
+        pool = self._claim_pool
+        if pool is None:
+            async with self._claim_pool_lock:
+                pool = self._claim_pool
+                if pool is None:
+                    pool = AsyncConnectionPool(
+                        self._url,
+                        min_size=1,
+                        max_size=1,
+                        kwargs={"autocommit": True, "application_name": self._application_name},
+                        configure=self._configure_claims,
+                        open=False,
+                        timeout=5.0,
+                    )
+                    await pool.open(wait=False)
+                    self._claim_pool = pool
+        try:
+            async with pool.connection() as conn:
                 yield conn
         except (PoolTimeout, psycopg.OperationalError) as exc:
             raise self._unavailable(exc) from exc
@@ -408,7 +449,7 @@ class PostgresStore:
         scan = min(limit * 4, limit + 256)
         # BEGIN/COMMIT sent as statements, as in the one-statement path; an early return leaves
         # the transaction to the pool's connection context, which commits it.
-        async with self._conn() as conn, conn.pipeline():
+        async with self._claim_conn() as conn, conn.pipeline():
             await conn.execute(b"BEGIN")
             await conn.execute(Q["claim_lock"])
             cand_cur = conn.cursor(row_factory=dict_row)
@@ -451,30 +492,23 @@ class PostgresStore:
         executors: Collection[str],
         executor_caps: Mapping[str, int],
     ) -> list[Claimed] | None:
-        """One round trip (BEGIN, lock, claim_fast, COMMIT in one pipeline sync) when the first
-        `limit` due runs need no admission decision; None when they do (nothing was claimed)."""
-        async with self._conn() as conn:
-            # BEGIN and COMMIT as plain statements of the pipeline: conn.transaction() costs
-            # the launcher ~0.3 ms of Python per claim on top of the statements themselves. A
-            # failed statement skips the rest of the pipeline, COMMIT included; the pool's
-            # connection context then rolls the transaction back.
-            async with conn.pipeline():
-                await conn.execute(b"BEGIN")
-                await conn.execute(Q["claim_lock"])
-                cur = conn.cursor(row_factory=dict_row)
-                await cur.execute(
-                    Q["claim_fast"],
-                    {
-                        "now": self._now(),
-                        "executors": list(executors),
-                        "capped": list(executor_caps),
-                        "limit": limit,
-                        "owner": owner,
-                        "ttl": float(lease_ttl),
-                    },
-                )
-                await conn.execute(b"COMMIT")
-            # Read after COMMIT: the pipeline sent everything at once.
+        """The whole claim as one autocommit statement when the first `limit` due runs need no
+        admission decision; None when they do (nothing was claimed). No advisory lock: the
+        runs it takes (`overlap: allow`, uncapped executors) count in no admission decision,
+        and FOR UPDATE SKIP LOCKED keeps two claimers off the same row."""
+        async with self._claim_conn() as conn:
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(
+                Q["claim_fast"],
+                {
+                    "now": self._now(),
+                    "executors": list(executors),
+                    "capped": list(executor_caps),
+                    "limit": limit,
+                    "owner": owner,
+                    "ttl": float(lease_ttl),
+                },
+            )
             rows = await cur.fetchall()
         if not rows or rows[0]["fast"] is None:
             return []  # nothing is due

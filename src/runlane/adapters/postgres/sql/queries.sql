@@ -77,14 +77,18 @@ outbox_row AS (
 )
 SELECT ins.*, (SELECT count(*) FROM wake) AS woken FROM ins
 
+-- name: claim_session
+-- Once per claim connection: no bitmap scans. The candidate scan must walk run_log_claim_idx in
+-- order and stop at the LIMIT. With statistics that underestimate the backlog (autovacuum has not
+-- analyzed since it grew) the planner otherwise reads every due run through a bitmap scan and
+-- sorts them, so each claim costs O(backlog) until the next ANALYZE. Set for the session, so
+-- the common claim (claim_fast) needs no transaction of its own to set it.
+SET enable_bitmapscan = off
+
 -- name: claim_lock
--- One claimer at a time across launchers: keeps executor caps and overlap exact. And, for this
--- transaction only, no bitmap scans: the candidate scan must walk run_log_claim_idx in order and
--- stop at the LIMIT. With statistics that underestimate the backlog (autovacuum has not analyzed
--- since it grew) the planner otherwise reads every due run through a bitmap scan and sorts them,
--- so each claim costs O(backlog) until the next ANALYZE.
-SELECT pg_advisory_xact_lock(hashtext('runlane:claim')),
-       set_config('enable_bitmapscan', 'off', true)
+-- One claimer at a time across launchers for claims that decide admission (claim_candidates +
+-- claim_update): keeps executor caps and overlap exact.
+SELECT pg_advisory_xact_lock(hashtext('runlane:claim'))
 
 -- name: claim_candidates
 -- (In candidate scans `now` is a scalar subquery, never a join with `n`: joined, the planner
