@@ -20,8 +20,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -59,6 +61,14 @@ async def enqueue(url: str, catalog_path: Path, n: int) -> float:
         await store.close()
 
 
+def py_spy() -> str:
+    """py-spy from PATH or next to this interpreter (a venv's bin need not be on PATH)."""
+    found = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if found is None:
+        raise SystemExit("--profile needs py-spy: pip install py-spy")
+    return found
+
+
 def one(kind: str, n: int, concurrency: int, profile: str | None = None) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -75,39 +85,46 @@ def one(kind: str, n: int, concurrency: int, profile: str | None = None) -> dict
             subprocess.run([*runlane_cmd(), "db", "upgrade"], env=env, check=True, capture_output=True)
             enqueue_rate = asyncio.run(enqueue(url, work / "catalog.yaml", n))
             database = url.rsplit("/", 1)[1]
-            with held_queue(url) as release:
-                # The launcher starts on a held queue: its start-up (imports, connections) is
-                # over and it is idle when its memory and CPU are read; then every run is let go
-                # at once.
-                proc = subprocess.Popen([*runlane_cmd(), "serve"], env=env)
-                time.sleep(2.0)
-                idle_rss = rss_mib(proc.pid)
-                startup_cpu = cpu_seconds(proc.pid) + helper_cpu_seconds(proc.pid)
-                pg_before = postgres_cpu_seconds(database) if kind == "postgres" else {}
-                spy = (
-                    subprocess.Popen(
-                        ["py-spy", "record", "--nonblocking", "--format", "raw", "--rate", "250",
-                         "-o", profile, "--pid", str(proc.pid)],
-                        stdout=subprocess.DEVNULL,
+            proc: subprocess.Popen[bytes] | None = None
+            try:
+                with held_queue(url) as release:
+                    # The launcher starts on a held queue: its start-up (imports, connections) is
+                    # over and it is idle when its memory and CPU are read; then every run is let go
+                    # at once.
+                    proc = subprocess.Popen([*runlane_cmd(), "serve"], env=env)
+                    time.sleep(2.0)
+                    idle_rss = rss_mib(proc.pid)
+                    startup_cpu = cpu_seconds(proc.pid) + helper_cpu_seconds(proc.pid)
+                    pg_before = postgres_cpu_seconds(database) if kind == "postgres" else {}
+                    spy = (
+                        subprocess.Popen(
+                            [py_spy(), "record", "--nonblocking", "--format", "raw", "--rate", "250",
+                             "-o", profile, "--pid", str(proc.pid)],
+                            stdout=subprocess.DEVNULL,
+                        )
+                        if profile
+                        else None
                     )
-                    if profile
-                    else None
+                    release()
+                span = wait_for_successes(url, n)
+                launcher_cpu = cpu_seconds(proc.pid) + helper_cpu_seconds(proc.pid)
+                if spy is not None:
+                    spy.send_signal(signal.SIGINT)
+                    spy.wait(30)
+                peak = rss_mib(proc.pid, "VmHWM")
+                pg_cpu = (
+                    postgres_cpu_delta(pg_before, postgres_cpu_seconds(database))
+                    if kind == "postgres"
+                    else 0.0
                 )
-                release()
-            span = wait_for_successes(url, n)
-            launcher_cpu = cpu_seconds(proc.pid) + helper_cpu_seconds(proc.pid)
-            if spy is not None:
-                spy.send_signal(signal.SIGINT)
-                spy.wait(30)
-            peak = rss_mib(proc.pid, "VmHWM")
-            pg_cpu = (
-                postgres_cpu_delta(pg_before, postgres_cpu_seconds(database))
-                if kind == "postgres"
-                else 0.0
-            )
-            launcher_cpu = max(0.0, launcher_cpu - startup_cpu)
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(30)
+                launcher_cpu = max(0.0, launcher_cpu - startup_cpu)
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(30)
+            finally:
+                # Never leave the launcher behind when the bench fails halfway.
+                if proc is not None and proc.poll() is None:
+                    proc.kill()
+                    proc.wait(30)
             return {
                 "runs_per_s": n / span,
                 "enqueue_per_s": enqueue_rate,
