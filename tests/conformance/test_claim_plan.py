@@ -9,6 +9,7 @@ scan. These tests read the plans the databases actually run.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -16,8 +17,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from runlane.adapters.postgres.store import PostgresStore
 from runlane.adapters.postgres.store import Q as PG_QUERIES
 from runlane.adapters.sqlite.store import Q as SQLITE_QUERIES
+from runlane.errors import DatabaseUnavailable
 from runlane.ports import FinishRequest
 from tests.conformance.conftest import StoreHarness
 from tests.conformance.test_store_contract import SUCCESS, claim_all, new_run
@@ -104,7 +107,66 @@ async def test_after_a_failed_claim_the_next_one_works(
     with pytest.raises(Exception, match="no_such_column"):  # whatever the store raises
         await claim_all(store)
     monkeypatch.undo()
-    for _ in range(4):  # pool_max=4: every connection of the pool is used again
+    for _ in range(4):  # pool_max=4: the other connections are fine too
         assert await store.count_queued() == 1
+    # The claim connection itself is usable again (not left inside the failed transaction).
     assert [c.run.status for c in await claim_all(store)] == ["running"]
     assert await store.count_queued() == 0
+
+
+async def test_a_fast_claim_waits_for_a_two_step_claim_instead_of_skipping_its_rows(
+    harness: StoreHarness,
+) -> None:
+    """A two-step claim (admission decides) holds up to four times its limit of candidates
+    locked until it commits, though it takes only those it admits. A fast claim that skipped
+    them would come back empty while runs are due, and its launcher would wait a claim
+    interval; it waits for the two-step claim instead, then takes what that one left."""
+    if harness.dialect == "sqlite":
+        return  # SQLite claims are serialised by BEGIN IMMEDIATE
+    store = harness.store
+    ids = [(await store.accept(new_run())).run.id for _ in range(3)]
+    other = await psycopg.AsyncConnection.connect(harness.location)
+    try:
+        # Another launcher's two-step claim, between its candidate scan and its COMMIT.
+        await other.execute(PG_QUERIES["claim_lock"])
+        await other.execute("SELECT id FROM run_log WHERE status = 'queued' FOR UPDATE")
+        claim = asyncio.create_task(claim_all(store))
+        deadline = asyncio.get_running_loop().time() + 10.0
+        while not harness.query(
+            "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted", {}
+        ):
+            assert not claim.done(), await claim  # returned without waiting
+            assert asyncio.get_running_loop().time() < deadline, "the claim never waited"
+            await asyncio.sleep(0.01)
+        assert not claim.done()
+        await other.commit()  # it admitted none of them
+        claimed = await asyncio.wait_for(claim, 10.0)
+    finally:
+        await other.close()
+    assert sorted(c.run.id for c in claimed) == sorted(ids)
+
+
+async def test_the_claim_connection_is_set_up_again_after_it_is_cut(harness: StoreHarness) -> None:
+    """Bitmap scans are off on the claim connection (see the plan test above), also on the new
+    connection that replaces one the server cut."""
+    if harness.dialect == "sqlite":
+        return
+    store = harness.store
+    assert isinstance(store, PostgresStore)
+
+    async def setting_and_pid() -> tuple[str, int]:
+        async with store._claim_conn() as conn:
+            cur = await conn.execute("SELECT current_setting('enable_bitmapscan'), pg_backend_pid()")
+            row = await cur.fetchone()
+        assert row is not None
+        return str(row[0]), int(row[1])
+
+    setting, pid = await setting_and_pid()
+    assert setting == "off"
+    harness.query("SELECT pg_terminate_backend(:pid)", {"pid": pid})
+    await store.accept(new_run())
+    with pytest.raises(DatabaseUnavailable):  # the claim that finds its connection cut
+        await claim_all(store)
+    assert [c.run.status for c in await claim_all(store)] == ["running"]
+    setting, new_pid = await setting_and_pid()
+    assert (setting, new_pid != pid) == ("off", True)

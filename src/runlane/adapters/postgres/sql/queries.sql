@@ -87,7 +87,8 @@ SET enable_bitmapscan = off
 
 -- name: claim_lock
 -- One claimer at a time across launchers for claims that decide admission (claim_candidates +
--- claim_update): keeps executor caps and overlap exact.
+-- claim_update): keeps executor caps and overlap exact. Fast claims (claim_fast) take the same
+-- lock shared: they wait for this one, not for each other.
 SELECT pg_advisory_xact_lock(hashtext('runlane:claim'))
 
 -- name: claim_candidates
@@ -147,7 +148,13 @@ RETURNING r.*, n.now AS db_now
 -- the caller claims with claim_candidates + claim_update. One result row always comes back:
 -- `fast` is NULL when nothing is due, false when admission must decide; the run columns are
 -- NULL when nothing was claimed.
-WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now),
+-- The shared advisory lock (taken before the candidate scan: `now` is read from `n` to start
+-- it) lets fast claims run side by side but waits for a two-step claim (claim_lock), which
+-- holds its candidates locked until it commits: without the wait a fast claim would skip them
+-- all and come back empty while runs are due. The lock comes first in `n` so that `now` is
+-- read after the wait.
+WITH n AS (SELECT pg_advisory_xact_lock_shared(hashtext('runlane:claim')) AS locked,
+                  coalesce(%(now)s::timestamptz, clock_timestamp()) AS now),
 cand AS (
     SELECT r.id, r.overlap = 'allow' AND r.executor <> ALL(%(capped)s::text[]) AS free
     FROM run_log r
