@@ -72,7 +72,7 @@ def test_catalog_check_ok_and_errors(env: dict[str, str], tmp_path: Path) -> Non
     ok = runlane("catalog", "check", env=env)
     assert ok.returncode == 0, ok.stderr
     assert "ok" in ok.stdout
-    assert "11 jobs" in ok.stdout
+    assert "12 jobs" in ok.stdout
     bad = tmp_path / "bad.yaml"
     bad.write_text(
         "version: 1\njobs:\n  a:\n    command: [x]\n    profil: core\n  b:\n    command: [y]\n    deadline: forever\n"

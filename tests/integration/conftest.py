@@ -63,6 +63,10 @@ jobs:
     max_attempts: 2
   gate:
     command: [{PY}, -c, "import os, time, pathlib; gate = pathlib.Path(os.environ['RUNLANE_TEST_DIR'], 'gate')\\nwhile not gate.exists(): time.sleep(0.02)\\nprint('gate passed', flush=True)"]
+  gated:
+    command: [{PY}, -c, "import os, sys, time, pathlib; gate = pathlib.Path(os.environ['RUNLANE_TEST_DIR'], os.environ['RUNLANE_PARAM_GATE'])\\nwhile not gate.exists(): time.sleep(0.02)\\nprint('passed', gate.name, flush=True)\\nsys.exit(int(os.environ.get('RUNLANE_PARAM_CODE', '0')))"]
+    params: {{gate: str, code: int?}}
+    max_attempts: 2
 """
 
 PG_URL = os.environ.get("RUNLANE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")

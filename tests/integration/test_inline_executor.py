@@ -354,6 +354,39 @@ async def test_shutdown_ends_every_live_run(log_dir: Path) -> None:
     ex.close()
 
 
+def _on_a_full_disk(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.symlink_to("/dev/full")
+
+
+async def test_a_log_file_that_cannot_be_written_loses_no_tail_and_says_so(
+    executor: InlineExecutor, log_dir: Path
+) -> None:
+    # A full disk: the run's log file is /dev/full, where every write fails with ENOSPC.
+    spec = make_spec(python(
+        """
+        import sys
+        for i in range(200):
+            print(f"line {i}", flush=True)
+        """
+    ))
+    _on_a_full_disk(executor.log_path(spec.run_id, 1))
+    errors: list[dict[str, object]] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    try:
+        outcome = await finish(executor, await executor.start(spec))
+    finally:
+        loop.set_exception_handler(None)
+    assert errors == []  # no error per output chunk reported by the loop
+    assert (outcome.status, outcome.exit_code) == (RunStatus.SUCCESS, 0)
+    assert outcome.log_tail is not None
+    assert outcome.log_tail.endswith("line 198\nline 199\n")  # the tail is whole
+    assert outcome.note is not None
+    assert "is incomplete" in outcome.note
+    assert "No space left on device" in outcome.note
+
+
 async def test_log_is_bounded_and_keeps_the_tail(log_dir: Path) -> None:
     max_bytes, tail_bytes = 1024 * 1024, 65536
     ex = InlineExecutor(log_dir, log_max_bytes=max_bytes, tail_bytes=tail_bytes)

@@ -40,8 +40,8 @@ def test_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-async def accept(store: Store, catalog: Catalog, job: str) -> str:
-    result = await accept_run(store, catalog, RunRequest(job=job, trigger=Trigger.CLI))
+async def accept(store: Store, catalog: Catalog, job: str, **kw: Any) -> str:
+    result = await accept_run(store, catalog, RunRequest(job=job, trigger=Trigger.CLI, **kw))
     return result.run.id
 
 
@@ -190,6 +190,48 @@ async def test_an_outcome_the_database_missed_is_recorded_from_the_journal_not_r
     assert "gate passed" in (run.log_tail or "")
     assert [r.id for r in await store.list_runs(RunFilter(job="gate"))] == [run_id]  # not re-run
     assert not journal.exists()  # recorded: the journal is gone
+
+
+async def test_every_outcome_of_an_outage_is_journaled_not_only_the_first_batch(
+    store: Store, catalog: Catalog, settings: Settings, test_dir: Path,
+    start_launcher: Callable[..., Running],
+) -> None:
+    # Three runs end one after another during an outage. The first outcome's save is retried
+    # for as long as the outage lasts; the two behind it (one a failure with an attempt left,
+    # whose retry is computed first) must be journaled too, or the launcher that takes them
+    # over records them lost and runs them again.
+    outage = Outage(store)
+    events = Events()
+    quick = replace(settings, lease_ttl=1.0, lease_renew_interval=0.3, shutdown_grace=0.5)
+    first = Launcher(store=outage, catalog=catalog, executors=build_executors(quick),  # type: ignore[arg-type]
+                     settings=quick, hook=events)
+    task = asyncio.create_task(first.run())
+    gates = {"a": 0, "b": 0, "c": 1}
+    ids = {g: await accept(store, catalog, "gated", params={"gate": g, "code": code})
+           for g, code in gates.items()}
+    for run_id in ids.values():
+        await events.wait("started", run_id)
+    outage.down = True
+    for gate, run_id in ids.items():
+        (test_dir / gate).write_text("open")
+        journal = Path(settings.log_dir) / f"{run_id}.1.outcome.json"
+        await wait_for(journal.exists)  # journaled while the database is still down
+    first.stop()
+    async with asyncio.timeout(30):
+        await task
+    outage.down = False
+    second = start_launcher(lease_ttl=1.0, lease_renew_interval=0.3)
+    for run_id in ids.values():
+        await second.events.wait("finished", run_id)
+    for gate, run_id in ids.items():
+        run = await store.get_run(run_id)
+        expected = RunStatus.SUCCESS if gates[gate] == 0 else RunStatus.FAILURE
+        assert (run.status, run.exit_code, run.end_reason) == (expected, gates[gate], "exit"), run
+        assert "outcome journal" in (run.note or "")
+        assert f"passed {gate}" in (run.log_tail or "")
+    attempts = sorted((r.params or {}).get("gate", "") + str(r.attempt)
+                      for r in await store.list_runs(RunFilter(job="gated")))
+    assert attempts == ["a1", "b1", "c1", "c2"]  # the failure's retry, and nothing run again
 
 
 async def test_corrupt_state_is_kept_for_repair_and_listed_by_doctor(

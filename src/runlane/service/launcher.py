@@ -198,6 +198,12 @@ class Launcher:
         # and revive their leases before anyone takes their live runs over (monotonic time).
         self._recover_after = 0.0
         self._journaled: dict[str, Path] = {}  # run id → its outcome journal, until recorded
+        # Outcomes handed to the finisher and not yet saved (run id → request): when the
+        # database fails, every one of them is journaled, not only the batch being written.
+        self._unsaved: dict[str, FinishRequest] = {}
+        # Set when a database call failed, cleared when a write lands: outcomes that end
+        # meanwhile are journaled as soon as they are queued.
+        self._database_down = False
         # Resolved jobs by name: the catalog caches them too, but behind a pydantic private
         # attribute whose every read is a Python-level __getattr__ (5% of the launcher's CPU
         # per run in bench/throughput.py --profile). The catalog never changes under a launcher.
@@ -601,8 +607,11 @@ class Launcher:
         if run.cancel_requested_at is None and should_retry(
             outcome, run.attempt, run.max_attempts
         ):
-            retry = retry_command(run, sup.claimed.db_now)
-            db_now = await self._write(self.store.now)
+            # Database time now, from the claim's database time and the loop's clock since: no
+            # round trip, so an outcome is never held back from the finisher (and its journal)
+            # by a database outage.
+            db_now = sup.claimed.db_now + timedelta(seconds=max(0.0, loop_time() - sup.claimed_at))
+            retry = retry_command(run, db_now)
             retry = replace(
                 retry,
                 not_before=db_now
@@ -636,8 +645,15 @@ class Launcher:
     async def _finish(self, request: FinishRequest) -> FinishedRun | None:
         """Queue an outcome for the finisher; what was saved, or None when the lease is lost."""
         done: asyncio.Future[FinishedRun | None] = asyncio.get_running_loop().create_future()
+        run_id = request.lease.run_id
+        self._unsaved[run_id] = request
+        if self._database_down:
+            self._journal_outcomes([request])
         self._finish_queue.put_nowait((request, done))
-        return await done
+        try:
+            return await done
+        finally:
+            self._unsaved.pop(run_id, None)
 
     async def _finisher(self) -> None:
         """Save outcomes in batches: whatever queued up while the previous batch was being
@@ -677,10 +693,8 @@ class Launcher:
         without its texts (the run did run; its status must not be lost with its log tail)."""
         try:
             saved: list[FinishedRun | BaseException | None] = list(
-                await self._write(
-                    partial(self.store.finish_many, requests),
-                    on_unavailable=partial(self._journal_outcomes, requests),
-                )
+                # An outage journals every unsaved outcome (`_database_failed`).
+                await self._write(partial(self.store.finish_many, requests))
             )
         except StoreError as exc:
             if len(requests) > 1:
@@ -724,6 +738,13 @@ class Launcher:
 
     def _journal_path(self, run_id: str, attempt: int) -> Path:
         return Path(self.settings.log_dir) / f"{run_id}.{attempt}.outcome.json"
+
+    def _journal_unsaved(self) -> None:
+        """Journal every outcome waiting to be saved: the batch being written and those queued
+        behind it, which wait for as long as the outage lasts."""
+        self._journal_outcomes(
+            [r for r in self._unsaved.values() if r.lease.run_id not in self._journaled]
+        )
 
     def _journal_outcomes(self, requests: Sequence[FinishRequest]) -> None:
         """The database is down while inline runs' outcomes wait to be saved: keep each next to
@@ -777,24 +798,21 @@ class Launcher:
         self._journaled[run.id] = path  # removed once this outcome is recorded
         return outcome
 
-    async def _write(
-        self, op: Callable[[], Awaitable[T]], on_unavailable: Callable[[], None] | None = None
-    ) -> T:
+    async def _write(self, op: Callable[[], Awaitable[T]]) -> T:
         """A store write that survives a database outage: retried with backoff until it lands,
-        the lease is lost, or the launcher stops. `on_unavailable` runs once, at the first
-        failure."""
+        the lease is lost, or the launcher stops. A failure journals the unsaved outcomes."""
         delay = 0.2
         while True:
             try:
-                return await op()
+                result = await op()
             except DatabaseUnavailable as exc:
                 log.warning("store.write_retry", error=str(exc), delay=delay)
                 self._database_failed()
-                if on_unavailable is not None:
-                    on_unavailable()
-                    on_unavailable = None
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
+            else:
+                self._database_down = False
+                return result
 
     async def _cancel_execution(self, sup: Supervised, *, grace: float) -> None:
         if sup.execution is None or sup.cancel_sent:
@@ -806,7 +824,10 @@ class Launcher:
     # ------------------------------------------------------------------ leases, cancels, heartbeat
 
     def _database_failed(self) -> None:
-        """Hold off taking over other launchers' runs for a lease TTL from now."""
+        """Hold off taking over other launchers' runs for a lease TTL from now; journal the
+        outcomes that wait to be saved, and those that end until a write lands."""
+        self._database_down = True
+        self._journal_unsaved()
         self._recover_after = time.monotonic() + self.settings.lease_ttl
 
     async def _lease_keeper(self) -> None:

@@ -110,7 +110,7 @@ class _BoundedLog:
 
     __slots__ = (
         "_closed", "_fd", "_last_written", "_max", "_path", "_tail_bytes", "dropped", "ring",
-        "written",
+        "write_error", "written",
     )
 
     def __init__(self, path: str, max_bytes: int, tail_bytes: int) -> None:
@@ -125,6 +125,9 @@ class _BoundedLog:
         self.written = 0
         self.dropped = 0  # bytes not written to the file
         self.ring = bytearray()  # the last `tail_bytes` bytes of all output
+        # Why the file stopped being written (a full disk, a log directory gone): the output
+        # still reaches the tail in memory, and the run's note says the file is incomplete.
+        self.write_error: str | None = None
 
     def feed(self, data: bytes) -> None:
         # Local-disk writes are short and synchronous on purpose: a thread hop per chunk would
@@ -168,18 +171,23 @@ class _BoundedLog:
         self._write(prefix + line.encode())
 
     def _write(self, data: bytes) -> None:
-        if not data or self._closed:
+        if not data or self._closed or self.write_error is not None:
             return
-        if self._fd is None:
-            # Truncate: the file belongs to this (run, attempt) execution alone, and the bound
-            # must hold per file.
-            self._fd = os.open(
-                self._path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644
-            )
-        view = memoryview(data)
-        while view:
-            n = os.write(self._fd, view)
-            view = view[n:]
+        try:
+            if self._fd is None:
+                # Truncate: the file belongs to this (run, attempt) execution alone, and the
+                # bound must hold per file.
+                self._fd = os.open(
+                    self._path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644
+                )
+            view = memoryview(data)
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+        except OSError as exc:
+            # Never again for this run: one failed write per output chunk would flood the loop.
+            self.write_error = exc.strerror or str(exc)
+            return
         self._last_written = data[-1:]
 
 
@@ -472,12 +480,18 @@ class _Child:
 
     def _outcome(self, rc: int) -> Outcome:
         tail = _tail_text(bytes(self.log.ring), self.executor.tail_lines)
-        note = (
-            "a descendant process kept the output pipe open after the command exited; "
-            f"output after {_DRAIN_AFTER_EXIT_SECONDS:g}s was not read"
-            if self.drain_cut
-            else None
-        )
+        notes = []
+        if self.drain_cut:
+            notes.append(
+                "a descendant process kept the output pipe open after the command exited; "
+                f"output after {_DRAIN_AFTER_EXIT_SECONDS:g}s was not read"
+            )
+        if self.log.write_error is not None:
+            notes.append(
+                f"the log file {self.log_path} is incomplete: writing it failed "
+                f"({self.log.write_error}); the tail here is complete"
+            )
+        note = "; ".join(notes) or None
         term = self.termination
         if term is not None:
             return Outcome(
