@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -206,6 +207,12 @@ def test_end_to_end_with_a_real_launcher(
     jobs = {j["job"]: j for j in json.loads(runlane("jobs", "--json", env=env).stdout)}
     assert jobs["hello"]["paused"] is True
     assert jobs["hello"]["paused_until"].endswith("Z")
+    # `now+2h`, as every other time flag takes it: the same end, give or take the seconds between
+    until_2h = datetime.fromisoformat(jobs["hello"]["paused_until"].replace("Z", "+00:00"))
+    assert runlane("pause", "hello", "--until", "now+2h", env=env).returncode == 0
+    jobs = {j["job"]: j for j in json.loads(runlane("jobs", "--json", env=env).stdout)}
+    again = datetime.fromisoformat(jobs["hello"]["paused_until"].replace("Z", "+00:00"))
+    assert timedelta(0) <= again - until_2h < timedelta(minutes=1)
     assert runlane("resume", "hello", env=env).returncode == 0
     jobs = {j["job"]: j for j in json.loads(runlane("jobs", "--json", env=env).stdout)}
     assert jobs["hello"]["paused"] is False

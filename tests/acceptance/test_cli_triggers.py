@@ -98,6 +98,14 @@ def test_pause_shows_in_schedule_and_explain(env: dict[str, str]) -> None:
     assert any("paused" in line for line in explained["lines"])
 
 
+def test_explain_shows_a_pause_reason_without_its_control_characters(env: dict[str, str]) -> None:
+    reason = "maint \x1b]0;pwned\x07 window"
+    assert runlane("pause", "session-check", "--reason", reason, env=env).returncode == 0
+    text = runlane("explain", "session-check", env=env).stdout
+    assert "\x1b" not in text and "\x07" not in text  # nothing reaches the terminal raw
+    assert "maint \\x1b]0;pwned\\x07 window" in text  # shown, escaped
+
+
 def test_emit_is_idempotent_and_debounced(env: dict[str, str]) -> None:
     first = json.loads(
         runlane(

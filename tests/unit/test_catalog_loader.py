@@ -152,6 +152,13 @@ def test_alias_bomb_is_refused_quickly() -> None:
     assert problems == ["catalog.yaml:1:1: aliases expand the document far beyond any real catalog"]
 
 
+def test_a_huge_catalog_without_aliases_is_called_too_large_not_an_alias_bomb() -> None:
+    jobs = "".join(f"  j{i}: {{command: [a, b, c, d, e]}}\n" for i in range(30_000))
+    problems = _problems("version: 1\njobs:\n" + jobs)
+    assert len(problems) == 1, problems[:3]
+    assert problems[0].startswith("catalog.yaml:1:1: the catalog is too large: more than 200,000")
+
+
 def test_deeply_nested_document_is_a_plain_problem() -> None:
     text = "version: 1\nx: " + "[" * 5000 + "]" * 5000 + "\n"
     problems = _problems(text)

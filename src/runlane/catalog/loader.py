@@ -221,7 +221,11 @@ _PLAIN_COLLECTION_TAGS = frozenset({"tag:yaml.org,2002:map", "tag:yaml.org,2002:
 
 
 class _TooLarge(Exception):
-    """Aliases expand the document beyond any reasonable catalog."""
+    """The document (its aliases expanded) is beyond any reasonable catalog."""
+
+    def __init__(self, by_aliases: bool) -> None:
+        super().__init__()
+        self.by_aliases = by_aliases
 
 
 @dataclass
@@ -233,12 +237,14 @@ class _Builder:
     cache: dict[int, tuple[Any, int]] = field(default_factory=dict)
     in_progress: set[int] = field(default_factory=set)
     expanded: int = 0
+    aliases_reused: int = 0  # values built once and counted again where an alias repeats them
 
     def build(self, node: yaml.Node, loc: Loc) -> Any:
         self.report.positions.setdefault(loc, _mark_position(node.start_mark))
         cached = self.cache.get(id(node))
         if cached is not None:
             value, size = cached
+            self.aliases_reused += size
             self._count(size)
             return value
         if id(node) in self.in_progress:
@@ -257,7 +263,7 @@ class _Builder:
     def _count(self, size: int) -> None:
         self.expanded += size
         if self.expanded > _MAX_EXPANDED_NODES:
-            raise _TooLarge
+            raise _TooLarge(by_aliases=self.aliases_reused > self.expanded // 2)
 
     def _build_new(self, node: yaml.Node, loc: Loc) -> Any:
         if isinstance(node, yaml.CollectionNode) and node.tag not in _PLAIN_COLLECTION_TAGS:
@@ -343,8 +349,14 @@ def _read_yaml(text: str, report: _Report) -> Any:
         report.add_at((line, col), f"YAML syntax error: {exc.reason}")
     except yaml.YAMLError as exc:
         report.add_at((1, 1), f"YAML syntax error: {exc}")
-    except _TooLarge:
-        report.add_at((1, 1), "aliases expand the document far beyond any real catalog")
+    except _TooLarge as exc:
+        report.add_at(
+            (1, 1),
+            "aliases expand the document far beyond any real catalog"
+            if exc.by_aliases
+            else f"the catalog is too large: more than {_MAX_EXPANDED_NODES:,} values "
+            "(keys, lists and scalars), far beyond any real catalog",
+        )
     finally:
         if loader is not None:
             loader.dispose()

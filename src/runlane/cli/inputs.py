@@ -123,11 +123,25 @@ def parse_time(text: str | None, default: datetime, flag: str) -> datetime:
 
 
 def parse_until(text: str, now: datetime) -> datetime:
-    """`pause --until`: a duration from now (`2h`) or an ISO-8601 time, which must be later than
-    now (leave `--until` out to pause until `runlane resume`)."""
+    """`pause --until`: a duration from now (`2h`, `now+2h`) or an ISO-8601 time, which must be
+    later than now (leave `--until` out to pause until `runlane resume`)."""
     hint = "expected a duration such as 2h or an ISO time such as 2026-12-01T08:00Z"
     if not text.strip():
         raise BadInput(f"--until is empty: {hint} (leave --until out to pause until resumed)")
+    word = text.strip().lower()
+    if word == "now" or word.startswith(("now+", "now-")):
+        at = parse_time(text, now, "--until")  # the forms every other time flag takes
+    else:
+        at = _parse_until_plain(text, now, hint)
+    if at <= now:
+        raise BadInput(
+            f"--until {text!r} is in the past (now is {now:%Y-%m-%dT%H:%M:%SZ}); "
+            "leave --until out to pause until resumed"
+        )
+    return at
+
+
+def _parse_until_plain(text: str, now: datetime, hint: str) -> datetime:
     try:
         seconds = parse_duration(text)
     except ValueError:
@@ -136,11 +150,6 @@ def parse_until(text: str, now: datetime) -> datetime:
         if seconds <= 0:
             raise BadInput(f"--until {text!r}: the duration must be longer than zero")
         at = _in_range(_offset(now, seconds, "--until", text), "--until", text)
-    if at <= now:
-        raise BadInput(
-            f"--until {text!r} is in the past (now is {now:%Y-%m-%dT%H:%M:%SZ}); "
-            "leave --until out to pause until resumed"
-        )
     return at
 
 

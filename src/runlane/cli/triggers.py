@@ -347,9 +347,11 @@ def register(app: typer.Typer) -> None:
                     }
                 )
                 return
-            out.print(f"[bold]{escape(job)}[/]: {escape(found.verdict)}")
+            # Pause reasons and notes are anybody's text: no control characters reach the terminal.
+            safe = output.terminal_safe
+            out.print(f"[bold]{escape(safe(job))}[/]: {escape(safe(found.verdict))}")
             for line in found.lines:
-                out.print(f"  {escape(line)}")
+                out.print(f"  {escape(safe(line))}")
 
         with_runtime(settings_from(catalog, database), body)
 
