@@ -87,6 +87,13 @@ def test_schedule_table_json_and_markdown(env: dict[str, str]) -> None:
         "schedule", "--from", "2027-01-19T00:00Z", "--days", "1", "--format", "md", env=env
     )
     assert md.stdout.startswith("| UTC | Local | Kind | Name | Season | Fires |")
+    # Both ends of the range are in it: from and to exactly on the chain's slot.
+    exact = json.loads(runlane(
+        "schedule", "--from", "2027-01-19T22:00Z", "--to", "2027-01-26T22:00Z", "--json", env=env
+    ).stdout)
+    assert [r["slot"] for r in exact if r["name"] == "tuesday-weekly"] == [
+        "2027-01-19T22:00:00Z", "2027-01-26T22:00:00Z"
+    ]
 
 
 def test_pause_shows_in_schedule_and_explain(env: dict[str, str]) -> None:
@@ -102,7 +109,8 @@ def test_explain_shows_a_pause_reason_without_its_control_characters(env: dict[s
     reason = "maint \x1b]0;pwned\x07 window"
     assert runlane("pause", "session-check", "--reason", reason, env=env).returncode == 0
     text = runlane("explain", "session-check", env=env).stdout
-    assert "\x1b" not in text and "\x07" not in text  # nothing reaches the terminal raw
+    assert "\x1b" not in text  # nothing reaches the terminal raw
+    assert "\x07" not in text
     assert "maint \\x1b]0;pwned\\x07 window" in text  # shown, escaped
 
 

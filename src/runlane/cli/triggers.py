@@ -152,7 +152,11 @@ def register(app: typer.Typer) -> None:
             pauses = with_runtime(settings, read, catalog=False)
         except RunlaneError as exc:
             err.print(f"note: pauses not shown ({escape(exc.message)})")
-        rows = schedule_table(schedule_specs(cat), t0, t1, paused=pauses)
+        # Both ends included: a slot exactly at --from is in the range (schedule_table takes
+        # start < slot; slots are whole seconds).
+        rows = schedule_table(
+            schedule_specs(cat), t0 - timedelta(microseconds=1), t1, paused=pauses
+        )
         if as_json:
             print_json(
                 [
