@@ -85,6 +85,15 @@ def test_catalog_check_ok_and_errors(env: dict[str, str], tmp_path: Path) -> Non
     assert len(lines) >= 2, proc.stderr
     assert any(":5:5:" in ln and "did you mean" in ln for ln in lines), lines
     assert any(":8:" in ln for ln in lines), lines
+    # --json: the same findings as a report
+    good = json.loads(runlane("catalog", "check", "--json", env=env).stdout)
+    assert (good["valid"], good["jobs"], good["chains"]) == (True, 12, 0)
+    assert isinstance(good["schedules"], int)
+    report = runlane("catalog", "check", "--catalog", str(bad), "--json", env=env)
+    assert report.returncode == 1
+    found = json.loads(report.stdout)
+    assert found["valid"] is False
+    assert sorted(found["errors"]) == sorted(lines)
 
 
 def test_catalog_schema_is_json(env: dict[str, str]) -> None:

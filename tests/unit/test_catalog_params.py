@@ -28,6 +28,7 @@ jobs:
       note: str?
       mode: choice[fast,full]?
   plain: {command: [echo]}
+  short: {command: [echo], params: {c: str?}}
 """
 )
 LINEUP = CATALOG.resolve("lineup")
@@ -122,6 +123,12 @@ def test_from_strings_errors(raw: dict[str, object], message: str) -> None:
     with pytest.raises(ParamError) as info:
         coerce_params(LINEUP, raw, from_strings=True)
     assert message in str(info.value)
+
+
+def test_a_one_letter_param_in_the_wrong_case_gets_a_hint() -> None:
+    with pytest.raises(ParamError) as info:
+        coerce_params(CATALOG.resolve("short"), {"C": "1"}, from_strings=True)
+    assert "unknown param 'C' (did you mean 'c'?)" in str(info.value)
 
 
 def test_all_problems_are_reported_together() -> None:

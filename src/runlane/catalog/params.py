@@ -125,7 +125,10 @@ def _unknown_param(name: str, specs: Mapping[str, ParamSpec]) -> str:
         return f"unknown param {name!r}: this job takes no params"
     allowed = ", ".join(f"{n} ({s})" for n, s in specs.items())
     hint = ""
-    close = difflib.get_close_matches(name, list(specs), n=1)
+    # Case first: difflib finds nothing close for one-letter names (`C` for `c`).
+    close = [n for n in specs if n.lower() == name.lower()] or difflib.get_close_matches(
+        name, list(specs), n=1
+    )
     if close:
         hint = f" (did you mean {close[0]!r}?)"
     return f"unknown param {name!r}{hint}; allowed: {allowed}"

@@ -231,7 +231,12 @@ def catalog_check(catalog: CatalogOpt = None, as_json: JsonOpt = False) -> None:
         f"{sum(len(j.schedules) for j in cat.jobs.values())} schedules"
     )
     if as_json:
-        print_json({"valid": True, "jobs": len(cat.jobs), "chains": len(cat.chains)})
+        print_json({
+            "valid": True,
+            "jobs": len(cat.jobs),
+            "chains": len(cat.chains),
+            "schedules": sum(len(j.schedules) for j in cat.jobs.values()),
+        })
     else:
         out.print(summary)
 
