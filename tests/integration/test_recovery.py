@@ -158,18 +158,25 @@ async def test_after_an_outage_a_launcher_leaves_expired_leases_alone_for_a_ttl(
         await task
 
 
+def _launcher_behind_an_outage(
+    store: Store, catalog: Catalog, settings: Settings
+) -> tuple[Outage, Events, Launcher, asyncio.Task[None]]:
+    """A running launcher whose database the test can take away (`outage.down = True`)."""
+    outage = Outage(store)
+    events = Events()
+    quick = replace(settings, lease_ttl=1.0, lease_renew_interval=0.3, shutdown_grace=0.5)
+    launcher = Launcher(store=outage, catalog=catalog, executors=build_executors(quick),  # type: ignore[arg-type]
+                        settings=quick, hook=events)
+    return outage, events, launcher, asyncio.create_task(launcher.run())
+
+
 async def test_an_outcome_the_database_missed_is_recorded_from_the_journal_not_rerun(
     store: Store, catalog: Catalog, settings: Settings, test_dir: Path,
     start_launcher: Callable[..., Running],
 ) -> None:
     # The run ends while the database is down, and its launcher is stopped before the database
     # returns: the launcher that takes it over records how it ended, and runs nothing again.
-    outage = Outage(store)
-    events = Events()
-    quick = replace(settings, lease_ttl=1.0, lease_renew_interval=0.3, shutdown_grace=0.5)
-    first = Launcher(store=outage, catalog=catalog, executors=build_executors(quick),  # type: ignore[arg-type]
-                     settings=quick, hook=events)
-    task = asyncio.create_task(first.run())
+    outage, events, first, task = _launcher_behind_an_outage(store, catalog, settings)
     run_id = await accept(store, catalog, "gate")
     await events.wait("started", run_id)
     journal = Path(settings.log_dir) / f"{run_id}.1.outcome.json"
@@ -200,12 +207,7 @@ async def test_every_outcome_of_an_outage_is_journaled_not_only_the_first_batch(
     # for as long as the outage lasts; the two behind it (one a failure with an attempt left,
     # whose retry is computed first) must be journaled too, or the launcher that takes them
     # over records them lost and runs them again.
-    outage = Outage(store)
-    events = Events()
-    quick = replace(settings, lease_ttl=1.0, lease_renew_interval=0.3, shutdown_grace=0.5)
-    first = Launcher(store=outage, catalog=catalog, executors=build_executors(quick),  # type: ignore[arg-type]
-                     settings=quick, hook=events)
-    task = asyncio.create_task(first.run())
+    outage, events, first, task = _launcher_behind_an_outage(store, catalog, settings)
     gates = {"a": 0, "b": 0, "c": 1}
     ids = {g: await accept(store, catalog, "gated", params={"gate": g, "code": code})
            for g, code in gates.items()}
