@@ -216,6 +216,8 @@ def test_end_to_end_with_a_real_launcher(
     jobs = {j["job"]: j for j in json.loads(runlane("jobs", "--json", env=env).stdout)}
     assert jobs["hello"]["paused"] is True
     assert jobs["hello"]["paused_until"].endswith("Z")
+    assert jobs["hello"]["pause_reason"] == "maintenance"
+    assert "maintenance" in runlane("jobs", env={**env, "COLUMNS": "200"}).stdout
     # `now+2h`, as every other time flag takes it: the same end, give or take the seconds between
     until_2h = datetime.fromisoformat(jobs["hello"]["paused_until"].replace("Z", "+00:00"))
     assert runlane("pause", "hello", "--until", "now+2h", env=env).returncode == 0

@@ -666,6 +666,8 @@ def jobs_cmd(as_json: JsonOpt = False, catalog: CatalogOpt = None, database: Dat
                     "schedules": [s.cron for s in j.schedules],
                     "paused": ov is not None,
                     "paused_until": output.iso(ov.paused_until) if ov else None,
+                    "pause_reason": ov.reason if ov else None,
+                    "paused_by": ov.created_by if ov else None,
                     "description": j.description,
                 }
             )
@@ -676,8 +678,8 @@ def jobs_cmd(as_json: JsonOpt = False, catalog: CatalogOpt = None, database: Dat
 
         table = Table(header_style="bold")
         for col in ("job", "executor", "overlap", "tries", "deadline", "schedules", "params", "state"):
-            # Names and settings stay on one line; only schedules and params wrap.
-            table.add_column(col, no_wrap=col not in ("schedules", "params"))
+            # Names and settings stay on one line; only schedules, params and state wrap.
+            table.add_column(col, no_wrap=col not in ("schedules", "params", "state"))
         from runlane.core.durations import format_duration
 
         for r in rows:
@@ -689,11 +691,21 @@ def jobs_cmd(as_json: JsonOpt = False, catalog: CatalogOpt = None, database: Dat
                 format_duration(r["deadline_seconds"]),
                 output.escape(", ".join(r["schedules"])) or "-",
                 output.escape(", ".join(f"{k}: {v}" for k, v in r["params"].items())) or "-",
-                "paused" if r["paused"] else "active",
+                _pause_state(r),
             )
         out.print(table)
 
     with_runtime(settings, body)
+
+
+def _pause_state(row: dict[str, Any]) -> str:
+    """`active`, or `paused until …: reason`, for the jobs table (the reason is anybody's text)."""
+    if not row["paused"]:
+        return "active"
+    state = "paused" + (f" until {row['paused_until']}" if row["paused_until"] else "")
+    if row["pause_reason"]:
+        state += f": {output.terminal_safe(row['pause_reason'])}"
+    return output.escape(state)
 
 
 @app.command("status")

@@ -152,11 +152,11 @@ def register(app: typer.Typer) -> None:
             pauses = with_runtime(settings, read, catalog=False)
         except RunlaneError as exc:
             err.print(f"note: pauses not shown ({escape(exc.message)})")
-        # Both ends included: a slot exactly at --from is in the range (schedule_table takes
-        # start < slot; slots are whole seconds).
-        rows = schedule_table(
-            schedule_specs(cat), t0 - timedelta(microseconds=1), t1, paused=pauses
-        )
+        # [--from, --to): a slot exactly at --from is in the range, one exactly at --to is not
+        # (`--days 1` of an hourly schedule is 24 slots). schedule_table takes start < slot <=
+        # end; slots are whole seconds.
+        tick = timedelta(microseconds=1)
+        rows = schedule_table(schedule_specs(cat), t0 - tick, t1 - tick, paused=pauses)
         if as_json:
             print_json(
                 [
