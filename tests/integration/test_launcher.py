@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 
@@ -187,6 +188,25 @@ async def test_graceful_shutdown_ends_inline_runs_and_retries_them(
     assert len(retries) == 1
     assert retries[0].status is RunStatus.QUEUED
     assert await store.launchers() == []
+
+
+async def test_a_second_stop_ends_the_grace_period_at_once(
+    store: Store, catalog: Catalog, start_launcher: Callable[..., Running]
+) -> None:
+    # As a second SIGTERM/SIGINT does: the run is ended now, not after the 10 minutes of grace,
+    # and recorded as a shutdown (retried) like any run the grace period ran out on.
+    launcher = start_launcher(shutdown_grace=600.0)
+    run_id = await accept(store, catalog, "long")
+    await launcher.events.wait("started", run_id)
+    launcher.launcher.stop()
+    launcher.launcher.stop()
+    async with asyncio.timeout(30):
+        await launcher.task
+    run = await store.get_run(run_id)
+    assert (run.status, run.end_reason) == (RunStatus.FAILURE, "launcher_shutdown")
+    assert [r.status for r in await store.list_runs(RunFilter(job="long")) if r.retry_of == run_id] == [
+        RunStatus.QUEUED
+    ]
 
 
 async def test_heartbeat_is_written(

@@ -184,6 +184,7 @@ class Launcher:
         self._active: dict[str, Supervised] = {}
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
+        self._hurry = asyncio.Event()  # a second stop: end the inline runs' grace period now
         self._started_at = datetime.now().astimezone()
         self._tasks: list[asyncio.Task[Any]] = []
         self._last_expire = 0.0
@@ -219,7 +220,12 @@ class Launcher:
         return len(self._active)
 
     def stop(self) -> None:
-        """Ask the launcher to shut down gracefully (what SIGTERM/SIGINT do)."""
+        """Ask the launcher to shut down gracefully (what SIGTERM/SIGINT do). Asked again
+        while it shuts down, it ends the running inline runs at once instead of waiting out
+        the grace period (their outcomes are still saved)."""
+        if self._stopping.is_set() and not self._hurry.is_set():
+            log.warning("launcher.stop_now", running=len(self._active))
+            self._hurry.set()
         self._stopping.set()
         self._wake.set()
 
@@ -280,7 +286,7 @@ class Launcher:
                 sup.task.cancel()
         pending = [s.task for s in self._active.values() if s.task is not None]
         if pending:
-            _, still = await asyncio.wait(pending, timeout=self.settings.shutdown_grace)
+            still = await self._wait_unless_hurried(pending, self.settings.shutdown_grace)
             for sup in list(self._active.values()):
                 if sup.execution is not None and sup.executor.name == "inline":
                     sup.shutdown = True
@@ -295,6 +301,27 @@ class Launcher:
         with contextlib.suppress(StoreError):
             await self.store.remove_launcher(self.owner)
         log.info("launcher.stopped", launcher=self.owner)
+
+    async def _wait_unless_hurried(
+        self, tasks: list[asyncio.Task[None]], grace: float
+    ) -> set[asyncio.Task[None]]:
+        """Wait up to `grace` seconds for `tasks`, less if `stop()` is asked again; the unfinished."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        still = set(tasks)
+        while still and not self._hurry.is_set():
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            hurry = asyncio.create_task(self._hurry.wait())
+            try:
+                done, _ = await asyncio.wait(
+                    [*still, hurry], timeout=left, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                hurry.cancel()
+            still -= done
+        return still
 
     # ------------------------------------------------------------------ consumer
 
