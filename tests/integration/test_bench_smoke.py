@@ -20,6 +20,7 @@ CASES = [
     ("calibrate.py", "--spawns 50 --repeat 1", r"asyncio_16_in_flight=\d+/s threads_16=\d+/s"),
     ("fencing.py", "--runs 50 --repeat 1", r"cost of fencing=[+-]?\d+\.\d+ ms"),
     ("inline_executor.py", "--runs 50 --repeat 1", r"cpu_ms_per_run=\d+\.\d+"),
+    ("issue2.py", "--quick", r"machine: \d+ -> \d+ asyncio spawns/s(.|\n)*SQLite CPU ms/run"),
     ("latency.py", "--quick", r"pickup p50=\d+\.\d+ ms p99=\d+\.\d+ ms"),
     ("multi_launcher.py", "--runs 100 --launchers 1 2 --repeat 1", r"\] \d+ runs/s"),
     ("pod_scale.py", "--runs 20 --repeats 1 --per-kind 2", r"\d+\.\d+ s after the deadline"),
