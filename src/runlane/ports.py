@@ -73,7 +73,12 @@ class Override:
 
 @dataclass(frozen=True, slots=True)
 class Heartbeat:
-    """One launcher's liveness row (`launcher_heartbeat`)."""
+    """One launcher's liveness row (`launcher_heartbeat`), with the catalog it runs.
+
+    `catalog_digest` ("sha256:<hex>" of the catalog's canonical JSON, see
+    `service.catalog_stamp`), `catalog_loaded_at` (when the launcher took that catalog) and
+    `catalog_jobs` (its job names, sorted) let a person's CLI see that the catalog file changed
+    after a launcher loaded it. None = not reported (a row written by an older runlane)."""
 
     launcher_id: str
     host: str
@@ -83,6 +88,9 @@ class Heartbeat:
     beat_at: datetime | None = None
     queue_depth: int = 0
     running: Mapping[str, int] = field(default_factory=dict)
+    catalog_digest: str | None = None
+    catalog_loaded_at: datetime | None = None
+    catalog_jobs: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,3 +33,52 @@ async def test_check_writable_passes_and_writes_nothing(harness: StoreHarness) -
     await store.check_writable()
     await store.check_writable()
     assert await store.launchers() == []
+
+
+async def test_a_heartbeat_carries_the_catalog_its_launcher_runs(harness: StoreHarness) -> None:
+    clock = FixedClock(T0)
+    store = await harness.make_store(clock=clock)
+    loaded = datetime(2031, 3, 4, 5, 0, 1, 654321, tzinfo=UTC)
+    digest = "sha256:" + "ab" * 32
+    await store.beat(
+        Heartbeat(
+            "L1", "host-a", 1, "0.1.0", T0,
+            catalog_digest=digest, catalog_loaded_at=loaded, catalog_jobs=("alpha", "beta"),
+        )
+    )
+    await store.beat(Heartbeat("L2", "host-b", 2, "0.1.0", T0, catalog_digest=digest, catalog_jobs=()))
+    l1, l2 = await store.launchers()
+    assert (l1.catalog_digest, l1.catalog_loaded_at, l1.catalog_jobs) == (
+        digest, loaded, ("alpha", "beta"),
+    )
+    # An empty catalog is a known empty job list, not an unknown one.
+    assert (l2.catalog_digest, l2.catalog_loaded_at, l2.catalog_jobs) == (digest, None, ())
+
+    # The next beat replaces what the row says (a launcher restarted under the same id).
+    clock.advance(5)
+    newer = "sha256:" + "cd" * 32
+    await store.beat(
+        Heartbeat(
+            "L1", "host-a", 1, "0.1.0", T0,
+            catalog_digest=newer, catalog_loaded_at=clock.at, catalog_jobs=("gamma",),
+        )
+    )
+    l1 = (await store.launchers())[0]
+    assert (l1.catalog_digest, l1.catalog_loaded_at, l1.catalog_jobs) == (
+        newer, clock.at, ("gamma",),
+    )
+
+
+async def test_a_heartbeat_row_of_an_older_runlane_reads_as_catalog_unknown(
+    harness: StoreHarness,
+) -> None:
+    # What a launcher of a runlane without migration 0003 writes: the old columns only.
+    harness.query(
+        "INSERT INTO launcher_heartbeat (launcher_id, host, pid, version, started_at, beat_at,"
+        " queue_depth, running) VALUES ('old', 'h', 1, '0.0.9', :t, :t, 0, '{}')",
+        {"t": T0.isoformat() if harness.dialect == "postgresql" else "2031-03-04T05:06:07.123456Z"},
+    )
+    (old,) = await harness.store.launchers()
+    assert (old.launcher_id, old.catalog_digest, old.catalog_loaded_at, old.catalog_jobs) == (
+        "old", None, None, None,
+    )

@@ -6,13 +6,15 @@ import os
 import re
 import secrets
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from runlane.adapters import sqlcommon
 from runlane.adapters.postgres import CURRENT_SCHEMA_VERSION as PG_VERSION
@@ -169,3 +171,92 @@ async def test_postgres_migrations_match_the_reference_schema(pg_scratch: list[s
         conn.execute(sqlcommon.load_reference_schema("runlane.adapters.postgres").encode())
     assert pg_schema(reference_url) == first
     assert any(row[0] == "run_log" for row in first["columns"])  # type: ignore[attr-defined]
+
+
+# --- upgrading a database of the previous version (0003: the heartbeat's catalog) -------------
+
+
+def _runlane(database_url: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text("version: 1\njobs:\n  hello: {command: [echo, hi], executor: inline}\n")
+    env = dict(os.environ, RUNLANE_DATABASE_URL=database_url, RUNLANE_CATALOG=str(catalog))
+    proc = subprocess.run(
+        [sys.executable, "-m", "runlane", *args],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+OLD_BEAT = (
+    "INSERT INTO launcher_heartbeat (launcher_id, host, pid, version, started_at, beat_at,"
+    " queue_depth, running) VALUES ('before', 'h', 1, '0.0.9', {t}, {t}, 0, '{{}}')"
+)
+
+
+def _check_version_2_path(database_url: str, tmp_path: Path) -> None:
+    """`serve` refuses the version-2 database and says what to run; `db upgrade` applies 0003."""
+    serve = _runlane(database_url, tmp_path, "serve")
+    assert serve.returncode == 1
+    assert serve.stderr.strip().splitlines() == [
+        "error: database is at schema version 2, this runlane needs 3: run `runlane db upgrade`"
+    ]
+    upgrade = _runlane(database_url, tmp_path, "db", "upgrade")
+    assert upgrade.returncode == 0, upgrade.stderr
+    assert upgrade.stdout.strip() == "applied migrations 3; schema is at version 3"
+
+
+async def test_sqlite_a_version_2_database_is_refused_then_upgraded(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute(sqlcommon.load_queries("runlane.adapters.sqlite")["bootstrap_migrations"])
+        for migration in sqlcommon.load_migrations("runlane.adapters.sqlite")[:2]:
+            conn.executescript(migration.sql)
+            conn.execute("INSERT INTO schema_migrations VALUES (?, 'x')", (migration.version,))
+        conn.execute(OLD_BEAT.format(t="'2031-01-01T00:00:00.000000Z'"))
+        conn.commit()
+    finally:
+        conn.close()
+    _check_version_2_path(f"sqlite:///{path}", tmp_path)
+
+    reference = tmp_path / "reference.db"
+    ref = sqlite3.connect(reference)
+    try:
+        ref.executescript(sqlcommon.load_reference_schema("runlane.adapters.sqlite"))
+    finally:
+        ref.close()
+    assert sqlite_schema(path) == sqlite_schema(reference)  # upgraded = created at version 3
+    store = SqliteStore(str(path))
+    await store.open()
+    try:
+        (kept,) = await store.launchers()
+        assert (kept.launcher_id, kept.catalog_digest, kept.catalog_jobs) == ("before", None, None)
+    finally:
+        await store.close()
+
+
+@pytest.mark.postgres
+async def test_postgres_a_version_2_database_is_refused_then_upgraded(
+    pg_scratch: list[str], tmp_path: Path
+) -> None:
+    old_url, reference_url = pg_scratch
+    with psycopg.connect(old_url, autocommit=True) as conn:
+        conn.execute(sqlcommon.load_queries("runlane.adapters.postgres")["bootstrap_migrations"].encode())
+        for migration in sqlcommon.load_migrations("runlane.adapters.postgres")[:2]:
+            conn.execute(migration.sql.encode())
+            conn.execute("INSERT INTO schema_migrations (version) VALUES (%s)", (migration.version,))
+        conn.execute(OLD_BEAT.format(t="now()").encode())
+    dbname = conninfo_to_dict(old_url)["dbname"]
+    _check_version_2_path(f"{PG_URL.rsplit('/', 1)[0]}/{dbname}", tmp_path)
+
+    with psycopg.connect(reference_url, autocommit=True) as conn:
+        conn.execute(sqlcommon.load_reference_schema("runlane.adapters.postgres").encode())
+    assert pg_schema(old_url) == pg_schema(reference_url)  # upgraded = created at version 3
+    store = PostgresStore(old_url)
+    await store.open()
+    try:
+        (kept,) = await store.launchers()
+        assert (kept.launcher_id, kept.catalog_digest, kept.catalog_jobs) == ("before", None, None)
+    finally:
+        await store.close()

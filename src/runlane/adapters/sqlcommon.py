@@ -348,7 +348,14 @@ class RowReader:
             beat_at=self.opt_time(row, "beat_at"),
             queue_depth=self.integer(row, "queue_depth"),
             running=parse_count_map(row["running"]),
+            catalog_digest=self.opt_text(row, "catalog_digest"),
+            catalog_loaded_at=self.opt_time(row, "catalog_loaded_at"),
+            catalog_jobs=_opt_tuple(parse_str_list(row["catalog_jobs"])),
         )
+
+
+def _opt_tuple(values: list[str] | None) -> tuple[str, ...] | None:
+    return None if values is None else tuple(values)
 
 
 def _required_text(value: object, key: str) -> str:

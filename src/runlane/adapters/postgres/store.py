@@ -814,6 +814,11 @@ class PostgresStore:
                     "started_at": hb.started_at,
                     "queue_depth": hb.queue_depth,
                     "running": sqlcommon.dump_json(dict(hb.running)),
+                    "catalog_digest": hb.catalog_digest,
+                    "catalog_loaded_at": hb.catalog_loaded_at,
+                    "catalog_jobs": (
+                        None if hb.catalog_jobs is None else sqlcommon.dump_json(list(hb.catalog_jobs))
+                    ),
                 },
             )
 

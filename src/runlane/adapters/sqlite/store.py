@@ -727,6 +727,9 @@ class SqliteStore:
             "started_at": format_time(hb.started_at),
             "queue_depth": hb.queue_depth,
             "running": sqlcommon.dump_json(dict(hb.running)),
+            "catalog_digest": hb.catalog_digest,
+            "catalog_loaded_at": _opt_time(hb.catalog_loaded_at),
+            "catalog_jobs": None if hb.catalog_jobs is None else sqlcommon.dump_json(list(hb.catalog_jobs)),
         }
         await self._call(lambda c: c.execute(Q["beat"], params).close())
 

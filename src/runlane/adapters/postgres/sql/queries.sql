@@ -403,9 +403,11 @@ DELETE FROM job_overrides WHERE job = %(job)s RETURNING job
 SELECT * FROM job_overrides ORDER BY job
 
 -- name: beat
-INSERT INTO launcher_heartbeat (launcher_id, host, pid, version, started_at, beat_at, queue_depth, running)
+INSERT INTO launcher_heartbeat (launcher_id, host, pid, version, started_at, beat_at, queue_depth, running,
+                                catalog_digest, catalog_loaded_at, catalog_jobs)
 VALUES (%(launcher_id)s, %(host)s, %(pid)s, %(version)s, %(started_at)s::timestamptz,
-        coalesce(%(now)s::timestamptz, clock_timestamp()), %(queue_depth)s, %(running)s::jsonb)
+        coalesce(%(now)s::timestamptz, clock_timestamp()), %(queue_depth)s, %(running)s::jsonb,
+        %(catalog_digest)s, %(catalog_loaded_at)s::timestamptz, %(catalog_jobs)s::jsonb)
 ON CONFLICT (launcher_id) DO UPDATE SET
     host = excluded.host,
     pid = excluded.pid,
@@ -413,7 +415,10 @@ ON CONFLICT (launcher_id) DO UPDATE SET
     started_at = excluded.started_at,
     beat_at = excluded.beat_at,
     queue_depth = excluded.queue_depth,
-    running = excluded.running
+    running = excluded.running,
+    catalog_digest = excluded.catalog_digest,
+    catalog_loaded_at = excluded.catalog_loaded_at,
+    catalog_jobs = excluded.catalog_jobs
 
 -- name: launchers
 SELECT * FROM launcher_heartbeat ORDER BY launcher_id

@@ -76,7 +76,12 @@ CREATE TABLE launcher_heartbeat (
     started_at  timestamptz NOT NULL,
     beat_at     timestamptz,
     queue_depth integer     NOT NULL DEFAULT 0,
-    running     jsonb       NOT NULL DEFAULT '{}'
+    running     jsonb       NOT NULL DEFAULT '{}',
+    -- Which catalog the launcher runs (migration 0003): the digest of its canonical JSON
+    -- ('sha256:<hex>'), when the launcher took it, the JSON list of its job names.
+    catalog_digest    text,
+    catalog_loaded_at timestamptz,
+    catalog_jobs      jsonb
 );
 
 -- Written by accept when the store feeds a message bus; a relay publishes and stamps rows.

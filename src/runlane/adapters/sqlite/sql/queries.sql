@@ -230,8 +230,10 @@ DELETE FROM job_overrides WHERE job = :job RETURNING job
 SELECT * FROM job_overrides ORDER BY job
 
 -- name: beat
-INSERT INTO launcher_heartbeat (launcher_id, host, pid, version, started_at, beat_at, queue_depth, running)
-VALUES (:launcher_id, :host, :pid, :version, :started_at, :now, :queue_depth, :running)
+INSERT INTO launcher_heartbeat (launcher_id, host, pid, version, started_at, beat_at, queue_depth, running,
+                                catalog_digest, catalog_loaded_at, catalog_jobs)
+VALUES (:launcher_id, :host, :pid, :version, :started_at, :now, :queue_depth, :running,
+        :catalog_digest, :catalog_loaded_at, :catalog_jobs)
 ON CONFLICT (launcher_id) DO UPDATE SET
     host = excluded.host,
     pid = excluded.pid,
@@ -239,7 +241,10 @@ ON CONFLICT (launcher_id) DO UPDATE SET
     started_at = excluded.started_at,
     beat_at = excluded.beat_at,
     queue_depth = excluded.queue_depth,
-    running = excluded.running
+    running = excluded.running,
+    catalog_digest = excluded.catalog_digest,
+    catalog_loaded_at = excluded.catalog_loaded_at,
+    catalog_jobs = excluded.catalog_jobs
 
 -- name: launchers
 SELECT * FROM launcher_heartbeat ORDER BY launcher_id

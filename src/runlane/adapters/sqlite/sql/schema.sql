@@ -70,6 +70,10 @@ CREATE TABLE job_overrides (
     created_at   TEXT NOT NULL
 );
 
+-- The catalog_* columns (migration 0003) say which catalog the launcher runs: the digest of
+-- its canonical JSON ("sha256:<hex>"), when the launcher took it, the JSON list of its job names.
+-- They are written as SQLite's ALTER TABLE ADD COLUMN leaves the stored table text, which the
+-- migration test compares with this file.
 CREATE TABLE launcher_heartbeat (
     launcher_id TEXT    PRIMARY KEY,
     host        TEXT    NOT NULL,
@@ -79,7 +83,7 @@ CREATE TABLE launcher_heartbeat (
     beat_at     TEXT,
     queue_depth INTEGER NOT NULL DEFAULT 0,
     running     TEXT    NOT NULL DEFAULT '{}'
-);
+, catalog_digest TEXT, catalog_loaded_at TEXT, catalog_jobs TEXT);
 
 -- Written by accept when the store feeds a message bus; a relay publishes and stamps rows.
 CREATE TABLE outbox (
