@@ -64,6 +64,7 @@ from runlane.ports import (
     Heartbeat,
     Store,
 )
+from runlane.service.catalog_stamp import CatalogStamp, stamp_catalog
 from runlane.service.config import Settings
 
 log = structlog.get_logger("runlane.launcher")
@@ -186,6 +187,9 @@ class Launcher:
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()  # a second stop: end the inline runs' grace period now
         self._started_at = datetime.now().astimezone()
+        # The catalog this launcher runs, as its heartbeat reports it (computed at the first
+        # beat; the catalog never changes under a launcher, so it was taken at its start).
+        self._catalog_stamp: CatalogStamp | None = None
         self._tasks: list[asyncio.Task[Any]] = []
         self._last_expire = 0.0
         self._last_recover = 0.0
@@ -913,6 +917,8 @@ class Launcher:
         running: dict[str, int] = {}
         for sup in self._active.values():
             running[sup.executor.name] = running.get(sup.executor.name, 0) + 1
+        if self._catalog_stamp is None:
+            self._catalog_stamp = stamp_catalog(self.catalog)
         await self.store.beat(
             Heartbeat(
                 launcher_id=self.owner,
@@ -922,6 +928,9 @@ class Launcher:
                 started_at=self._started_at,
                 queue_depth=await self.store.count_queued(),
                 running=running,
+                catalog_digest=self._catalog_stamp.digest,
+                catalog_loaded_at=self._started_at,
+                catalog_jobs=self._catalog_stamp.jobs,
             )
         )
         # A launcher that died without removing its row (SIGKILL, lost host) goes after a while.

@@ -1,0 +1,100 @@
+"""Which catalog a launcher runs, and whether the catalog file changed after it loaded it.
+
+`runlane serve` reads the catalog once, at start, and reports a stamp of it (digest, time, job
+names) with every heartbeat. The CLI reads the file on every command, stamps what it read and
+compares: `runlane status` and `doctor` name the launchers on an older catalog, `runlane run`
+warns when no live launcher knows the job it queued.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Literal
+
+from runlane.catalog import Catalog
+from runlane.ports import Heartbeat
+
+DIGEST_PREFIX = "sha256:"
+
+CatalogState = Literal["current", "changed", "unknown"]
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogStamp:
+    """What a launcher reports of its catalog: `digest` and the job names, sorted."""
+
+    digest: str
+    jobs: tuple[str, ...]
+
+
+def catalog_digest(catalog: Catalog) -> str:
+    """`sha256:<hex>` of the parsed catalog's canonical JSON: the fields the file sets (YAML
+    names, defaults left out), keys sorted, durations as seconds.
+
+    Of the parsed catalog rather than the file's bytes: the launcher holds the catalog it acts
+    on, not the bytes it read (reading the file again could hash a newer version than the one
+    it runs), and an edit that changes nothing the launcher does (a comment, the layout, key
+    order, `60m` for `1h`) is not a change to restart for. Defaults are left out so that a
+    runlane that adds a field with a default computes the same digest for the same file as an
+    older launcher does."""
+    data = catalog.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return DIGEST_PREFIX + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def stamp_catalog(catalog: Catalog) -> CatalogStamp:
+    return CatalogStamp(digest=catalog_digest(catalog), jobs=tuple(catalog.job_names()))
+
+
+def short_digest(digest: str | None) -> str:
+    """The first 12 hex digits, for people (`sha256:` dropped)."""
+    if digest is None:
+        return "-"
+    return digest.removeprefix(DIGEST_PREFIX)[:12]
+
+
+def at_seconds(value: datetime) -> str:
+    """UTC ISO-8601 to the second with a Z: `2026-12-01T03:00:00Z`, for one-line messages."""
+    return value.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def live_launchers(
+    launchers: Sequence[Heartbeat], now: datetime, stale_after: float
+) -> list[Heartbeat]:
+    """The launchers whose last heartbeat is at most `stale_after` seconds old."""
+    bound = timedelta(seconds=stale_after)
+    return [h for h in launchers if h.beat_at is not None and now - h.beat_at <= bound]
+
+
+def catalog_state(launcher: Heartbeat, file_digest: str | None) -> CatalogState:
+    """`current` when the launcher runs the catalog the file holds now, `changed` when the
+    file changed after it loaded it, `unknown` when either side has no digest (an unreadable
+    file, a launcher of a runlane that does not report one)."""
+    if launcher.catalog_digest is None or file_digest is None:
+        return "unknown"
+    return "current" if launcher.catalog_digest == file_digest else "changed"
+
+
+def changed_message(launcher: Heartbeat, catalog_path: str) -> str:
+    """One line: which launcher runs an older catalog, since when, and what to do."""
+    loaded = launcher.catalog_loaded_at or launcher.started_at
+    return (
+        f"launcher {launcher.launcher_id} runs the catalog loaded at {at_seconds(loaded)}; "
+        f"{catalog_path} has changed since: restart it to apply the change"
+    )
+
+
+def launchers_lacking(job: str, launchers: Sequence[Heartbeat]) -> list[Heartbeat]:
+    """The launchers (of those given) whose catalog is known not to define `job`."""
+    return [h for h in launchers if h.catalog_jobs is not None and job not in h.catalog_jobs]
+
+
+def nobody_knows(job: str, live: Sequence[Heartbeat]) -> bool:
+    """True when there are live launchers and every one of them is known to lack `job`: a run
+    of it waits (kept for repair, `unknown_job`) until a launcher is restarted. False when any
+    live launcher knows it, or cannot tell (no job list reported)."""
+    return bool(live) and len(launchers_lacking(job, live)) == len(live)
