@@ -396,10 +396,12 @@ def run_cmd(
                 out.print(f"queued {run.job} as run {run.id}")
                 if run.note:
                     out.print(f"note: {output.escape(run.note)}")
+            await warn_if_no_launcher_knows(rt, run)
             return 0
         if not as_json:
             out.print(f"queued {run.job} as run {run.id}; waiting for it to finish")
             await warn_if_no_launcher(rt)
+        await warn_if_no_launcher_knows(rt, run)
         final = await follow_with_output(rt, run.id, show_output=not as_json)
         if as_json:
             print_json(run_dict(final))
@@ -425,6 +427,86 @@ async def warn_if_no_launcher(rt: Runtime) -> None:
         err.print("[yellow]warning:[/] no launcher is running; start one with `runlane serve`")
 
 
+async def warn_if_no_launcher_knows(rt: Runtime, run: Run) -> None:
+    """One line on stderr when live launchers run and every one loaded its catalog before the
+    run's job was added: the run waits (kept for repair) until a launcher is restarted."""
+    from runlane.service.catalog_stamp import at_seconds, live_launchers, nobody_knows
+
+    if run.status is not RunStatus.QUEUED:
+        return
+    live = live_launchers(
+        await rt.store.launchers(), await rt.store.now(), rt.settings.launcher_stale_after
+    )
+    if not nobody_knows(run.job, live):
+        return
+    shown = ", ".join(
+        f"{h.launcher_id} at {at_seconds(h.catalog_loaded_at or h.started_at)}" for h in live[:3]
+    ) + (", …" if len(live) > 3 else "")
+    err.print(
+        f"[yellow]warning:[/] no running launcher knows job {output.escape(run.job)!r}: they loaded "
+        f"{output.escape(rt.settings.catalog_path)} before it was added ({output.escape(shown)}); "
+        f"run {run.id} waits until `runlane serve` is restarted"
+    )
+
+
+def repair_notice(
+    run: Run, catalog_path: str, *, in_file: bool | None, known_live: bool
+) -> str:
+    """What `run --wait` and `logs --follow` say, once, when a launcher keeps the run they
+    follow for repair: what happened and what to do. They keep waiting.
+
+    For `unknown_job`: `in_file` tells whether the catalog file defines the job (None: not
+    read), `known_live` whether a live launcher has it now (restarted since)."""
+    from runlane.service.catalog_stamp import at_seconds
+
+    next_try = f" ({at_seconds(run.not_before)})" if run.not_before else ""
+    if run.error_code == "unknown_job":
+        if in_file is False:
+            return (
+                f"run {run.id} is kept for repair: job {run.job!r} is not in {catalog_path} "
+                f"either; cancel it (`runlane cancel {run.id}`) or add the job back"
+            )
+        if known_live:
+            return (
+                f"run {run.id} went back to the queue: the launcher that claimed it did not know "
+                f"job {run.job!r}; a launcher running now has the job and starts the run at its "
+                f"next try{next_try}"
+            )
+        if in_file is None:
+            return (
+                f"run {run.id} waits: the launcher that claimed it does not know job "
+                f"{run.job!r} and keeps the run for repair; if the job was added to the catalog "
+                f"since, restart `runlane serve` and the run starts at its next try{next_try}"
+            )
+        return (
+            f"run {run.id} waits for a restart: the launcher that claimed it loaded {catalog_path} "
+            f"before job {run.job!r} was added and keeps the run for repair; restart `runlane "
+            f"serve` and the run starts at its next try{next_try}"
+        )
+    if run.error_code == "corrupt_params":
+        return (
+            f"run {run.id} is kept for repair: its stored params are not valid JSON, so no "
+            f"launcher will start it; cancel it (`runlane cancel {run.id}`) and queue a new one"
+        )
+    return (
+        f"run {run.id} is kept for repair ({run.error_code}: {run.note or 'no note'}); see "
+        f"`runlane doctor`; next try{next_try or ' later'}"
+    )
+
+
+async def say_repair(rt: Runtime, run: Run) -> None:
+    """One warning line on stderr: why the followed run waits (see `repair_notice`)."""
+    from runlane.service.catalog_stamp import live_launchers
+
+    in_file = None if rt.catalog is None else run.job in rt.catalog.jobs
+    live = live_launchers(
+        await rt.store.launchers(), await rt.store.now(), rt.settings.launcher_stale_after
+    )
+    known_live = any(h.catalog_jobs is not None and run.job in h.catalog_jobs for h in live)
+    notice = repair_notice(run, rt.settings.catalog_path, in_file=in_file, known_live=known_live)
+    err.print(f"[yellow]warning:[/] {output.escape(notice)}")
+
+
 def write_output(text: str, *, raw: bool = False) -> None:
     """A job's output on stdout: as it is when piped or with --raw, with its control characters
     shown as escapes on a terminal (a job must not be able to clear or retitle the reader's)."""
@@ -434,10 +516,17 @@ def write_output(text: str, *, raw: bool = False) -> None:
 async def follow_with_output(
     rt: Runtime, run_id: str, *, show_output: bool, raw: bool = False
 ) -> Any:
-    """Follow a run (and its retries) to the end, printing its output as it is written."""
+    """Follow a run (and its retries) to the end, printing its output as it is written. A
+    launcher keeping the run for repair is said once on stderr (`repair_notice`)."""
+    from runlane.service.doctor import REPAIR_CODES
+
     run = await rt.store.get_run(run_id)
     printed: dict[str, int] = {}
+    told: set[str] = set()  # runs whose repair was said: once, not on every poll
     while True:
+        if run.status is RunStatus.QUEUED and run.error_code in REPAIR_CODES and run.id not in told:
+            told.add(run.id)
+            await say_repair(rt, run)
         if show_output:
             path = rt.log_path(run)
             if path.exists():
@@ -710,14 +799,17 @@ def _pause_state(row: dict[str, Any]) -> str:
 
 @app.command("status")
 @friendly
-def status_cmd(as_json: JsonOpt = False, database: DatabaseOpt = None) -> None:
-    """Launchers, queue depth and anything stuck."""
-    settings = settings_from(database=database)
+def status_cmd(as_json: JsonOpt = False, catalog: CatalogOpt = None, database: DatabaseOpt = None) -> None:
+    """Launchers (and whether each runs the catalog file as it is now), queue depth, anything
+    stuck."""
+    settings = settings_from(catalog, database)
 
     async def body(rt: Runtime) -> None:
         from runlane.core.durations import format_duration
+        from runlane.service.catalog_stamp import catalog_state, changed_message, short_digest
         from runlane.service.doctor import stuck_runs
 
+        file_digest, file_error = catalog_file_digest(settings.catalog_path)
         launchers = await rt.store.launchers()
         now = await rt.store.now()
         queued = await rt.store.count_queued()
@@ -730,11 +822,20 @@ def status_cmd(as_json: JsonOpt = False, database: DatabaseOpt = None) -> None:
             "stuck": [
                 {"id": s.run_id, "job": s.job, "status": s.status, "why": s.why} for s in stuck
             ],
+            "catalog": {
+                "path": settings.catalog_path,
+                "catalog_digest": file_digest,
+                "error": file_error,
+            },
             "launchers": [],
         }
+        changed: list[str] = []
         for h in launchers:
             seen = None if h.beat_at is None else max(0.0, (now - h.beat_at).total_seconds())
             stale = seen is None or seen > settings.launcher_stale_after
+            state = catalog_state(h, file_digest)
+            if state == "changed" and not stale:
+                changed.append(changed_message(h, settings.catalog_path))
             data["launchers"].append({
                 "launcher_id": h.launcher_id,
                 "host": h.host,
@@ -747,6 +848,12 @@ def status_cmd(as_json: JsonOpt = False, database: DatabaseOpt = None) -> None:
                 # A stale launcher's last counts are history, not the present: not shown.
                 "queue_depth": None if stale else h.queue_depth,
                 "running": None if stale else dict(h.running),
+                "catalog_digest": h.catalog_digest,
+                "catalog_loaded_at": output.iso(h.catalog_loaded_at),
+                "catalog_jobs": None if h.catalog_jobs is None else list(h.catalog_jobs),
+                # True: runs the file as it is now; False: the file changed since it loaded
+                # it; null: cannot tell (the file does not load, or no digest reported).
+                "catalog_current": None if state == "unknown" else state == "current",
             })
         if as_json:
             print_json(data)
@@ -761,7 +868,17 @@ def status_cmd(as_json: JsonOpt = False, database: DatabaseOpt = None) -> None:
             if entry["stale"]:
                 out.print(f"{name} [red]stale[/]: last seen {ago}")
             else:
-                out.print(f"{name} beat {ago} running {entry['running']}")
+                out.print(
+                    f"{name} beat {ago} running {entry['running']} "
+                    f"catalog {short_digest(entry['catalog_digest'])}"
+                )
+        for message in changed:
+            out.print(f"[yellow]warning:[/] {output.escape(message)}")
+        if file_error is not None and any(e["catalog_digest"] for e in data["launchers"]):
+            out.print(
+                f"[yellow]note:[/] {output.escape(file_error)}: the launchers' catalogs are "
+                "not compared with it"
+            )
         for s in stuck:
             out.print(
                 f"[yellow]stuck[/] run {s.run_id} ({output.escape(s.job)}, {s.status}): "
@@ -769,6 +886,19 @@ def status_cmd(as_json: JsonOpt = False, database: DatabaseOpt = None) -> None:
             )
 
     with_runtime(settings, body, catalog=False)
+
+
+def catalog_file_digest(path: str) -> tuple[str | None, str | None]:
+    """The digest of the catalog file as it is now, or None and the one line saying why it
+    cannot be read (status reports the launchers all the same)."""
+    from runlane.catalog import load_catalog
+    from runlane.errors import CatalogError
+    from runlane.service.catalog_stamp import catalog_digest
+
+    try:
+        return catalog_digest(load_catalog(path)), None
+    except CatalogError as exc:
+        return None, exc.message
 
 
 @app.command("doctor")

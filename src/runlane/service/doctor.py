@@ -8,9 +8,17 @@ from typing import Literal
 
 from runlane.catalog import Catalog, load_catalog
 from runlane.core.durations import format_duration
-from runlane.core.runs import RunStatus
+from runlane.core.runs import Run, RunStatus
 from runlane.errors import CatalogError, RunlaneError, StoreError
-from runlane.ports import RunFilter, Store
+from runlane.ports import Heartbeat, RunFilter, Store
+from runlane.service.catalog_stamp import (
+    at_seconds,
+    catalog_digest,
+    catalog_state,
+    changed_message,
+    launchers_lacking,
+    live_launchers,
+)
 from runlane.service.config import Settings
 
 Level = Literal["ok", "warning", "error"]
@@ -86,8 +94,7 @@ async def diagnose(settings: Settings, store: Store) -> list[Finding]:
 
     now = await store.now()
     launchers = await store.launchers()
-    stale_after = timedelta(seconds=settings.launcher_stale_after)
-    fresh = [h for h in launchers if h.beat_at is not None and now - h.beat_at <= stale_after]
+    fresh = live_launchers(launchers, now, settings.launcher_stale_after)
     for h in launchers:
         if h not in fresh:
             seen = (
@@ -101,6 +108,7 @@ async def diagnose(settings: Settings, store: Store) -> list[Finding]:
         findings.append(Finding("ok", "launchers", f"{len(fresh)} launcher(s) alive"))
     else:
         findings.append(Finding("warning", "launchers", "no launcher is alive: nothing claims runs"))
+    findings.extend(catalog_findings(fresh, catalog, settings.catalog_path))
 
     active = [
         run
@@ -110,16 +118,20 @@ async def diagnose(settings: Settings, store: Store) -> list[Finding]:
     repair = 0
     for run in active:
         reason = None
+        level: Level = "error"
         if run.params is None:
             reason = f"stored params are not valid JSON: {run.params_raw[:80]!r}"
         elif catalog is not None and run.job not in catalog.jobs and run.executor != "scope":
             reason = f"job {run.job!r} is not in the catalog"
+        elif catalog is not None and run.error_code == "unknown_job":
+            # The job is in the file: the launcher that claimed the run ran an older catalog.
+            level, reason = _older_catalog(run, fresh, settings.catalog_path)
         elif run.error_code in REPAIR_CODES:
             reason = run.note or run.error_code
         if reason is not None:
             repair += 1
             findings.append(
-                Finding("error", "repair", f"run {run.id} ({run.job}, {run.status.value}): {reason}", run.id)
+                Finding(level, "repair", f"run {run.id} ({run.job}, {run.status.value}): {reason}", run.id)
             )
         if (
             run.status is RunStatus.RUNNING
@@ -138,6 +150,40 @@ async def diagnose(settings: Settings, store: Store) -> list[Finding]:
         findings.append(Finding("ok", "repair", f"{len(active)} active runs, none needs repair"))
     findings.extend(await kubernetes_findings(catalog, settings))
     return findings
+
+
+def catalog_findings(fresh: list[Heartbeat], catalog: Catalog | None, path: str) -> list[Finding]:
+    """A warning for each live launcher that loaded its catalog before the file last changed."""
+    if catalog is None:
+        return []
+    digest = catalog_digest(catalog)
+    return [
+        Finding("warning", "launchers", changed_message(h, path))
+        for h in fresh
+        if catalog_state(h, digest) == "changed"
+    ]
+
+
+def _older_catalog(run: Run, fresh: list[Heartbeat], path: str) -> tuple[Level, str]:
+    """Why a run of a job the catalog file defines was kept as `unknown_job`, and what to do:
+    an error while no live launcher is known to have the job, a warning once one has it."""
+    reason = (
+        f"job {run.job!r} is in {path}, but the launcher that claimed the run had loaded an "
+        "older catalog without it"
+    )
+    next_try = f"; its next try is at {at_seconds(run.not_before)}" if run.not_before else ""
+    if not fresh:
+        return "error", f"{reason}: start `runlane serve` to run it{next_try}"
+    knowing = [h for h in fresh if h.catalog_jobs is not None and run.job in h.catalog_jobs]
+    if knowing:
+        return "warning", (
+            f"{reason}; launcher {knowing[0].launcher_id}, running now, has the job{next_try}"
+        )
+    lacking = launchers_lacking(run.job, fresh)
+    without = f"; running without the job: {', '.join(h.launcher_id for h in lacking)}" if lacking else ""
+    return "error", (
+        f"{reason}: restart the launcher (`runlane serve`) to apply the catalog{next_try}{without}"
+    )
 
 
 async def kubernetes_findings(

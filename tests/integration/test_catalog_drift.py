@@ -1,0 +1,309 @@
+"""A launcher on an older catalog than the file: its heartbeat says which catalog it runs, and the
+CLI (real processes) says so in `status`, `run`, `run --wait` and `doctor`. SQLite and PostgreSQL.
+
+The launchers run in-process with the catalog of `conftest.CATALOG` (no job `fresh`); the CLI
+reads a file that adds `fresh`, as after an edit nobody restarted `runlane serve` for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from runlane.catalog import Catalog, load_catalog
+from runlane.core.runs import RunStatus
+from runlane.ports import RunFilter, Store
+from runlane.service.catalog_stamp import catalog_digest
+from runlane.service.config import Settings
+from runlane.service.launcher import Launcher
+from runlane.service.runtime import build_executors
+
+from .conftest import CATALOG, PY
+
+FRESH_JOB = f"""  fresh:
+    command: [{PY}, -c, "print('fresh ran')"]
+"""
+
+
+class Counted:
+    """Launcher hook: how often each (event, run) happened, and a way to wait for a count."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self._waiters: list[tuple[tuple[str, str], int, asyncio.Future[None]]] = []
+
+    def __call__(self, event: str, run_id: str) -> None:
+        self.counts[(event, run_id)] += 1
+        for key, count, done in self._waiters:
+            if self.counts[key] >= count and not done.done():
+                done.set_result(None)
+
+    async def reach(self, event: str, run_id: str, count: int, within: float = 30.0) -> None:
+        if self.counts[(event, run_id)] >= count:
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(((event, run_id), count, done))
+        async with asyncio.timeout(within):
+            await done
+
+
+@pytest.fixture
+def cli_catalog(tmp_path: Path) -> Path:
+    """The catalog file as the CLI reads it: the launchers' catalog plus the job `fresh`."""
+    path = tmp_path / "cli-catalog.yaml"
+    path.write_text(CATALOG + FRESH_JOB)
+    return path
+
+
+@pytest.fixture
+def cli_env(settings: Settings, cli_catalog: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        RUNLANE_DATABASE_URL=settings.database_url,
+        RUNLANE_CATALOG=str(cli_catalog),
+        RUNLANE_LOG_DIR=settings.log_dir,
+        # A launcher is live for 3 intervals: long enough that a slow CLI start never sees the
+        # in-process launcher as stale.
+        RUNLANE_HEARTBEAT_INTERVAL="60s",
+        RUNLANE_LOG_LEVEL="warning",
+    )
+    return env
+
+
+async def cli(env: dict[str, str], *args: str) -> tuple[int, str, str]:
+    """`runlane ARGS` as a process, without blocking the loop the launcher runs on."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "runlane", *args, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(60):
+        out, err = await proc.communicate()
+    assert proc.returncode is not None
+    text_out, text_err = out.decode(), err.decode()
+    assert "Traceback" not in text_err, text_err
+    return proc.returncode, text_out, text_err
+
+
+@pytest.fixture
+async def old_launcher(store: Store, catalog: Catalog, settings: Settings) -> Launcher:
+    """A launcher on the catalog without `fresh`, its heartbeat written (not running loops)."""
+    launcher = Launcher(
+        store=store, catalog=catalog, executors=build_executors(settings), settings=settings
+    )
+    await launcher.beat()
+    return launcher
+
+
+async def test_a_launchers_heartbeat_carries_the_catalog_it_loaded(
+    store: Store, catalog: Catalog, catalog_file: Path, old_launcher: Launcher
+) -> None:
+    (beat,) = await store.launchers()
+    assert beat.launcher_id == old_launcher.owner
+    assert beat.catalog_digest == catalog_digest(load_catalog(catalog_file))
+    assert beat.catalog_digest is not None
+    assert re.fullmatch(r"sha256:[0-9a-f]{64}", beat.catalog_digest)
+    assert beat.catalog_jobs == tuple(sorted(catalog.jobs))
+    assert "fresh" not in beat.catalog_jobs
+    assert beat.catalog_loaded_at is not None
+    assert beat.catalog_loaded_at == beat.started_at  # read once, when the launcher started
+
+
+async def test_status_says_which_launcher_runs_an_older_catalog(
+    cli_env: dict[str, str], catalog_file: Path, cli_catalog: Path, old_launcher: Launcher,
+    tmp_path: Path,
+) -> None:
+    code, out, _ = await cli(cli_env, "status")
+    assert code == 0
+    (warning,) = [ln for ln in out.splitlines() if ln.startswith("warning:")]
+    assert re.fullmatch(
+        rf"warning: launcher {re.escape(old_launcher.owner)} runs the catalog loaded at "
+        rf"\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\dZ; {re.escape(str(cli_catalog))} has changed since: "
+        "restart it to apply the change",
+        warning,
+    ), warning
+
+    code, out, _ = await cli(cli_env, "status", "--json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["catalog"]["path"] == str(cli_catalog)
+    assert data["catalog"]["catalog_digest"] == catalog_digest(load_catalog(cli_catalog))
+    (entry,) = data["launchers"]
+    assert entry["catalog_current"] is False
+    assert entry["catalog_digest"] == catalog_digest(load_catalog(catalog_file))
+    assert entry["catalog_loaded_at"].endswith("Z")
+    assert "fresh" not in entry["catalog_jobs"]
+
+    # The file the launcher loaded, and the same catalog reformatted with a comment: current.
+    same = tmp_path / "same.yaml"
+    same.write_text("# the same jobs, another layout\n" + CATALOG.replace("version: 1", "version:   1"))
+    for path in (catalog_file, same):
+        code, out, _ = await cli(cli_env, "status", "--catalog", str(path))
+        assert code == 0
+        assert "warning" not in out, out
+        assert "has changed" not in out, out
+        code, out, _ = await cli(cli_env, "status", "--json", "--catalog", str(path))
+        assert json.loads(out)["launchers"][0]["catalog_current"] is True
+
+    # A file that does not load: the launchers are listed all the same, not compared.
+    code, out, _ = await cli(cli_env, "status", "--catalog", str(tmp_path / "missing.yaml"))
+    assert code == 0
+    assert old_launcher.owner in out
+    assert "missing.yaml: file not found: the launchers' catalogs are not compared" in out
+    code, out, _ = await cli(cli_env, "status", "--json", "--catalog", str(tmp_path / "missing.yaml"))
+    data = json.loads(out)
+    assert data["catalog"]["catalog_digest"] is None
+    assert data["launchers"][0]["catalog_current"] is None
+
+
+async def test_run_warns_when_no_live_launcher_knows_the_job(
+    store: Store, cli_env: dict[str, str], cli_catalog: Path, old_launcher: Launcher
+) -> None:
+    code, out, err = await cli(cli_env, "run", "fresh")
+    assert code == 0, err
+    run_id = re.search(r"as run (\S+)", out).group(1)  # type: ignore[union-attr]
+    (warning,) = [ln for ln in err.splitlines() if ln.strip()]
+    assert warning == (
+        f"warning: no running launcher knows job 'fresh': they loaded {cli_catalog} before it was "
+        f"added ({old_launcher.owner} at {warning.split(' at ')[1].split(')')[0]}); run {run_id} "
+        "waits until `runlane serve` is restarted"
+    )
+    assert (await store.get_run(run_id)).status is RunStatus.QUEUED  # queued all the same
+
+    # --json: the same line on stderr, stdout stays one JSON document.
+    code, out, err = await cli(cli_env, "run", "fresh", "--json")
+    assert code == 0
+    assert json.loads(out)["job"] == "fresh"
+    assert "no running launcher knows job 'fresh'" in err
+
+    # A job the launcher knows: no warning, though the file changed.
+    code, _, err = await cli(cli_env, "run", "hello")
+    assert code == 0
+    assert err.strip() == ""
+
+
+async def test_run_wait_says_once_why_the_run_waits_and_ends_after_a_restart(
+    store: Store, catalog: Catalog, settings: Settings, cli_env: dict[str, str],
+    cli_catalog: Path,
+) -> None:
+    hook = Counted()
+    # The old launcher looks at a kept run again every 0.2 s (5 min in production): the run
+    # goes back to `unknown_job` many times while the CLI polls.
+    old = Launcher(
+        store=store, catalog=catalog, executors=build_executors(settings), settings=settings,
+        hook=hook, repair_retry_seconds=0.2,
+    )
+    old_task = asyncio.create_task(old.run())
+    await old.beat()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "runlane", "run", "fresh", "--wait", env=cli_env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    new_task: asyncio.Task[None] | None = None
+    new: Launcher | None = None
+    try:
+        async with asyncio.timeout(60):
+            first = (await proc.stdout.readline()).decode()
+            run_id = re.search(r"as run (\S+);", first).group(1)  # type: ignore[union-attr]
+            seen: list[str] = []
+            while not any("waits for a restart" in ln for ln in seen):
+                line = (await proc.stderr.readline()).decode()
+                assert line, f"the CLI ended without the notice: {seen}"
+                seen.append(line)
+            # Three more round trips through the queue after the notice: the CLI polled the
+            # kept run several times since, and said nothing more.
+            kept = hook.counts[("finished", run_id)]
+            await hook.reach("finished", run_id, kept + 3)
+            old.stop()
+            await old_task
+            # The restart: a launcher on the catalog as the file has it now runs the run.
+            new = Launcher(
+                store=store, catalog=load_catalog(cli_catalog),
+                executors=build_executors(settings), settings=settings,
+            )
+            new_task = asyncio.create_task(new.run())
+            rest_out, rest_err = await proc.communicate()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        if not old_task.done():
+            old.stop()
+            await old_task
+        if new is not None and new_task is not None:
+            new.stop()
+            await new_task
+
+    stderr = "".join(seen) + rest_err.decode()
+    stdout = first + rest_out.decode()
+    assert proc.returncode == 0, (stdout, stderr)
+    assert "Traceback" not in stderr
+    notices = [ln for ln in stderr.splitlines() if "waits for a restart" in ln]
+    assert len(notices) == 1, stderr
+    assert re.fullmatch(
+        rf"warning: run {run_id} waits for a restart: the launcher that claimed it loaded "
+        rf"{re.escape(str(cli_catalog))} before job 'fresh' was added and keeps the run for "
+        r"repair; restart `runlane serve` and the run starts at its next try "
+        r"\(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\)",
+        notices[0],
+    ), notices[0]
+    assert "no running launcher knows job 'fresh'" in stderr  # said by `run` before waiting
+    assert "fresh ran" in stdout
+    assert f"run {run_id} (attempt 1) ended success" in stdout
+    assert (await store.get_run(run_id)).status is RunStatus.SUCCESS
+
+
+async def test_doctor_tells_an_older_launcher_catalog_from_a_job_gone_from_the_file(
+    store: Store, catalog: Catalog, settings: Settings, cli_env: dict[str, str],
+    cli_catalog: Path, tmp_path: Path,
+) -> None:
+    hook = Counted()
+    launcher = Launcher(
+        store=store, catalog=catalog, executors=build_executors(settings), settings=settings,
+        hook=hook,
+    )
+    task = asyncio.create_task(launcher.run())
+    try:
+        await launcher.beat()
+        code, out, _ = await cli(cli_env, "run", "fresh", "--json")
+        assert code == 0
+        run_id = json.loads(out)["id"]
+        await hook.reach("finished", run_id, 1)  # claimed, kept for repair
+        kept = await store.get_run(run_id)
+        assert (kept.status, kept.error_code) == (RunStatus.QUEUED, "unknown_job")
+
+        # The file has the job: the launcher is behind, and must be restarted.
+        code, out, _ = await cli(cli_env, "doctor", "--json")
+        assert code == 1
+        findings = json.loads(out)
+        (repair,) = [f for f in findings if f["run_id"] == run_id]
+        assert repair["level"] == "error"
+        assert repair["message"].startswith(
+            f"run {run_id} (fresh, queued): job 'fresh' is in {cli_catalog}, but the launcher "
+            "that claimed the run had loaded an older catalog without it: restart the launcher "
+            "(`runlane serve`) to apply the catalog; its next try is at "
+        ), repair["message"]
+        assert repair["message"].endswith(f"; running without the job: {launcher.owner}")
+        assert "not in the catalog" not in repair["message"]
+        stale = [f for f in findings if f["check"] == "launchers" and "has changed since" in f["message"]]
+        assert [f["level"] for f in stale] == ["warning"]
+        assert stale[0]["message"].startswith(f"launcher {launcher.owner} runs the catalog loaded at ")
+
+        # A file without the job (it was removed again): it is really not in the catalog.
+        code, out, _ = await cli(cli_env, "doctor", "--catalog", str(settings.catalog_path))
+        assert code == 1
+        line = next(ln for ln in out.splitlines() if run_id in ln)
+        assert line.split(None, 2)[2] == f"run {run_id} (fresh, queued): job 'fresh' is not in the catalog"
+        assert "has changed since" not in out  # this file is the launcher's catalog
+    finally:
+        launcher.stop()
+        await task
+    assert [r.id for r in await store.list_runs(RunFilter(job="fresh"))] == [run_id]
