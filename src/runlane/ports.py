@@ -276,6 +276,12 @@ class Store(Protocol):
         `retry_after` seconds, lease cleared, `error_code` kept for people to see."""
         ...
 
+    async def retry_repairs_now(self, error_code: str, jobs: Collection[str]) -> list[str]:
+        """Make the queued runs kept for repair with `error_code` (see `release`) whose job is
+        in `jobs` due now, and return their ids: a launcher that starts with a catalog that has
+        their job takes them at once instead of at their next repair look."""
+        ...
+
     async def finish_unleased(self, run_id: str, expected: RunStatus, outcome: Outcome) -> Run:
         """End a run nobody holds a lease on (a queued run, an SDK child row), conditional on
         `expected`: raise `InvalidTransition` when the row is no longer in that status."""

@@ -501,6 +501,29 @@ async def test_release_requeues_after_retry_after(harness: StoreHarness) -> None
         await store.release(claimed.lease, retry_after=1, error_code="x")
 
 
+async def test_retry_repairs_now_makes_only_the_matching_kept_runs_due(
+    harness: StoreHarness,
+) -> None:
+    store, _ = await pinned(harness)
+    kept = await _one_claimed(store, job="fresh")
+    await store.release(kept.lease, retry_after=300, error_code="unknown_job", note="kept")
+    other_job = await _one_claimed(store, job="gone")
+    await store.release(other_job.lease, retry_after=300, error_code="unknown_job")
+    other_code = await _one_claimed(store, job="fresh")
+    await store.release(other_code.lease, retry_after=300, error_code="api_unavailable")
+    assert await claim_all(store) == []
+    assert await store.retry_repairs_now("unknown_job", ["nightly"]) == []
+    assert await store.retry_repairs_now("unknown_job", ["fresh", "nightly"]) == [kept.run.id]
+    run = await store.get_run(kept.run.id)
+    assert (run.status, run.not_before, run.error_code) == (RunStatus.QUEUED, T0, "unknown_job")
+    [again] = await claim_all(store)
+    assert again.run.id == kept.run.id
+    # Due already: nothing more to do (the run just claimed is no longer queued).
+    assert await store.retry_repairs_now("unknown_job", ["fresh"]) == []
+    assert (await store.get_run(other_job.run.id)).not_before == T0 + timedelta(seconds=300)
+    assert (await store.get_run(other_code.run.id)).not_before == T0 + timedelta(seconds=300)
+
+
 async def test_finish_writes_the_outcome_and_inserts_the_retry(harness: StoreHarness) -> None:
     store, clock = await pinned(harness)
     claimed = await _one_claimed(store, max_attempts=3, dedupe_key="nightly@slot")

@@ -251,14 +251,51 @@ async def test_run_wait_says_once_why_the_run_waits_and_ends_after_a_restart(
     assert re.fullmatch(
         rf"warning: run {run_id} waits for a restart: the launcher that claimed it loaded "
         rf"{re.escape(str(cli_catalog))} before job 'fresh' was added and keeps the run for "
-        r"repair; restart `runlane serve` and the run starts at its next try "
-        r"\(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\)",
+        r"repair; restart `runlane serve`: the restarted launcher starts the run at once",
         notices[0],
     ), notices[0]
     assert "no running launcher knows job 'fresh'" in stderr  # said by `run` before waiting
     assert "fresh ran" in stdout
     assert f"run {run_id} (attempt 1) ended success" in stdout
     assert (await store.get_run(run_id)).status is RunStatus.SUCCESS
+
+
+async def test_a_restarted_launcher_starts_a_kept_run_at_once(
+    store: Store, catalog: Catalog, settings: Settings, cli_env: dict[str, str],
+    cli_catalog: Path,
+) -> None:
+    # The old launcher keeps the run for repair for the production 5 minutes; the restart that
+    # applies the catalog change starts it now, not at that next look.
+    hook = Counted()
+    old = Launcher(
+        store=store, catalog=catalog, executors=build_executors(settings), settings=settings,
+        hook=hook, repair_retry_seconds=300.0,
+    )
+    old_task = asyncio.create_task(old.run())
+    try:
+        code, out, _ = await cli(cli_env, "run", "fresh", "--json")
+        assert code == 0, out
+        run_id = json.loads(out)["id"]
+        await hook.reach("finished", run_id, 1)
+    finally:
+        old.stop()
+        await old_task
+    kept = await store.get_run(run_id)
+    assert (kept.status, kept.error_code) == (RunStatus.QUEUED, "unknown_job")
+    new_hook = Counted()
+    new = Launcher(
+        store=store, catalog=load_catalog(cli_catalog), executors=build_executors(settings),
+        settings=settings, hook=new_hook,
+    )
+    new_task = asyncio.create_task(new.run())
+    try:
+        await new_hook.reach("finished", run_id, 1, within=30.0)
+    finally:
+        new.stop()
+        await new_task
+    done = await store.get_run(run_id)
+    assert done.status is RunStatus.SUCCESS
+    assert done.log_tail == "fresh ran\n"
 
 
 async def test_doctor_tells_an_older_launcher_catalog_from_a_job_gone_from_the_file(
@@ -289,7 +326,8 @@ async def test_doctor_tells_an_older_launcher_catalog_from_a_job_gone_from_the_f
         assert repair["message"].startswith(
             f"run {run_id} (fresh, queued): job 'fresh' is in {cli_catalog}, but the launcher "
             "that claimed the run had loaded an older catalog without it: restart the launcher "
-            "(`runlane serve`) to apply the catalog; its next try is at "
+            "(`runlane serve`) to apply the catalog (the restarted launcher starts the run at "
+            "once); running without the job: "
         ), repair["message"]
         assert repair["message"].endswith(f"; running without the job: {launcher.owner}")
         assert "not in the catalog" not in repair["message"]

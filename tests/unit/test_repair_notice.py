@@ -21,8 +21,8 @@ def test_a_job_the_file_has_and_no_live_launcher_has_asks_for_a_restart() -> Non
     text = repair_notice(KEPT, "catalog.yaml", in_file=True, known_live=False)
     assert text == (
         "run r1 waits for a restart: the launcher that claimed it loaded catalog.yaml before job "
-        "'fresh' was added and keeps the run for repair; restart `runlane serve` and the run "
-        "starts at its next try (2031-01-02T03:04:05Z)"
+        "'fresh' was added and keeps the run for repair; restart `runlane serve`: the restarted "
+        "launcher starts the run at once"
     )
 
 

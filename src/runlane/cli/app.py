@@ -476,12 +476,12 @@ def repair_notice(
             return (
                 f"run {run.id} waits: the launcher that claimed it does not know job "
                 f"{run.job!r} and keeps the run for repair; if the job was added to the catalog "
-                f"since, restart `runlane serve` and the run starts at its next try{next_try}"
+                f"since, restart `runlane serve`: the restarted launcher starts the run at once"
             )
         return (
             f"run {run.id} waits for a restart: the launcher that claimed it loaded {catalog_path} "
             f"before job {run.job!r} was added and keeps the run for repair; restart `runlane "
-            f"serve` and the run starts at its next try{next_try}"
+            f"serve`: the restarted launcher starts the run at once"
         )
     if run.error_code == "corrupt_params":
         return (

@@ -173,7 +173,7 @@ def _older_catalog(run: Run, fresh: list[Heartbeat], path: str) -> tuple[Level, 
     )
     next_try = f"; its next try is at {at_seconds(run.not_before)}" if run.not_before else ""
     if not fresh:
-        return "error", f"{reason}: start `runlane serve` to run it{next_try}"
+        return "error", f"{reason}: start `runlane serve` to run it (it starts the run at once)"
     knowing = [h for h in fresh if h.catalog_jobs is not None and run.job in h.catalog_jobs]
     if knowing:
         return "warning", (
@@ -182,7 +182,8 @@ def _older_catalog(run: Run, fresh: list[Heartbeat], path: str) -> tuple[Level, 
     lacking = launchers_lacking(run.job, fresh)
     without = f"; running without the job: {', '.join(h.launcher_id for h in lacking)}" if lacking else ""
     return "error", (
-        f"{reason}: restart the launcher (`runlane serve`) to apply the catalog{next_try}{without}"
+        f"{reason}: restart the launcher (`runlane serve`) to apply the catalog (the restarted "
+        f"launcher starts the run at once){without}"
     )
 
 

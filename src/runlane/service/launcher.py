@@ -249,10 +249,24 @@ class Launcher:
         ]
         if self.triggers:
             self._tasks.extend(self._start_trigger_loops())
+        await self._retry_repairs_now()
         try:
             await self._consume_loop()
         finally:
             await self._shutdown()
+
+    async def _retry_repairs_now(self) -> None:
+        """Runs a launcher kept for repair because it did not know their job (its catalog was
+        older) are due at once if this launcher knows the job: the restart that applies a
+        catalog change starts them, rather than their next repair look minutes later."""
+        try:
+            ids = await self.store.retry_repairs_now("unknown_job", self.catalog.job_names())
+        except StoreError as exc:  # DatabaseUnavailable included: they are due later anyway
+            log.warning("launcher.repair_retry_failed", error=str(exc))
+            return
+        if ids:
+            log.info("launcher.repairs_due_now", runs=len(ids), error_code="unknown_job")
+            self._wake.set()
 
     def _start_trigger_loops(self) -> list[asyncio.Task[None]]:
         """The scheduler and the chain advancer; both write runs through the one accept path."""

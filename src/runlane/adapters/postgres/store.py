@@ -722,6 +722,13 @@ class PostgresStore:
             )
         raise InvalidTransition(f"run {run_id} is {current.status.value}, not {expected.value}")
 
+    async def retry_repairs_now(self, error_code: str, jobs: Collection[str]) -> list[str]:
+        rows = await self._fetchall(
+            Q["retry_repairs_now"],
+            {"now": self._now(), "error_code": error_code, "jobs": sorted(jobs)},
+        )
+        return sorted(str(r["id"]) for r in rows)
+
     async def expire_queued(self, *, limit: int = 500) -> list[Run]:
         rows = await self._fetchall(Q["expire_queued"], {"now": self._now(), "limit": limit})
         return sorted((_READ.run(r) for r in rows), key=lambda r: (r.queued_at, r.id))

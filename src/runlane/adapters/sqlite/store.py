@@ -614,6 +614,21 @@ class SqliteStore:
 
         return await self._call(lambda conn: _write(conn, work))
 
+    async def retry_repairs_now(self, error_code: str, jobs: Collection[str]) -> list[str]:
+        params = {
+            "now": format_time(self._now()),
+            "error_code": error_code,
+            "jobs": sqlcommon.dump_json(sorted(jobs)),
+        }
+
+        def work(conn: sqlite3.Connection) -> list[str]:
+            return [str(r[0]) for r in conn.execute(Q["retry_repairs_now"], params).fetchall()]
+
+        ids = sorted(await self._call(lambda conn: _write(conn, work)))
+        if ids:
+            self._wakeup.set()
+        return ids
+
     async def expire_queued(self, *, limit: int = 500) -> list[Run]:
         params = {"now": format_time(self._now()), "limit": limit}
 

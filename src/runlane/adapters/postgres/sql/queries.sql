@@ -311,6 +311,14 @@ WHERE r.id = %(id)s::uuid AND r.status = %(expected)s
   AND (r.status <> 'running' OR r.lease_token IS NULL)
 RETURNING r.*
 
+-- name: retry_repairs_now
+WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now)
+UPDATE run_log r SET not_before = n.now
+FROM n
+WHERE r.status = 'queued' AND r.error_code = %(error_code)s AND r.not_before > n.now
+  AND r.job = ANY(%(jobs)s::text[])
+RETURNING r.id
+
 -- name: expire_queued
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now),
 c AS (

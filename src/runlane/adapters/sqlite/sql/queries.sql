@@ -157,6 +157,12 @@ UPDATE run_log SET
 WHERE id = :id AND status = :expected AND (status <> 'running' OR lease_token IS NULL)
 RETURNING *
 
+-- name: retry_repairs_now
+UPDATE run_log SET not_before = :now
+WHERE status = 'queued' AND error_code = :error_code AND not_before > :now
+  AND job IN (SELECT value FROM json_each(:jobs))
+RETURNING id
+
 -- name: expire_queued
 UPDATE run_log SET status = 'skipped', end_reason = 'expired', finished_at = :now
 WHERE id IN (
