@@ -238,6 +238,39 @@ def test_end_to_end_with_a_real_launcher(
     assert status["launchers"] == []
 
 
+def test_a_run_that_never_started_says_why_in_wait_and_logs(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    # A command that does not exist writes no output: the reason is the run's note, and both
+    # `run --wait` and `logs` say it rather than ending in silence.
+    catalog = tmp_path / "catalog.yaml"
+    catalog.write_text(catalog.read_text() + "  nocmd:\n    command: [/nonexistent/bin]\n")
+    assert runlane("db", "upgrade", env=env).returncode == 0
+    with (tmp_path / "serve.log").open("w") as log:
+        serve = subprocess.Popen(
+            [sys.executable, "-m", "runlane", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+        try:
+            waited = runlane("run", "nocmd", "--wait", env=env)
+        finally:
+            serve.send_signal(signal.SIGTERM)
+            serve.wait(30)
+    no_traceback(waited)
+    assert waited.returncode == 1
+    assert waited.stdout.splitlines()[-1].endswith(
+        "ended failure (start_failed): command '/nonexistent/bin' not found"
+    ), waited.stdout
+    [row] = json.loads(runlane("runs", "--job", "nocmd", "--json", env=env).stdout)
+    logs = runlane("logs", row["id"], env=env)
+    no_traceback(logs)
+    assert logs.returncode == 0
+    assert logs.stdout == ""
+    assert logs.stderr.strip() == (
+        f"run {row['id']} has no output; it ended failure (start_failed): "
+        "command '/nonexistent/bin' not found"
+    )
+
+
 def test_demo_runs_to_completion(tmp_path: Path) -> None:
     env = dict(os.environ, RUNLANE_LOG_LEVEL="error")
     started = time.monotonic()

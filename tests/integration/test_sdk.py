@@ -279,3 +279,73 @@ def test_params_from_a_mounted_file(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     monkeypatch.setenv("RUNLANE_PARAMS_FILE", str(tmp_path / "missing.json"))
     with pytest.raises(ValueError, match="cannot read the params file"):
         params_from_env()
+
+
+CD_JOB = """
+import os, subprocess, sys
+os.chdir(sys.argv[1])  # a job that runs its steps elsewhere
+from runlane.sdk import run_scope
+with run_scope() as outer:
+    sub = subprocess.run(
+        [sys.executable, "-c", "from runlane.sdk import run_scope\\n"
+         "with run_scope('step') as s: print(s.run_id, s.recorded)"],
+        cwd="/", capture_output=True, text=True, check=True,
+    )
+    print(sub.stdout.strip())
+"""
+
+
+async def test_a_run_that_changes_directory_records_its_children_in_the_launchers_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The launcher's database named by a relative path (the default `sqlite:///runlane.db`):
+    # the run gets it as an absolute path, so its SDK scopes write to the same file from any
+    # directory, and no stray database appears where the job went.
+    from runlane.catalog import load_catalog
+    from runlane.core.runs import Trigger
+    from runlane.service.accept import RunRequest
+    from runlane.service.config import Settings
+
+    from .conftest import run_to_end
+
+    home, elsewhere = tmp_path / "home", tmp_path / "elsewhere"
+    home.mkdir()
+    elsewhere.mkdir()
+    (home / "cd_job.py").write_text(CD_JOB)
+    (home / "catalog.yaml").write_text(
+        "version: 1\njobs:\n  cd:\n"
+        f"    command: [{sys.executable}, {home / 'cd_job.py'}, {elsewhere}]\n"
+    )
+    monkeypatch.chdir(home)
+    monkeypatch.delenv("RUNLANE_DATABASE_URL", raising=False)
+    settings = Settings(
+        database_url="sqlite:///runlane.db", catalog_path="catalog.yaml", log_dir="logs",
+        claim_interval=0.1, shutdown_grace=1.0,
+    )
+    s = store_from_url(settings.database_url)
+    await s.open()
+    await s.upgrade()
+    try:
+        catalog = load_catalog(home / "catalog.yaml")
+        [run_id] = await run_to_end(s, catalog, settings, [RunRequest(job="cd", trigger=Trigger.CLI)])
+        run = await s.get_run(run_id)
+        assert run.status is RunStatus.SUCCESS, run.log_tail
+        assert run.log_tail is not None
+        child_id, recorded = run.log_tail.split()
+        assert recorded == "True"
+        child = await s.get_run(child_id)
+        assert (child.parent_run_id, child.job, child.status) == (run_id, "step", RunStatus.SUCCESS)
+    finally:
+        await s.close()
+    assert not await asyncio.to_thread((elsewhere / "runlane.db").exists)
+
+
+def test_a_database_url_naming_no_file_creates_none(
+    clean_env: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    missing = tmp_path / "missing.db"
+    clean_env.setenv("RUNLANE_DATABASE_URL", f"sqlite:///{missing}")
+    with run_scope("a") as scope:
+        recorded = scope.recorded
+    assert recorded is False
+    assert not missing.exists()

@@ -409,6 +409,8 @@ def run_cmd(
             out.print(
                 f"run {final.id} (attempt {final.attempt}) ended {output.status_text(final.status.value)}"
                 + (f" ({output.escape(final.end_reason)})" if final.end_reason else "")
+                # Why it ended so, when the run's output cannot say (a command not found).
+                + (f": {output.escape(output.terminal_safe(final.note))}" if final.note and final.status is not RunStatus.SUCCESS else "")
             )
         return 0 if final.status is RunStatus.SUCCESS else 1
 
@@ -667,6 +669,14 @@ def logs_cmd(
             write_output(run.log_tail, raw=raw)
         elif not run.status.is_final:
             err.print(f"run {run.id} has no output yet ({run.status.value})")
+        else:
+            # Nothing was written (it never started, or printed nothing): say how it ended.
+            why = f": {output.terminal_safe(run.note)}" if run.note else ""
+            reason = f" ({run.end_reason})" if run.end_reason else ""
+            err.print(
+                f"run {run.id} has no output; it ended {run.status.value}{reason}{why}",
+                markup=False,
+            )
 
     with_runtime(settings, body, catalog=False)
 

@@ -346,7 +346,9 @@ class _StoreThread:
     async def _open(self) -> Store:
         from runlane.service.stores import store_from_url
 
-        store = store_from_url(self.url)
+        # Never create a database: a URL naming no file is a mistake to report, not an empty
+        # database to record child rows in that nobody reads.
+        store = store_from_url(self.url, create=False)
         await store.open()
         self._store = store
         return store

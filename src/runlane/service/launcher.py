@@ -66,6 +66,7 @@ from runlane.ports import (
 )
 from runlane.service.catalog_stamp import CatalogStamp, stamp_catalog
 from runlane.service.config import Settings
+from runlane.service.stores import absolute_url
 
 log = structlog.get_logger("runlane.launcher")
 
@@ -186,6 +187,9 @@ class Launcher:
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._hurry = asyncio.Event()  # a second stop: end the inline runs' grace period now
+        # What runs get as RUNLANE_DATABASE_URL: a relative SQLite path made absolute, so the
+        # SDK in a run that changes directory records child rows in this database, not another.
+        self._run_database_url = absolute_url(self.settings.database_url)
         self._started_at = datetime.now().astimezone()
         # The catalog this launcher runs, as its heartbeat reports it (computed at the first
         # beat; the catalog never changes under a launcher, so it was taken at its start).
@@ -626,7 +630,7 @@ class Launcher:
             trigger=run.trigger,
             command=list(job.command),
             params=run.params or {},
-            env=build_env(run, self.settings.database_url, job),
+            env=build_env(run, self._run_database_url, job),
             deadline_seconds=remaining,
             kill_grace_seconds=run.kill_grace_seconds,
             parent_run_id=run.parent_run_id,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from runlane.adapters import sqlcommon
 from runlane.errors import ConfigError
 from runlane.ports import Clock, Store
@@ -26,6 +28,15 @@ def sqlite_path(url: str) -> str | None:
     if "://" not in url and url.endswith((".db", ".sqlite", ".sqlite3")):
         return url
     return None
+
+
+def absolute_url(url: str) -> str:
+    """`url` with a relative SQLite path made absolute (against the working directory now), so
+    a process that runs elsewhere (a run that changes directory) names the same file."""
+    path = sqlite_path(url.strip())
+    if path is None or os.path.isabs(path):  # noqa: PTH117
+        return url
+    return "sqlite:///" + os.path.abspath(path)  # noqa: PTH100
 
 
 def check_postgres_url(url: str) -> None:
