@@ -13,13 +13,15 @@ import os
 import re
 import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from runlane.catalog import Catalog, load_catalog
-from runlane.core.runs import RunStatus
+from runlane.core.runs import RunStatus, Trigger
 from runlane.ports import RunFilter, Store
+from runlane.service.accept import RunRequest, accept_run
 from runlane.service.catalog_stamp import catalog_digest
 from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
@@ -296,6 +298,49 @@ async def test_a_restarted_launcher_starts_a_kept_run_at_once(
     done = await store.get_run(run_id)
     assert done.status is RunStatus.SUCCESS
     assert done.log_tail == "fresh ran\n"
+
+
+async def test_a_kept_run_is_handed_to_a_live_launcher_that_has_the_job(
+    store: Store, catalog: Catalog, settings: Settings, cli_catalog: Path
+) -> None:
+    # Two launchers, one restarted on the new catalog and one not yet: the old one gives the run
+    # back within seconds (not its 5-minute repair look) for the new one to take.
+    new_settings = replace(settings, launcher_id=f"{settings.launcher_id}-new")
+    new_hook = Counted()
+    new = Launcher(
+        store=store, catalog=load_catalog(cli_catalog), executors=build_executors(new_settings),
+        settings=new_settings, hook=new_hook,
+    )
+    await new.beat()  # live, with `fresh` in its catalog; not claiming yet
+    hook = Counted()
+    old = Launcher(
+        store=store, catalog=catalog, executors=build_executors(settings), settings=settings,
+        hook=hook, repair_retry_seconds=300.0,
+    )
+    old_task = asyncio.create_task(old.run())
+    try:
+        run_id = (
+            await accept_run(
+                store, load_catalog(cli_catalog), RunRequest(job="fresh", trigger=Trigger.CLI)
+            )
+        ).run.id
+        await hook.reach("finished", run_id, 1)
+    finally:
+        old.stop()
+        await old_task
+    kept = await store.get_run(run_id)
+    assert (kept.status, kept.error_code) == (RunStatus.QUEUED, "unknown_job")
+    assert kept.not_before is not None
+    assert (kept.not_before - await store.now()).total_seconds() <= 2.5
+    assert kept.note is not None
+    assert kept.note.endswith("another live launcher has the job")
+    new_task = asyncio.create_task(new.run())
+    try:
+        await new_hook.reach("finished", run_id, 1, within=30.0)
+    finally:
+        new.stop()
+        await new_task
+    assert (await store.get_run(run_id)).status is RunStatus.SUCCESS
 
 
 async def test_doctor_tells_an_older_launcher_catalog_from_a_job_gone_from_the_file(

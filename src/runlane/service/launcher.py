@@ -64,7 +64,7 @@ from runlane.ports import (
     Heartbeat,
     Store,
 )
-from runlane.service.catalog_stamp import CatalogStamp, stamp_catalog
+from runlane.service.catalog_stamp import CatalogStamp, live_launchers, stamp_catalog
 from runlane.service.config import Settings
 from runlane.service.stores import absolute_url
 
@@ -74,6 +74,9 @@ T = TypeVar("T")
 
 FINISH_BATCH_MAX = 64
 CLAIM_COALESCE_SECONDS = 0.01
+# A run of a job this launcher does not know, when another live launcher does: due again this
+# soon, for that one to take (each claim of it here gives it back again).
+UNKNOWN_JOB_HANDOFF_SECONDS = 2.0
 FINISH_COALESCE_SECONDS = 0.003
 
 def loop_time() -> float:
@@ -613,10 +616,28 @@ class Launcher:
         TTL still applies). `runlane doctor` lists such runs."""
         run = sup.claimed.run
         log.error("run.corrupt", run_id=run.id, job=run.job, error_code=error_code)
+        retry_after = self.repair_retry_seconds
+        if error_code == "unknown_job" and await self._another_launcher_knows(run.job):
+            # Another launcher, started since the catalog changed, has the job: give the run
+            # back for it to take soon, not after the repair interval.
+            retry_after = min(retry_after, UNKNOWN_JOB_HANDOFF_SECONDS)
+            note += "; another live launcher has the job"
         await self._write(
             lambda: self.store.release(
-                sup.lease, retry_after=self.repair_retry_seconds, error_code=error_code, note=note
+                sup.lease, retry_after=retry_after, error_code=error_code, note=note
             )
+        )
+
+    async def _another_launcher_knows(self, job: str) -> bool:
+        """True if a live launcher other than this one reports `job` in its catalog."""
+        try:
+            beats, now = await self.store.launchers(), await self.store.now()
+        except StoreError:
+            return False
+        live = live_launchers(beats, now, self.settings.launcher_stale_after)
+        return any(
+            h.launcher_id != self.owner and h.catalog_jobs is not None and job in h.catalog_jobs
+            for h in live
         )
 
     def _spec(self, run: Run, job: ResolvedJob, db_now: datetime) -> ExecutionSpec:
