@@ -78,8 +78,7 @@ def test_many_errors_are_all_reported_with_their_positions() -> None:
         "17:3: job name 'Bad_Name' is not allowed: use lowercase letters, digits, '.', '_' and "
         "'-', starting with a letter or digit, at most 63 characters",
         "17:38: jobs.Bad_Name.executor: expected 'inline', 'pod' or 'slurm', got 'docker'",
-        "20:45: chain 'c' uses unknown season 'regulr' (none are defined) (seasons are defined "
-        "under global.seasons)",
+        "20:45: chain 'c' uses unknown season 'regulr': none are defined under global.seasons",
         "22:19: chain 'c' has a dependency cycle: a → b → a",
         "23:37: step 'b' of chain 'c' waits for unknown step 'zz' (known: a, b, q)",
         "23:45: chains.c.steps.b.after[1].on: expected 'success' or 'finish', got 'maybe'",

@@ -804,10 +804,15 @@ def _check_chain(
     ):
         for i, season in enumerate(schedule["seasons"]):
             if isinstance(season, str) and season not in seasons:
+                # One aside: where seasons are defined when there are none, else the hint.
+                hint = (
+                    _did_you_mean(season, seasons)
+                    if seasons
+                    else ": none are defined under global.seasons"
+                )
                 report.add(
                     (*base, "schedule", "seasons", i),
-                    f"chain {name!r} uses unknown season {season!r}{_did_you_mean(season, seasons)}"
-                    " (seasons are defined under global.seasons)",
+                    f"chain {name!r} uses unknown season {season!r}{hint}",
                 )
     steps = _raw_steps(body)
     for step_name, step in steps.items():
