@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -271,8 +272,40 @@ def test_a_run_that_never_started_says_why_in_wait_and_logs(
     )
 
 
+def whole(word: str, line: str) -> bool:
+    """`word` appears in `line` as itself, not cut short with an ellipsis or part of another."""
+    return re.search(rf"(?<![\w-]){re.escape(word)}(?![\w…-])", line) is not None
+
+
+def test_the_runs_table_at_80_columns_keeps_statuses_and_end_reasons_whole(
+    env: dict[str, str], launcher: subprocess.Popen[str]
+) -> None:
+    for job, code in (("hello", 0), ("fail", 1), ("slow", 1)):
+        assert runlane("run", job, "--wait", env=env).returncode == code
+    started = json.loads(runlane("run", "long", "--json", env=env).stdout)
+    deadline = time.monotonic() + 20
+    while json.loads(runlane("runs", "show", started["id"], "--json", env=env).stdout)["status"] != "running":
+        assert time.monotonic() < deadline
+    launcher.send_signal(signal.SIGTERM)  # ends `long` failure / launcher_shutdown
+    assert launcher.wait(timeout=30) == 0
+    runs = json.loads(runlane("runs", "--json", env=env).stdout)
+    shown = {(r["status"], r["end_reason"]) for r in runs}
+    assert {("success", "exit"), ("failure", "exit"), ("timeout", "deadline"),
+            ("failure", "launcher_shutdown")} <= shown, shown
+    proc = runlane("runs", env=dict(env, COLUMNS="80"))  # piped: the width is COLUMNS
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    for run in runs:
+        [row] = [line for line in lines if run["id"][:6] in line]
+        assert whole(run["status"], row), (run["status"], proc.stdout)
+        if run["end_reason"]:
+            assert whole(run["end_reason"], row), (run["end_reason"], proc.stdout)
+    assert max(len(line.rstrip()) for line in lines) <= 80, proc.stdout
+
+
 def test_demo_runs_to_completion(tmp_path: Path) -> None:
-    env = dict(os.environ, RUNLANE_LOG_LEVEL="error")
+    # 80 columns, piped: the summary table's statuses are whole words all the same.
+    env = dict(os.environ, RUNLANE_LOG_LEVEL="error", COLUMNS="80")
     started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "runlane", "demo"],
@@ -282,4 +315,10 @@ def test_demo_runs_to_completion(tmp_path: Path) -> None:
     assert time.monotonic() - started < 60
     assert "tour complete" in proc.stdout
     assert "refused" in proc.stdout
-    assert "timeout" in proc.stdout
+    lines = proc.stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if "every run of the tour" in line)
+    end = next(i for i, line in enumerate(lines) if "printed:" in line)
+    table = lines[start:end]
+    for status in ("success", "failure", "timeout"):
+        assert any(whole(status, row) for row in table), (status, proc.stdout)
+    assert all(len(row.rstrip()) <= 80 for row in table), proc.stdout

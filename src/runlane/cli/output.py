@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 
@@ -102,10 +103,29 @@ def duration_text(run: Run) -> str:
 
 
 def runs_table(runs: Sequence[Run], *, title: str | None = None) -> Table:
-    table = Table(title=title, show_lines=False, header_style="bold")
+    """The run log for people. On a narrow terminal (80 columns, or piped) the id, the status
+    and the end reason stay whole, as wide as their longest value: they are what a person reads
+    and what `runs show` takes. The job, trigger, attempt, queued time and duration give up
+    room first, shortened with an ellipsis."""
+    statuses = [r.status.value for r in runs]
+    reasons = [r.end_reason or r.error_code or "" for r in runs]
+    table = Table(
+        title=title, show_lines=False, header_style="bold", box=box.SIMPLE_HEAD, show_edge=False,
+        pad_edge=False, collapse_padding=True,
+    )
+    whole = {
+        "id": 8,
+        "status": max(map(len, statuses), default=0),
+        "end_reason": max(map(len, reasons), default=0),
+    }
     for col in ("id", "job", "status", "attempt", "trigger", "queued", "took", "end_reason"):
-        table.add_column(col, no_wrap=True, overflow="ellipsis", min_width=4)
-    for r in runs:
+        if col in whole:
+            table.add_column(col, no_wrap=True, min_width=max(whole[col], 4), overflow="fold")
+        else:
+            # Wrappable so that rich shrinks these first; a value has no space to break at,
+            # so it is shortened with an ellipsis rather than wrapped.
+            table.add_column(col, overflow="ellipsis", min_width=3)
+    for r, reason in zip(runs, reasons, strict=True):
         table.add_row(
             escape(r.id[:8]),
             escape(r.job),
@@ -114,7 +134,7 @@ def runs_table(runs: Sequence[Run], *, title: str | None = None) -> Table:
             escape(r.trigger),
             short_time(r.queued_at),
             duration_text(r),
-            escape(r.end_reason or r.error_code or ""),
+            escape(reason),
         )
     return table
 
