@@ -270,6 +270,81 @@ def test_run_id_prefixes_ignore_case_and_say_when_too_short(env: dict[str, str])
     assert chain.returncode == 2
 
 
+def test_unknown_ids_are_quoted_as_typed(env: dict[str, str]) -> None:
+    for args in (["runs", "show", "c5145cXYZ"], ["runs", "c5145cXYZ"], ["cancel", "c5145cXYZ"],
+                 ["logs", "c5145cXYZ"]):
+        proc = runlane(*args, env=env)
+        one_error_line(proc, "no run with id 'c5145cXYZ'")
+        assert proc.returncode == 1
+    chain = runlane("chain", "show", "ABCDEF12", env=env)
+    one_error_line(chain, "no chain run with id 'ABCDEF12'")
+
+
+def test_runs_id_is_runs_show_id(env: dict[str, str]) -> None:
+    run_id = json.loads(runlane("run", "echo", "--json", env=env).stdout)["id"]
+    shown = runlane("runs", "show", run_id[:8], env=env)
+    assert shown.returncode == 0, shown.stderr
+    one = runlane("runs", run_id[:8], env=env)
+    assert one.returncode == 0, one.stderr
+    assert one.stdout == shown.stdout
+    assert run_id in one.stdout
+    as_json = runlane("runs", run_id[:8].upper(), "--json", env=env)
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout) == json.loads(
+        runlane("runs", "show", run_id, "--json", env=env).stdout
+    )
+    # The list's filters do not apply to one run: refused, not silently ignored.
+    filtered = runlane("runs", run_id[:8], "--job", "echo", env=env)
+    one_error_line(filtered, "--job", "show run")
+    assert filtered.returncode == 2
+    # The list itself is unchanged.
+    assert [r["id"] for r in json.loads(runlane("runs", "--json", env=env).stdout)] == [run_id]
+    assert "[ID]" in runlane("runs", "--help", env=env).stdout
+
+
+def test_runs_show_usage_names_runs_show(env: dict[str, str]) -> None:
+    helped = runlane("runs", "show", "--help", env=env)
+    assert helped.returncode == 0
+    assert "Usage: runlane runs show [OPTIONS] " in helped.stdout, helped.stdout
+    assert "runlane show" not in helped.stdout
+    missing = runlane("runs", "show", env=env)
+    assert missing.returncode == 2
+    assert "Usage: runlane runs show [OPTIONS] " in missing.stderr, missing.stderr
+    assert "runlane show" not in missing.stderr
+
+
+def test_catalog_check_summary_counts_in_words(env: dict[str, str]) -> None:
+    proc = runlane("catalog", "check", env=env)
+    assert proc.returncode == 0, proc.stderr
+    # 3 jobs, 1 chain, 1 schedule (the `ok` job's cron): singular where there is one.
+    assert proc.stdout.strip() == f"{env['RUNLANE_CATALOG']}: ok — 3 jobs, 1 chain, 1 schedule"
+
+
+def test_catalog_check_takes_the_file_as_an_argument(env: dict[str, str], tmp_path: Path) -> None:
+    other = tmp_path / "other.yaml"
+    other.write_text("version: 1\njobs:\n  solo: {command: [echo]}\n")
+    positional = runlane("catalog", "check", str(other), env=env)
+    assert positional.returncode == 0, positional.stderr
+    assert positional.stdout.strip() == f"{other}: ok — 1 job, 0 chains, 0 schedules"
+    flag = runlane("catalog", "check", "--catalog", str(other), env=env)
+    assert flag.stdout == positional.stdout
+    both = runlane("catalog", "check", str(other), "--catalog", str(other), env=env)
+    one_error_line(both, "--catalog", "give one")
+    assert both.returncode == 2
+    both_json = runlane("catalog", "check", str(other), "--catalog", str(other), "--json", env=env)
+    assert both_json.returncode == 2
+    assert json.loads(both_json.stdout)["error"] == "bad_input"
+
+
+def test_catalog_check_of_a_missing_file_is_one_line(env: dict[str, str], tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    for args in (["--catalog", str(missing)], [str(missing)]):
+        proc = runlane("catalog", "check", *args, env=env)
+        assert one_error_line(proc) == f"error: {missing}: file not found"
+        assert proc.returncode == 1
+        assert proc.stdout == ""
+
+
 @pytest.mark.parametrize(
     ("args", "code", "error"),
     [

@@ -209,14 +209,32 @@ def init(
     out.print("next: runlane catalog check && runlane db upgrade && runlane serve")
 
 
+def plural(count: int, noun: str) -> str:
+    """`1 job`, `2 jobs`, `0 chains`."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 @catalog_app.command("check")
 @friendly
-def catalog_check(catalog: CatalogOpt = None, as_json: JsonOpt = False) -> None:
+def catalog_check(
+    path: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="PATH", help="Catalog file (the same as --catalog; env RUNLANE_CATALOG)."
+        ),
+    ] = None,
+    catalog: CatalogOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Validate the catalog; report every error as FILE:LINE:COL: message."""
     from runlane.catalog import load_catalog
     from runlane.errors import CatalogError
 
-    path = catalog or Settings.from_env().catalog_path
+    if path is not None and catalog is not None:
+        raise BadInput(
+            f"the catalog is given twice ({path!r} and --catalog {catalog!r}): give one"
+        )
+    path = path or catalog or Settings.from_env().catalog_path
     try:
         cat = load_catalog(path)
     except CatalogError as exc:
@@ -224,21 +242,22 @@ def catalog_check(catalog: CatalogOpt = None, as_json: JsonOpt = False) -> None:
             print_json({"valid": False, "errors": exc.problems})
             raise typer.Exit(1) from None
         for problem in exc.problems:
-            err.print(output.escape(problem))
+            if problem != exc.message:  # a missing file is its own only problem: one line
+                err.print(output.escape(problem))
         raise fail(exc.message) from None
-    summary = (
-        f"{path}: ok — {len(cat.jobs)} jobs, {len(cat.chains)} chains, "
-        f"{sum(len(j.schedules) for j in cat.jobs.values())} schedules"
-    )
+    schedules = sum(len(j.schedules) for j in cat.jobs.values())
     if as_json:
         print_json({
             "valid": True,
             "jobs": len(cat.jobs),
             "chains": len(cat.chains),
-            "schedules": sum(len(j.schedules) for j in cat.jobs.values()),
+            "schedules": schedules,
         })
     else:
-        out.print(summary)
+        out.print(
+            f"{output.escape(path)}: ok — {plural(len(cat.jobs), 'job')}, "
+            f"{plural(len(cat.chains), 'chain')}, {plural(schedules, 'schedule')}"
+        )
 
 
 @catalog_app.command("schema")
@@ -558,17 +577,34 @@ async def follow_with_output(
 @app.command("runs")
 @friendly
 def runs_cmd(
-    run_id: Annotated[str | None, typer.Argument(help="Show one run (same as `runs show ID`).")] = None,
+    run_id: Annotated[
+        str | None,
+        typer.Argument(metavar="ID", help="Show one run (the same as `runs show ID`)."),
+    ] = None,
     job: Annotated[str | None, typer.Option("--job", help="Only this job.")] = None,
     status: Annotated[str | None, typer.Option("--status", help="Only this status.")] = None,
-    limit: Annotated[int, typer.Option("--limit", "-n", min=1, max=10000)] = 20,
+    limit: Annotated[
+        int | None,
+        typer.Option("--limit", "-n", min=1, max=10000, help="At most N runs [default: 20]."),
+    ] = None,
     as_json: JsonOpt = False,
     database: DatabaseOpt = None,
 ) -> None:
-    """List runs, newest first. `runlane runs show ID` shows one."""
+    """List runs, newest first; `runlane runs ID` (or `runs show ID`) shows one."""
+    if run_id is not None:
+        if run_id == "show":  # `runs --json show`: the word, without the id after it
+            raise BadInput("`runs show` needs a run id: runlane runs show ID")
+        filters = (("--job", job), ("--status", status), ("--limit", limit))
+        given = [flag for flag, value in filters if value is not None]
+        if given:
+            them = "them" if len(given) > 1 else "it"
+            raise BadInput(
+                f"{', '.join(given)} filter the list of runs; leave {them} out to show run "
+                f"{run_id!r}"
+            )
+        show_run(run_id, as_json, database)
+        return
     settings = settings_from(database=database)
-    if run_id is not None and run_id != "show":
-        raise BadInput(f"unexpected argument {run_id!r}; did you mean `runlane runs show {run_id}`?")
     st = None
     if status is not None:
         try:
@@ -579,7 +615,7 @@ def runs_cmd(
             ) from None
 
     async def body(rt: Runtime) -> None:
-        runs = await rt.store.list_runs(RunFilter(job=job, status=st, limit=limit))
+        runs = await rt.store.list_runs(RunFilter(job=job, status=st, limit=limit or 20))
         if as_json:
             print_json([run_dict(r) for r in runs])
         elif not runs:
@@ -590,16 +626,26 @@ def runs_cmd(
     with_runtime(settings, body, catalog=False)
 
 
-
 async def resolve_run(rt: Runtime, run_id: str) -> Run:
-    """A run by its id or a unique prefix of it (any case; at least 6 characters)."""
-    return await rt.resolve_run_id(run_id_prefix(run_id))
+    """A run by its id or a unique prefix of it (any case; at least 6 characters). A refusal
+    quotes the id as it was typed, not as it was looked up (lowercased)."""
+    prefix = run_id_prefix(run_id)
+    try:
+        return await rt.resolve_run_id(prefix)
+    except NotFound as exc:
+        raise NotFound(exc.message.replace(repr(prefix), repr(run_id.strip()))) from None
 
 
 @app.command("show", hidden=True)
 @friendly
-def show_alias(run_id: str, as_json: JsonOpt = False, database: DatabaseOpt = None) -> None:
-    """Alias of `runs show`."""
+def show_alias(
+    run_id: Annotated[
+        str, typer.Argument(metavar="ID", help="A run id or a unique prefix of 6+ characters.")
+    ],
+    as_json: JsonOpt = False,
+    database: DatabaseOpt = None,
+) -> None:
+    """Show one run: every column and its log tail (`runlane runs show ID`)."""
     show_run(run_id, as_json, database)
 
 
@@ -949,10 +995,12 @@ def main() -> None:
             print_json({"error": BadInput.code, "message": bad})
         err.print(f"[red]error:[/] {output.escape(bad)}")
         raise SystemExit(2)
+    prog_name = None
     if len(argv) >= 2 and argv[0] == "runs" and argv[1] == "show":
         sys.argv = [sys.argv[0], "show", *argv[2:]]
+        prog_name = "runlane runs"  # usage and help name `runlane runs show`, not the alias
     try:
-        app()
+        app(prog_name=prog_name)
     except ConfigError as exc:  # raised while reading settings, before a command's handler
         err.print(f"[red]error:[/] {output.escape(exc.message)}")
         raise SystemExit(2) from None

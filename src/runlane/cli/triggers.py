@@ -381,6 +381,9 @@ async def find_chain_run(rt: Runtime, text: str) -> ChainRun:
     matches = [r for r in await rt.store.list_chain_runs(limit=1000) if r.id.startswith(prefix)]
     if len(matches) == 1:
         return matches[0]
+    typed = text.strip()  # quoted as typed, not as looked up (lowercased)
     raise NotFound(
-        f"no chain run with id {prefix!r}" if not matches else f"{prefix!r} is ambiguous"
+        f"no chain run with id {typed!r}"
+        if not matches
+        else f"chain run id prefix {typed!r} is ambiguous ({len(matches)} chain runs)"
     )
