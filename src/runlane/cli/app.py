@@ -245,7 +245,10 @@ def catalog_check(
             if problem != exc.message:  # a missing file is its own only problem: one line
                 err.print(output.escape(problem))
         raise fail(exc.message) from None
-    schedules = sum(len(j.schedules) for j in cat.jobs.values())
+    # Every schedule the scheduler will follow: the jobs' and the chains'.
+    schedules = sum(len(j.schedules) for j in cat.jobs.values()) + sum(
+        1 for c in cat.chains.values() if c.schedule is not None
+    )
     if as_json:
         print_json({
             "valid": True,
