@@ -149,3 +149,44 @@ async def test_a_launcher_beat_prunes_launchers_silent_for_an_hour(
 def test_the_prune_bound_is_an_hour_or_ten_heartbeats() -> None:
     assert Settings().launcher_prune_after == 3600.0
     assert Settings(heartbeat_interval=600.0).launcher_prune_after == 6000.0
+
+
+async def test_serve_freezes_what_its_start_up_allocated(sqlite_settings: Settings) -> None:
+    # `runlane serve` hides its start-up objects from the cyclic collector once running; a
+    # library caller of serve() keeps the collector as it was.
+    import gc
+
+    from runlane.core.runs import Trigger
+    from runlane.service.accept import RunRequest, accept_run
+
+    gc.unfreeze()
+    seen: dict[str, int] = {}
+    finished = asyncio.Event()
+
+    def hook(event: str, run_id: str) -> None:
+        if event == "finished":
+            seen["frozen"] = gc.get_freeze_count()
+            finished.set()
+
+    async with open_runtime(sqlite_settings) as rt:
+        await accept_run(rt.store, rt.require_catalog(), RunRequest(job="hello", trigger=Trigger.CLI))
+    for freeze in (False, True):
+        finished.clear()
+        stop = asyncio.Event()
+        task = asyncio.create_task(
+            serve(sqlite_settings, hook=hook, stop=stop, install_signals=False, freeze_gc=freeze)
+        )
+        try:
+            if freeze:  # the first launcher ran the run: queue another for this one
+                async with open_runtime(sqlite_settings) as rt:
+                    await accept_run(
+                        rt.store, rt.require_catalog(), RunRequest(job="hello", trigger=Trigger.CLI)
+                    )
+            async with asyncio.timeout(30):
+                await finished.wait()
+        finally:
+            stop.set()
+            await task
+            frozen = seen["frozen"]
+            gc.unfreeze()
+        assert (frozen > 10_000) is freeze, frozen

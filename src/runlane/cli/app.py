@@ -352,7 +352,7 @@ def serve(catalog: CatalogOpt = None, database: DatabaseOpt = None) -> None:
 
     configure_logging("info")
     settings = settings_from(catalog, database)
-    run_async(serve_launcher(settings))
+    run_async(serve_launcher(settings, freeze_gc=True))
 
 
 @app.command()

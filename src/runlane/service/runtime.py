@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -232,8 +233,14 @@ async def serve(
     hook: LauncherHook | None = None,
     stop: asyncio.Event | None = None,
     install_signals: bool = True,
+    freeze_gc: bool = False,
 ) -> None:
-    """`runlane serve`: run the launcher until SIGTERM/SIGINT (or `stop` is set)."""
+    """`runlane serve`: run the launcher until SIGTERM/SIGINT (or `stop` is set).
+
+    `freeze_gc` (the `runlane serve` process): once started, everything allocated so far (the
+    imported modules, the catalog, the connections: ~68,000 objects) is moved out of the cyclic
+    garbage collector's sight, so its collections under load look only at what runs allocate
+    (bench/throughput.py: ~11 of 33 ms of collections per 2,000 runs saved)."""
     async with open_runtime(
         settings, application_name=f"runlane-launcher:{settings.launcher_id}"
     ) as rt:
@@ -260,6 +267,9 @@ async def serve(
                 launcher.stop()
 
             watcher = asyncio.create_task(_watch())
+        if freeze_gc:
+            gc.collect()
+            gc.freeze()
         try:
             await launcher.run()
         finally:
