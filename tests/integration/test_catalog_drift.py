@@ -262,6 +262,37 @@ async def test_run_wait_says_once_why_the_run_waits_and_ends_after_a_restart(
     assert (await store.get_run(run_id)).status is RunStatus.SUCCESS
 
 
+async def test_emit_and_chain_run_warn_when_the_launchers_run_an_older_catalog(
+    cli_env: dict[str, str], cli_catalog: Path, old_launcher: Launcher
+) -> None:
+    await asyncio.to_thread(
+        cli_catalog.write_text,
+        CATALOG
+        + FRESH_JOB
+        + "    on_event: [{key: x.added}]\n"  # on `fresh`, the last job of the file
+        + "chains:\n  newchain:\n    steps:\n      hello: {}\n",
+    )
+    code, _, err = await cli(cli_env, "emit", "x.added")
+    assert code == 0, err
+    assert "no running launcher knows job 'fresh'" in err
+    code, _, err = await cli(cli_env, "chain", "run", "newchain")
+    assert code == 0, err
+    assert err.strip() == (
+        f"warning: every running launcher loaded {cli_catalog} before it last changed: if chain "
+        "'newchain' or its jobs were added since, restart `runlane serve`, or the chain does not "
+        "advance"
+    )
+    # A launcher on the file's catalog: nothing to warn about.
+    current = replace(old_launcher.settings, launcher_id=f"{old_launcher.owner}-current")
+    await Launcher(
+        store=old_launcher.store, catalog=load_catalog(cli_catalog),
+        executors=build_executors(current), settings=current,
+    ).beat()
+    code, _, err = await cli(cli_env, "chain", "run", "newchain")
+    assert code == 0, err
+    assert err.strip() == ""
+
+
 async def test_a_restarted_launcher_starts_a_kept_run_at_once(
     store: Store, catalog: Catalog, settings: Settings, cli_env: dict[str, str],
     cli_catalog: Path,

@@ -473,6 +473,25 @@ async def warn_if_no_launcher_knows(rt: Runtime, run: Run) -> None:
     )
 
 
+async def warn_if_launchers_are_behind(rt: Runtime, chain: str) -> None:
+    """One line on stderr when live launchers run and every one loaded an older catalog than the
+    file: a chain added since is not advanced by any of them until one is restarted (heartbeats
+    list jobs, not chains, so this says what cannot be ruled out)."""
+    from runlane.service.catalog_stamp import catalog_digest, catalog_state, live_launchers
+
+    live = live_launchers(
+        await rt.store.launchers(), await rt.store.now(), rt.settings.launcher_stale_after
+    )
+    digest = catalog_digest(rt.require_catalog())
+    if not live or any(catalog_state(h, digest) != "changed" for h in live):
+        return
+    err.print(
+        f"[yellow]warning:[/] every running launcher loaded {output.escape(rt.settings.catalog_path)} "
+        f"before it last changed: if chain {output.escape(chain)!r} or its jobs were added since, "
+        "restart `runlane serve`, or the chain does not advance"
+    )
+
+
 def repair_notice(
     run: Run, catalog_path: str, *, in_file: bool | None, known_live: bool
 ) -> str:

@@ -240,6 +240,10 @@ def register(app: typer.Typer) -> None:
                     }
                 )
                 return
+            from runlane.cli.app import warn_if_no_launcher_knows
+
+            for result in emitted.runs:
+                await warn_if_no_launcher_knows(rt, result.run)
             state = "recorded" if emitted.created else "already recorded"
             out.print(f"event {emitted.event.id} {state} ({escape(emitted.event.key)})")
             if not emitted.links:
@@ -270,6 +274,9 @@ def register(app: typer.Typer) -> None:
                 known = ", ".join(sorted(cat.chains)) or "the catalog has none"
                 raise BadInput(f"unknown chain {name!r} (chains: {known})")
             run = await runner(rt).start(name, trigger=Trigger.CLI, requested_by="cli")
+            from runlane.cli.app import warn_if_launchers_are_behind
+
+            await warn_if_launchers_are_behind(rt, name)
             steps = await chain_view(rt.store, rt.require_catalog(), run)
             if as_json:
                 print_json(chain_run_dict(run, steps))
