@@ -468,7 +468,8 @@ async def warn_if_no_launcher_knows(rt: Runtime, run: Run) -> None:
     ) + (", …" if len(live) > 3 else "")
     err.print(
         f"[yellow]warning:[/] no running launcher knows job {output.escape(run.job)!r}: they loaded "
-        f"{output.escape(rt.settings.catalog_path)} before it was added ({output.escape(shown)}); "
+        f"{output.escape(rt.settings.catalog_path)} before it was added "
+        f"({output.escape(output.terminal_safe(shown))}); "
         f"run {run.id} waits until `runlane serve` is restarted"
     )
 
@@ -547,7 +548,7 @@ async def say_repair(rt: Runtime, run: Run) -> None:
     )
     known_live = any(h.catalog_jobs is not None and run.job in h.catalog_jobs for h in live)
     notice = repair_notice(run, rt.settings.catalog_path, in_file=in_file, known_live=known_live)
-    err.print(f"[yellow]warning:[/] {output.escape(notice)}")
+    err.print(f"[yellow]warning:[/] {output.escape(output.terminal_safe(notice))}")
 
 
 def write_output(text: str, *, raw: bool = False) -> None:
@@ -619,9 +620,9 @@ def runs_cmd(
         filters = (("--job", job), ("--status", status), ("--limit", limit))
         given = [flag for flag, value in filters if value is not None]
         if given:
-            them = "them" if len(given) > 1 else "it"
+            them, verb = ("them", "filter") if len(given) > 1 else ("it", "filters")
             raise BadInput(
-                f"{', '.join(given)} filter the list of runs; leave {them} out to show run "
+                f"{', '.join(given)} {verb} the list of runs; leave {them} out to show run "
                 f"{run_id!r}"
             )
         show_run(run_id, as_json, database)

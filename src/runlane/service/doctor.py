@@ -123,10 +123,14 @@ async def diagnose(settings: Settings, store: Store) -> list[Finding]:
             reason = f"stored params are not valid JSON: {run.params_raw[:80]!r}"
         elif catalog is not None and run.job not in catalog.jobs and run.executor != "scope":
             reason = f"job {run.job!r} is not in the catalog"
-        elif catalog is not None and run.error_code == "unknown_job":
+        elif (
+            catalog is not None
+            and run.error_code == "unknown_job"
+            and run.status is RunStatus.QUEUED  # running now: a launcher that has the job took it
+        ):
             # The job is in the file: the launcher that claimed the run ran an older catalog.
             level, reason = _older_catalog(run, fresh, settings.catalog_path)
-        elif run.error_code in REPAIR_CODES:
+        elif run.error_code in REPAIR_CODES and run.status is RunStatus.QUEUED:
             reason = run.note or run.error_code
         if reason is not None:
             repair += 1

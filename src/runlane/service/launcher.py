@@ -256,8 +256,12 @@ class Launcher:
         ]
         if self.triggers:
             self._tasks.extend(self._start_trigger_loops())
-        await self._retry_repairs_now()
         try:
+            # Beat first: a launcher that hands a run of a job it does not know to "a live
+            # launcher that has it" must see this one before the runs below are due.
+            with contextlib.suppress(StoreError):
+                await self.beat()
+            await self._retry_repairs_now()
             await self._consume_loop()
         finally:
             await self._shutdown()
@@ -615,13 +619,15 @@ class Launcher:
         run goes back to the queue with a diagnostic code and is looked at again later (its queue
         TTL still applies). `runlane doctor` lists such runs."""
         run = sup.claimed.run
-        log.error("run.corrupt", run_id=run.id, job=run.job, error_code=error_code)
         retry_after = self.repair_retry_seconds
         if error_code == "unknown_job" and await self._another_launcher_knows(run.job):
             # Another launcher, started since the catalog changed, has the job: give the run
-            # back for it to take soon, not after the repair interval.
+            # back for it to take soon, not after the repair interval. Not an error here.
             retry_after = min(retry_after, UNKNOWN_JOB_HANDOFF_SECONDS)
             note += "; another live launcher has the job"
+            log.info("run.handed_back", run_id=run.id, job=run.job, error_code=error_code)
+        else:
+            log.error("run.corrupt", run_id=run.id, job=run.job, error_code=error_code)
         await self._write(
             lambda: self.store.release(
                 sup.lease, retry_after=retry_after, error_code=error_code, note=note

@@ -34,7 +34,7 @@ def absolute_url(url: str) -> str:
     """`url` with a relative SQLite path made absolute (against the working directory now), so
     a process that runs elsewhere (a run that changes directory) names the same file."""
     path = sqlite_path(url.strip())
-    if path is None or os.path.isabs(path):  # noqa: PTH117
+    if path is None or path == ":memory:" or path.startswith("file:") or os.path.isabs(path):  # noqa: PTH117
         return url
     return "sqlite:///" + os.path.abspath(path)  # noqa: PTH100
 
