@@ -15,6 +15,7 @@ import sys
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,6 +33,13 @@ from .conftest import CATALOG, PY
 FRESH_JOB = f"""  fresh:
     command: [{PY}, -c, "print('fresh ran')"]
 """
+
+
+def launcher_on(store: Store, catalog: Catalog, settings: Settings, **kw: Any) -> Launcher:
+    """A launcher on `catalog` with the inline executor, as `runlane serve` builds one."""
+    return Launcher(
+        store=store, catalog=catalog, executors=build_executors(settings), settings=settings, **kw
+    )
 
 
 class Counted:
@@ -96,9 +104,7 @@ async def cli(env: dict[str, str], *args: str) -> tuple[int, str, str]:
 @pytest.fixture
 async def old_launcher(store: Store, catalog: Catalog, settings: Settings) -> Launcher:
     """A launcher on the catalog without `fresh`, its heartbeat written (not running loops)."""
-    launcher = Launcher(
-        store=store, catalog=catalog, executors=build_executors(settings), settings=settings
-    )
+    launcher = launcher_on(store, catalog, settings)
     await launcher.beat()
     return launcher
 
@@ -197,10 +203,7 @@ async def test_run_wait_says_once_why_the_run_waits_and_ends_after_a_restart(
     hook = Counted()
     # The old launcher looks at a kept run again every 0.2 s (5 min in production): the run
     # goes back to `unknown_job` many times while the CLI polls.
-    old = Launcher(
-        store=store, catalog=catalog, executors=build_executors(settings), settings=settings,
-        hook=hook, repair_retry_seconds=0.2,
-    )
+    old = launcher_on(store, catalog, settings, hook=hook, repair_retry_seconds=0.2)
     old_task = asyncio.create_task(old.run())
     await old.beat()
     proc = await asyncio.create_subprocess_exec(
@@ -227,10 +230,7 @@ async def test_run_wait_says_once_why_the_run_waits_and_ends_after_a_restart(
             old.stop()
             await old_task
             # The restart: a launcher on the catalog as the file has it now runs the run.
-            new = Launcher(
-                store=store, catalog=load_catalog(cli_catalog),
-                executors=build_executors(settings), settings=settings,
-            )
+            new = launcher_on(store, load_catalog(cli_catalog), settings)
             new_task = asyncio.create_task(new.run())
             rest_out, rest_err = await proc.communicate()
     finally:
@@ -284,10 +284,7 @@ async def test_emit_and_chain_run_warn_when_the_launchers_run_an_older_catalog(
     )
     # A launcher on the file's catalog: nothing to warn about.
     current = replace(old_launcher.settings, launcher_id=f"{old_launcher.owner}-current")
-    await Launcher(
-        store=old_launcher.store, catalog=load_catalog(cli_catalog),
-        executors=build_executors(current), settings=current,
-    ).beat()
+    await launcher_on(old_launcher.store, load_catalog(cli_catalog), current).beat()
     code, _, err = await cli(cli_env, "chain", "run", "newchain")
     assert code == 0, err
     assert err.strip() == ""
@@ -300,10 +297,7 @@ async def test_a_restarted_launcher_starts_a_kept_run_at_once(
     # The old launcher keeps the run for repair for the production 5 minutes; the restart that
     # applies the catalog change starts it now, not at that next look.
     hook = Counted()
-    old = Launcher(
-        store=store, catalog=catalog, executors=build_executors(settings), settings=settings,
-        hook=hook, repair_retry_seconds=300.0,
-    )
+    old = launcher_on(store, catalog, settings, hook=hook, repair_retry_seconds=300.0)
     old_task = asyncio.create_task(old.run())
     try:
         code, out, _ = await cli(cli_env, "run", "fresh", "--json")
@@ -316,10 +310,7 @@ async def test_a_restarted_launcher_starts_a_kept_run_at_once(
     kept = await store.get_run(run_id)
     assert (kept.status, kept.error_code) == (RunStatus.QUEUED, "unknown_job")
     new_hook = Counted()
-    new = Launcher(
-        store=store, catalog=load_catalog(cli_catalog), executors=build_executors(settings),
-        settings=settings, hook=new_hook,
-    )
+    new = launcher_on(store, load_catalog(cli_catalog), settings, hook=new_hook)
     new_task = asyncio.create_task(new.run())
     try:
         await new_hook.reach("finished", run_id, 1, within=30.0)
@@ -338,16 +329,10 @@ async def test_a_kept_run_is_handed_to_a_live_launcher_that_has_the_job(
     # back within seconds (not its 5-minute repair look) for the new one to take.
     new_settings = replace(settings, launcher_id=f"{settings.launcher_id}-new")
     new_hook = Counted()
-    new = Launcher(
-        store=store, catalog=load_catalog(cli_catalog), executors=build_executors(new_settings),
-        settings=new_settings, hook=new_hook,
-    )
+    new = launcher_on(store, load_catalog(cli_catalog), new_settings, hook=new_hook)
     await new.beat()  # live, with `fresh` in its catalog; not claiming yet
     hook = Counted()
-    old = Launcher(
-        store=store, catalog=catalog, executors=build_executors(settings), settings=settings,
-        hook=hook, repair_retry_seconds=300.0,
-    )
+    old = launcher_on(store, catalog, settings, hook=hook, repair_retry_seconds=300.0)
     old_task = asyncio.create_task(old.run())
     try:
         run_id = (
@@ -379,10 +364,7 @@ async def test_doctor_tells_an_older_launcher_catalog_from_a_job_gone_from_the_f
     cli_catalog: Path, tmp_path: Path,
 ) -> None:
     hook = Counted()
-    launcher = Launcher(
-        store=store, catalog=catalog, executors=build_executors(settings), settings=settings,
-        hook=hook,
-    )
+    launcher = launcher_on(store, catalog, settings, hook=hook)
     task = asyncio.create_task(launcher.run())
     try:
         await launcher.beat()
