@@ -346,7 +346,6 @@ class _Child:
         self.proc = proc
         self.pid = proc.pid
         self.loop = asyncio.get_running_loop()
-        self.execution = Execution(spec.run_id, spec.attempt, str(proc.pid), handle=self)
         self.log = log
         self.log_path = log_path
         self.pipe_fd: int | None = pipe_fd
@@ -602,7 +601,11 @@ class InlineExecutor:
         self.log_max_bytes = log_max_bytes
         self.tail_bytes = tail_bytes
         self.tail_lines = tail_lines
-        self._live: dict[tuple[str, int], _Child] = {}
+        # Live runs by (run id, attempt), as the Execution each start returned: its `handle` is
+        # the _Child. The child holds no reference back, so a finished run's objects are freed
+        # by reference counting as soon as the launcher lets go of its Execution, instead of
+        # waiting as a reference cycle for the cyclic collector (8 objects a run).
+        self._live: dict[tuple[str, int], Execution] = {}
         self._watcher = _FdWatcher()
         self._closed = False
         # The launcher's environment, read once: copying os.environ per run (encode/decode of
@@ -665,7 +668,7 @@ class InlineExecutor:
         key = (spec.run_id, spec.attempt)
         live = self._live.get(key)
         if live is not None:
-            return live.execution
+            return live
         pending = self._starting.get(key)
         if pending is not None:  # the same attempt is being started right now: one process
             return await asyncio.shield(pending)
@@ -749,9 +752,10 @@ class InlineExecutor:
         os.set_blocking(read_fd, False)
         child = _Child(self, spec, proc, read_fd, log, log_path)
         child.params_dir = Path(params_dir) if spilled else None
-        self._live[key] = child
+        execution = Execution(spec.run_id, spec.attempt, str(proc.pid), handle=child)
+        self._live[key] = execution
         child.watch()
-        return child.execution
+        return execution
 
     def _spawn_blocking(
         self, argv: list[str], env: dict[str, str], log_path: str
@@ -853,8 +857,7 @@ class InlineExecutor:
         raise OSError(code, os.strerror(code), program)
 
     async def reattach(self, spec: ExecutionSpec) -> Execution | None:
-        live = self._live.get((spec.run_id, spec.attempt))
-        return live.execution if live is not None else None
+        return self._live.get((spec.run_id, spec.attempt))
 
     async def events(self, execution: Execution) -> AsyncIterator[ExecutionEvent]:
         child = _child_of(execution)
@@ -888,7 +891,7 @@ class InlineExecutor:
     async def shutdown(self, grace: float) -> None:
         """End every live run (`cancelled`, `launcher_shutdown`): SIGTERM, SIGKILL after
         `grace`, and wait until each has been reaped and its log closed."""
-        children = list(self._live.values())
+        children = [_child_of(execution) for execution in self._live.values()]
         for child in children:
             child.terminate(
                 _Termination(RunStatus.CANCELLED, EndReason.LAUNCHER_SHUTDOWN),
@@ -903,7 +906,7 @@ class InlineExecutor:
         return len(self._live)
 
     def running(self) -> list[Execution]:
-        return [child.execution for child in self._live.values()]
+        return list(self._live.values())
 
     def log_path(self, run_id: str, attempt: int) -> Path:
         return self.log_dir / f"{run_id}.{attempt}.log"
@@ -929,7 +932,8 @@ class InlineExecutor:
 
     def _forget(self, child: _Child) -> None:
         key = (child.spec.run_id, child.spec.attempt)
-        if self._live.get(key) is child:
+        live = self._live.get(key)
+        if live is not None and live.handle is child:
             del self._live[key]
         if self._closed and not self._live:
             self._watcher.close()
