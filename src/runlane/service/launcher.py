@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import os
 import socket
@@ -90,6 +91,20 @@ LauncherHook = Callable[[str, str], None]
 these instead of sleeping; production passes nothing."""
 
 
+@dataclass(frozen=True, slots=True)
+class _JobPlan:
+    """A resolved job and what every run of it shares, worked out once per launcher."""
+
+    job: ResolvedJob
+    env: dict[str, str]
+    profile: dict[str, Any]
+
+    @classmethod
+    def of(cls, job: ResolvedJob) -> _JobPlan:
+        profile = job.profile_spec.model_dump() if job.profile_spec is not None else {}
+        return cls(job, job_env(job), profile)
+
+
 @dataclass(slots=True)
 class Supervised:
     """A run this launcher holds a lease on."""
@@ -106,28 +121,37 @@ class Supervised:
     claimed_at: float = field(default_factory=lambda: loop_time())
 
 
-def build_env(run: Run, database_url: str, job: ResolvedJob) -> dict[str, str]:
+# RUNLANE_PARAMS: one encoder for every run (json.dumps with options builds a new one per call).
+_params_json = json.JSONEncoder(separators=(",", ":"), sort_keys=True).encode
+
+
+def job_env(job: ResolvedJob) -> dict[str, str]:
+    """The environment a job gives every run of it: its profile's, then its own."""
+    env: dict[str, str] = {}
+    if job.profile_spec is not None:
+        env.update(job.profile_spec.env or {})
+    env.update(job.env)
+    return env
+
+
+def build_env(
+    run: Run, database_url: str, job: ResolvedJob, *, base: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """The environment a run's process sees on top of the launcher's (DESIGN.md "Inside a run").
+    `base` is `job_env(job)`, when the caller keeps it per job.
 
     `RUNLANE_DATABASE_URL` (for the SDK's child rows) goes only to inline runs, which share the
     launcher's machine and environment anyway: in a pod or Slurm job spec it would expose the
     database password to whoever can read those objects; give such jobs the URL through a
     secret (profile `secrets`) instead."""
     params = run.params or {}
-    env: dict[str, str] = {}
-    if job.profile_spec is not None:
-        env.update(job.profile_spec.env or {})
-    env.update(job.env)
-    env.update(
-        {
-            "RUN_ID": run.id,
-            "RUN_TRIGGER": run.trigger,
-            "RUN_PARENT_ID": run.parent_run_id or "",
-            "RUNLANE_JOB": run.job,
-            "RUNLANE_ATTEMPT": str(run.attempt),
-            "RUNLANE_PARAMS": json.dumps(params, separators=(",", ":"), sort_keys=True),
-        }
-    )
+    env = dict(job_env(job) if base is None else base)
+    env["RUN_ID"] = run.id
+    env["RUN_TRIGGER"] = run.trigger
+    env["RUN_PARENT_ID"] = run.parent_run_id or ""
+    env["RUNLANE_JOB"] = run.job
+    env["RUNLANE_ATTEMPT"] = str(run.attempt)
+    env["RUNLANE_PARAMS"] = _params_json(params) if params else "{}"
     if run.executor == "inline":
         env["RUNLANE_DATABASE_URL"] = database_url
     for name, value in params.items():
@@ -219,10 +243,14 @@ class Launcher:
         # Resolved jobs by name: the catalog caches them too, but behind a pydantic private
         # attribute whose every read is a Python-level __getattr__ (5% of the launcher's CPU
         # per run in bench/throughput.py --profile). The catalog never changes under a launcher.
-        self._jobs: dict[str, ResolvedJob] = {}
-        self._finish_queue: asyncio.Queue[tuple[FinishRequest, asyncio.Future[FinishedRun | None]]] = (
-            asyncio.Queue()
-        )
+        # With each, what every run of it shares: its command, its environment and its profile
+        # as the executors take them (a profile's model_dump alone was ~10 us a run).
+        self._jobs: dict[str, _JobPlan] = {}
+        # Outcomes waiting for the finisher, and the future it waits on for the next one (an
+        # asyncio.Queue with a timeout per wait cost a timer and a context manager per run).
+        self._finish_pending: list[tuple[FinishRequest, asyncio.Future[FinishedRun | None]]] = []
+        self._finish_wake: asyncio.Future[None] | None = None
+        self._finish_window_over = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -500,8 +528,8 @@ class Launcher:
         claimed = sup.claimed
         run = claimed.run
         try:
-            job = self._jobs.get(run.job) or self._jobs.setdefault(
-                run.job, self.catalog.resolve(run.job)
+            plan = self._jobs.get(run.job) or self._jobs.setdefault(
+                run.job, _JobPlan.of(self.catalog.resolve(run.job))
             )
         except UnknownJob:
             await self._keep_for_repair(
@@ -517,7 +545,7 @@ class Launcher:
             journaled = self._journaled_outcome(run)
             if journaled is not None:
                 return journaled
-        spec = self._spec(run, job, claimed.db_now)
+        spec = self._spec(run, plan, claimed.db_now)
         if spec.deadline_seconds <= 0:
             return Outcome(
                 RunStatus.TIMEOUT,
@@ -646,7 +674,8 @@ class Launcher:
             for h in live
         )
 
-    def _spec(self, run: Run, job: ResolvedJob, db_now: datetime) -> ExecutionSpec:
+    def _spec(self, run: Run, plan: _JobPlan, db_now: datetime) -> ExecutionSpec:
+        job = plan.job
         remaining = job.deadline_seconds
         if run.deadline_at is not None:
             remaining = (run.deadline_at - db_now).total_seconds()
@@ -657,11 +686,12 @@ class Launcher:
             trigger=run.trigger,
             command=list(job.command),
             params=run.params or {},
-            env=build_env(run, self._run_database_url, job),
+            env=build_env(run, self._run_database_url, job, base=plan.env),
             deadline_seconds=remaining,
             kill_grace_seconds=run.kill_grace_seconds,
             parent_run_id=run.parent_run_id,
-            profile=job.profile_spec.model_dump() if job.profile_spec is not None else {},
+            # A copy: an executor may keep or change what it is given.
+            profile=copy.deepcopy(plan.profile) if plan.profile else {},
         )
 
     async def _record(self, sup: Supervised, outcome: Outcome) -> None:
@@ -725,7 +755,8 @@ class Launcher:
         self._unsaved[run_id] = request
         if self._database_down:
             self._journal_outcomes([request])
-        self._finish_queue.put_nowait((request, done))
+        self._finish_pending.append((request, done))
+        self._wake_finisher()
         try:
             return await done
         finally:
@@ -735,23 +766,25 @@ class Launcher:
         """Save outcomes in batches: whatever queued up while the previous batch was being
         written goes in the next transaction (one commit, one fsync for many runs)."""
         loop = asyncio.get_running_loop()
+        pending = self._finish_pending
         while True:
-            batch = [await self._finish_queue.get()]
+            while not pending:
+                await self._next_outcome()
             # Under load, give the batch a few milliseconds to fill: one commit for many runs.
-            # An idle launcher has nothing else queued and writes at once.
-            deadline = loop.time() + FINISH_COALESCE_SECONDS
-            while len(batch) < FINISH_BATCH_MAX:
-                if not self._finish_queue.empty():
-                    batch.append(self._finish_queue.get_nowait())
-                    continue
-                remaining = deadline - loop.time()
-                if remaining <= 0 or len(self._active) <= len(batch) + self._finish_queue.qsize():
-                    break
-                try:
-                    async with asyncio.timeout(remaining):
-                        batch.append(await self._finish_queue.get())
-                except TimeoutError:
-                    break
+            # An idle launcher has nothing else to wait for and writes at once.
+            self._finish_window_over = False
+            window = loop.call_later(FINISH_COALESCE_SECONDS, self._end_finish_window)
+            try:
+                while (
+                    len(pending) < FINISH_BATCH_MAX
+                    and len(self._active) > len(pending)
+                    and not self._finish_window_over
+                ):
+                    await self._next_outcome()
+            finally:
+                window.cancel()
+            batch = pending[:FINISH_BATCH_MAX]
+            del pending[:FINISH_BATCH_MAX]
             results = await self._save_outcomes([request for request, _ in batch])
             for (_, done), result in zip(batch, results, strict=True):
                 if done.done():
@@ -760,6 +793,23 @@ class Launcher:
                     done.set_exception(result)
                 else:
                     done.set_result(result)
+
+    async def _next_outcome(self) -> None:
+        """Wait until an outcome is queued or the finisher's window ends."""
+        wake = self._finish_wake = asyncio.get_running_loop().create_future()
+        try:
+            await wake
+        finally:
+            self._finish_wake = None
+
+    def _wake_finisher(self) -> None:
+        wake = self._finish_wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    def _end_finish_window(self) -> None:
+        self._finish_window_over = True
+        self._wake_finisher()
 
     async def _save_outcomes(
         self, requests: list[FinishRequest]

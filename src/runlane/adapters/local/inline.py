@@ -274,8 +274,10 @@ class _FdWatcher:
         if self._callbacks.pop(fd, None) is None:
             return
         if self._epoll is not None:
-            with contextlib.suppress(OSError):  # already closed: the kernel dropped it
+            try:  # noqa: SIM105 - not contextlib.suppress: once per descriptor of every run
                 self._epoll.unregister(fd)
+            except OSError:  # already closed: the kernel dropped it
+                pass
         elif not _HAS_EPOLL:  # pragma: no cover
             asyncio.get_running_loop().remove_reader(fd)
 
@@ -551,8 +553,10 @@ class _Child:
         # so the group id cannot name someone else's processes.
         if self.returncode is not None:
             return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
+        try:  # noqa: SIM105 - not contextlib.suppress: this runs for every run that ends
             os.killpg(self.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 class InlineExecutor:
@@ -669,6 +673,10 @@ class InlineExecutor:
         live = self._live.get(key)
         if live is not None:
             return live
+        if self._spawn_pool is None:
+            # Spawned on this thread with no await in between: no second start of the same
+            # attempt can begin before this one has registered it in `_live`.
+            return await self._start(spec, key)
         pending = self._starting.get(key)
         if pending is not None:  # the same attempt is being started right now: one process
             return await asyncio.shield(pending)

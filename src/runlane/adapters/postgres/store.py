@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import uuid
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from datetime import datetime
@@ -75,7 +76,14 @@ def _decode_time(value: object) -> datetime | None:
 _READ = RowReader(_decode_time)
 
 
+# The form PostgreSQL prints (every id and lease token the store hands out): checked without
+# building a uuid.UUID, ~0.3 us instead of ~2 us, twice for every outcome saved.
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}").fullmatch
+
+
 def _is_uuid(value: str) -> bool:
+    if _CANONICAL_UUID(value) is not None:
+        return True
     try:
         uuid.UUID(value)
     except ValueError:
