@@ -282,7 +282,7 @@ class RowReader:
         return Run(
             id=_required_text(g("id"), "id"),
             job=_required_text(g("job"), "job"),
-            status=RunStatus(_required_text(g("status"), "status")),
+            status=_run_status(g("status")),
             trigger=_required_text(g("trigger"), "trigger"),
             dedupe_key=_required_text(g("dedupe_key"), "dedupe_key"),
             attempt=1 if (v := g("attempt")) is None else _to_int(v, "attempt"),
@@ -364,6 +364,15 @@ def _required_text(value: object, key: str) -> str:
     return value if type(value) is str else str(value)
 
 
+_STATUSES: dict[object, RunStatus] = {s.value: s for s in RunStatus}
+
+
+def _run_status(value: object) -> RunStatus:
+    """RunStatus(value) by a dict lookup (~1 us less a row than the enum's call)."""
+    status = _STATUSES.get(value)
+    return status if status is not None else RunStatus(_required_text(value, "status"))
+
+
 def _required_time(value: datetime | None, key: str) -> datetime:
     if value is None:
         raise ValueError(f"column {key} is NULL")
@@ -386,7 +395,10 @@ def _to_float(value: object, key: str) -> float:
 
 def aware_utc(value: datetime) -> datetime:
     """An aware UTC datetime (naive input is taken to be UTC already)."""
-    if value.tzinfo is None:
+    tz = value.tzinfo
+    if tz is UTC:  # PostgreSQL sessions run in UTC: psycopg gives datetime.UTC itself
+        return value
+    if tz is None:
         return value.replace(tzinfo=UTC)
     return value.astimezone(UTC)
 

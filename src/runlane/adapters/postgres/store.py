@@ -160,6 +160,10 @@ class PostgresStore:
         # ids are plain strings everywhere else in runlane.
         for name in ("json", "jsonb", "uuid"):
             conn.adapters.register_loader(name, TextLoader)
+        # Times come back in UTC whatever the server's default zone: psycopg then gives them
+        # datetime.UTC itself, which the row readers keep as is (no astimezone per column).
+        # No query here depends on the session's zone (timestamptz values are instants).
+        await conn.execute(b"SET TIME ZONE 'UTC'")
 
     async def _connect_direct(self) -> _Conn:
         try:
