@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import psycopg
 import pytest
 
 from runlane.adapters.postgres import PostgresStore
@@ -64,3 +66,28 @@ async def test_postgres_unreachable_is_one_clear_line_without_the_password() -> 
     assert "s3cret" not in message
     assert "\n" not in message
     assert err.value.__cause__ is None
+
+
+@pytest.mark.postgres
+async def test_postgres_connection_lost_during_set_up_is_one_clear_line(
+    pg_scratch_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server goes away between accepting the connection and the store's session set-up
+    (a restart, a flapping network): the same one-line error as an unreachable server, and the
+    half-made connection is closed, not leaked."""
+    made: list[psycopg.AsyncConnection[Any]] = []
+
+    async def drop_then_configure(conn: psycopg.AsyncConnection[Any]) -> None:
+        made.append(conn)
+        async with await psycopg.AsyncConnection.connect(pg_scratch_url, autocommit=True) as admin:
+            await admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        await conn.execute("SET TIME ZONE 'UTC'")  # what _configure does: the server is gone
+
+    monkeypatch.setattr(PostgresStore, "_configure", staticmethod(drop_then_configure))
+    store = PostgresStore(pg_scratch_url)
+    with pytest.raises(DatabaseUnavailable) as err:
+        await store.open()
+    assert str(err.value).startswith("cannot reach PostgreSQL at ")
+    assert "\n" not in str(err.value)
+    assert len(made) == 1
+    assert made[0].closed

@@ -496,6 +496,18 @@ async def test_start_is_idempotent_while_running(executor: InlineExecutor) -> No
     assert await executor.reattach(spec) is None
 
 
+async def test_two_starts_of_one_attempt_at_once_spawn_one_process(
+    executor: InlineExecutor,
+) -> None:
+    """The launcher may ask again while a start is under way (a retried call): one process."""
+    spec = make_spec(["sleep", "60"])
+    first, second = await asyncio.gather(executor.start(spec), executor.start(spec))
+    assert second is first
+    assert executor.running_count() == 1
+    executor.kill_now(first)
+    await finish(executor, first)
+
+
 async def test_reattach_unknown_run_is_none(executor: InlineExecutor) -> None:
     assert await executor.reattach(make_spec(["true"])) is None
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import json
 import os
 import socket
@@ -28,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 import structlog
@@ -96,13 +96,13 @@ class _JobPlan:
     """A resolved job and what every run of it shares, worked out once per launcher."""
 
     job: ResolvedJob
-    env: dict[str, str]
-    profile: dict[str, Any]
+    env: Mapping[str, str]
+    profile: Mapping[str, Any]
 
     @classmethod
     def of(cls, job: ResolvedJob) -> _JobPlan:
         profile = job.profile_spec.model_dump() if job.profile_spec is not None else {}
-        return cls(job, job_env(job), profile)
+        return cls(job, MappingProxyType(job_env(job)), MappingProxyType(profile))
 
 
 @dataclass(slots=True)
@@ -243,8 +243,8 @@ class Launcher:
         # Resolved jobs by name: the catalog caches them too, but behind a pydantic private
         # attribute whose every read is a Python-level __getattr__ (5% of the launcher's CPU
         # per run in bench/throughput.py --profile). The catalog never changes under a launcher.
-        # With each, what every run of it shares: its command, its environment and its profile
-        # as the executors take them (a profile's model_dump alone was ~10 us a run).
+        # With each, what every run of it shares: its environment and its profile as the
+        # executors take them, worked out once (not a model_dump and two dict merges a run).
         self._jobs: dict[str, _JobPlan] = {}
         # Outcomes waiting for the finisher, and the future it waits on for the next one (an
         # asyncio.Queue with a timeout per wait cost a timer and a context manager per run).
@@ -690,8 +690,8 @@ class Launcher:
             deadline_seconds=remaining,
             kill_grace_seconds=run.kill_grace_seconds,
             parent_run_id=run.parent_run_id,
-            # A copy: an executor may keep or change what it is given.
-            profile=copy.deepcopy(plan.profile) if plan.profile else {},
+            # Shared by every run of the job, read-only: executors build what they send from it.
+            profile=plan.profile,
         )
 
     async def _record(self, sup: Supervised, outcome: Outcome) -> None:
@@ -772,17 +772,18 @@ class Launcher:
                 await self._next_outcome()
             # Under load, give the batch a few milliseconds to fill: one commit for many runs.
             # An idle launcher has nothing else to wait for and writes at once.
-            self._finish_window_over = False
-            window = loop.call_later(FINISH_COALESCE_SECONDS, self._end_finish_window)
-            try:
-                while (
-                    len(pending) < FINISH_BATCH_MAX
-                    and len(self._active) > len(pending)
-                    and not self._finish_window_over
-                ):
-                    await self._next_outcome()
-            finally:
-                window.cancel()
+            if len(pending) < FINISH_BATCH_MAX and len(self._active) > len(pending):
+                self._finish_window_over = False
+                window = loop.call_later(FINISH_COALESCE_SECONDS, self._end_finish_window)
+                try:
+                    while (
+                        len(pending) < FINISH_BATCH_MAX
+                        and len(self._active) > len(pending)
+                        and not self._finish_window_over
+                    ):
+                        await self._next_outcome()
+                finally:
+                    window.cancel()
             batch = pending[:FINISH_BATCH_MAX]
             del pending[:FINISH_BATCH_MAX]
             results = await self._save_outcomes([request for request, _ in batch])

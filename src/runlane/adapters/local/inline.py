@@ -660,6 +660,8 @@ class InlineExecutor:
         if self._posix_spawn_ok:
             _no_inherited_descriptors()
         self._spawn_pool: ThreadPoolExecutor | None = None
+        # Starts in progress on the spawn pool (the only start path with an await in it), so a
+        # second start of the same attempt waits for the first instead of spawning again.
         self._starting: dict[tuple[str, int], asyncio.Future[Execution]] = {}
         if self._setpriv is None and self._preexec is None and not self._posix_spawn_ok:
             self._spawn_pool = ThreadPoolExecutor(

@@ -172,7 +172,11 @@ class PostgresStore:
             )
         except psycopg.OperationalError as exc:
             raise self._unavailable(exc) from None
-        await self._configure(conn)
+        try:
+            await self._configure(conn)
+        except psycopg.OperationalError as exc:  # dropped between connect and set-up
+            await conn.close()
+            raise self._unavailable(exc) from None
         return conn
 
     async def open(self) -> None:
