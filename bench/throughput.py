@@ -11,6 +11,7 @@ left out). Prints one line per repetition and the medians.
     .venv/bin/python bench/throughput.py --db postgres --runs 2000 --repeat 3
     .venv/bin/python bench/throughput.py --db sqlite --runs 2000 --repeat 3
     .venv/bin/python bench/throughput.py --quick      # a smoke run (tests/integration/test_bench_smoke.py)
+    .venv/bin/python bench/throughput.py --log-level info   # with the launcher's default log level
     PATH=.venv/bin:$PATH .venv/bin/python bench/throughput.py --runs 4000 --repeat 1 \
         --profile /tmp/serve.txt                        # where the launcher's time goes (py-spy)
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -69,8 +71,10 @@ def py_spy() -> str:
     return found
 
 
-def one(kind: str, n: int, concurrency: int, profile: str | None = None) -> dict[str, float]:
-    with tempfile.TemporaryDirectory() as tmp:
+def one(
+    kind: str, n: int, concurrency: int, profile: str | None = None, log_level: str = "warning"
+) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         work = Path(tmp)
         (work / "catalog.yaml").write_text(CATALOG)
         with scratch_database(kind, work) as url:
@@ -80,7 +84,7 @@ def one(kind: str, n: int, concurrency: int, profile: str | None = None) -> dict
                 RUNLANE_CATALOG=str(work / "catalog.yaml"),
                 RUNLANE_LOG_DIR=str(work / "logs"),
                 RUNLANE_CONCURRENCY=str(concurrency),
-                RUNLANE_LOG_LEVEL="warning",
+                RUNLANE_LOG_LEVEL=log_level,
             )
             subprocess.run([*runlane_cmd(), "db", "upgrade"], env=env, check=True, capture_output=True)
             enqueue_rate = asyncio.run(enqueue(url, work / "catalog.yaml", n))
@@ -91,7 +95,11 @@ def one(kind: str, n: int, concurrency: int, profile: str | None = None) -> dict
                     # The launcher starts on a held queue: its start-up (imports, connections) is
                     # over and it is idle when its memory and CPU are read; then every run is let go
                     # at once.
-                    proc = subprocess.Popen([*runlane_cmd(), "serve"], env=env)
+                    # Its log goes to a file: at info that is a line per run, as in production.
+                    log_file = stack.enter_context((work / "serve.log").open("wb"))
+                    proc = subprocess.Popen(
+                        [*runlane_cmd(), "serve"], env=env, stdout=log_file, stderr=log_file
+                    )
                     time.sleep(2.0)
                     idle_rss = rss_mib(proc.pid)
                     startup_cpu = cpu_seconds(proc.pid) + helper_cpu_seconds(proc.pid)
@@ -106,7 +114,14 @@ def one(kind: str, n: int, concurrency: int, profile: str | None = None) -> dict
                         else None
                     )
                     release()
-                span = wait_for_successes(url, n)
+                try:
+                    span = wait_for_successes(url, n)
+                except BaseException:
+                    # Show why: the launcher's own log is in the scratch directory.
+                    log_file.flush()
+                    tail = (work / "serve.log").read_text(errors="replace").splitlines()[-20:]
+                    print("\n".join(["launcher log (last lines):", *tail]), file=sys.stderr)
+                    raise
                 launcher_cpu = cpu_seconds(proc.pid) + helper_cpu_seconds(proc.pid)
                 if spy is not None:
                     spy.send_signal(signal.SIGINT)
@@ -146,12 +161,14 @@ def main() -> None:
     ap.add_argument("--profile", metavar="FILE",
                     help="sample the launcher with py-spy (on PATH) into FILE, collapsed stacks")
     ap.add_argument("--quick", action="store_true", help="50 runs, once: checks the script works")
+    ap.add_argument("--log-level", default="warning",
+                    help="the launcher's RUNLANE_LOG_LEVEL (info logs a line per run, to a file)")
     args = ap.parse_args()
     if args.quick:
         args.runs, args.repeat = 50, 1
     results = []
     for i in range(args.repeat):
-        r = one(args.db, args.runs, args.concurrency, args.profile)
+        r = one(args.db, args.runs, args.concurrency, args.profile, args.log_level)
         results.append(r)
         print(f"[{args.db} #{i + 1}] " + "  ".join(f"{k}={v:.2f}" for k, v in r.items()), flush=True)
     keys = results[0].keys()

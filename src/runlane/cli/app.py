@@ -22,6 +22,7 @@ import typer
 from runlane import __version__
 from runlane.cli import output
 from runlane.cli.inputs import BadInput, invalid_utf8_argument, parse_until, run_id_prefix
+from runlane.cli.logline import LineRenderer
 from runlane.cli.output import err, out, print_json, run_dict
 from runlane.core.runs import Run, RunStatus, Trigger
 from runlane.errors import ConfigError, NotFound, OverlapRefused, RunlaneError
@@ -86,10 +87,15 @@ def configure_logging(default_level: str = "warning") -> None:
     if log_format == "json":
         processors.append(structlog.processors.format_exc_info)
         renderer = structlog.processors.JSONRenderer()
-    else:
+    elif sys.stderr.isatty():
         renderer = structlog.dev.ConsoleRenderer(
-            colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
+            colors=True, exception_formatter=structlog.dev.plain_traceback
         )
+    else:
+        # The same layout for a pipe or a file (a launcher under systemd or Kubernetes), at a
+        # fraction of the cost: a line per run is logged on the launcher's busy thread.
+        processors.append(structlog.processors.format_exc_info)
+        renderer = LineRenderer()
     structlog.configure(
         processors=[*processors, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(level),
