@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import multiprocessing
 import tempfile
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+import structlog
 from _common import CATALOG, median, percentile, scratch_database
 
 from runlane.catalog import load_catalog
@@ -32,7 +34,7 @@ from runlane.service.stores import store_from_url
 
 def enqueuer(url: str, catalog_path: str, pipe: Connection) -> None:
     """The client process: for each request on `pipe`, accept one run and answer with its id
-    and the clock read just before the accept began."""
+    and the clock read just before the accept began and just after it returned."""
 
     async def serve() -> None:
         catalog = load_catalog(catalog_path)
@@ -43,14 +45,16 @@ def enqueuer(url: str, catalog_path: str, pipe: Connection) -> None:
             while pipe.recv() == "go":
                 t0 = time.perf_counter()
                 result = await accept_run(client, catalog, RunRequest(job="noop", trigger=Trigger.CLI))
-                pipe.send((result.run.id, t0))
+                pipe.send((result.run.id, t0, time.perf_counter()))
         finally:
             await client.close()
 
     asyncio.run(serve())
 
 
-async def measure(url: str, work: Path, samples: int) -> list[float]:
+async def measure(url: str, work: Path, samples: int) -> tuple[list[float], list[float], list[float]]:
+    """Pickup latencies (enqueue -> process started), and for each sample when the accept had
+    returned to the client and when the launcher had claimed the run (ms after enqueue)."""
     catalog = load_catalog(work / "catalog.yaml")
     settings = Settings(
         database_url=url, catalog_path=str(work / "catalog.yaml"), log_dir=str(work / "logs"),
@@ -60,6 +64,7 @@ async def measure(url: str, work: Path, samples: int) -> list[float]:
     await launcher_store.open()
     await launcher_store.upgrade()
     started: dict[str, float] = {}
+    claimed: dict[str, float] = {}
     finished: dict[str, asyncio.Event] = {}
 
     def done(run_id: str) -> asyncio.Event:
@@ -68,6 +73,8 @@ async def measure(url: str, work: Path, samples: int) -> list[float]:
     def hook(event: str, run_id: str) -> None:
         if event == "started":
             started[run_id] = time.perf_counter()
+        elif event == "claimed":
+            claimed[run_id] = time.perf_counter()
         elif event == "finished":
             done(run_id).set()
 
@@ -95,13 +102,15 @@ async def measure(url: str, work: Path, samples: int) -> list[float]:
     launcher = Launcher(store=launcher_store, catalog=catalog, executors=build_executors(settings),
                         settings=settings, hook=hook)
     task = asyncio.create_task(launcher.run())
-    latencies = []
+    latencies, accepted, claims = [], [], []
     try:
         await asyncio.sleep(1.0)  # let the launcher go idle: this measures an idle launcher
         for _ in range(samples):
-            run_id, t0 = await ask("go")  # type: ignore[misc]
+            run_id, t0, t1 = await ask("go")  # type: ignore[misc]
             await asyncio.wait_for(done(run_id).wait(), 30)
             latencies.append((started[run_id] - t0) * 1000)
+            accepted.append((t1 - t0) * 1000)
+            claims.append((claimed[run_id] - t0) * 1000)
             await asyncio.sleep(0.02)  # idle again before the next sample
     finally:
         ours.send("stop")
@@ -109,10 +118,13 @@ async def measure(url: str, work: Path, samples: int) -> list[float]:
         launcher.stop()
         await task
         await launcher_store.close()
-    return latencies
+    return latencies, accepted, claims
 
 
 def main() -> None:
+    # The launcher runs in this process: log as `runlane serve` does under the throughput bench
+    # (warnings only), not structlog's default of printing every debug line.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     # PostgreSQL only: on SQLite a run accepted by another process is found by the poll
     # (RUNLANE_CLAIM_INTERVAL), so its pickup latency is that interval by design.
@@ -129,11 +141,13 @@ def main() -> None:
             work = Path(tmp)
             (work / "catalog.yaml").write_text(CATALOG)
             with scratch_database(args.db, work) as url:
-                lat = asyncio.run(measure(url, work, args.samples))
+                lat, accepted, claims = asyncio.run(measure(url, work, args.samples))
         p50s.append(percentile(lat, 50))
         p99s.append(percentile(lat, 99))
         print(f"[{args.db} #{i + 1}] pickup p50={p50s[-1]:.2f} ms p99={p99s[-1]:.2f} ms "
-              f"max={max(lat):.2f} ms (n={len(lat)})", flush=True)
+              f"max={max(lat):.2f} ms (n={len(lat)}); p50 of: accept returned "
+              f"{percentile(accepted, 50):.2f} ms, claimed {percentile(claims, 50):.2f} ms",
+              flush=True)
     print(f"[{args.db} median of {args.repeat}] pickup p50={median(p50s):.2f} ms p99={median(p99s):.2f} ms")
 
 
