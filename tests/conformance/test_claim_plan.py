@@ -89,6 +89,55 @@ async def test_a_claim_reads_only_the_runs_it_takes(harness: StoreHarness) -> No
 
 
 
+async def test_finishing_and_renewing_find_runs_by_primary_key(harness: StoreHarness) -> None:
+    """run_log_running_lease_idx keeps an entry for every run finished since the last VACUUM
+    (the old row version's), and for one within the lease TTL its expiry is still ahead. A batch
+    finish that scanned it for `status = 'running' AND lease_expires_at > now` (the planner's
+    choice while few runs are running) read O(runs per second x TTL) entries per batch under
+    sustained load, and the lease renewal read all of them; both must cost O(batch)."""
+    if harness.dialect == "sqlite":
+        return
+    store = harness.store
+    for _ in range(HISTORY + LIMIT):
+        await store.accept(new_run())
+    for _ in range(HISTORY // 100):  # finished just now: their leases have not expired
+        taken = await claim_all(store, limit=100)
+        await store.finish_many([FinishRequest(c.lease, SUCCESS) for c in taken])
+    running = await claim_all(store, limit=LIMIT)
+    batch = [
+        {"id": c.run.id, "token": c.lease.token, "gen": c.lease.generation, "status": "success",
+         "end_reason": "exit", "exit_code": 0}
+        for c in running
+    ]
+    statements = {
+        "finish_many": {"batch": json.dumps(batch), "now": None},
+        "renew": {
+            "now": None, "ttl": 30.0, "ids": [c.run.id for c in running],
+            "tokens": [c.lease.token for c in running],
+            "gens": [c.lease.generation for c in running],
+        },
+    }
+    with psycopg.connect(harness.location) as conn:
+        for name, params in statements.items():
+            rows = conn.execute(
+                ("EXPLAIN (ANALYZE, FORMAT JSON) " + PG_QUERIES[name]).encode(), params
+            ).fetchall()
+            conn.rollback()
+            raw = rows[0][0]
+            plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+            assert plan["Actual Rows"] == LIMIT, (name, plan)  # it did update every run
+            nodes = list(_nodes(plan))
+            indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
+            assert indexes == {"run_log_pkey"}, (name, indexes)  # directly or through a bitmap
+            read = [
+                (n["Node Type"], n["Actual Rows"] * n["Actual Loops"]
+                 + n.get("Rows Removed by Filter", 0) + n.get("Rows Removed by Index Recheck", 0))
+                for n in nodes
+                if n.get("Relation Name") == "run_log" and n["Node Type"] != "ModifyTable"
+            ]
+            assert read and sum(rows for _, rows in read) <= LIMIT, (name, read)
+
+
 @pytest.mark.parametrize(
     ("overlap", "statement"),
     [("allow", "claim_fast"), ("forbid", "claim_candidates"), ("forbid", "claim_update")],

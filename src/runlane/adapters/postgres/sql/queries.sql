@@ -212,7 +212,11 @@ RETURNING r.*, n.now AS db_now
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now)
 UPDATE run_log r SET lease_expires_at = n.now + make_interval(secs => %(ttl)s::float8)
 FROM n, unnest(%(ids)s::uuid[], %(tokens)s::uuid[], %(gens)s::bigint[]) AS l(id, token, gen)
-WHERE r.id = l.id AND r.status = 'running' AND r.lease_token = l.token
+-- By primary key, as in finish_many: `status = 'running'` as a plain test would let the planner
+-- read all of run_log_running_lease_idx, which keeps an entry for every run finished since the
+-- last VACUUM.
+WHERE r.id = ANY(%(ids)s::uuid[]) AND r.id = l.id AND (r.status = 'running') IS TRUE
+  AND r.lease_token = l.token
   AND r.lease_generation = l.gen
 RETURNING r.id
 
@@ -264,8 +268,16 @@ UPDATE run_log r SET
     finished_at = n.now,
     external_id = coalesce(v.external_id, r.external_id)
 FROM v, n
-WHERE r.id = v.id AND r.status = 'running' AND r.lease_token = v.token
-  AND r.lease_generation = v.gen AND r.lease_expires_at > n.now
+-- Each row is found by its primary key, whatever the table's statistics say: `r.id = ANY(...)`
+-- makes the few ids an index condition, and the status and expiry tests are written `(...) IS
+-- TRUE` (the same tests: status is NOT NULL, and a NULL expiry fails either way) so that the
+-- planner cannot read run_log_running_lease_idx for them instead. That index keeps an entry for
+-- every run finished since the last VACUUM (its old row version's), with the expiry still ahead
+-- for those finished within the lease TTL: scanning it cost O(runs per second x TTL) per batch
+-- under sustained load, where this costs O(batch). tests/conformance/test_claim_plan.py.
+WHERE r.id = ANY(ARRAY(SELECT v.id FROM v)) AND r.id = v.id
+  AND (r.status = 'running') IS TRUE AND r.lease_token = v.token
+  AND r.lease_generation = v.gen AND (r.lease_expires_at > n.now) IS TRUE
 RETURNING r.id::text AS id, r.status, r.end_reason
 
 -- name: lease_still_valid
