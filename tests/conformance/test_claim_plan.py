@@ -135,7 +135,8 @@ async def test_finishing_and_renewing_find_runs_by_primary_key(harness: StoreHar
                 for n in nodes
                 if n.get("Relation Name") == "run_log" and n["Node Type"] != "ModifyTable"
             ]
-            assert read and sum(rows for _, rows in read) <= LIMIT, (name, read)
+            assert read, (name, plan)
+            assert sum(rows for _, rows in read) <= LIMIT, (name, read)
 
 
 @pytest.mark.parametrize(

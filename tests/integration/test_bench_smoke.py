@@ -6,7 +6,9 @@ them unreproducible. bench/soak.py is left out: tests/chaos drives the same harn
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -49,3 +51,40 @@ def test_bench_script_runs(script: str, args: str, pattern: str, pg_database: st
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(pattern, proc.stdout), proc.stdout[-3000:]
+
+
+PEERS = ("runlane", "dramatiq", "celery", "procrastinate", "pgqueuer")
+
+
+def test_peers_bench_runs_every_peer(pg_database: str) -> None:
+    # bench/peers.py --quick: 50 jobs once through runlane and each other queue (RabbitMQ too).
+    try:
+        socket.create_connection(("127.0.0.1", 5672), timeout=5).close()
+    except OSError as e:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"RabbitMQ is required in CI: {e}")
+        pytest.skip(f"RabbitMQ not reachable: {e}")
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "peers.py"), "--quick"],
+        cwd=BENCH.parent,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for peer in PEERS:
+        found = re.search(
+            rf"^\[{peer}/\w+ #1\] jobs=(\d+)/50 +jobs_per_s=(\d+\.\d+) .*"
+            rf"cpu_ms_per_job=(\d+\.\d+) +worker_cpu_ms_per_job=(\d+\.\d+) +"
+            rf"broker_cpu_ms_per_job=(\d+\.\d+) .*peak_rss_mib=(\d+\.\d+)$",
+            proc.stdout,
+            re.MULTILINE,
+        )
+        assert found, f"no figures for {peer}:\n{proc.stdout[-3000:]}"
+        done, per_s, cpu, worker, broker, rss = found.groups()
+        assert done == "50", found.group(0)  # every job ran, once
+        assert float(per_s) > 0, found.group(0)
+        assert float(cpu) == pytest.approx(float(worker) + float(broker), abs=0.011)
+        assert float(rss) > 0, found.group(0)
+        assert re.search(rf"^\[{peer}/\w+ median of 1\] jobs=50/50 ", proc.stdout, re.MULTILINE)

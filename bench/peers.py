@@ -1,0 +1,472 @@
+"""Other Python job queues doing bench/throughput.py's work on this machine, for scale.
+
+The machine's speed drifts by ±30% over a day, so a peer's figure means something only beside
+runlane's taken in the same minutes: this runs them in turns (each repetition runs every chosen
+peer once, in order), runlane included through bench/throughput.py.
+
+The work is throughput.py's: N jobs that each spawn `true` and wait for it, 16 in flight, all
+enqueued first (not timed) through the peer's ordinary API, one by one. Then one worker process
+is started; once it is built and idle (imports done, connections open where the peer opens them
+up front) it is told to go. Per repetition:
+
+  jobs_per_s      N / (last job's end - first job's start). Each job appends its start and end
+                  (the machine's monotonic clock) to a file with one write; the harness watches
+                  the file's size, so waiting costs the peer nothing. runlane's figure is the
+                  same span from its run log's timestamps.
+  cpu_ms_per_job  worker_cpu_ms_per_job + broker_cpu_ms_per_job:
+                  the worker process's (and its own worker processes') utime + stime from the
+                  moment it was idle and ready to just after the last job (its children, the
+                  `true`s, excluded); plus the broker's: RabbitMQ's beam.smp process (all of it:
+                  nothing else on this machine is expected to use RabbitMQ), or the PostgreSQL
+                  backends of the scratch database and the shared WAL writer, checkpointer and
+                  background writer (as throughput.py counts them for runlane).
+  startup_cpu_s   the worker's CPU until it was ready (not in the per-job figures).
+  idle_rss_mib, load_rss_mib, peak_rss_mib
+                  the worker processes' VmRSS summed: when ready, the largest sample during the
+                  run (every 0.25 s), and VmHWM (the peak since start, as throughput.py reports).
+                  Summed over a prefork pool's processes, pages they share count once per process.
+
+The peers (bench/_peer_workers.py has how each is set up; `pip install -e ".[peers]"`):
+  dramatiq       RabbitMQ, its default pika broker, no publisher confirms; one worker process,
+                 16 threads (its default prefetch, twice the threads).
+  celery         RabbitMQ (py-amqp), one worker, `--pool threads --concurrency 16` (or
+                 --celery-pool prefork), prefetch multiplier 4, results ignored, no result
+                 backend, without mingle/gossip/heartbeat/remote control (one worker needs none).
+  procrastinate  PostgreSQL through its psycopg 3 async connector, one worker, concurrency 16.
+  pgqueuer       PostgreSQL through asyncpg (its CLI's default driver; its psycopg driver does
+                 ~16 jobs/s here, --pgqueuer-driver psycopg), a QueueManager with at most 16 jobs
+                 picked at once (batches of 8), on asyncio's own loop: its CLI runs uvloop, whose
+                 fork()-based spawn costs more CPU per child (issue 2: 3.6 ms instead of 1.1, 205
+                 jobs/s instead of 735; --pgqueuer-loop uvloop to see it).
+  runlane        bench/throughput.py --db postgres (its launcher and guardian are the worker).
+Dramatiq and Celery without publisher confirms are not durable: a published job can be lost.
+Celery acknowledges a job before running it (its default), Dramatiq after.
+
+    .venv/bin/python bench/peers.py                          # 3,000 jobs, 16 in flight, 3 turns
+    .venv/bin/python bench/peers.py --peers runlane,dramatiq --repeat 5
+    .venv/bin/python bench/peers.py --quick                  # 50 jobs once each: checks it works
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from _common import (
+    cpu_seconds,
+    median,
+    postgres_cpu_delta,
+    postgres_cpu_seconds,
+    rss_mib,
+    scratch_database,
+)
+
+BENCH = Path(__file__).resolve().parent
+WORKERS = BENCH / "_peer_workers.py"
+RECORD = 38  # bytes of one job's record, as _peer_workers.py writes it
+AMQP_URL = os.environ.get("RUNLANE_BENCH_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
+BROKER = {
+    "runlane": "postgres",
+    "dramatiq": "rabbitmq",
+    "celery": "rabbitmq",
+    "procrastinate": "postgres",
+    "pgqueuer": "postgres",
+}
+READY_TIMEOUT = 60.0
+STOP_TIMEOUT = 20.0
+
+
+class PeerFailed(Exception):
+    pass
+
+
+# --- the broker's side -----------------------------------------------------------------------
+
+
+def rabbitmq_cpu_seconds() -> float:
+    """utime + stime of the RabbitMQ server (its Erlang VM, beam.smp) on this machine."""
+    total, found = 0.0, False
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() == "beam.smp":
+                total += cpu_seconds(int(entry.name))
+                found = True
+        except OSError:
+            continue
+    if not found:
+        raise PeerFailed("no beam.smp process: RabbitMQ is not running on this machine")
+    return total
+
+
+@contextlib.contextmanager
+def scratch_rabbitmq_queue() -> Iterator[str]:
+    """A fresh queue name; the queues and exchange the peers declare for it are deleted after."""
+    name = f"runlane_peers_{uuid.uuid4().hex[:8]}"
+    try:
+        yield name
+    finally:
+        try:
+            import pika  # the peers extra; only needed once a peer on RabbitMQ ran
+
+            params = pika.URLParameters(AMQP_URL)
+            params.socket_timeout = params.blocked_connection_timeout = 10
+            params.stack_timeout = 15
+            with contextlib.closing(pika.BlockingConnection(params)) as conn:
+                channel = conn.channel()
+                # Dramatiq's queue, delay queue and dead letters; Celery's queue and exchange.
+                for queue in (name, f"{name}.DQ", f"{name}.XQ"):
+                    channel.queue_delete(queue)
+                channel.exchange_delete(name)
+        except Exception as e:  # say so, without hiding why the peer failed
+            print(f"could not delete the scratch queue {name}: {e!r}", file=sys.stderr)
+
+
+class Broker:
+    """CPU readings of the server a peer works against."""
+
+    def __init__(self, kind: str, database: str | None) -> None:
+        self.kind, self.database = kind, database
+
+    def reading(self) -> object:
+        if self.kind == "rabbitmq":
+            return rabbitmq_cpu_seconds()
+        return postgres_cpu_seconds(self.database)
+
+    def delta(self, before: object, after: object) -> float:
+        if isinstance(before, float) and isinstance(after, float):
+            return after - before
+        assert isinstance(before, dict)
+        assert isinstance(after, dict)
+        return postgres_cpu_delta(before, after)
+
+
+# --- the worker's processes ------------------------------------------------------------------
+
+
+def process_tree(root: int) -> list[int]:
+    """`root` and its descendants, less the jobs' own `true` processes."""
+    parent: dict[int, int] = {}
+    comm: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        name, rest = stat.split(" (", 1)[1].rsplit(")", 1)
+        parent[int(entry.name)], comm[int(entry.name)] = int(rest.split()[1]), name
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        if comm.get(pid, "true") != "true":
+            found.append(pid)
+        todo.extend(child for child, ppid in parent.items() if ppid == pid)
+    return found
+
+
+def start_time(pid: int) -> int | None:
+    """When the process started (clock ticks since boot): with the pid, names it for sure."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def tree_cpu(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            total += cpu_seconds(pid)
+    return total
+
+
+def tree_rss(pids: list[int], field: str = "VmRSS") -> float:
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            rss = rss_mib(pid, field)
+            total += 0.0 if math.isnan(rss) else rss  # a zombie has none
+    return total
+
+
+def read_line(proc: subprocess.Popen[bytes], timeout: float) -> str:
+    """The worker's next stdout line, or PeerFailed once `timeout` passed or it exited."""
+    assert proc.stdout is not None
+    fd, buf = proc.stdout.fileno(), b""
+    deadline = time.monotonic() + timeout
+    while b"\n" not in buf:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise PeerFailed(f"the worker was not ready after {timeout:g} s")
+        if select.select([fd], [], [], left)[0]:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                raise PeerFailed(f"the worker exited before it was ready (exit {proc.wait(5)})")
+            buf += chunk
+    return buf.decode().strip()
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (each peer's graceful stop), then SIGKILL to every process of the worker still
+    there: the worker and its own processes (Celery's prefork pool), each named by its pid and
+    start time, so a pid reused meanwhile by another process is left alone."""
+    procs = [(pid, start_time(pid)) for pid in process_tree(proc.pid)]
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(STOP_TIMEOUT)
+    for pid, started in procs:
+        if started is not None and start_time(pid) == started:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def tail(text: str, lines: int = 12) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def log_tail(path: Path) -> str:
+    text = path.read_text(errors="replace") if path.exists() else ""
+    return "worker log (last lines):\n" + tail(text)
+
+
+# --- one repetition of one peer --------------------------------------------------------------
+
+
+def one_peer(peer: str, n: int, concurrency: int, opts: argparse.Namespace) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        work = Path(tmp)
+        if BROKER[peer] == "rabbitmq":
+            url, queue, database = AMQP_URL, stack.enter_context(scratch_rabbitmq_queue()), None
+        else:
+            url = stack.enter_context(scratch_database("postgres", work))
+            queue, database = "noop", url.rsplit("/", 1)[1]
+        base = [sys.executable, str(WORKERS)]
+        common = [
+            "--url",
+            url,
+            "--queue",
+            queue,
+            "--concurrency",
+            str(concurrency),
+            "--loop",  # asyncio's own, but for PgQueuer when told otherwise
+            opts.pgqueuer_loop if peer == "pgqueuer" else "asyncio",
+            "--pgqueuer-driver",
+            opts.pgqueuer_driver,
+            "--celery-pool",
+            opts.celery_pool,
+            "--celery-prefetch",
+            str(opts.celery_prefetch),
+        ]
+        try:
+            done = subprocess.run(
+                [*base, "enqueue", peer, *common, "--jobs", str(n)],
+                capture_output=True,
+                text=True,
+                timeout=60 + n / 20,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as e:
+            raise PeerFailed(f"enqueueing {n} jobs took over {e.timeout:g} s") from None
+        if done.returncode != 0:
+            raise PeerFailed(f"enqueue failed (exit {done.returncode}):\n{tail(done.stderr)}")
+        enqueue_rate = float(done.stdout.strip().rsplit("=", 1)[1])
+
+        records, log_path = work / "records", work / "worker.log"
+        broker = Broker(BROKER[peer], database)
+        log = stack.enter_context(log_path.open("wb"))
+        proc: subprocess.Popen[bytes] | None = None
+        try:
+            proc = subprocess.Popen(
+                [*base, "work", peer, *common, "--out", str(records)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+            )
+            ready = read_line(proc, READY_TIMEOUT)
+            if peer == "pgqueuer" and ("uvloop" in ready) != (opts.pgqueuer_loop == "uvloop"):
+                raise PeerFailed(f"not on the event loop asked for: {ready}")
+            pids = process_tree(proc.pid)
+            startup_cpu = tree_cpu(pids)
+            idle_rss = tree_rss(pids)
+            broker_before = broker.reading()
+            assert proc.stdin is not None
+            proc.stdin.write(b"go\n")
+            proc.stdin.flush()
+            timeout = opts.timeout or 60 + n / 20
+            deadline, load_rss, next_rss = time.monotonic() + timeout, idle_rss, 0.0
+            while (size := records.stat().st_size if records.exists() else 0) < n * RECORD:
+                now = time.monotonic()
+                if proc.poll() is not None:
+                    raise PeerFailed(
+                        f"the worker exited ({proc.returncode}) after {size // RECORD} of {n} jobs"
+                    )
+                if now > deadline:
+                    raise PeerFailed(f"{size // RECORD} of {n} jobs done after {timeout:g} s")
+                if now >= next_rss:
+                    load_rss, next_rss = max(load_rss, tree_rss(pids)), now + 0.25
+                time.sleep(0.05)
+            # Worker processes started since (none expected) count in full.
+            worker_cpu = tree_cpu(sorted({*pids, *process_tree(proc.pid)})) - startup_cpu
+            broker_cpu = broker.delta(broker_before, broker.reading())
+            peak_rss = tree_rss(pids, "VmHWM")
+        except PeerFailed as e:
+            log.flush()
+            raise PeerFailed(f"{e}\n{log_tail(log_path)}") from None
+        finally:
+            if proc is not None:
+                stop(proc)  # never leave a worker behind
+        data = records.read_bytes()
+        starts = [float(data[i : i + 18]) for i in range(0, len(data), RECORD)]
+        ends = [float(data[i + 19 : i + 37]) for i in range(0, len(data), RECORD)]
+        return {
+            "jobs": float(len(starts)),
+            "jobs_per_s": n / (max(ends) - min(starts)),
+            "enqueue_per_s": enqueue_rate,
+            "cpu_ms_per_job": 1000 * (worker_cpu + broker_cpu) / n,
+            "worker_cpu_ms_per_job": 1000 * worker_cpu / n,
+            "broker_cpu_ms_per_job": 1000 * broker_cpu / n,
+            "startup_cpu_s": startup_cpu,
+            "idle_rss_mib": idle_rss,
+            "load_rss_mib": load_rss,
+            "peak_rss_mib": peak_rss,
+        }
+
+
+# runlane's own figures, by throughput.py's names
+RUNLANE_KEYS = {
+    "runs_per_s": "jobs_per_s",
+    "enqueue_per_s": "enqueue_per_s",
+    "cpu_ms_per_run": "cpu_ms_per_job",
+    "launcher_cpu_ms_per_run": "worker_cpu_ms_per_job",
+    "pg_cpu_ms_per_run": "broker_cpu_ms_per_job",
+    "startup_cpu_s": "startup_cpu_s",
+    "idle_rss_mib": "idle_rss_mib",
+    "peak_rss_mib": "peak_rss_mib",
+}
+
+
+def one_runlane(n: int, concurrency: int, opts: argparse.Namespace) -> dict[str, float]:
+    args = [
+        "--db",
+        "postgres",
+        "--runs",
+        str(n),
+        "--concurrency",
+        str(concurrency),
+        "--repeat",
+        "1",
+    ]
+    try:
+        done = subprocess.run(
+            [sys.executable, str(BENCH / "throughput.py"), *args],
+            capture_output=True,
+            text=True,
+            timeout=opts.timeout or 120 + n / 20,
+            check=False,
+            cwd=BENCH.parent,
+        )
+    except subprocess.TimeoutExpired as e:
+        raise PeerFailed(f"bench/throughput.py took over {e.timeout:g} s") from None
+    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("[postgres #1]")), None)
+    if done.returncode != 0 or line is None:
+        raise PeerFailed(
+            f"bench/throughput.py failed (exit {done.returncode}):\n{tail(done.stderr)}"
+        )
+    found = dict(re.findall(r"(\w+)=([\d.]+)", line))
+    # throughput.py fails unless every run succeeded
+    return {
+        "jobs": float(n),
+        **{ours: float(found[theirs]) for theirs, ours in RUNLANE_KEYS.items()},
+    }
+
+
+def show(values: dict[str, float], n: int) -> str:
+    figures = "  ".join(f"{k}={v:.2f}" for k, v in values.items() if k != "jobs")
+    return f"jobs={values['jobs']:.0f}/{n}  {figures}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--peers",
+        default=",".join(BROKER),
+        help=f"comma-separated, run in this order each repetition (default: {','.join(BROKER)})",
+    )
+    ap.add_argument("--jobs", type=int, default=3000)
+    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--quick", action="store_true", help="50 jobs, once each: checks the script works"
+    )
+    ap.add_argument(
+        "--timeout",
+        type=float,
+        default=0.0,
+        help="seconds one peer may take to do the jobs (default 60 + jobs/20)",
+    )
+    ap.add_argument("--pgqueuer-loop", choices=["asyncio", "uvloop"], default="asyncio")
+    ap.add_argument("--pgqueuer-driver", choices=["asyncpg", "psycopg"], default="asyncpg")
+    ap.add_argument("--celery-pool", choices=["threads", "prefork"], default="threads")
+    ap.add_argument("--celery-prefetch", type=int, default=4, help="Celery's prefetch multiplier")
+    args = ap.parse_args()
+    if args.quick:
+        args.jobs, args.repeat = 50, 1
+    if args.jobs < 1 or args.repeat < 1 or args.concurrency < 1:
+        ap.error("--jobs, --repeat and --concurrency must be at least 1")
+    peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    unknown = [p for p in peers if p not in BROKER]
+    if unknown:
+        ap.error(f"unknown peers {unknown}: choose from {','.join(BROKER)}")
+
+    results: dict[str, list[dict[str, float]]] = {p: [] for p in peers}
+    failed = 0
+    for i in range(args.repeat):
+        for peer in peers:
+            tag = f"[{peer}/{BROKER[peer]} #{i + 1}]"
+            try:
+                if peer == "runlane":
+                    r = one_runlane(args.jobs, args.concurrency, args)
+                else:
+                    r = one_peer(peer, args.jobs, args.concurrency, args)
+            except Exception as e:  # one peer failing leaves the others to run
+                failed += 1
+                print(f"{tag} FAILED: {e}", flush=True)
+                continue
+            if r["jobs"] != args.jobs:
+                failed += 1
+                print(f"{tag} FAILED: {show(r, args.jobs)}", flush=True)
+                continue
+            results[peer].append(r)
+            print(f"{tag} {show(r, args.jobs)}", flush=True)
+    for peer, rs in results.items():
+        if rs:
+            medians = {k: median([r[k] for r in rs]) for k in rs[0]}
+            print(f"[{peer}/{BROKER[peer]} median of {len(rs)}] {show(medians, args.jobs)}")
+    if failed:
+        print(f"{failed} of {args.repeat * len(peers)} peer runs failed", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
