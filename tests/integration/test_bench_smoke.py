@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -64,14 +65,23 @@ def test_peers_bench_runs_every_peer(pg_database: str) -> None:
         if os.environ.get("CI") == "true":
             pytest.fail(f"RabbitMQ is required in CI: {e}")
         pytest.skip(f"RabbitMQ not reachable: {e}")
-    proc = subprocess.run(
+    # In a session of its own: on a timeout its whole process group goes (the launcher that
+    # bench/throughput.py starts, the peers' workers), not only the script.
+    with subprocess.Popen(
         [sys.executable, str(BENCH / "peers.py"), "--quick"],
         cwd=BENCH.parent,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=110,
-        check=False,
-    )
+        start_new_session=True,
+    ) as running:
+        try:
+            stdout, stderr = running.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            os.killpg(running.pid, signal.SIGKILL)
+            stdout, stderr = running.communicate()
+            pytest.fail(f"bench/peers.py --quick ran past 240 s:\n{stdout[-3000:]}{stderr[-3000:]}")
+    proc = subprocess.CompletedProcess(running.args, running.returncode, stdout, stderr)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for peer in PEERS:
         found = re.search(
