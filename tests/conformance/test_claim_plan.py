@@ -150,6 +150,39 @@ async def test_finishing_and_renewing_find_runs_by_primary_key(harness: StoreHar
             assert pages <= 6 * LIMIT, (name, pages)
 
 
+async def test_sqlite_counts_and_polls_read_only_queued_or_running_runs(
+    harness: StoreHarness,
+) -> None:
+    """What the launcher runs over and over (admission's running counts at each claim, the
+    cancel poll each claim interval, the queue depth at each heartbeat) reads the partial index
+    of the runs it is about. Left to its planner, SQLite read the whole of run_log for each of
+    them (the claim's counts through run_log_job_status_idx, the OR in it defeating the (job,
+    status) lookup): a launcher's claims got slower with every run ever logged."""
+    if harness.dialect != "sqlite":
+        return  # PostgreSQL: its claim's counts are in claim_candidates, read only when needed
+    store = harness.store
+    for i in range(HISTORY // 10):
+        await store.accept(new_run(job=f"job{i % 7}"))
+    taken = await claim_all(store, limit=HISTORY // 20)
+    await store.finish_many([FinishRequest(c.lease, SUCCESS) for c in taken[: HISTORY // 40]])
+    expected = {
+        "running_counts": ("run_log_running_lease_idx", {"jobs": '["job1"]', "capped": "[]"}),
+        "cancel_requests": ("run_log_running_lease_idx", {"owner": "L1"}),
+        "count_queued": ("run_log_claim_idx", {}),
+    }
+    for name, (index, params) in expected.items():
+        plan = harness.query("EXPLAIN QUERY PLAN " + SQLITE_QUERIES[name], params)
+        details = [str(row[-1]) for row in plan if "run_log" in str(row[-1])]
+        assert details == [f"SCAN run_log USING INDEX {index}"], (name, details)
+    # And they still answer right.
+    assert await store.count_queued() == HISTORY // 10 - HISTORY // 20
+    assert await store.cancel_requests("L1") == []
+    blocked = await store.accept(new_run(job="job1", overlap="forbid"))
+    assert blocked.run.status.value == "queued"
+    claimed = await claim_all(store, limit=HISTORY)  # job1 has runs running: forbid waits
+    assert blocked.run.id not in {c.run.id for c in claimed}
+
+
 @pytest.mark.parametrize(
     ("overlap", "statement"),
     [("allow", "claim_fast"), ("forbid", "claim_candidates"), ("forbid", "claim_update")],

@@ -380,14 +380,19 @@ class SqliteStore:
                     if RowReader.text(r, "overlap") != "allow"
                 }
             )
-            count_rows = _all(
-                conn.execute(
-                    Q["running_counts"],
-                    {
-                        "jobs": sqlcommon.dump_json(jobs),
-                        "capped": sqlcommon.dump_json(sorted(executor_caps)),
-                    },
+            # Nothing to count when every candidate is `allow` and no executor is capped.
+            count_rows = (
+                _all(
+                    conn.execute(
+                        Q["running_counts"],
+                        {
+                            "jobs": sqlcommon.dump_json(jobs),
+                            "capped": sqlcommon.dump_json(sorted(executor_caps)),
+                        },
+                    )
                 )
+                if jobs or executor_caps
+                else []
             )
             chosen = sqlcommon.admit(cand_rows, count_rows, executor_caps, limit)
             deadline_by_id = {

@@ -63,8 +63,11 @@ LIMIT :scan
 
 -- name: running_counts
 -- Only what admission looks at: the candidates' non-`allow` jobs and the capped executors.
+-- INDEXED BY: through the running runs' partial index, O(running). Left to itself SQLite read
+-- the whole of run_log_job_status_idx (the OR defeats its (job, status) lookup): every claim
+-- then cost O(every run ever logged).
 SELECT job, executor, count(*) AS n
-FROM run_log
+FROM run_log INDEXED BY run_log_running_lease_idx
 WHERE status = 'running'
   AND (job IN (SELECT value FROM json_each(:jobs))
        OR executor IN (SELECT value FROM json_each(:capped)))
@@ -200,7 +203,8 @@ WHERE id = :id AND status = 'running'
 RETURNING *
 
 -- name: cancel_requests
-SELECT id FROM run_log
+-- O(running), polled every claim interval (SQLite otherwise walked the primary key: O(table)).
+SELECT id FROM run_log INDEXED BY run_log_running_lease_idx
 WHERE status = 'running' AND lease_owner = :owner AND cancel_requested_at IS NOT NULL
 ORDER BY id
 
@@ -217,7 +221,9 @@ ORDER BY queued_at DESC, id DESC
 LIMIT :limit
 
 -- name: count_queued
-SELECT count(*) AS n FROM run_log WHERE status = 'queued'
+-- O(queued), for every heartbeat (SQLite otherwise counted through all of
+-- run_log_job_status_idx: O(table)).
+SELECT count(*) AS n FROM run_log INDEXED BY run_log_claim_idx WHERE status = 'queued'
 
 -- name: set_override
 INSERT INTO job_overrides (job, paused_until, reason, created_by, created_at)
