@@ -348,3 +348,53 @@ async def test_a_finished_step_advances_its_chain_without_waiting_for_the_tick(
         launcher.stop()
         await task
     assert (await store.get_chain_run(run.id)).status == "success"
+
+
+async def test_a_chain_the_launcher_does_not_know_waits_for_one_that_does(
+    store: Store, catalog: Catalog, database_url: str
+) -> None:
+    """A chain added to the catalog after a launcher loaded it, started from the CLI (which
+    reads the file): the launcher on the older catalog must not fail it, its first step is
+    already queued. It waits for a launcher that knows the chain; past its deadline
+    (max_duration) nobody advanced it, and it fails `unknown_chain`."""
+    zone, latest = zone_and_latest(datetime.now(UTC))
+    older_text = CATALOG.replace("  happy:", "  happy-before:").replace(
+        "  timeout:", "  timeout-before:"
+    )
+    older = parse_catalog_text(
+        older_text.replace("{dir}", "/tmp").replace("{zone}", zone).replace("{latest}", latest),
+        "catalog.yaml",
+    )
+    assert "happy" not in older.chains
+
+    async def accept(request: RunRequest) -> Any:
+        return await accept_run(store, catalog, request)
+
+    cli = ChainRunner(store, catalog, accept)
+    run = await cli.start("happy", trigger=Trigger.CLI)
+    assert (await steps_of(cli, run.id))["first"][0] == "queued"
+    stale = ChainRunner(store, older, accept)
+    assert await stale.advance_all() == 1
+    assert await stale.advance_all() == 1  # still there on the next tick
+    waiting = await store.get_chain_run(run.id)
+    assert (waiting.status, waiting.end_reason) == ("running", None)
+    assert await cli.advance(waiting) is not None  # a launcher that knows it carries on
+    assert (await steps_of(cli, run.id))["first"][0] == "queued"
+
+    # Started an hour ago with max_duration 1s: its deadline has passed.
+    earlier = datetime.now(UTC) - timedelta(hours=1)
+    past: Store
+    if database_url.startswith("sqlite"):
+        past = SqliteStore(database_url.removeprefix("sqlite:///"), clock=FixedClock(earlier))
+    else:
+        past = PostgresStore(database_url, pool_max=1, clock=FixedClock(earlier))
+    await past.open()
+    try:
+        late = await ChainRunner(past, catalog, accept).start("timeout", trigger=Trigger.CLI)
+    finally:
+        await past.close()
+    assert late.deadline_at is not None
+    await stale.advance_all()
+    failed = await store.get_chain_run(late.id)
+    assert (failed.status, failed.end_reason) == ("failure", "unknown_chain")
+    assert (await store.get_chain_run(run.id)).status == "running"  # the other one waits on

@@ -94,6 +94,8 @@ class ChainRunner:
     # Set when a step of a chain ends (by the launcher that recorded it), so the chain advances
     # at once instead of at the next `interval` tick; the tick still catches what others end.
     nudge: asyncio.Event = field(default_factory=asyncio.Event)
+    # Chain runs of chains this catalog lacks, already warned about (one warning each).
+    _unknown_warned: set[str] = field(default_factory=set)
 
     async def start(
         self,
@@ -152,7 +154,7 @@ class ChainRunner:
     async def advance(self, run: ChainRun) -> ChainPlan | None:
         chain = self.catalog.chains.get(run.chain)
         if chain is None:
-            await self.store.finish_chain_run(run.id, "failure", "unknown_chain")
+            await self._unknown_chain(run)
             return None
         specs = step_specs(self.catalog, chain, run)
         rows = await self.store.list_runs(RunFilter(chain_root_id=run.id, limit=10_000))
@@ -197,6 +199,33 @@ class ChainRunner:
                 if self.hook is not None:
                     self.hook("chain_finished", run.id)
         return plan
+
+    async def _unknown_chain(self, run: ChainRun) -> None:
+        """A run of a chain this catalog lacks: the chain was added to the file (and started
+        from the CLI, or by a launcher already on the newer catalog) after this launcher loaded
+        it. It waits for a launcher that knows the chain (this one restarted, or another
+        replica) instead of failing here: failed, a rolling catalog change would fail chain runs
+        whose first steps had already started. Past its deadline (`max_duration`, when the
+        chain had one) it fails with `unknown_chain`: nobody advanced it in time."""
+        if run.deadline_at is not None and await self.store.now() >= run.deadline_at:
+            if await self.store.finish_chain_run(run.id, "failure", "unknown_chain") is not None:
+                log.warning(
+                    "chain.unknown_chain_failed", chain=run.chain, chain_run_id=run.id,
+                    reason="no launcher that knows the chain advanced it before its deadline",
+                )
+                if self.hook is not None:
+                    self.hook("chain_finished", run.id)
+            return
+        if run.id in self._unknown_warned:
+            return
+        if len(self._unknown_warned) >= 10_000:  # bounded: one warning each, roughly
+            self._unknown_warned.clear()
+        self._unknown_warned.add(run.id)
+        log.warning(
+            "chain.unknown_chain", chain=run.chain, chain_run_id=run.id,
+            hint="this launcher's catalog does not define the chain; the run waits for a "
+            "launcher that does (restart `runlane serve` to load the current catalog)",
+        )
 
     async def _step(
         self, run: ChainRun, step: StepSpec, now: datetime, *, skipped: str | None
