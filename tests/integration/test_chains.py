@@ -18,8 +18,9 @@ from runlane.adapters.postgres import PostgresStore
 from runlane.adapters.sqlite import SqliteStore
 from runlane.catalog import Catalog, parse_catalog_text
 from runlane.core.runs import RunStatus, Trigger
-from runlane.ports import FixedClock, RunFilter, Store
+from runlane.ports import FixedClock, Heartbeat, RunFilter, Store
 from runlane.service.accept import RunRequest, accept_run
+from runlane.service.catalog_stamp import stamp_catalog
 from runlane.service.chains import ChainRunner, latest_attempts, step_specs
 from runlane.service.config import Settings
 from runlane.service.events import emit_event
@@ -355,8 +356,9 @@ async def test_a_chain_the_launcher_does_not_know_waits_for_one_that_does(
 ) -> None:
     """A chain added to the catalog after a launcher loaded it, started from the CLI (which
     reads the file): the launcher on the older catalog must not fail it, its first step is
-    already queued. It waits for a launcher that knows the chain; past its deadline
-    (max_duration) nobody advanced it, and it fails `unknown_chain`."""
+    already queued. The run waits for a launcher that knows the chain: for a grace period after
+    its start, and beyond that while another live launcher runs a different catalog. Then, or
+    once its deadline (max_duration) has passed, it fails `unknown_chain`."""
     zone, latest = zone_and_latest(datetime.now(UTC))
     older_text = CATALOG.replace("  happy:", "  happy-before:").replace(
         "  timeout:", "  timeout-before:"
@@ -371,9 +373,11 @@ async def test_a_chain_the_launcher_does_not_know_waits_for_one_that_does(
         return await accept_run(store, catalog, request)
 
     cli = ChainRunner(store, catalog, accept)
+    stale = ChainRunner(
+        store, older, accept, launcher_id="stale", catalog_digest=stamp_catalog(older).digest
+    )
     run = await cli.start("happy", trigger=Trigger.CLI)
     assert (await steps_of(cli, run.id))["first"][0] == "queued"
-    stale = ChainRunner(store, older, accept)
     assert await stale.advance_all() == 1
     assert await stale.advance_all() == 1  # still there on the next tick
     waiting = await store.get_chain_run(run.id)
@@ -381,7 +385,8 @@ async def test_a_chain_the_launcher_does_not_know_waits_for_one_that_does(
     assert await cli.advance(waiting) is not None  # a launcher that knows it carries on
     assert (await steps_of(cli, run.id))["first"][0] == "queued"
 
-    # Started an hour ago with max_duration 1s: its deadline has passed.
+    # Started an hour ago (past the grace period): `happy` has no max_duration, `timeout` has
+    # one of 1s, long past.
     earlier = datetime.now(UTC) - timedelta(hours=1)
     past: Store
     if database_url.startswith("sqlite"):
@@ -390,11 +395,28 @@ async def test_a_chain_the_launcher_does_not_know_waits_for_one_that_does(
         past = PostgresStore(database_url, pool_max=1, clock=FixedClock(earlier))
     await past.open()
     try:
+        old = await ChainRunner(past, catalog, accept).start("happy", trigger=Trigger.CLI)
         late = await ChainRunner(past, catalog, accept).start("timeout", trigger=Trigger.CLI)
     finally:
         await past.close()
+    assert old.deadline_at is None
     assert late.deadline_at is not None
+
+    def other(digest: str) -> Heartbeat:
+        return Heartbeat(
+            launcher_id="other", host="h", pid=1, version="test",
+            started_at=datetime.now(UTC), catalog_digest=digest,
+        )
+
+    # Another live launcher runs the newer catalog: it may be advancing `old`, so it waits.
+    await store.beat(other(stamp_catalog(catalog).digest))
     await stale.advance_all()
-    failed = await store.get_chain_run(late.id)
+    assert (await store.get_chain_run(old.id)).status == "running"
+    failed = await store.get_chain_run(late.id)  # past its deadline: failed all the same
     assert (failed.status, failed.end_reason) == ("failure", "unknown_chain")
-    assert (await store.get_chain_run(run.id)).status == "running"  # the other one waits on
+    # Every live launcher now runs the older catalog: nobody will advance `old`.
+    await store.beat(other(stamp_catalog(older).digest))
+    await stale.advance_all()
+    failed = await store.get_chain_run(old.id)
+    assert (failed.status, failed.end_reason) == ("failure", "unknown_chain")
+    assert (await store.get_chain_run(run.id)).status == "running"  # within its grace period

@@ -24,9 +24,15 @@ from runlane.core.runs import AcceptResult, Outcome, Run, RunStatus, Trigger
 from runlane.errors import InvalidTransition, NotFound, RunlaneError
 from runlane.ports import ChainRun, NewChainRun, RunFilter, Store
 from runlane.service.accept import RunRequest
+from runlane.service.catalog_stamp import live_launchers
 from runlane.service.scheduler import pause_of
 
 log = structlog.get_logger("runlane.chains")
+
+# How long a run of a chain that this launcher's catalog lacks waits for a launcher that has it
+# (restarted to apply a catalog change) before it fails `unknown_chain`, when no other live
+# launcher runs a different catalog.
+UNKNOWN_CHAIN_GRACE_SECONDS = 15 * 60
 
 AcceptFn = Callable[[RunRequest], Awaitable[AcceptResult]]
 Hook = Callable[[str, str], None]
@@ -94,6 +100,12 @@ class ChainRunner:
     # Set when a step of a chain ends (by the launcher that recorded it), so the chain advances
     # at once instead of at the next `interval` tick; the tick still catches what others end.
     nudge: asyncio.Event = field(default_factory=asyncio.Event)
+    # Who runs this chain runner (a launcher; None for the CLI), the digest of its catalog and
+    # when a heartbeat is stale: a run of a chain this catalog lacks waits while another live
+    # launcher runs a different catalog, which may have the chain (see `_unknown_chain`).
+    launcher_id: str | None = None
+    catalog_digest: str | None = None
+    stale_after: float = 60.0
     # Chain runs of chains this catalog lacks, already warned about (one warning each).
     _unknown_warned: set[str] = field(default_factory=set)
 
@@ -201,17 +213,27 @@ class ChainRunner:
         return plan
 
     async def _unknown_chain(self, run: ChainRun) -> None:
-        """A run of a chain this catalog lacks: the chain was added to the file (and started
-        from the CLI, or by a launcher already on the newer catalog) after this launcher loaded
-        it. It waits for a launcher that knows the chain (this one restarted, or another
-        replica) instead of failing here: failed, a rolling catalog change would fail chain runs
-        whose first steps had already started. Past its deadline (`max_duration`, when the
-        chain had one) it fails with `unknown_chain`: nobody advanced it in time."""
-        if run.deadline_at is not None and await self.store.now() >= run.deadline_at:
+        """A run of a chain this catalog lacks. Either the chain was added to the file (and
+        started from the CLI, or by a launcher already on the newer catalog) after this launcher
+        loaded it, or it was removed since the run started.
+
+        Added: the run waits for a launcher that knows the chain (this one restarted, or another
+        replica) instead of failing here; failed, a rolling catalog change would fail chain runs
+        whose first steps had already started. It waits for `UNKNOWN_CHAIN_GRACE_SECONDS` after
+        its start, and beyond that for as long as another live launcher runs a different catalog
+        (which may have the chain and be advancing it).
+        Removed, or nobody restarted: it then fails with `unknown_chain`. It fails at once when
+        its deadline (`max_duration`, when the chain had one) has passed.
+        """
+        now = await self.store.now()
+        over = run.deadline_at is not None and now >= run.deadline_at
+        if not over and now - run.started_at >= timedelta(seconds=UNKNOWN_CHAIN_GRACE_SECONDS):
+            over = not await self._other_catalog_live(now)
+        if over:
             if await self.store.finish_chain_run(run.id, "failure", "unknown_chain") is not None:
                 log.warning(
                     "chain.unknown_chain_failed", chain=run.chain, chain_run_id=run.id,
-                    reason="no launcher that knows the chain advanced it before its deadline",
+                    reason="no launcher that knows the chain advanced it in time",
                 )
                 if self.hook is not None:
                     self.hook("chain_finished", run.id)
@@ -225,6 +247,16 @@ class ChainRunner:
             "chain.unknown_chain", chain=run.chain, chain_run_id=run.id,
             hint="this launcher's catalog does not define the chain; the run waits for a "
             "launcher that does (restart `runlane serve` to load the current catalog)",
+        )
+
+    async def _other_catalog_live(self, now: datetime) -> bool:
+        """True when another live launcher runs a catalog other than this one's (or does not
+        say which): it may have the chain."""
+        live = live_launchers(await self.store.launchers(), now, self.stale_after)
+        return any(
+            h.launcher_id != self.launcher_id
+            and (h.catalog_digest is None or h.catalog_digest != self.catalog_digest)
+            for h in live
         )
 
     async def _step(

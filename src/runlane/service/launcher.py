@@ -322,7 +322,12 @@ class Launcher:
                 pod_fallback=self.settings.pod_fallback,
             )
 
-        chains = ChainRunner(self.store, self.catalog, accept, self.hook, self.trigger_interval)
+        chains = ChainRunner(
+            self.store, self.catalog, accept, self.hook, self.trigger_interval,
+            launcher_id=self.owner,
+            catalog_digest=self._stamp().digest,
+            stale_after=self.settings.launcher_stale_after,
+        )
         self._chain_nudge = chains.nudge
         scheduler = Scheduler(
             self.store, self.catalog, accept, chains.start_scheduled, self.hook,
@@ -1009,12 +1014,17 @@ class Launcher:
                 log.warning("heartbeat.failed", error=str(exc))
             await asyncio.sleep(self.settings.heartbeat_interval)
 
+    def _stamp(self) -> CatalogStamp:
+        """The digest and job names of the catalog this launcher runs (worked out once)."""
+        if self._catalog_stamp is None:
+            self._catalog_stamp = stamp_catalog(self.catalog)
+        return self._catalog_stamp
+
     async def beat(self) -> None:
         running: dict[str, int] = {}
         for sup in self._active.values():
             running[sup.executor.name] = running.get(sup.executor.name, 0) + 1
-        if self._catalog_stamp is None:
-            self._catalog_stamp = stamp_catalog(self.catalog)
+        stamp = self._stamp()
         await self.store.beat(
             Heartbeat(
                 launcher_id=self.owner,
@@ -1024,9 +1034,9 @@ class Launcher:
                 started_at=self._started_at,
                 queue_depth=await self.store.count_queued(),
                 running=running,
-                catalog_digest=self._catalog_stamp.digest,
+                catalog_digest=stamp.digest,
                 catalog_loaded_at=self._started_at,
-                catalog_jobs=self._catalog_stamp.jobs,
+                catalog_jobs=stamp.jobs,
             )
         )
         # A launcher that died without removing its row (SIGKILL, lost host) goes after a while.
