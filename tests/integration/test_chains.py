@@ -357,8 +357,9 @@ async def test_a_chain_the_launcher_does_not_know_waits_for_one_that_does(
     """A chain added to the catalog after a launcher loaded it, started from the CLI (which
     reads the file): the launcher on the older catalog must not fail it, its first step is
     already queued. The run waits for a launcher that knows the chain: for a grace period after
-    its start, and beyond that while another live launcher runs a different catalog. Then, or
-    once its deadline (max_duration) has passed, it fails `unknown_chain`."""
+    its start (or until its deadline, max_duration), and beyond that while another live launcher
+    could be advancing it (a different catalog, with the jobs of the run's steps). Once none
+    could for long enough, it fails `unknown_chain`."""
     zone, latest = zone_and_latest(datetime.now(UTC))
     older_text = CATALOG.replace("  happy:", "  happy-before:").replace(
         "  timeout:", "  timeout-before:"
@@ -373,9 +374,14 @@ async def test_a_chain_the_launcher_does_not_know_waits_for_one_that_does(
         return await accept_run(store, catalog, request)
 
     cli = ChainRunner(store, catalog, accept)
-    stale = ChainRunner(
-        store, older, accept, launcher_id="stale", catalog_digest=stamp_catalog(older).digest
-    )
+
+    def stale_launcher(settle: float) -> ChainRunner:
+        return ChainRunner(
+            store, older, accept, launcher_id="stale",
+            catalog_digest=stamp_catalog(older).digest, unknown_settle=settle,
+        )
+
+    stale = stale_launcher(settle=0.0)
     run = await cli.start("happy", trigger=Trigger.CLI)
     assert (await steps_of(cli, run.id))["first"][0] == "queued"
     assert await stale.advance_all() == 1
@@ -402,21 +408,32 @@ async def test_a_chain_the_launcher_does_not_know_waits_for_one_that_does(
     assert old.deadline_at is None
     assert late.deadline_at is not None
 
-    def other(digest: str) -> Heartbeat:
-        return Heartbeat(
-            launcher_id="other", host="h", pid=1, version="test",
-            started_at=datetime.now(UTC), catalog_digest=digest,
+    async def other_launcher(digest: str, jobs: tuple[str, ...] | None) -> None:
+        await store.beat(
+            Heartbeat(
+                launcher_id="other", host="h", pid=1, version="test",
+                started_at=datetime.now(UTC), catalog_digest=digest, catalog_jobs=jobs,
+            )
         )
 
-    # Another live launcher runs the newer catalog: it may be advancing `old`, so it waits.
-    await store.beat(other(stamp_catalog(catalog).digest))
+    async def status(chain_run_id: str) -> tuple[str, str | None]:
+        found = await store.get_chain_run(chain_run_id)
+        return found.status, found.end_reason
+
+    # Another live launcher runs the newer catalog: it may be advancing both (it handles the
+    # deadline of `late` itself), so they wait.
+    newer = stamp_catalog(catalog)
+    await other_launcher(newer.digest, newer.jobs)
     await stale.advance_all()
-    assert (await store.get_chain_run(old.id)).status == "running"
-    failed = await store.get_chain_run(late.id)  # past its deadline: failed all the same
-    assert (failed.status, failed.end_reason) == ("failure", "unknown_chain")
-    # Every live launcher now runs the older catalog: nobody will advance `old`.
-    await store.beat(other(stamp_catalog(older).digest))
+    assert await status(old.id) == ("running", None)
+    assert await status(late.id) == ("running", None)
+    # It runs a different catalog, but one without the steps' jobs: it cannot have the chain.
+    # Nobody can advance them, but not for long enough yet (one missed heartbeat, a restart).
+    await other_launcher("sha256:another", ("bad",))
+    await stale_launcher(settle=3600.0).advance_all()
+    assert await status(old.id) == ("running", None)
+    # For long enough (settle 0): both fail.
     await stale.advance_all()
-    failed = await store.get_chain_run(old.id)
-    assert (failed.status, failed.end_reason) == ("failure", "unknown_chain")
-    assert (await store.get_chain_run(run.id)).status == "running"  # within its grace period
+    assert await status(old.id) == ("failure", "unknown_chain")
+    assert await status(late.id) == ("failure", "unknown_chain")
+    assert await status(run.id) == ("running", None)  # within its grace period

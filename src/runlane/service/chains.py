@@ -105,9 +105,14 @@ class ChainRunner:
     # launcher runs a different catalog, which may have the chain (see `_unknown_chain`).
     launcher_id: str | None = None
     catalog_digest: str | None = None
-    stale_after: float = 60.0
-    # Chain runs of chains this catalog lacks, already warned about (one warning each).
+    stale_after: float = 45.0
+    # How long "no other launcher can be advancing it" must hold before such a run fails: one
+    # missed heartbeat, or the restart of the launcher that has the chain, is not enough.
+    unknown_settle: float = 120.0
+    # Chain runs of chains this catalog lacks, already warned about (one warning each), and
+    # since when (database time) no other live launcher could be advancing each.
     _unknown_warned: set[str] = field(default_factory=set)
+    _unadvanced_since: dict[str, datetime] = field(default_factory=dict)
 
     async def start(
         self,
@@ -217,27 +222,27 @@ class ChainRunner:
         started from the CLI, or by a launcher already on the newer catalog) after this launcher
         loaded it, or it was removed since the run started.
 
-        Added: the run waits for a launcher that knows the chain (this one restarted, or another
-        replica) instead of failing here; failed, a rolling catalog change would fail chain runs
-        whose first steps had already started. It waits for `UNKNOWN_CHAIN_GRACE_SECONDS` after
-        its start, and beyond that for as long as another live launcher runs a different catalog
-        (which may have the chain and be advancing it).
-        Removed, or nobody restarted: it then fails with `unknown_chain`. It fails at once when
-        its deadline (`max_duration`, when the chain had one) has passed.
+        The run waits for a launcher that knows the chain (this one restarted, or another
+        replica) instead of failing here: failed, a rolling catalog change would fail chain runs
+        whose first steps had already started. It waits `UNKNOWN_CHAIN_GRACE_SECONDS` from its
+        start (or until its deadline, `max_duration`, when sooner); after that it fails with
+        `unknown_chain` once no other launcher could have been advancing it for
+        `unknown_settle` seconds: none live runs a different catalog that has the jobs of the
+        run's steps. A launcher that has the chain handles its deadline itself (`chain_timeout`).
         """
         now = await self.store.now()
-        over = run.deadline_at is not None and now >= run.deadline_at
-        if not over and now - run.started_at >= timedelta(seconds=UNKNOWN_CHAIN_GRACE_SECONDS):
-            over = not await self._other_catalog_live(now)
-        if over:
-            if await self.store.finish_chain_run(run.id, "failure", "unknown_chain") is not None:
-                log.warning(
-                    "chain.unknown_chain_failed", chain=run.chain, chain_run_id=run.id,
-                    reason="no launcher that knows the chain advanced it in time",
-                )
-                if self.hook is not None:
-                    self.hook("chain_finished", run.id)
-            return
+        waited = now - run.started_at >= timedelta(seconds=UNKNOWN_CHAIN_GRACE_SECONDS)
+        if waited or (run.deadline_at is not None and now >= run.deadline_at):
+            if await self._may_be_advanced_elsewhere(run, now):
+                self._unadvanced_since.pop(run.id, None)
+            else:
+                if len(self._unadvanced_since) >= 10_000:  # bounded, like the warnings
+                    self._unadvanced_since.clear()
+                since = self._unadvanced_since.setdefault(run.id, now)
+                if now - since >= timedelta(seconds=self.unknown_settle):
+                    self._unadvanced_since.pop(run.id, None)
+                    await self._fail_unknown(run)
+                    return
         if run.id in self._unknown_warned:
             return
         if len(self._unknown_warned) >= 10_000:  # bounded: one warning each, roughly
@@ -249,15 +254,29 @@ class ChainRunner:
             "launcher that does (restart `runlane serve` to load the current catalog)",
         )
 
-    async def _other_catalog_live(self, now: datetime) -> bool:
-        """True when another live launcher runs a catalog other than this one's (or does not
-        say which): it may have the chain."""
-        live = live_launchers(await self.store.launchers(), now, self.stale_after)
-        return any(
-            h.launcher_id != self.launcher_id
+    async def _fail_unknown(self, run: ChainRun) -> None:
+        if await self.store.finish_chain_run(run.id, "failure", "unknown_chain") is not None:
+            log.warning(
+                "chain.unknown_chain_failed", chain=run.chain, chain_run_id=run.id,
+                reason="no launcher that knows the chain advanced it in time",
+            )
+            if self.hook is not None:
+                self.hook("chain_finished", run.id)
+
+    async def _may_be_advanced_elsewhere(self, run: ChainRun, now: datetime) -> bool:
+        """True when another live launcher runs a different catalog (or does not say which)
+        that has every job the run's steps ran: it may have the chain and be advancing it."""
+        others = [
+            h
+            for h in live_launchers(await self.store.launchers(), now, self.stale_after)
+            if h.launcher_id != self.launcher_id
             and (h.catalog_digest is None or h.catalog_digest != self.catalog_digest)
-            for h in live
-        )
+        ]
+        if not others:
+            return False
+        steps = await self.store.list_runs(RunFilter(chain_root_id=run.id, limit=10_000))
+        jobs = {step.job for step in steps}
+        return any(h.catalog_jobs is None or jobs <= set(h.catalog_jobs) for h in others)
 
     async def _step(
         self, run: ChainRun, step: StepSpec, now: datetime, *, skipped: str | None
