@@ -4,6 +4,7 @@ chain advancer starts, skips and finishes them. Tests wait on launcher hooks, ne
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from collections import defaultdict
 from collections.abc import AsyncIterator
@@ -147,6 +148,23 @@ async def running(
     await task
 
 
+@contextlib.asynccontextmanager
+async def store_an_hour_ago(database_url: str) -> AsyncIterator[Store]:
+    """The test database through a store whose clock reads an hour ago: what it records (a
+    chain run's start, its deadline) is in the past for everyone else."""
+    earlier = FixedClock(datetime.now(UTC) - timedelta(hours=1))
+    past: Store
+    if database_url.startswith("sqlite"):
+        past = SqliteStore(database_url.removeprefix("sqlite:///"), clock=earlier)
+    else:
+        past = PostgresStore(database_url, pool_max=1, clock=earlier)
+    await past.open()
+    try:
+        yield past
+    finally:
+        await past.close()
+
+
 async def steps_of(runner: ChainRunner, chain_run_id: str) -> dict[str, tuple[str, str | None]]:
     run = await runner.store.get_chain_run(chain_run_id)
     specs = step_specs(runner.catalog, runner.catalog.chains[run.chain], run)
@@ -202,19 +220,10 @@ async def test_latest_starts_a_step_while_its_parent_runs(
     # its `latest` (two minutes ago, see zone_and_latest) is still ahead of it then; the
     # launcher's chain loop, on the real clock, then finds `latest` passed and starts lineup
     # although `slow` still runs.
-    earlier = datetime.now(UTC) - timedelta(hours=1)
-    past: Store
-    if database_url.startswith("sqlite"):
-        past = SqliteStore(database_url.removeprefix("sqlite:///"), clock=FixedClock(earlier))
-    else:
-        past = PostgresStore(database_url, pool_max=1, clock=FixedClock(earlier))
-    await past.open()
-    try:
+    async with store_an_hour_ago(database_url) as past:
         run = await ChainRunner(past, runner.catalog, runner.accept, hooks).start(
             "latest", trigger=Trigger.CLI
         )
-    finally:
-        await past.close()
     while True:
         step = await runner.store.get_run(await asyncio.wait_for(hooks.steps.get(), 30))
         if step.dedupe_key.endswith("/lineup"):
@@ -393,18 +402,9 @@ async def test_a_chain_the_launcher_does_not_know_waits_for_one_that_does(
 
     # Started an hour ago (past the grace period): `happy` has no max_duration, `timeout` has
     # one of 1s, long past.
-    earlier = datetime.now(UTC) - timedelta(hours=1)
-    past: Store
-    if database_url.startswith("sqlite"):
-        past = SqliteStore(database_url.removeprefix("sqlite:///"), clock=FixedClock(earlier))
-    else:
-        past = PostgresStore(database_url, pool_max=1, clock=FixedClock(earlier))
-    await past.open()
-    try:
+    async with store_an_hour_ago(database_url) as past:
         old = await ChainRunner(past, catalog, accept).start("happy", trigger=Trigger.CLI)
         late = await ChainRunner(past, catalog, accept).start("timeout", trigger=Trigger.CLI)
-    finally:
-        await past.close()
     assert old.deadline_at is None
     assert late.deadline_at is not None
 
