@@ -95,12 +95,17 @@ def dramatiq_actor(url: str, queue: str) -> Any:
     return dramatiq.actor(true_sync, actor_name="noop", queue_name=queue, broker=broker)
 
 
+def sends_per_second(send: Any, jobs: int) -> float:
+    """Call `send()` `jobs` times; how many a second (the sync peers' enqueue)."""
+    t0 = time.perf_counter()
+    for _ in range(jobs):
+        send()
+    return jobs / (time.perf_counter() - t0)
+
+
 def dramatiq_enqueue(args: argparse.Namespace) -> float:
     actor = dramatiq_actor(args.url, args.queue)
-    t0 = time.perf_counter()
-    for _ in range(args.jobs):
-        actor.send()
-    rate = args.jobs / (time.perf_counter() - t0)
+    rate = sends_per_second(actor.send, args.jobs)
     actor.broker.close()
     return rate
 
@@ -143,10 +148,7 @@ def celery_task(url: str, queue: str) -> Any:
 
 def celery_enqueue(args: argparse.Namespace) -> float:
     task = celery_task(args.url, args.queue)
-    t0 = time.perf_counter()
-    for _ in range(args.jobs):
-        task.delay()
-    rate = args.jobs / (time.perf_counter() - t0)
+    rate = sends_per_second(task.delay, args.jobs)
     task.app.close()
     return rate
 

@@ -27,6 +27,7 @@ from runlane.service.config import Settings
 from runlane.service.events import emit_event
 from runlane.service.launcher import Launcher
 from runlane.service.runtime import build_executors
+from runlane.service.stores import store_from_url
 
 PY = sys.executable
 GATE = "import os, time, pathlib\\ngate = pathlib.Path(os.environ['RUNLANE_TEST_DIR'], 'gate')\\nwhile not gate.exists(): time.sleep(0.02)"
@@ -152,12 +153,7 @@ async def running(
 async def store_an_hour_ago(database_url: str) -> AsyncIterator[Store]:
     """The test database through a store whose clock reads an hour ago: what it records (a
     chain run's start, its deadline) is in the past for everyone else."""
-    earlier = FixedClock(datetime.now(UTC) - timedelta(hours=1))
-    past: Store
-    if database_url.startswith("sqlite"):
-        past = SqliteStore(database_url.removeprefix("sqlite:///"), clock=earlier)
-    else:
-        past = PostgresStore(database_url, pool_max=1, clock=earlier)
+    past = store_from_url(database_url, clock=FixedClock(datetime.now(UTC) - timedelta(hours=1)))
     await past.open()
     try:
         yield past
