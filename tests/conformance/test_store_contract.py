@@ -732,8 +732,16 @@ async def test_unpinned_time_is_current(harness: StoreHarness) -> None:
     assert before <= run.queued_at <= after
 
 
+async def settled(store: Store) -> Store:
+    """`store` once the wake-up its first wait may give (PostgreSQL: when LISTEN takes effect,
+    for runs committed before it) has been taken."""
+    while await store.wait_for_wakeup(0.3):
+        pass
+    return store
+
+
 async def test_wait_for_wakeup_after_accept_and_timeout(harness: StoreHarness) -> None:
-    store = await harness.make_store()
+    store = await settled(await harness.make_store())
     assert not await store.wait_for_wakeup(0.05)
     await store.accept(new_run())
     assert await store.wait_for_wakeup(5.0)
@@ -741,9 +749,39 @@ async def test_wait_for_wakeup_after_accept_and_timeout(harness: StoreHarness) -
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("harness", ["postgresql"], indirect=True)
+async def test_only_a_store_that_waits_for_wakeups_listens(harness: StoreHarness) -> None:
+    """A store that accepts and reads (the CLI, the API, the SDK in every job) holds no LISTEN
+    backend: PostgreSQL would wake it at every NOTIFY in the database. A launcher's store
+    listens from its first wait, and that wait wakes at once, for a run committed before
+    LISTEN took effect (its NOTIFY reached nobody)."""
+    def listening() -> object:
+        return harness.query(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND query = 'LISTEN runlane_wakeup'",
+            {},
+        )[0][0]
+
+    writer = await harness.make_store()
+    await writer.accept(new_run())
+    assert await writer.list_runs(RunFilter(limit=5))
+    assert listening() == 0
+    launcher = await harness.make_store()
+    await writer.accept(new_run())  # before the launcher listens
+    assert await launcher.wait_for_wakeup(10.0)
+    assert listening() == 1
+    await settled(launcher)
+    assert not await launcher.wait_for_wakeup(0.05)
+    await writer.accept(new_run())
+    assert await launcher.wait_for_wakeup(10.0)
+    await launcher.close()
+    assert listening() == 0
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("harness", ["postgresql"], indirect=True)
 async def test_wakeup_crosses_store_instances_on_postgresql(harness: StoreHarness) -> None:
     # SQLite wakes in-process only; runs written by other processes are found by polling.
-    listener = await harness.make_store()
+    listener = await settled(await harness.make_store())
     writer = await harness.make_store()
     assert not await listener.wait_for_wakeup(0.05)
     waiting = asyncio.create_task(listener.wait_for_wakeup(10.0))

@@ -183,34 +183,33 @@ class PostgresStore:
         if self._pool is not None:
             return
         # A direct connection first: it reports the real reason when the server is unreachable
-        # (the pool would only time out) and it becomes the LISTEN connection.
-        listen_conn = await self._connect_direct()
+        # (the pool would only time out). It is closed once the pool is open: only a launcher
+        # listens for wake-ups, and it starts listening at its first wait (wait_for_wakeup). A
+        # store that only accepts and reads (the CLI, the API, the SDK inside every job) holds
+        # no LISTEN backend, which PostgreSQL would otherwise wake at every NOTIFY in the
+        # database for as long as the store is open.
+        probe = await self._connect_direct()
         try:
-            await listen_conn.execute(Q["listen_wakeup"])
-        except psycopg.OperationalError as exc:
-            await listen_conn.close()
-            raise self._unavailable(exc) from None
-        pool: AsyncConnectionPool[_Conn] = AsyncConnectionPool(
-            self._url,
-            min_size=1,
-            max_size=self._pool_max,
-            kwargs={"autocommit": True, "application_name": self._application_name},
-            configure=self._configure,
-            open=False,
-            # How long a call waits for a connection: during an outage a call fails after this
-            # (and is retried by its caller) instead of psycopg's 30 s, so a launcher told to
-            # stop acts on it promptly.
-            timeout=5.0,
-        )
-        try:
-            await pool.open(wait=True, timeout=10.0)
-        except (PoolTimeout, psycopg.OperationalError) as exc:
-            await pool.close()
-            await listen_conn.close()
-            raise self._unavailable(exc) from None
+            pool: AsyncConnectionPool[_Conn] = AsyncConnectionPool(
+                self._url,
+                min_size=1,
+                max_size=self._pool_max,
+                kwargs={"autocommit": True, "application_name": self._application_name},
+                configure=self._configure,
+                open=False,
+                # How long a call waits for a connection: during an outage a call fails after
+                # this (and is retried by its caller) instead of psycopg's 30 s, so a launcher
+                # told to stop acts on it promptly.
+                timeout=5.0,
+            )
+            try:
+                await pool.open(wait=True, timeout=10.0)
+            except (PoolTimeout, psycopg.OperationalError) as exc:
+                await pool.close()
+                raise self._unavailable(exc) from None
+        finally:
+            await probe.close()
         self._pool = pool
-        self._listen_conn = listen_conn
-        self._listener = asyncio.create_task(self._listen_forever(listen_conn))
 
     async def close(self) -> None:
         if self._listener is not None:
@@ -228,33 +227,33 @@ class PostgresStore:
             await self._pool.close()
             self._pool = None
 
-    async def _listen_forever(self, conn: _Conn | None) -> None:
-        """Turn notifications into `_wakeup`; re-LISTEN on a new connection when one drops."""
+    async def _listen_forever(self) -> None:
+        """Turn notifications into `_wakeup`; LISTEN again on a new connection when one drops.
+
+        Each time LISTEN takes effect the waiters are woken once: a run committed before it (or
+        while the connection was down) sent its NOTIFY to nobody, so one claim looks for it."""
         backoff = 0.1
         while True:
-            if conn is None:
-                try:
-                    conn = await self._connect_direct()
-                    await conn.execute(Q["listen_wakeup"])
-                except (DatabaseUnavailable, psycopg.OperationalError):
-                    if conn is not None:
-                        await conn.close()
-                        conn = None
-                    await asyncio.sleep(backoff)
-                    backoff = min(backoff * 2, 5.0)
-                    continue
+            try:
+                conn = await self._connect_direct()
+            except DatabaseUnavailable:
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            try:  # closed however this ends: a drop, or close() cancelling this task
+                await conn.execute(Q["listen_wakeup"])
                 self._listen_conn = conn
                 backoff = 0.1
-            try:
+                self._wakeup.set()
                 async for _notify in conn.notifies():
                     self._wakeup.set()
             except psycopg.OperationalError:
                 pass
-            # The connection dropped: a notification may have been lost, so wake waiters once.
-            self._wakeup.set()
-            await conn.close()
-            self._listen_conn = None
-            conn = None
+            finally:
+                self._listen_conn = None
+                await conn.close()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)
 
     @contextlib.asynccontextmanager
     async def _conn(self) -> AsyncIterator[_Conn]:
@@ -871,6 +870,12 @@ class PostgresStore:
             ) from None
 
     async def wait_for_wakeup(self, max_wait: float) -> bool:
+        if self._listener is None:
+            if self._pool is None:
+                raise StoreError("the PostgreSQL store is not open: call open() first")
+            self._listener = asyncio.create_task(
+                self._listen_forever(), name="runlane-postgres-listen"
+            )
         try:
             # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that
             # arrives as the event fires (gh-86296).
