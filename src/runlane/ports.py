@@ -358,8 +358,11 @@ class Store(Protocol):
         """Raise `NotFound` for an unknown id."""
         ...
 
-    async def active_chain_runs(self, *, limit: int = 500) -> list[ChainRun]:
-        """Chain runs still `running`, oldest first."""
+    async def active_chain_runs(
+        self, *, after: ChainRun | None = None, limit: int = 500
+    ) -> list[ChainRun]:
+        """Chain runs still `running`, oldest first (by start, then id); with `after`, those
+        that come after it in that order (the next page)."""
         ...
 
     async def list_chain_runs(self, *, chain: str | None = None, limit: int = 50) -> list[ChainRun]:

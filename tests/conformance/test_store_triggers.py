@@ -74,6 +74,33 @@ async def test_chain_runs_are_idempotent_by_dedupe_key(h: StoreHarness) -> None:
         await store.get_chain_run(str(uuid.uuid4()))
 
 
+async def test_active_chain_runs_page_in_start_order_with_ties(h: StoreHarness) -> None:
+    """Pages by (started_at, id): runs that started at the same instant (one pinned clock, a
+    burst of events) are neither repeated nor skipped across pages."""
+    clock = FixedClock(T0)
+    store = await h.make_store(clock=clock)
+    ids = []
+    for i in range(7):
+        if i == 4:
+            clock.advance(1)
+        cid = str(uuid.uuid4())
+        await store.create_chain_run(NewChainRun(id=cid, chain="c", dedupe_key=cid, trigger="x"))
+        ids.append(cid)
+    done = ids[5]
+    await store.finish_chain_run(done, "success")
+    expected = sorted(ids[:4]) + sorted(i for i in ids[4:] if i != done)
+    pages, after = [], None
+    while True:
+        page = await store.active_chain_runs(after=after, limit=2)
+        pages.append([c.id for c in page])
+        if len(page) < 2:
+            break
+        after = page[-1]
+    assert [cid for page in pages for cid in page] == expected
+    assert [len(page) for page in pages] == [2, 2, 2, 0]
+    assert [c.id for c in await store.active_chain_runs()] == expected
+
+
 async def test_chain_run_overrun_and_finish(h: StoreHarness) -> None:
     clock = FixedClock(T0)
     store = await h.make_store(clock=clock)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -19,7 +20,8 @@ from runlane.adapters.postgres import PostgresStore
 from runlane.adapters.sqlite import SqliteStore
 from runlane.catalog import Catalog, parse_catalog_text
 from runlane.core.runs import RunStatus, Trigger
-from runlane.ports import FixedClock, Heartbeat, RunFilter, Store
+from runlane.ports import FixedClock, Heartbeat, NewChainRun, RunFilter, Store
+from runlane.service import chains as chains_module
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.catalog_stamp import stamp_catalog
 from runlane.service.chains import ChainRunner, latest_attempts, step_specs
@@ -433,3 +435,28 @@ async def test_a_chain_the_launcher_does_not_know_waits_for_one_that_does(
     assert await status(old.id) == ("failure", "unknown_chain")
     assert await status(late.id) == ("failure", "unknown_chain")
     assert await status(run.id) == ("running", None)  # within its grace period
+
+
+async def test_a_tick_advances_chain_runs_past_the_first_page(
+    store: Store, catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Running chain runs are read a page at a time, and every page each tick: with only the
+    oldest page, newer chain runs would never advance while the old ones wait (long steps, a
+    chain the launcher does not know)."""
+    monkeypatch.setattr(chains_module, "ACTIVE_CHAIN_PAGE", 2)
+
+    async def accept(request: RunRequest) -> Any:
+        return await accept_run(store, catalog, request)
+
+    runner = ChainRunner(store, catalog, accept)
+    ids = []
+    for _ in range(5):  # recorded, not yet advanced: no step has a row
+        cid = str(uuid.uuid4())
+        await store.create_chain_run(
+            NewChainRun(id=cid, chain="happy", dedupe_key=cid, trigger="cli")
+        )
+        ids.append(cid)
+    assert [await steps_of(runner, cid) for cid in ids] == [{}] * 5
+    assert await runner.advance_all() == 5
+    for cid in ids:
+        assert (await steps_of(runner, cid))["first"][0] == "queued"

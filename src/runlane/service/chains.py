@@ -34,6 +34,9 @@ log = structlog.get_logger("runlane.chains")
 # launcher runs a different catalog.
 UNKNOWN_CHAIN_GRACE_SECONDS = 15 * 60
 
+# Running chain runs are read this many at a time, every one of them each tick.
+ACTIVE_CHAIN_PAGE = 500
+
 AcceptFn = Callable[[RunRequest], Awaitable[AcceptResult]]
 Hook = Callable[[str, str], None]
 
@@ -159,14 +162,22 @@ class ChainRunner:
         await self.start(chain, trigger=Trigger.SCHEDULE, slot=slot, skipped_reason=reason)
 
     async def advance_all(self) -> int:
-        """Advance every running chain run; return how many there were."""
-        active = await self.store.active_chain_runs()
-        for run in active:
-            try:
-                await self.advance(run)
-            except RunlaneError as exc:
-                log.warning("chain.advance_failed", chain_run_id=run.id, error=str(exc))
-        return len(active)
+        """Advance every running chain run, a page at a time; return how many there were.
+        Every page is read: with only the oldest page, chain runs that wait long (long steps,
+        an unknown chain) would starve every newer one."""
+        seen = 0
+        after: ChainRun | None = None
+        while True:
+            page = await self.store.active_chain_runs(after=after, limit=ACTIVE_CHAIN_PAGE)
+            for run in page:
+                try:
+                    await self.advance(run)
+                except RunlaneError as exc:
+                    log.warning("chain.advance_failed", chain_run_id=run.id, error=str(exc))
+            seen += len(page)
+            if len(page) < ACTIVE_CHAIN_PAGE:
+                return seen
+            after = page[-1]
 
     async def advance(self, run: ChainRun) -> ChainPlan | None:
         chain = self.catalog.chains.get(run.chain)

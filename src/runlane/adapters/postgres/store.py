@@ -941,8 +941,17 @@ class PostgresStore:
             raise NotFound(f"no chain run {chain_run_id}")
         return sqltriggers.chain_run(_READ, row)
 
-    async def active_chain_runs(self, *, limit: int = 500) -> list[ChainRun]:
-        rows = await self._fetchall(Q["active_chain_runs"], {"limit": max(0, limit)})
+    async def active_chain_runs(
+        self, *, after: ChainRun | None = None, limit: int = 500
+    ) -> list[ChainRun]:
+        rows = await self._fetchall(
+            Q["active_chain_runs"],
+            {
+                "after_at": None if after is None else after.started_at,
+                "after_id": None if after is None else after.id,
+                "limit": max(0, limit),
+            },
+        )
         return [sqltriggers.chain_run(_READ, r) for r in rows]
 
     async def list_chain_runs(self, *, chain: str | None = None, limit: int = 50) -> list[ChainRun]:

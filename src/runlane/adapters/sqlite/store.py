@@ -862,10 +862,15 @@ class SqliteStore:
             raise NotFound(f"no chain run {chain_run_id}")
         return sqltriggers.chain_run(_READ, row)
 
-    async def active_chain_runs(self, *, limit: int = 500) -> list[ChainRun]:
-        rows = await self._call(
-            lambda c: _all(c.execute(Q["active_chain_runs"], {"limit": max(0, limit)}))
-        )
+    async def active_chain_runs(
+        self, *, after: ChainRun | None = None, limit: int = 500
+    ) -> list[ChainRun]:
+        params = {
+            "after_at": None if after is None else format_time(after.started_at),
+            "after_id": None if after is None else after.id,
+            "limit": max(0, limit),
+        }
+        rows = await self._call(lambda c: _all(c.execute(Q["active_chain_runs"], params)))
         return [sqltriggers.chain_run(_READ, r) for r in rows]
 
     async def list_chain_runs(self, *, chain: str | None = None, limit: int = 50) -> list[ChainRun]:

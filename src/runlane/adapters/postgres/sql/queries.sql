@@ -492,7 +492,13 @@ SELECT * FROM chain_runs WHERE dedupe_key = %(dedupe_key)s
 SELECT * FROM chain_runs WHERE id = %(id)s::uuid
 
 -- name: active_chain_runs
-SELECT * FROM chain_runs WHERE status = 'running' ORDER BY started_at, id LIMIT %(limit)s
+-- One page, oldest first; the next page starts after the last (started_at, id) of this one.
+SELECT * FROM chain_runs
+WHERE status = 'running'
+  AND (%(after_at)s::timestamptz IS NULL
+       OR (started_at, id) > (%(after_at)s::timestamptz, %(after_id)s::uuid))
+ORDER BY started_at, id
+LIMIT %(limit)s
 
 -- name: list_chain_runs
 SELECT * FROM chain_runs

@@ -305,7 +305,12 @@ SELECT * FROM chain_runs WHERE dedupe_key = :dedupe_key
 SELECT * FROM chain_runs WHERE id = :id
 
 -- name: active_chain_runs
-SELECT * FROM chain_runs WHERE status = 'running' ORDER BY started_at, id LIMIT :limit
+-- One page, oldest first; the next page starts after the last (started_at, id) of this one.
+SELECT * FROM chain_runs
+WHERE status = 'running'
+  AND (:after_at IS NULL OR (started_at, id) > (:after_at, :after_id))
+ORDER BY started_at, id
+LIMIT :limit
 
 -- name: list_chain_runs
 SELECT * FROM chain_runs
