@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -732,16 +733,27 @@ async def test_unpinned_time_is_current(harness: StoreHarness) -> None:
     assert before <= run.queued_at <= after
 
 
-async def settled(store: Store) -> Store:
-    """`store` once the wake-up its first wait may give (PostgreSQL: when LISTEN takes effect,
+async def settled(store: Store, dialect: str) -> Store:
+    """`store` once the wake-up its first wait gives on PostgreSQL (when LISTEN takes effect,
     for runs committed before it) has been taken."""
-    while await store.wait_for_wakeup(0.3):
+    if dialect == "postgresql":
+        assert await store.wait_for_wakeup(10.0)
+    while await store.wait_for_wakeup(0.1):
         pass
     return store
 
 
+async def eventually(check: Callable[[], bool]) -> None:
+    """Poll `check` (for up to 5 s) until it holds: for what another process does in its own
+    time (a closed connection's backend exits after the close returns)."""
+    deadline = asyncio.get_running_loop().time() + 5.0
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "still not true after 5 s"
+        await asyncio.sleep(0.02)
+
+
 async def test_wait_for_wakeup_after_accept_and_timeout(harness: StoreHarness) -> None:
-    store = await settled(await harness.make_store())
+    store = await settled(await harness.make_store(), harness.dialect)
     assert not await store.wait_for_wakeup(0.05)
     await store.accept(new_run())
     assert await store.wait_for_wakeup(5.0)
@@ -769,19 +781,75 @@ async def test_only_a_store_that_waits_for_wakeups_listens(harness: StoreHarness
     await writer.accept(new_run())  # before the launcher listens
     assert await launcher.wait_for_wakeup(10.0)
     assert listening() == 1
-    await settled(launcher)
+    while await launcher.wait_for_wakeup(0.1):  # that wake-up was LISTEN's; nothing else
+        pass
     assert not await launcher.wait_for_wakeup(0.05)
     await writer.accept(new_run())
     assert await launcher.wait_for_wakeup(10.0)
     await launcher.close()
-    assert listening() == 0
+    await eventually(lambda: listening() == 0)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("harness", ["postgresql"], indirect=True)
+async def test_a_refused_listen_is_retried_and_close_still_closes_everything(
+    harness: StoreHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LISTEN refused with an error other than a dropped connection (a hot standby after a
+    failover refuses it): the listener retries after its backoff instead of dying, and close()
+    closes the pools whatever the listener ended with."""
+    from runlane.adapters.postgres import store as pg
+
+    def backends() -> object:
+        return harness.query(
+            "SELECT count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()",
+            {},
+        )[0][0]
+
+    before = backends()
+    launcher = await harness.make_store()
+    await claim_all(launcher)  # opens the claim connection too
+    monkeypatch.setitem(pg.Q, "listen_wakeup", "SELECT 1/0")
+    assert not await launcher.wait_for_wakeup(0.3)
+    monkeypatch.setitem(pg.Q, "listen_wakeup", "LISTEN runlane_wakeup")
+    assert await launcher.wait_for_wakeup(10.0)  # listening again: the wake-up of LISTEN
+    await launcher.close()
+    await eventually(lambda: backends() == before)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("harness", ["postgresql"], indirect=True)
+async def test_closing_while_the_listener_connects_leaks_no_connection(
+    harness: StoreHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A launcher stopped just after its first wait: its listener is still setting up its
+    connection when close() cancels it. That connection is closed, not left to the collector."""
+    from runlane.adapters.postgres import PostgresStore
+
+    launcher = await harness.make_store()
+    made: list[Any] = []
+    in_set_up = asyncio.Event()
+
+    async def stuck_set_up(conn: Any) -> None:
+        made.append(conn)
+        in_set_up.set()
+        await asyncio.Event().wait()  # never returns: only a cancel ends it
+
+    monkeypatch.setattr(PostgresStore, "_configure", staticmethod(stuck_set_up))
+    waiting = asyncio.create_task(launcher.wait_for_wakeup(30.0))
+    await asyncio.wait_for(in_set_up.wait(), 10.0)
+    await launcher.close()
+    waiting.cancel()
+    assert len(made) == 1
+    assert made[0].closed
 
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("harness", ["postgresql"], indirect=True)
 async def test_wakeup_crosses_store_instances_on_postgresql(harness: StoreHarness) -> None:
     # SQLite wakes in-process only; runs written by other processes are found by polling.
-    listener = await settled(await harness.make_store())
+    listener = await settled(await harness.make_store(), harness.dialect)
     writer = await harness.make_store()
     assert not await listener.wait_for_wakeup(0.05)
     waiting = asyncio.create_task(listener.wait_for_wakeup(10.0))

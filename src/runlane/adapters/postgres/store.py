@@ -174,58 +174,63 @@ class PostgresStore:
             raise self._unavailable(exc) from None
         try:
             await self._configure(conn)
-        except psycopg.OperationalError as exc:  # dropped between connect and set-up
+        except BaseException as exc:  # dropped between connect and set-up, or cancelled
             await conn.close()
-            raise self._unavailable(exc) from None
+            if isinstance(exc, psycopg.OperationalError):
+                raise self._unavailable(exc) from None
+            raise
         return conn
 
     async def open(self) -> None:
         if self._pool is not None:
             return
         # A direct connection first: it reports the real reason when the server is unreachable
-        # (the pool would only time out). It is closed once the pool is open: only a launcher
+        # (the pool would only time out). It is closed before the pool connects: only a launcher
         # listens for wake-ups, and it starts listening at its first wait (wait_for_wakeup). A
         # store that only accepts and reads (the CLI, the API, the SDK inside every job) holds
         # no LISTEN backend, which PostgreSQL would otherwise wake at every NOTIFY in the
         # database for as long as the store is open.
         probe = await self._connect_direct()
+        await probe.close()  # before the pool connects: never two backends for one at open
+        pool: AsyncConnectionPool[_Conn] = AsyncConnectionPool(
+            self._url,
+            min_size=1,
+            max_size=self._pool_max,
+            kwargs={"autocommit": True, "application_name": self._application_name},
+            configure=self._configure,
+            open=False,
+            # How long a call waits for a connection: during an outage a call fails after this
+            # (and is retried by its caller) instead of psycopg's 30 s, so a launcher told to
+            # stop acts on it promptly.
+            timeout=5.0,
+        )
         try:
-            pool: AsyncConnectionPool[_Conn] = AsyncConnectionPool(
-                self._url,
-                min_size=1,
-                max_size=self._pool_max,
-                kwargs={"autocommit": True, "application_name": self._application_name},
-                configure=self._configure,
-                open=False,
-                # How long a call waits for a connection: during an outage a call fails after
-                # this (and is retried by its caller) instead of psycopg's 30 s, so a launcher
-                # told to stop acts on it promptly.
-                timeout=5.0,
-            )
-            try:
-                await pool.open(wait=True, timeout=10.0)
-            except (PoolTimeout, psycopg.OperationalError) as exc:
-                await pool.close()
+            await pool.open(wait=True, timeout=10.0)
+        except BaseException as exc:  # unreachable now, or open() cancelled: no pool left open
+            await pool.close()
+            if isinstance(exc, (PoolTimeout, psycopg.OperationalError)):
                 raise self._unavailable(exc) from None
-        finally:
-            await probe.close()
+            raise
         self._pool = pool
 
     async def close(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._listener
-            self._listener = None
-        if self._listen_conn is not None:
-            await self._listen_conn.close()
-            self._listen_conn = None
-        if self._claim_pool is not None:
-            await self._claim_pool.close()
-            self._claim_pool = None
-        if self._pool is not None:
-            await self._pool.close()
-            self._pool = None
+        listener, self._listener = self._listener, None
+        try:
+            if listener is not None:
+                listener.cancel()
+                # Whatever the task ended with, the connections below are closed.
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await listener
+        finally:
+            if self._listen_conn is not None:
+                await self._listen_conn.close()
+                self._listen_conn = None
+            if self._claim_pool is not None:
+                await self._claim_pool.close()
+                self._claim_pool = None
+            if self._pool is not None:
+                await self._pool.close()
+                self._pool = None
 
     async def _listen_forever(self) -> None:
         """Turn notifications into `_wakeup`; LISTEN again on a new connection when one drops.
@@ -236,18 +241,20 @@ class PostgresStore:
         while True:
             try:
                 conn = await self._connect_direct()
-            except DatabaseUnavailable:
+            except (DatabaseUnavailable, psycopg.Error):
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
                 continue
-            try:  # closed however this ends: a drop, or close() cancelling this task
+            try:  # closed however this ends: a drop, an error, close() cancelling this task
                 await conn.execute(Q["listen_wakeup"])
                 self._listen_conn = conn
                 backoff = 0.1
                 self._wakeup.set()
                 async for _notify in conn.notifies():
                     self._wakeup.set()
-            except psycopg.OperationalError:
+            except psycopg.Error:
+                # A drop (OperationalError), or LISTEN refused (a hot standby after a failover
+                # refuses it): try again after the backoff; the poll covers the gap.
                 pass
             finally:
                 self._listen_conn = None
@@ -870,7 +877,7 @@ class PostgresStore:
             ) from None
 
     async def wait_for_wakeup(self, max_wait: float) -> bool:
-        if self._listener is None:
+        if self._listener is None or self._listener.done():
             if self._pool is None:
                 raise StoreError("the PostgreSQL store is not open: call open() first")
             self._listener = asyncio.create_task(
