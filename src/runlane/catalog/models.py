@@ -128,7 +128,7 @@ def _default(seconds: float, spelled: str) -> Any:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class Season(_Model):
@@ -428,6 +428,7 @@ class Catalog(_Model):
     model_config = ConfigDict(
         extra="forbid",
         frozen=True,
+        defer_build=True,
         title="runlane catalog",
         json_schema_extra={"description": "The runlane job catalog (catalog.yaml), version 1."},
     )

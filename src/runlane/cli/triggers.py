@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 from rich.tree import Tree
 
-from runlane.catalog import Catalog, load_catalog
 from runlane.cli import output
 from runlane.cli.inputs import (
     LATEST,
@@ -24,13 +23,17 @@ from runlane.cli.inputs import (
 )
 from runlane.cli.output import err, escape, iso, out, print_json
 from runlane.core.runs import RunStatus, Trigger
-from runlane.core.schedule import Pause, schedule_table
 from runlane.errors import NotFound, RunlaneError
 from runlane.ports import ChainRun
-from runlane.service.chains import ChainRunner, StepView, chain_view
-from runlane.service.events import emit_event
 from runlane.service.runtime import Runtime
-from runlane.service.scheduler import explain, pause_of, schedule_specs
+
+if TYPE_CHECKING:
+    from runlane.catalog import Catalog
+    from runlane.core.schedule import Pause
+    from runlane.service.chains import ChainRunner, StepView
+
+# The catalog, chain, event and schedule services are imported inside the commands that use
+# them: at the top they would cost every `runlane` command ~0.3 s of imports.
 
 # The same options as the other commands (typer reads these annotations from this module).
 CatalogOpt = Annotated[
@@ -100,7 +103,6 @@ def chain_tree(run: ChainRun, steps: list[StepView]) -> Tree:
 def register(app: typer.Typer) -> None:
     """Add the trigger commands to the `runlane` app."""
     from runlane.cli.app import friendly, make_directory, settings_from, with_runtime
-    from runlane.cli.docs_gen import write_docs
 
     chain_app = typer.Typer(no_args_is_help=True, help="Start a chain run; show one as a tree.")
     docs_app = typer.Typer(no_args_is_help=True, help="Generate the schedule table and diagrams.")
@@ -108,6 +110,8 @@ def register(app: typer.Typer) -> None:
     app.add_typer(docs_app, name="docs")
 
     def runner(rt: Runtime) -> ChainRunner:
+        from runlane.service.chains import ChainRunner
+
         return ChainRunner(rt.store, rt.require_catalog(), rt.accept)
 
     @app.command("schedule")
@@ -123,6 +127,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Every slot of every schedule and chain in a range: local and UTC time, season, and
         whether it would fire (paused, out of season)."""
+        from runlane.catalog.loader import load_catalog
+        from runlane.core.schedule import schedule_table
+        from runlane.service.scheduler import pause_of, schedule_specs
+
         settings = settings_from(catalog, database)
         if fmt not in ("table", "md"):
             raise BadInput(f"--format {fmt!r}: expected table or md")
@@ -215,6 +223,8 @@ def register(app: typer.Typer) -> None:
         payload: dict[str, Any] = {} if data is None else parse_data(data)
 
         async def body(rt: Runtime) -> None:
+            from runlane.service.events import emit_event
+
             emitted = await emit_event(
                 rt.store, rt.require_catalog(), rt.accept, key, payload, event_id=event_id
             )
@@ -277,6 +287,8 @@ def register(app: typer.Typer) -> None:
             from runlane.cli.app import warn_if_launchers_are_behind
 
             await warn_if_launchers_are_behind(rt, name)
+            from runlane.service.chains import chain_view
+
             steps = await chain_view(rt.store, rt.require_catalog(), run)
             if as_json:
                 print_json(chain_run_dict(run, steps))
@@ -298,6 +310,8 @@ def register(app: typer.Typer) -> None:
 
         async def body(rt: Runtime) -> None:
             run = await find_chain_run(rt, root_id)
+            from runlane.service.chains import chain_view
+
             steps = await chain_view(rt.store, rt.require_catalog(), run)
             if as_json:
                 print_json(chain_run_dict(run, steps))
@@ -318,6 +332,8 @@ def register(app: typer.Typer) -> None:
 
         async def body(rt: Runtime) -> None:
             runs = await rt.store.list_chain_runs(limit=limit)
+            from runlane.service.chains import chain_view
+
             views = [(r, await chain_view(rt.store, rt.require_catalog(), r)) for r in runs]
             if as_json:
                 print_json([chain_run_dict(r, s) for r, s in views])
@@ -345,6 +361,8 @@ def register(app: typer.Typer) -> None:
 
         async def body(rt: Runtime) -> None:
             when = parse_time(at, await rt.store.now(), "--at")
+            from runlane.service.scheduler import explain
+
             found = await explain(rt.store, rt.require_catalog(), job, when)
             if as_json:
                 print_json(
@@ -373,6 +391,9 @@ def register(app: typer.Typer) -> None:
         catalog: CatalogOpt = None,
     ) -> None:
         """Write the schedule table and one Mermaid diagram per chain into DIRECTORY."""
+        from runlane.catalog.loader import load_catalog
+        from runlane.cli.docs_gen import write_docs
+
         cat: Catalog = load_catalog(settings_from(catalog, None).catalog_path)
         make_directory(directory)
         for path in write_docs(cat, directory):

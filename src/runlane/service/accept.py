@@ -12,9 +12,9 @@ import uuid
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runlane.catalog import Catalog, ResolvedJob, coerce_params
+from runlane.catalog.params import coerce_params
 from runlane.core.runs import (
     AcceptResult,
     NewRun,
@@ -24,6 +24,9 @@ from runlane.core.runs import (
 )
 from runlane.errors import ConfirmationRequired, ParamError, RunRefused
 from runlane.ports import Store
+
+if TYPE_CHECKING:
+    from runlane.catalog import Catalog, ResolvedJob
 
 PERSON_TRIGGERS = frozenset({Trigger.MANUAL, Trigger.CLI, Trigger.MCP})
 

@@ -13,10 +13,10 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
-from runlane.catalog import Catalog, load_catalog
 from runlane.core.durations import parse_duration
 from runlane.core.runs import AcceptResult, Run, RunStatus
 from runlane.errors import (
@@ -30,11 +30,21 @@ from runlane.errors import (
 from runlane.ports import Executor, Override, RunFilter, Store
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.config import Settings
-from runlane.service.launcher import Launcher, LauncherHook
 from runlane.service.stores import store_from_url
+
+if TYPE_CHECKING:
+    from runlane.catalog import Catalog
+    from runlane.service.launcher import LauncherHook
 
 log = structlog.get_logger("runlane.runtime")
 
+
+
+def _load_catalog(path: str) -> Catalog:
+    # Imported here: the models cost ~0.2 s, which commands without a catalog should not pay.
+    from runlane.catalog.loader import load_catalog
+
+    return load_catalog(path)
 
 @dataclass
 class Runtime:
@@ -46,7 +56,7 @@ class Runtime:
 
     def require_catalog(self) -> Catalog:
         if self.catalog is None:
-            self.catalog = load_catalog(self.settings.catalog_path)
+            self.catalog = _load_catalog(self.settings.catalog_path)
         return self.catalog
 
     async def accept(self, request: RunRequest) -> AcceptResult:
@@ -182,7 +192,7 @@ async def open_runtime(
     store = store_from_url(
         settings.database_url, application_name=application_name, create=create
     )
-    cat = load_catalog(settings.catalog_path) if catalog else None
+    cat = _load_catalog(settings.catalog_path) if catalog else None
     await store.open()
     try:
         if check_schema:
@@ -212,7 +222,7 @@ def build_executors(
         if start_timeout is None:
             start_timeout = 600.0
             with contextlib.suppress(CatalogError, OSError):
-                start_timeout = load_catalog(settings.catalog_path).global_.start_timeout
+                start_timeout = _load_catalog(settings.catalog_path).global_.start_timeout
         executors["pod"] = PodExecutor(start_timeout=start_timeout)
     return executors
 
@@ -245,6 +255,8 @@ async def serve(
         settings, application_name=f"runlane-launcher:{settings.launcher_id}"
     ) as rt:
         await probe_writable(rt.store)
+        from runlane.service.launcher import Launcher  # only `serve` needs it (~45 ms to import)
+
         catalog = rt.require_catalog()
         launcher = Launcher(
             store=rt.store,
