@@ -187,3 +187,64 @@ def test_explain_a_job_that_runs_as_a_chain_step(env: dict[str, str]) -> None:
     found = json.loads(proc.stdout)
     assert found["verdict"] == "out_of_season"
     assert any("step of 'tuesday-weekly'" in line for line in found["lines"])
+
+
+ACTING = """
+version: 1
+defaults: {executor: inline}
+jobs:
+  check: {command: ["true"]}
+  deploy: {command: [echo, DEPLOYED], acts: true}
+  notify: {command: ["true"], on_event: [{key: go.now}]}
+  ship: {command: ["true"], acts: true, on_event: [{key: go.now}]}
+chains:
+  shipit:
+    steps:
+      check: {}
+      deploy: {after: [{step: check, on: success}]}
+  safe:
+    steps:
+      check: {}
+"""
+
+
+@pytest.fixture
+def acting_env(env: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "acting.yaml").write_text(ACTING)
+    return {**env, "RUNLANE_CATALOG": str(tmp_path / "acting.yaml")}
+
+
+def recorded(env: dict[str, str]) -> tuple[list[object], list[object]]:
+    runs = json.loads(runlane("runs", "--json", env=env).stdout)
+    chains = json.loads(runlane("chains", "--json", env=env).stdout)
+    return runs, chains
+
+
+def test_a_person_starting_a_chain_with_an_acting_step_must_confirm(
+    acting_env: dict[str, str],
+) -> None:
+    """`acts: true` needs --yes from a person however the job is reached: `runlane run`, a
+    step of a chain they start (even a later step), a listener of an event they emit. Refused
+    before anything is recorded."""
+    refused = runlane("chain", "run", "shipit", env=acting_env)
+    assert refused.returncode == 2
+    assert "deploy" in refused.stderr
+    assert "--yes" in refused.stderr
+    assert recorded(acting_env) == ([], [])
+    assert runlane("chain", "run", "safe", env=acting_env).returncode == 0  # nothing acts
+    started = runlane("chain", "run", "shipit", "--yes", "--json", env=acting_env)
+    assert started.returncode == 0, started.stderr
+    assert json.loads(started.stdout)["chain"] == "shipit"
+
+
+def test_a_person_emitting_an_event_that_starts_an_acting_job_must_confirm(
+    acting_env: dict[str, str],
+) -> None:
+    refused = runlane("emit", "go.now", env=acting_env)
+    assert refused.returncode == 2
+    assert "ship" in refused.stderr
+    assert "--yes" in refused.stderr
+    assert recorded(acting_env)[0] == []
+    emitted = runlane("emit", "go.now", "--yes", "--json", env=acting_env)
+    assert emitted.returncode == 0, emitted.stderr
+    assert sorted(r["job"] for r in json.loads(emitted.stdout)["runs"]) == ["notify", "ship"]

@@ -215,6 +215,9 @@ def register(app: typer.Typer) -> None:
         event_id: Annotated[
             str | None, typer.Option("--id", help="Event id (idempotent; default: new UUID).")
         ] = None,
+        yes: Annotated[
+            bool, typer.Option("--yes", "-y", help="Confirm listeners with acts: true.")
+        ] = False,
         as_json: JsonOpt = False,
         catalog: CatalogOpt = None,
         database: DatabaseOpt = None,
@@ -226,7 +229,8 @@ def register(app: typer.Typer) -> None:
             from runlane.service.events import emit_event
 
             emitted = await emit_event(
-                rt.store, rt.require_catalog(), rt.accept, key, payload, event_id=event_id
+                rt.store, rt.require_catalog(), rt.accept, key, payload, event_id=event_id,
+                by_person=True, confirmed=yes,
             )
             if as_json:
                 print_json(
@@ -272,6 +276,9 @@ def register(app: typer.Typer) -> None:
     @friendly
     def chain_run_cmd(
         name: Annotated[str, typer.Argument(help="The chain to start.")],
+        yes: Annotated[
+            bool, typer.Option("--yes", "-y", help="Confirm steps whose job has acts: true.")
+        ] = False,
         as_json: JsonOpt = False,
         catalog: CatalogOpt = None,
         database: DatabaseOpt = None,
@@ -283,7 +290,9 @@ def register(app: typer.Typer) -> None:
             if name not in cat.chains:
                 known = ", ".join(sorted(cat.chains)) or "the catalog has none"
                 raise BadInput(f"unknown chain {name!r} (chains: {known})")
-            run = await runner(rt).start(name, trigger=Trigger.CLI, requested_by="cli")
+            run = await runner(rt).start(
+                name, trigger=Trigger.CLI, requested_by="cli", confirmed=yes
+            )
             from runlane.cli.app import warn_if_launchers_are_behind
 
             await warn_if_launchers_are_behind(rt, name)

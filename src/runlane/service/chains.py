@@ -21,9 +21,9 @@ import structlog
 from runlane.catalog import Catalog, Chain
 from runlane.core.chains import ChainPlan, StepSpec, plan_chain, step_dedupe_key, step_of
 from runlane.core.runs import AcceptResult, Outcome, Run, RunStatus, Trigger
-from runlane.errors import InvalidTransition, NotFound, RunlaneError
+from runlane.errors import ConfirmationRequired, InvalidTransition, NotFound, RunlaneError
 from runlane.ports import ChainRun, NewChainRun, RunFilter, Store
-from runlane.service.accept import RunRequest
+from runlane.service.accept import PERSON_TRIGGERS, RunRequest
 from runlane.service.catalog_stamp import live_launchers
 from runlane.service.scheduler import pause_of
 
@@ -125,12 +125,26 @@ class ChainRunner:
         requested_by: str | None = None,
         slot: datetime | None = None,
         skipped_reason: str | None = None,
+        confirmed: bool = False,
     ) -> ChainRun:
         """Record a chain run and start its first steps. With `slot`, idempotent by
-        `chain@slot`; `skipped_reason` records the slot as `skipped` without steps."""
+        `chain@slot`; `skipped_reason` records the slot as `skipped` without steps.
+
+        Started by a person (`trigger` CLI, manual, MCP), a chain with a step whose job has
+        `acts: true` needs `confirmed`, as `runlane run` of that job would: raises
+        `ConfirmationRequired` before anything is recorded."""
         chain = self.catalog.chains.get(chain_name)
         if chain is None:
             raise NotFound(f"unknown chain {chain_name!r}")
+        if trigger in PERSON_TRIGGERS and not confirmed:
+            acting = sorted(
+                {job for job in map(chain.step_job, chain.steps) if self.catalog.resolve(job).acts}
+            )
+            if acting:
+                raise ConfirmationRequired(
+                    f"chain {chain_name!r} runs jobs that act on the outside world "
+                    f"(acts: true): {', '.join(acting)}; confirm with --yes"
+                )
         if slot is not None:
             dedupe = chain_slot_key(chain_name, slot)
             run_id = str(uuid.uuid5(CHAIN_NAMESPACE, dedupe))

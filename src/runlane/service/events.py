@@ -22,7 +22,7 @@ import structlog
 from runlane.catalog import Catalog
 from runlane.catalog.params import MAX_PARAMS_BYTES
 from runlane.core.runs import AcceptResult, RunStatus, Trigger, event_dedupe_key
-from runlane.errors import ConfigError
+from runlane.errors import ConfigError, ConfirmationRequired
 from runlane.ports import Event, EventLink, Store
 from runlane.service.accept import RunRequest, text_problem
 
@@ -123,9 +123,22 @@ async def emit_event(
     data: Mapping[str, Any] | None = None,
     *,
     event_id: str | None = None,
+    by_person: bool = False,
+    confirmed: bool = False,
 ) -> Emitted:
-    """Record the event and start (or join) the runs of every job listening for `key`."""
+    """Record the event and start (or join) the runs of every job listening for `key`.
+
+    An event a person emits (`by_person`: `runlane emit`) that starts a job with `acts: true`
+    needs `confirmed`, as `runlane run` of that job would: raises `ConfirmationRequired`
+    before anything is recorded. Events from systems (the API, other jobs) need none."""
     check_event(key, event_id, data or {})
+    if by_person and not confirmed:
+        acting = sorted(job for job, _ in subscribers(catalog, key) if catalog.resolve(job).acts)
+        if acting:
+            raise ConfirmationRequired(
+                f"event {key!r} starts jobs that act on the outside world (acts: true): "
+                f"{', '.join(acting)}; confirm with --yes"
+            )
     event, created = await store.record_event(event_id or str(uuid.uuid4()), key, dict(data or {}))
     links: list[EventLink] = []
     runs: list[AcceptResult] = []
