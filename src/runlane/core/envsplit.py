@@ -43,7 +43,8 @@ def split_env(
 
     Over the budget, `RUNLANE_PARAMS` moves to `params_dir/params.json` (`RUNLANE_PARAMS_FILE`
     names it), then the largest `RUNLANE_PARAM_*` values follow, each to a file of its own name,
-    until the rest fits. Raises PermanentExecutorError (`env_too_large`) when even the
+    until the rest fits. `params_dir` must be absolute: a job may change directory before it
+    reads the file. Raises PermanentExecutorError (`env_too_large`) when even the
     environment without its params is over the budget.
 
     `files_budget` (None: unlimited) caps the bytes of the files, names included (a ConfigMap

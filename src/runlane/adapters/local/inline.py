@@ -599,7 +599,10 @@ class InlineExecutor:
         tail_lines: int = 100,
         pdeathsig: PdeathsigMode = "auto",
     ) -> None:
-        self.log_dir = Path(log_dir)
+        # Absolute, once: the paths a run is given (RUNLANE_PARAMS_FILE) must still name the
+        # same files after the job changes directory, and per-run paths stay plain string
+        # concatenation. Not resolve(): a symlinked log directory keeps the name it was given.
+        self.log_dir = Path(log_dir).absolute()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._log_prefix = os.path.join(self.log_dir, "")  # noqa: PTH118 - str, for speed
         self.log_max_bytes = log_max_bytes
