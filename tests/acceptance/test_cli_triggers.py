@@ -248,3 +248,36 @@ def test_a_person_emitting_an_event_that_starts_an_acting_job_must_confirm(
     emitted = runlane("emit", "go.now", "--yes", "--json", env=acting_env)
     assert emitted.returncode == 0, emitted.stderr
     assert sorted(r["job"] for r in json.loads(emitted.stdout)["runs"]) == ["notify", "ship"]
+
+
+DENSE = """
+version: 1
+defaults: {executor: inline}
+jobs:
+  every-minute: {command: ["true"], schedules: [{cron: "* * * * *"}]}
+  nightly: {command: ["true"], schedules: [{cron: "0 3 * * *"}]}
+"""
+
+
+def test_schedule_lists_every_schedules_slots_and_says_when_it_cuts_the_range(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """A long range of a dense schedule: the table shows the earliest 100,000 slots of all the
+    schedules together (the nightly one keeps its slots) and says on stderr where it stopped."""
+    (tmp_path / "dense.yaml").write_text(DENSE)
+    dense = {**env, "RUNLANE_CATALOG": str(tmp_path / "dense.yaml")}
+    week = runlane("schedule", "--from", "2027-01-01T00:00Z", "--days", "7", env=dense)
+    assert week.returncode == 0
+    assert week.stderr == ""
+    lines = week.stdout.splitlines()
+    assert lines[0].split() == ["utc", "local", "kind", "name", "season", "fires"]
+    assert len(lines) == 1 + 7 * 1440 + 7
+    assert sum(" nightly " in line for line in lines) == 7
+    cut = runlane("schedule", "--from", "2027-01-01T00:00Z", "--days", "80", env=dense)
+    assert cut.returncode == 0
+    assert "more than 100,000 slots" in cut.stderr
+    lines = cut.stdout.splitlines()
+    assert len(lines) == 1 + 100_000
+    nightly = [line for line in lines if " nightly " in line]
+    assert len(nightly) == 70  # 100,000 slots reach 2027-03-11, past its 03:00
+    assert nightly[-1].startswith("2027-03-11T03:00:00Z")

@@ -114,3 +114,18 @@ def test_schedule_table_marks_paused_and_out_of_season() -> None:
         ("c", 2, "fires"),
     ]
     assert rows[-1].season == "s"
+
+
+def test_schedule_table_limit_keeps_the_earliest_slots_of_every_schedule() -> None:
+    """A limit cuts the range in time, across all schedules: an every-minute schedule must not
+    fill it and leave a nightly one with a single slot."""
+    minutely = ScheduleSpec("job", "every-minute", "* * * * *", "UTC")
+    nightly = ScheduleSpec("job", "nightly", "0 3 * * *", "UTC")
+    start = _utc(2027, 1, 1)
+    rows = schedule_table([minutely, nightly], start, start + timedelta(days=10), limit=3 * 1440)
+    assert len(rows) == 3 * 1440
+    assert [r.slot for r in rows] == sorted(r.slot for r in rows)
+    assert rows[-1].slot < start + timedelta(days=3)
+    assert [r.slot.day for r in rows if r.spec.target == "nightly"] == [1, 2, 3]
+    every = schedule_table([minutely, nightly], start, start + timedelta(days=10), limit=10**9)
+    assert rows == every[: len(rows)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime
@@ -74,6 +75,17 @@ def run_dict(run: Run) -> dict[str, Any]:
 
 def print_json(data: Any) -> None:
     print(json.dumps(jsonable(data), indent=2, sort_keys=False, ensure_ascii=False))
+
+
+def print_columns(header: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
+    """Rows as plain columns aligned by padding, one write: for long listings, where a rich
+    Table costs ~0.7 ms a row. Cells must already be terminal-safe text."""
+    table = [tuple(header), *(tuple(r) for r in rows)]
+    widths = [max(map(len, column)) for column in zip(*table, strict=True)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+             for row in table]
+    sys.stdout.write("\n".join(lines) + "\n")
+    sys.stdout.flush()
 
 
 def status_text(status: str) -> str:

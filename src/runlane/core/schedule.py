@@ -22,6 +22,8 @@ from __future__ import annotations
 import bisect
 import collections
 import functools
+import heapq
+import itertools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -424,21 +426,26 @@ def schedule_table(
     paused: dict[str, Pause] | None = None,
     limit: int = 100_000,
 ) -> list[SlotRow]:
-    """Every slot of every schedule with start < slot ≤ end, ordered by time then target."""
-    rows: list[SlotRow] = []
+    """The first `limit` slots of all the schedules together with start < slot ≤ end, ordered
+    by time then target: the earliest slots of every schedule, never all of one schedule's
+    first. Ask for one more than you show to tell whether the range holds more."""
     pauses = paused or {}
-    for spec in specs:
-        pause = pauses.get(spec.target) if spec.kind == "job" else None
+
+    def slots_of(i: int, spec: ScheduleSpec) -> Iterator[tuple[datetime, str, str, int]]:
         for slot in iter_slots(spec.cron, spec.tz, start, end):
-            season = spec.season_of(slot)
-            if spec.seasons and season is None:
-                fires, reason = False, "out_of_season"
-            elif pause is not None and pause.covers(slot):
-                fires, reason = False, "paused"
-            else:
-                fires, reason = True, "fires"
-            rows.append(SlotRow(spec, slot, spec.local(slot), season, fires, reason))
-            if len(rows) >= limit:
-                break
-    rows.sort(key=lambda r: (r.slot, r.spec.kind, r.spec.target))
-    return rows[:limit]
+            yield slot, spec.kind, spec.target, i
+
+    rows: list[SlotRow] = []
+    merged = heapq.merge(*(slots_of(i, spec) for i, spec in enumerate(specs)))
+    for slot, _, _, i in itertools.islice(merged, max(0, limit)):
+        spec = specs[i]
+        pause = pauses.get(spec.target) if spec.kind == "job" else None
+        season = spec.season_of(slot)
+        if spec.seasons and season is None:
+            fires, reason = False, "out_of_season"
+        elif pause is not None and pause.covers(slot):
+            fires, reason = False, "paused"
+        else:
+            fires, reason = True, "fires"
+        rows.append(SlotRow(spec, slot, spec.local(slot), season, fires, reason))
+    return rows
