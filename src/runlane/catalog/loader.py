@@ -35,7 +35,7 @@ from runlane.catalog.models import (
     is_valid_name,
 )
 from runlane.catalog.params import PARAM_NAME_RE
-from runlane.core.durations import format_duration, parse_duration
+from runlane.core.durations import MAX_DURATION_SECONDS, format_duration, parse_duration
 from runlane.errors import CatalogError
 
 Loc = tuple[str | int, ...]
@@ -571,6 +571,10 @@ def _translate(error: ErrorDetails, prefix: Loc) -> tuple[Loc, str, bool]:
         if isinstance(value, float) and loc and loc[-1] not in ("max_attempts",):
             shown = format_duration(value)
         return loc, f"{where}: must be {word} {bound}, got {shown}", on_key
+    if kind in ("less_than_equal", "less_than"):
+        bound = ctx.get("le", ctx.get("lt"))
+        word = "at most" if kind == "less_than_equal" else "less than"
+        return loc, f"{where}: must be {word} {bound}, {_got(value)}", on_key
     if kind in ("too_short", "string_too_short"):
         return loc, f"{where}: must not be empty", on_key
     if kind in _PLAIN:
@@ -695,7 +699,7 @@ def _raw_duration(section: object, key: str) -> float | None:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         return None
     try:
-        return parse_duration(value)
+        return parse_duration(value, maximum=MAX_DURATION_SECONDS)
     except ValueError:
         return None
 

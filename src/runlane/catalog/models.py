@@ -29,7 +29,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from runlane.catalog.params import PARAM_SPEC_PATTERN, ParamSpec
 from runlane.core.cron import CronExpr, parse_cron
-from runlane.core.durations import parse_duration
+from runlane.core.durations import MAX_DURATION_SECONDS, MAX_DURATION_TEXT, parse_duration
 from runlane.errors import UnknownJob
 
 ExecutorName = Literal["inline", "pod", "slurm"]
@@ -42,6 +42,10 @@ NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 DURATION_PATTERN = r"^\s*(\d+(\.\d+)?\s*(ms|s|m|h|d|w)?\s*)+$"
 RESERVED_FIELDS = ("class", "group", "fan_out", "approval")
+# Upper bounds for the catalog's whole numbers, so that a typo (`max_attempts: 30000000000`) is a
+# catalog error rather than an overflow in a database INTEGER column when a run is written.
+MAX_ATTEMPTS = 1000
+MAX_CONCURRENT_PODS = 10_000
 
 
 def is_valid_name(name: str) -> bool:
@@ -51,7 +55,8 @@ def is_valid_name(name: str) -> bool:
 
 def _duration(value: object) -> object:
     if isinstance(value, str | int | float):
-        return parse_duration(value)
+        # Bounded, so a typo such as `99999999d` is a catalog error, not an OverflowError later.
+        return parse_duration(value, maximum=MAX_DURATION_SECONDS)
     return value  # let pydantic say what type it is
 
 
@@ -60,7 +65,10 @@ _DURATION_SCHEMA = {
         {"type": "string", "pattern": DURATION_PATTERN, "examples": ["30s", "10m", "2h", "1d"]},
         {"type": "number", "minimum": 0},
     ],
-    "description": "A duration such as 30s, 10m, 1h30m, 2h or 1d; a bare number means seconds.",
+    "description": (
+        "A duration such as 30s, 10m, 1h30m, 2h or 1d; a bare number means seconds. "
+        f"At most {MAX_DURATION_TEXT}."
+    ),
 }
 
 Duration = Annotated[
@@ -150,7 +158,7 @@ class Season(_Model):
 class GlobalSettings(_Model):
     """Launcher-wide limits and the named season windows."""
 
-    max_concurrent_pods: StrictInt = Field(10, ge=0)
+    max_concurrent_pods: StrictInt = Field(10, ge=0, le=MAX_CONCURRENT_PODS)
     max_deadline: PositiveDuration = _default(7200.0, "2h")
     start_timeout: PositiveDuration = _default(600.0, "10m")
     manual_queue_ttl: PositiveDuration = _default(1800.0, "30m")
@@ -231,7 +239,7 @@ class Defaults(_Model):
 
     executor: ExecutorName = "pod"
     overlap: OverlapPolicy = "forbid"
-    max_attempts: StrictInt = Field(1, ge=1)
+    max_attempts: StrictInt = Field(1, ge=1, le=MAX_ATTEMPTS)
     deadline: PositiveDuration = _default(3600.0, "1h")
     alert: AlertLevel = "warning"
     kill_grace: Duration | None = None
@@ -301,7 +309,7 @@ class Job(_Reserved):
     profile: str | None = None
     description: str | None = None
     params: dict[str, ParamSpecField] = Field(default_factory=dict)
-    max_attempts: StrictInt | None = Field(None, ge=1)
+    max_attempts: StrictInt | None = Field(None, ge=1, le=MAX_ATTEMPTS)
     alert: AlertLevel | None = None
     acts: StrictBool = False
     schedules: list[Schedule] = Field(default_factory=list)

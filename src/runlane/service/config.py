@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from runlane.core.durations import parse_duration
+from runlane.core.durations import MAX_DURATION_SECONDS, parse_duration
 from runlane.errors import ConfigError
+
+# Upper bounds for the whole-number settings: far above any real launcher, and far below what a
+# database INTEGER (a LIMIT on PostgreSQL, a bound parameter on SQLite) or a thread pool takes.
+MAX_CONCURRENCY = 10_000
+MAX_SPAWN_THREADS = 256
+
+_WHOLE_NUMBER = re.compile(r"\s*[-+]?\d+\s*")
 
 
 def _env_duration(env: Mapping[str, str], name: str, default: float) -> float:
@@ -18,25 +26,39 @@ def _env_duration(env: Mapping[str, str], name: str, default: float) -> float:
     if raw is None or raw == "":
         return default
     try:
-        value = parse_duration(raw)
+        # Bounded (100 years), so a typo such as 100000000d stops here, not in the launcher.
+        value = parse_duration(raw, maximum=MAX_DURATION_SECONDS)
     except ValueError as exc:
-        raise ConfigError(f"{name}={raw!r}: {exc}") from exc
+        raise ConfigError(f"{name}={_shown(raw)}: {exc}") from exc
     if value <= 0:
         raise ConfigError(f"{name}={raw!r}: must be greater than zero")
     return value
 
 
-def _env_int(env: Mapping[str, str], name: str, default: int, minimum: int = 1) -> int:
+def _env_int(
+    env: Mapping[str, str], name: str, default: int, *, maximum: int, minimum: int = 1
+) -> int:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
     try:
         value = int(raw)
     except ValueError as exc:
-        raise ConfigError(f"{name}={raw!r}: expected a whole number") from exc
+        if _WHOLE_NUMBER.fullmatch(raw):  # digits beyond what int() will read (4300)
+            bound = f"at least {minimum}" if raw.strip().startswith("-") else f"at most {maximum}"
+            raise ConfigError(f"{name}={_shown(raw)}: must be {bound}") from exc
+        raise ConfigError(f"{name}={_shown(raw)}: expected a whole number") from exc
     if value < minimum:
-        raise ConfigError(f"{name}={raw!r}: must be at least {minimum}")
+        raise ConfigError(f"{name}={_shown(raw)}: must be at least {minimum}")
+    if value > maximum:
+        raise ConfigError(f"{name}={_shown(raw)}: must be at most {maximum}")
     return value
+
+
+def _shown(raw: str) -> str:
+    """`raw` quoted for a message, cut short when it is very long, so the error stays one line."""
+    text = repr(raw)
+    return f"{text[:60]}…" if len(text) > 60 else text
 
 
 LOG_LEVELS: dict[str, str] = {
@@ -110,7 +132,7 @@ class Settings:
             database_url=e.get("RUNLANE_DATABASE_URL") or "sqlite:///runlane.db",
             catalog_path=e.get("RUNLANE_CATALOG") or "catalog.yaml",
             log_dir=e.get("RUNLANE_LOG_DIR") or ".runlane/logs",
-            concurrency=_env_int(e, "RUNLANE_CONCURRENCY", 16),
+            concurrency=_env_int(e, "RUNLANE_CONCURRENCY", 16, maximum=MAX_CONCURRENCY),
             lease_ttl=ttl,
             lease_renew_interval=_env_duration(e, "RUNLANE_LEASE_RENEW_INTERVAL", ttl / 3),
             claim_interval=_env_duration(e, "RUNLANE_CLAIM_INTERVAL", 1.0),
@@ -122,7 +144,7 @@ class Settings:
             pod_fallback=e.get("RUNLANE_POD_FALLBACK") or "inline",
             log_level=env_log_level(e),
             log_format=env_log_format(e),
-            spawn_threads=_env_int(e, "RUNLANE_SPAWN_THREADS", 6),
+            spawn_threads=_env_int(e, "RUNLANE_SPAWN_THREADS", 6, maximum=MAX_SPAWN_THREADS),
         )
         settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
         settings.validate()

@@ -1,0 +1,80 @@
+"""Settings too large to use are refused when they are read, in the one-line `NAME='value': …`
+form of every other bad setting, instead of crashing `runlane serve` later."""
+
+from __future__ import annotations
+
+import pytest
+
+from runlane.core.durations import MAX_DURATION_SECONDS
+from runlane.errors import ConfigError
+from runlane.service.config import ENV_NAMES, Settings
+
+DURATIONS = [
+    name for field, name in ENV_NAMES.items() if isinstance(getattr(Settings(), field), float)
+]
+
+
+def _refused(env: dict[str, str]) -> str:
+    with pytest.raises(ConfigError) as info:
+        Settings.from_env(env)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_every_duration_setting_takes_up_to_100_years_and_no_more() -> None:
+    assert set(DURATIONS) == {
+        "RUNLANE_LEASE_TTL",
+        "RUNLANE_LEASE_RENEW_INTERVAL",
+        "RUNLANE_CLAIM_INTERVAL",
+        "RUNLANE_ORPHAN_CHECK_INTERVAL",
+        "RUNLANE_ORPHAN_GRACE",
+        "RUNLANE_HEARTBEAT_INTERVAL",
+        "RUNLANE_SHUTDOWN_GRACE",
+        "RUNLANE_RETRY_BASE",
+    }
+    at_limit = {name: "36500d" for name in DURATIONS if name != "RUNLANE_LEASE_RENEW_INTERVAL"}
+    settings = Settings.from_env(at_limit)
+    assert settings.lease_ttl == settings.heartbeat_interval == MAX_DURATION_SECONDS
+    for name in DURATIONS:
+        assert _refused({name: "36500d1s"}) == (
+            f"{name}='36500d1s': a duration cannot be longer than 36500d (100 years), "
+            "got '36500d1s'"
+        )
+
+
+@pytest.mark.parametrize("name", DURATIONS)
+@pytest.mark.parametrize("value", ["100000000d", "1000000000d", "99999999999999999999"])
+def test_durations_longer_than_100_years_are_refused(name: str, value: str) -> None:
+    assert _refused({name: value}) == (
+        f"{name}={value!r}: a duration cannot be longer than 36500d (100 years), got {value!r}"
+    )
+
+
+def test_numbers_beyond_any_float_are_refused_in_one_short_line() -> None:
+    message = _refused({"RUNLANE_ORPHAN_GRACE": "9" * 400 + "s"})
+    assert "cannot be longer than 36500d (100 years)" in message
+    assert len(message) < 300
+    # Spelled as floats, infinity and NaN are not durations at all.
+    for value in ("nan", "NaN", "inf", "-inf", "1e999"):
+        assert _refused({"RUNLANE_CLAIM_INTERVAL": value}) == (
+            f"RUNLANE_CLAIM_INTERVAL={value!r}: expected a duration such as 30s, 10m, 2h or 1d, "
+            f"got {value!r}"
+        )
+
+
+@pytest.mark.parametrize(
+    ("name", "limit"),
+    [("RUNLANE_CONCURRENCY", 10000), ("RUNLANE_SPAWN_THREADS", 256)],
+)
+def test_whole_numbers_have_an_upper_bound(name: str, limit: int) -> None:
+    field = next(f for f, n in ENV_NAMES.items() if n == name)
+    assert getattr(Settings.from_env({name: str(limit)}), field) == limit
+    for value in (str(limit + 1), "99999999999999999999"):
+        assert _refused({name: value}) == f"{name}={value!r}: must be at most {limit}"
+    # Past what int() reads (4300 digits): still "too large", in one short line.
+    message = _refused({name: "9" * 5000})
+    assert message.endswith(f": must be at most {limit}")
+    assert len(message) < 120
+    for value in ("1e9", "inf", "nan", "16.0"):
+        assert _refused({name: value}) == f"{name}={value!r}: expected a whole number"
