@@ -424,11 +424,13 @@ def run_cmd(
                 out.print(f"queued {run.job} as run {run.id}")
                 if run.note:
                     out.print(f"note: {output.escape(run.note)}")
+            # Queued all the same (exit 0), but said: nothing will start it yet.
+            await warn_if_no_launcher(rt)
             await warn_if_no_launcher_knows(rt, run)
             return 0
         if not as_json:
             out.print(f"queued {run.job} as run {run.id}; waiting for it to finish")
-            await warn_if_no_launcher(rt)
+        await warn_if_no_launcher(rt)
         await warn_if_no_launcher_knows(rt, run)
         final = await follow_with_output(rt, run.id, show_output=not as_json)
         if as_json:
@@ -447,6 +449,7 @@ def run_cmd(
 
 
 async def warn_if_no_launcher(rt: Runtime) -> None:
+    """One line on stderr when no launcher has beaten lately: nothing will start a queued run."""
     launchers = await rt.store.launchers()
     now = await rt.store.now()
     fresh = [
@@ -716,6 +719,8 @@ def logs_cmd(
     async def body(rt: Runtime) -> None:
         run = await resolve_run(rt, run_id)
         path = rt.log_path(run)
+        if follow and run.status is RunStatus.QUEUED:
+            await warn_if_no_launcher(rt)  # else it waits in silence for a run nothing starts
         if run.executor == "pod" and not (run.status.is_final and run.log_tail):
             # The pod's log, from the cluster; the saved tail once the run has ended.
             from runlane.service.runtime import pod_log_lines

@@ -1,0 +1,122 @@
+"""The hints the CLI gives on stderr when something will not happen as a person expects: no
+launcher to start a queued run.
+Real processes on SQLite; a live launcher is faked by writing its heartbeat."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runlane.catalog import load_catalog
+from runlane.ports import Heartbeat
+from runlane.service.catalog_stamp import stamp_catalog
+from runlane.service.stores import store_from_url
+
+CATALOG = """
+version: 1
+defaults: {executor: inline, overlap: allow, max_attempts: 1, deadline: 1m}
+jobs:
+  echo:
+    command: [echo, hi]
+"""
+
+NO_LAUNCHER = "warning: no launcher is running; start one with `runlane serve`"
+
+
+def runlane(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "runlane", *args],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "catalog.yaml").write_text(CATALOG)
+    e = dict(os.environ)
+    e.update(
+        RUNLANE_DATABASE_URL=f"sqlite:///{tmp_path / 'runlane.db'}",
+        RUNLANE_CATALOG=str(tmp_path / "catalog.yaml"),
+        RUNLANE_LOG_DIR=str(tmp_path / "logs"),
+        # A faked launcher stays live for 3 intervals: longer than any CLI start.
+        RUNLANE_HEARTBEAT_INTERVAL="60s",
+        RUNLANE_LOG_LEVEL="warning",
+    )
+    assert runlane("db", "upgrade", env=e).returncode == 0
+    return e
+
+
+async def fake_launcher(env: dict[str, str], catalog_file: Path, launcher_id: str) -> None:
+    """A live launcher's heartbeat, as `runlane serve` on `catalog_file` writes it."""
+    store = store_from_url(env["RUNLANE_DATABASE_URL"])
+    await store.open()
+    try:
+        stamp = stamp_catalog(load_catalog(catalog_file))
+        started = await store.now()
+        await store.beat(
+            Heartbeat(
+                launcher_id=launcher_id, host="elsewhere", pid=1, version="test",
+                started_at=started, catalog_digest=stamp.digest, catalog_loaded_at=started,
+                catalog_jobs=stamp.jobs,
+            )
+        )
+    finally:
+        await store.close()
+
+
+def warnings(stderr: str) -> list[str]:
+    return [ln for ln in stderr.splitlines() if ln.startswith("warning:")]
+
+
+async def test_run_without_wait_warns_when_no_launcher_runs(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    queued = await asyncio.to_thread(runlane, "run", "echo", env=env)
+    assert queued.returncode == 0  # queued all the same: that is right
+    assert queued.stdout.startswith("queued echo as run ")
+    assert warnings(queued.stderr) == [NO_LAUNCHER]
+
+    as_json = await asyncio.to_thread(runlane, "run", "echo", "--json", env=env)
+    assert as_json.returncode == 0
+    assert json.loads(as_json.stdout)["status"] == "queued"  # stdout stays one JSON document
+    assert warnings(as_json.stderr) == [NO_LAUNCHER]
+
+    # A launcher runs (and knows the job): nothing to say.
+    await fake_launcher(env, tmp_path / "catalog.yaml", "live-1")
+    quiet = await asyncio.to_thread(runlane, "run", "echo", env=env)
+    assert quiet.returncode == 0
+    assert quiet.stderr.strip() == ""
+
+
+async def test_logs_follow_of_a_queued_run_warns_when_no_launcher_runs(
+    env: dict[str, str],
+) -> None:
+    run_id = json.loads((await asyncio.to_thread(runlane, "run", "echo", "--json", env=env)).stdout)["id"]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "runlane", "logs", "--follow", run_id, env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    try:
+        async with asyncio.timeout(30):
+            first = (await proc.stderr.readline()).decode().rstrip("\n")
+        assert first == NO_LAUNCHER
+        # The run ends (cancelled while queued): the follow ends with it.
+        cancel = await asyncio.to_thread(runlane, "cancel", run_id, env=env)
+        assert cancel.returncode == 0, cancel.stderr
+        async with asyncio.timeout(30):
+            out, rest = await proc.communicate()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert "Traceback" not in rest.decode()
+    assert NO_LAUNCHER not in out.decode() + rest.decode()  # said once, on stderr
