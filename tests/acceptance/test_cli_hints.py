@@ -1,5 +1,5 @@
 """The hints the CLI gives on stderr when something will not happen as a person expects: no
-launcher to start a queued run.
+launcher to start a queued run, launchers whose catalog lacks the job, a missing catalog file.
 Real processes on SQLite; a live launcher is faked by writing its heartbeat."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 
 from runlane.catalog import load_catalog
 from runlane.ports import Heartbeat
-from runlane.service.catalog_stamp import stamp_catalog
+from runlane.service.catalog_stamp import catalog_digest, short_digest, stamp_catalog
 from runlane.service.stores import store_from_url
 
 CATALOG = """
@@ -24,6 +25,10 @@ defaults: {executor: inline, overlap: allow, max_attempts: 1, deadline: 1m}
 jobs:
   echo:
     command: [echo, hi]
+"""
+# Another file, with a job the launchers' catalog does not have.
+BIG_CATALOG = CATALOG + """  big:
+    command: [echo, big]
 """
 
 NO_LAUNCHER = "warning: no launcher is running; start one with `runlane serve`"
@@ -120,3 +125,41 @@ async def test_logs_follow_of_a_queued_run_warns_when_no_launcher_runs(
             await proc.wait()
     assert "Traceback" not in rest.decode()
     assert NO_LAUNCHER not in out.decode() + rest.decode()  # said once, on stderr
+
+
+async def test_the_warning_for_launchers_without_the_job_claims_no_file_they_did_not_load(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    # The launcher runs catalog.yaml; the person queues from big.yaml, another file.
+    await fake_launcher(env, tmp_path / "catalog.yaml", "live-1")
+    big = tmp_path / "big.yaml"
+    big.write_text(BIG_CATALOG)
+    queued = await asyncio.to_thread(runlane, "run", "big", env={**env, "RUNLANE_CATALOG": str(big)})
+    assert queued.returncode == 0, queued.stderr
+    run_id = re.search(r"as run (\S+)", queued.stdout).group(1)  # type: ignore[union-attr]
+    (warning,) = warnings(queued.stderr)
+    assert f"loaded {big}" not in warning
+    assert "before it was added" not in warning
+    launcher_digest = short_digest(catalog_digest(load_catalog(tmp_path / "catalog.yaml")))
+    assert re.fullmatch(
+        r"warning: no running launcher knows job 'big': the catalog each one runs has no such "
+        rf"job \(live-1: catalog {launcher_digest} loaded at "
+        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\), while "
+        rf"{re.escape(str(big))} \(catalog {short_digest(catalog_digest(load_catalog(big)))}\) "
+        rf"has it; run {run_id} waits until `runlane serve` is restarted on a catalog that has "
+        r"the job",
+        warning,
+    ), warning
+
+
+def test_doctor_says_a_missing_catalog_once(env: dict[str, str], tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    proc = runlane("doctor", env={**env, "RUNLANE_CATALOG": str(missing)})
+    assert proc.returncode == 1
+    said = [ln for ln in proc.stdout.splitlines() if f"{missing}: file not found" in ln]
+    assert len(said) == 1, proc.stdout
+    assert re.fullmatch(rf"error\s+catalog\s+{re.escape(str(missing))}: file not found", said[0])
+    report = json.loads(
+        runlane("doctor", "--json", env={**env, "RUNLANE_CATALOG": str(missing)}).stdout
+    )
+    assert [f["message"] for f in report if f["check"] == "catalog"] == [f"{missing}: file not found"]

@@ -461,9 +461,15 @@ async def warn_if_no_launcher(rt: Runtime) -> None:
 
 
 async def warn_if_no_launcher_knows(rt: Runtime, run: Run) -> None:
-    """One line on stderr when live launchers run and every one loaded its catalog before the
-    run's job was added: the run waits (kept for repair) until a launcher is restarted."""
-    from runlane.service.catalog_stamp import at_seconds, live_launchers, nobody_knows
+    """One line on stderr when live launchers run and the catalog of every one lacks the run's
+    job (loaded before the job was added, or another file: heartbeats do not say which): the
+    run waits (kept for repair) until a launcher on a catalog with the job runs."""
+    from runlane.service.catalog_stamp import (
+        catalog_digest,
+        live_launchers,
+        nobody_knows,
+        nobody_knows_message,
+    )
 
     if run.status is not RunStatus.QUEUED:
         return
@@ -472,14 +478,11 @@ async def warn_if_no_launcher_knows(rt: Runtime, run: Run) -> None:
     )
     if not nobody_knows(run.job, live):
         return
-    shown = ", ".join(
-        f"{h.launcher_id} at {at_seconds(h.catalog_loaded_at or h.started_at)}" for h in live[:3]
-    ) + (", …" if len(live) > 3 else "")
+    file_digest = catalog_digest(rt.catalog) if rt.catalog is not None else None
+    message = nobody_knows_message(run.job, live, rt.settings.catalog_path, file_digest)
     err.print(
-        f"[yellow]warning:[/] no running launcher knows job {output.escape(run.job)!r}: they loaded "
-        f"{output.escape(rt.settings.catalog_path)} before it was added "
-        f"({output.escape(output.terminal_safe(shown))}); "
-        f"run {run.id} waits until `runlane serve` is restarted"
+        f"[yellow]warning:[/] {output.escape(output.terminal_safe(message))}; run {run.id} waits "
+        "until `runlane serve` is restarted on a catalog that has the job"
     )
 
 

@@ -93,6 +93,25 @@ def launchers_lacking(job: str, launchers: Sequence[Heartbeat]) -> list[Heartbea
     return [h for h in launchers if h.catalog_jobs is not None and job not in h.catalog_jobs]
 
 
+def nobody_knows_message(
+    job: str, live: Sequence[Heartbeat], catalog_path: str, file_digest: str | None
+) -> str:
+    """One line: no live launcher has `job`, from what their heartbeats say. A heartbeat does
+    not say which file a launcher read (an older version of `catalog_path`, or another file
+    altogether), so the line names their catalogs by digest and load time, not by path.
+    `file_digest` is the digest of the catalog `catalog_path` holds now, which has the job."""
+    shown = ", ".join(
+        f"{h.launcher_id}: catalog {short_digest(h.catalog_digest)} loaded at "
+        f"{at_seconds(h.catalog_loaded_at or h.started_at)}"
+        for h in live[:3]
+    ) + (", …" if len(live) > 3 else "")
+    file_catalog = f" (catalog {short_digest(file_digest)})" if file_digest is not None else ""
+    return (
+        f"no running launcher knows job {job!r}: the catalog each one runs has no such job "
+        f"({shown}), while {catalog_path}{file_catalog} has it"
+    )
+
+
 def nobody_knows(job: str, live: Sequence[Heartbeat]) -> bool:
     """True when there are live launchers and every one of them is known to lack `job`: a run
     of it waits (kept for repair, `unknown_job`) until a launcher is restarted. False when any

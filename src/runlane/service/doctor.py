@@ -90,7 +90,8 @@ async def diagnose(settings: Settings, store: Store) -> list[Finding]:
         findings.append(Finding("ok", "catalog", f"{settings.catalog_path}: {len(catalog.jobs)} jobs"))
     except CatalogError as exc:
         findings.append(Finding("error", "catalog", exc.message))
-        findings.extend(Finding("error", "catalog", p) for p in exc.problems)
+        # A file that cannot be read is its own only problem: said once, not twice.
+        findings.extend(Finding("error", "catalog", p) for p in exc.problems if p != exc.message)
 
     now = await store.now()
     launchers = await store.launchers()
