@@ -78,7 +78,9 @@ class Heartbeat:
     `catalog_digest` ("sha256:<hex>" of the catalog's canonical JSON, see
     `service.catalog_stamp`), `catalog_loaded_at` (when the launcher took that catalog) and
     `catalog_jobs` (its job names, sorted) let a person's CLI see that the catalog file changed
-    after a launcher loaded it. None = not reported (a row written by an older runlane)."""
+    after a launcher loaded it; `catalog_path` (the absolute path it read, on its host) and
+    `catalog_chains` (its chain names, sorted) say which file that was and which chains it
+    advances. None = not reported (a row written by an older runlane)."""
 
     launcher_id: str
     host: str
@@ -91,6 +93,8 @@ class Heartbeat:
     catalog_digest: str | None = None
     catalog_loaded_at: datetime | None = None
     catalog_jobs: tuple[str, ...] | None = None
+    catalog_path: str | None = None
+    catalog_chains: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -44,15 +44,23 @@ async def test_a_heartbeat_carries_the_catalog_its_launcher_runs(harness: StoreH
         Heartbeat(
             "L1", "host-a", 1, "0.1.0", T0,
             catalog_digest=digest, catalog_loaded_at=loaded, catalog_jobs=("alpha", "beta"),
+            catalog_path="/etc/runlane/catalog.yaml", catalog_chains=("nightly",),
         )
     )
-    await store.beat(Heartbeat("L2", "host-b", 2, "0.1.0", T0, catalog_digest=digest, catalog_jobs=()))
+    await store.beat(
+        Heartbeat(
+            "L2", "host-b", 2, "0.1.0", T0,
+            catalog_digest=digest, catalog_jobs=(), catalog_chains=(),
+        )
+    )
     l1, l2 = await store.launchers()
     assert (l1.catalog_digest, l1.catalog_loaded_at, l1.catalog_jobs) == (
         digest, loaded, ("alpha", "beta"),
     )
-    # An empty catalog is a known empty job list, not an unknown one.
+    assert (l1.catalog_path, l1.catalog_chains) == ("/etc/runlane/catalog.yaml", ("nightly",))
+    # An empty catalog is a known empty job (and chain) list, not an unknown one.
     assert (l2.catalog_digest, l2.catalog_loaded_at, l2.catalog_jobs) == (digest, None, ())
+    assert (l2.catalog_path, l2.catalog_chains) == (None, ())
 
     # The next beat replaces what the row says (a launcher restarted under the same id).
     clock.advance(5)
@@ -61,12 +69,14 @@ async def test_a_heartbeat_carries_the_catalog_its_launcher_runs(harness: StoreH
         Heartbeat(
             "L1", "host-a", 1, "0.1.0", T0,
             catalog_digest=newer, catalog_loaded_at=clock.at, catalog_jobs=("gamma",),
+            catalog_path="/srv/other.yaml", catalog_chains=None,
         )
     )
     l1 = (await store.launchers())[0]
     assert (l1.catalog_digest, l1.catalog_loaded_at, l1.catalog_jobs) == (
         newer, clock.at, ("gamma",),
     )
+    assert (l1.catalog_path, l1.catalog_chains) == ("/srv/other.yaml", None)
 
 
 async def test_a_heartbeat_row_of_an_older_runlane_reads_as_catalog_unknown(
@@ -82,3 +92,4 @@ async def test_a_heartbeat_row_of_an_older_runlane_reads_as_catalog_unknown(
     assert (old.launcher_id, old.catalog_digest, old.catalog_loaded_at, old.catalog_jobs) == (
         "old", None, None, None,
     )
+    assert (old.catalog_path, old.catalog_chains) == (None, None)

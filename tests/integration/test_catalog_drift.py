@@ -121,19 +121,22 @@ async def test_a_launchers_heartbeat_carries_the_catalog_it_loaded(
     assert "fresh" not in beat.catalog_jobs
     assert beat.catalog_loaded_at is not None
     assert beat.catalog_loaded_at == beat.started_at  # read once, when the launcher started
+    assert beat.catalog_path == str(catalog_file)  # absolute, as the heartbeat reports it
+    assert beat.catalog_chains == tuple(sorted(catalog.chains))
 
 
 async def test_status_says_which_launcher_runs_an_older_catalog(
     cli_env: dict[str, str], catalog_file: Path, cli_catalog: Path, old_launcher: Launcher,
     tmp_path: Path,
 ) -> None:
+    # The launcher read another file than the CLI's: the warning names both.
     code, out, _ = await cli(cli_env, "status")
     assert code == 0
     (warning,) = [ln for ln in out.splitlines() if ln.startswith("warning:")]
     assert re.fullmatch(
-        rf"warning: launcher {re.escape(old_launcher.owner)} runs the catalog loaded at "
-        rf"\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\dZ; {re.escape(str(cli_catalog))} has changed since: "
-        "restart it to apply the change",
+        rf"warning: launcher {re.escape(old_launcher.owner)} runs {re.escape(str(catalog_file))} "
+        rf"\(loaded at \d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\dZ\), which differs from "
+        rf"{re.escape(str(cli_catalog))}: restart it on the catalog it should run",
         warning,
     ), warning
 
@@ -147,6 +150,8 @@ async def test_status_says_which_launcher_runs_an_older_catalog(
     assert entry["catalog_digest"] == catalog_digest(load_catalog(catalog_file))
     assert entry["catalog_loaded_at"].endswith("Z")
     assert "fresh" not in entry["catalog_jobs"]
+    assert entry["catalog_path"] == str(catalog_file)
+    assert entry["catalog_chains"] == []
 
     # The file the launcher loaded, and the same catalog reformatted with a comment: current.
     same = tmp_path / "same.yaml"
@@ -169,6 +174,18 @@ async def test_status_says_which_launcher_runs_an_older_catalog(
     assert data["catalog"]["catalog_digest"] is None
     assert data["launchers"][0]["catalog_current"] is None
 
+    # The launcher's own file, edited since it read it: that file has changed.
+    await asyncio.to_thread(catalog_file.write_text, CATALOG + FRESH_JOB)
+    code, out, _ = await cli(cli_env, "status", "--catalog", str(catalog_file))
+    assert code == 0
+    (warning,) = [ln for ln in out.splitlines() if ln.startswith("warning:")]
+    assert re.fullmatch(
+        rf"warning: launcher {re.escape(old_launcher.owner)} loaded {re.escape(str(catalog_file))} "
+        r"at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ; it has changed since: restart it to apply the "
+        "change",
+        warning,
+    ), warning
+
 
 async def test_run_warns_when_no_live_launcher_knows_the_job(
     store: Store, cli_env: dict[str, str], cli_catalog: Path, old_launcher: Launcher
@@ -181,7 +198,8 @@ async def test_run_warns_when_no_live_launcher_knows_the_job(
     # and load time, never as "{cli_catalog}" (it may be another file altogether).
     assert re.fullmatch(
         rf"warning: no running launcher knows job 'fresh': the catalog each one runs has no such "
-        rf"job \({re.escape(old_launcher.owner)}: catalog [0-9a-f]{{12}} loaded at \S+Z\), while "
+        rf"job \({re.escape(old_launcher.owner)}: catalog [0-9a-f]{{12}} from "
+        rf"{re.escape(str(old_launcher.settings.catalog_path))} loaded at \S+Z\), while "
         rf"{re.escape(str(cli_catalog))} \(catalog [0-9a-f]{{12}}\) has it; run {run_id} waits "
         r"until `runlane serve` is restarted on a catalog that has the job",
         warning,
@@ -281,8 +299,23 @@ async def test_emit_and_chain_run_warn_when_the_launchers_run_an_older_catalog(
     assert "no running launcher knows job 'fresh'" in err
     code, _, err = await cli(cli_env, "chain", "run", "newchain")
     assert code == 0, err
+    # The launcher's heartbeat lists its chains: none is `newchain`, so it is known that no
+    # running launcher advances it.
+    assert re.fullmatch(
+        rf"warning: no running launcher has chain 'newchain' \({re.escape(old_launcher.owner)}: "
+        rf"catalog [0-9a-f]{{12}} from {re.escape(str(old_launcher.settings.catalog_path))} "
+        r"loaded at \S+Z\): restart `runlane serve` on a catalog that has it, or the chain does "
+        r"not advance \(it fails `unknown_chain` once no launcher can advance it\)",
+        err.strip(),
+    ), err
+    # A launcher of an older runlane lists no chains (nor its file): all that is known is that
+    # it runs another catalog than the file.
+    (beat,) = await old_launcher.store.launchers()
+    await old_launcher.store.beat(replace(beat, catalog_chains=None, catalog_path=None))
+    code, _, err = await cli(cli_env, "chain", "run", "newchain")
+    assert code == 0, err
     assert err.strip() == (
-        f"warning: every running launcher loaded {cli_catalog} before it last changed: if chain "
+        f"warning: every running launcher runs another catalog than {cli_catalog}: if chain "
         "'newchain' or its jobs were added since, restart `runlane serve`, or the chain does not "
         "advance"
     )
@@ -393,16 +426,22 @@ async def test_doctor_tells_an_older_launcher_catalog_from_a_job_gone_from_the_f
         ), repair["message"]
         assert repair["message"].endswith(f"; running without the job: {launcher.owner}")
         assert "not in the catalog" not in repair["message"]
-        stale = [f for f in findings if f["check"] == "launchers" and "has changed since" in f["message"]]
+        stale = [f for f in findings if f["check"] == "launchers" and "differs from" in f["message"]]
         assert [f["level"] for f in stale] == ["warning"]
-        assert stale[0]["message"].startswith(f"launcher {launcher.owner} runs the catalog loaded at ")
+        assert stale[0]["message"].startswith(
+            f"launcher {launcher.owner} runs {settings.catalog_path} (loaded at "
+        )
+        assert stale[0]["message"].endswith(
+            f"which differs from {cli_catalog}: restart it on the catalog it should run"
+        )
 
         # A file without the job (it was removed again): it is really not in the catalog.
         code, out, _ = await cli(cli_env, "doctor", "--catalog", str(settings.catalog_path))
         assert code == 1
         line = next(ln for ln in out.splitlines() if run_id in ln)
         assert line.split(None, 2)[2] == f"run {run_id} (fresh, queued): job 'fresh' is not in the catalog"
-        assert "has changed since" not in out  # this file is the launcher's catalog
+        assert "differs from" not in out  # this file is the launcher's catalog
+        assert "has changed since" not in out
     finally:
         launcher.stop()
         await task

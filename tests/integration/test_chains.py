@@ -406,11 +406,14 @@ async def test_a_chain_the_launcher_does_not_know_waits_for_one_that_does(
     assert old.deadline_at is None
     assert late.deadline_at is not None
 
-    async def other_launcher(digest: str, jobs: tuple[str, ...] | None) -> None:
+    async def other_launcher(
+        digest: str, jobs: tuple[str, ...] | None, chains: tuple[str, ...] | None = None
+    ) -> None:
         await store.beat(
             Heartbeat(
                 launcher_id="other", host="h", pid=1, version="test",
                 started_at=datetime.now(UTC), catalog_digest=digest, catalog_jobs=jobs,
+                catalog_chains=chains,
             )
         )
 
@@ -419,18 +422,23 @@ async def test_a_chain_the_launcher_does_not_know_waits_for_one_that_does(
         return found.status, found.end_reason
 
     # Another live launcher runs the newer catalog: it may be advancing both (it handles the
-    # deadline of `late` itself), so they wait.
+    # deadline of `late` itself), so they wait. Without a chain list (an older runlane) because
+    # it has the steps' jobs; with one, because it lists both chains.
     newer = stamp_catalog(catalog)
-    await other_launcher(newer.digest, newer.jobs)
-    await stale.advance_all()
-    assert await status(old.id) == ("running", None)
-    assert await status(late.id) == ("running", None)
+    for chains in (None, newer.chains):
+        await other_launcher(newer.digest, newer.jobs, chains)
+        await stale_launcher(settle=0.0).advance_all()
+        assert await status(old.id) == ("running", None)
+        assert await status(late.id) == ("running", None)
     # It runs a different catalog, but one without the steps' jobs: it cannot have the chain.
     # Nobody can advance them, but not for long enough yet (one missed heartbeat, a restart).
     await other_launcher("sha256:another", ("bad",))
     await stale_launcher(settle=3600.0).advance_all()
     assert await status(old.id) == ("running", None)
-    # For long enough (settle 0): both fail.
+    # A different catalog with every job, whose chain list lacks both: known not to be
+    # advancing them (without the list it might have been). For long enough (settle 0): both
+    # fail.
+    await other_launcher("sha256:another", newer.jobs, ("happy-before", "timeout-before"))
     await stale.advance_all()
     assert await status(old.id) == ("failure", "unknown_chain")
     assert await status(late.id) == ("failure", "unknown_chain")

@@ -173,7 +173,9 @@ async def test_postgres_migrations_match_the_reference_schema(pg_scratch: list[s
     assert any(row[0] == "run_log" for row in first["columns"])  # type: ignore[attr-defined]
 
 
-# --- upgrading a database of the previous version (0003: the heartbeat's catalog) -------------
+# --- upgrading a database of an older version --------------------------------------------------
+# 0003 added the heartbeat's catalog (digest, load time, jobs), 0004 its path and chains: a row an
+# older launcher wrote is kept, with NULL (not reported) in the new columns.
 
 
 def _runlane(database_url: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -194,31 +196,34 @@ OLD_BEAT = (
 )
 
 
-def _check_version_2_path(database_url: str, tmp_path: Path) -> None:
-    """`serve` refuses the version-2 database and says what to run; `db upgrade` applies 0003."""
+def _check_upgrade_path(database_url: str, tmp_path: Path, old: int, current: int) -> None:
+    """`serve` refuses the older database and says what to run; `db upgrade` applies the rest."""
     serve = _runlane(database_url, tmp_path, "serve")
     assert serve.returncode == 1
     assert serve.stderr.strip().splitlines() == [
-        "error: database is at schema version 2, this runlane needs 3: run `runlane db upgrade`"
+        f"error: database is at schema version {old}, this runlane needs {current}: "
+        "run `runlane db upgrade`"
     ]
     upgrade = _runlane(database_url, tmp_path, "db", "upgrade")
     assert upgrade.returncode == 0, upgrade.stderr
-    assert upgrade.stdout.strip() == "applied migrations 3; schema is at version 3"
+    applied = ", ".join(str(v) for v in range(old + 1, current + 1))
+    assert upgrade.stdout.strip() == f"applied migrations {applied}; schema is at version {current}"
 
 
-async def test_sqlite_a_version_2_database_is_refused_then_upgraded(tmp_path: Path) -> None:
+@pytest.mark.parametrize("old", [2, 3])
+async def test_sqlite_an_older_database_is_refused_then_upgraded(tmp_path: Path, old: int) -> None:
     path = tmp_path / "old.db"
     conn = sqlite3.connect(path)
     try:
         conn.execute(sqlcommon.load_queries("runlane.adapters.sqlite")["bootstrap_migrations"])
-        for migration in sqlcommon.load_migrations("runlane.adapters.sqlite")[:2]:
+        for migration in sqlcommon.load_migrations("runlane.adapters.sqlite")[:old]:
             conn.executescript(migration.sql)
             conn.execute("INSERT INTO schema_migrations VALUES (?, 'x')", (migration.version,))
         conn.execute(OLD_BEAT.format(t="'2031-01-01T00:00:00.000000Z'"))
         conn.commit()
     finally:
         conn.close()
-    _check_version_2_path(f"sqlite:///{path}", tmp_path)
+    _check_upgrade_path(f"sqlite:///{path}", tmp_path, old, SQLITE_VERSION)
 
     reference = tmp_path / "reference.db"
     ref = sqlite3.connect(reference)
@@ -226,37 +231,40 @@ async def test_sqlite_a_version_2_database_is_refused_then_upgraded(tmp_path: Pa
         ref.executescript(sqlcommon.load_reference_schema("runlane.adapters.sqlite"))
     finally:
         ref.close()
-    assert sqlite_schema(path) == sqlite_schema(reference)  # upgraded = created at version 3
+    assert sqlite_schema(path) == sqlite_schema(reference)  # upgraded = created at the current
     store = SqliteStore(str(path))
     await store.open()
     try:
         (kept,) = await store.launchers()
         assert (kept.launcher_id, kept.catalog_digest, kept.catalog_jobs) == ("before", None, None)
+        assert (kept.catalog_path, kept.catalog_chains) == (None, None)
     finally:
         await store.close()
 
 
 @pytest.mark.postgres
-async def test_postgres_a_version_2_database_is_refused_then_upgraded(
-    pg_scratch: list[str], tmp_path: Path
+@pytest.mark.parametrize("old", [2, 3])
+async def test_postgres_an_older_database_is_refused_then_upgraded(
+    pg_scratch: list[str], tmp_path: Path, old: int
 ) -> None:
     old_url, reference_url = pg_scratch
     with psycopg.connect(old_url, autocommit=True) as conn:
         conn.execute(sqlcommon.load_queries("runlane.adapters.postgres")["bootstrap_migrations"].encode())
-        for migration in sqlcommon.load_migrations("runlane.adapters.postgres")[:2]:
+        for migration in sqlcommon.load_migrations("runlane.adapters.postgres")[:old]:
             conn.execute(migration.sql.encode())
             conn.execute("INSERT INTO schema_migrations (version) VALUES (%s)", (migration.version,))
         conn.execute(OLD_BEAT.format(t="now()").encode())
     dbname = conninfo_to_dict(old_url)["dbname"]
-    _check_version_2_path(f"{PG_URL.rsplit('/', 1)[0]}/{dbname}", tmp_path)
+    _check_upgrade_path(f"{PG_URL.rsplit('/', 1)[0]}/{dbname}", tmp_path, old, PG_VERSION)
 
     with psycopg.connect(reference_url, autocommit=True) as conn:
         conn.execute(sqlcommon.load_reference_schema("runlane.adapters.postgres").encode())
-    assert pg_schema(old_url) == pg_schema(reference_url)  # upgraded = created at version 3
+    assert pg_schema(old_url) == pg_schema(reference_url)  # upgraded = created at the current
     store = PostgresStore(old_url)
     await store.open()
     try:
         (kept,) = await store.launchers()
         assert (kept.launcher_id, kept.catalog_digest, kept.catalog_jobs) == ("before", None, None)
+        assert (kept.catalog_path, kept.catalog_chains) == (None, None)
     finally:
         await store.close()

@@ -351,6 +351,8 @@ class RowReader:
             catalog_digest=self.opt_text(row, "catalog_digest"),
             catalog_loaded_at=self.opt_time(row, "catalog_loaded_at"),
             catalog_jobs=_opt_tuple(parse_str_list(row["catalog_jobs"])),
+            catalog_path=self.opt_text(row, "catalog_path"),
+            catalog_chains=_opt_tuple(parse_str_list(row["catalog_chains"])),
         )
 
 

@@ -487,21 +487,38 @@ async def warn_if_no_launcher_knows(rt: Runtime, run: Run) -> None:
 
 
 async def warn_if_launchers_are_behind(rt: Runtime, chain: str) -> None:
-    """One line on stderr when live launchers run and every one loaded an older catalog than the
-    file: a chain added since is not advanced by any of them until one is restarted (heartbeats
-    list jobs, not chains, so this says what cannot be ruled out)."""
-    from runlane.service.catalog_stamp import catalog_digest, catalog_state, live_launchers
+    """One line on stderr when live launchers run and none of them has `chain`: its first steps
+    run, but nobody advances it until a launcher on a catalog with the chain runs. Heartbeats
+    list their chains; when one does not (an older runlane), this warns only when every
+    launcher runs another catalog than the file, and says what cannot be ruled out."""
+    from runlane.service.catalog_stamp import (
+        catalog_digest,
+        catalog_state,
+        launcher_catalogs,
+        live_launchers,
+    )
 
     live = live_launchers(
         await rt.store.launchers(), await rt.store.now(), rt.settings.launcher_stale_after
     )
+    if live and all(h.catalog_chains is not None for h in live):
+        if any(chain in (h.catalog_chains or ()) for h in live):
+            return
+        message = (
+            f"no running launcher has chain {chain!r} ({launcher_catalogs(live)}): restart "
+            "`runlane serve` on a catalog that has it, or the chain does not advance (it fails "
+            "`unknown_chain` once no launcher can advance it)"
+        )
+        err.print(f"[yellow]warning:[/] {output.escape(output.terminal_safe(message))}")
+        return
     digest = catalog_digest(rt.require_catalog())
     if not live or any(catalog_state(h, digest) != "changed" for h in live):
         return
     err.print(
-        f"[yellow]warning:[/] every running launcher loaded {output.escape(rt.settings.catalog_path)} "
-        f"before it last changed: if chain {output.escape(chain)!r} or its jobs were added since, "
-        "restart `runlane serve`, or the chain does not advance"
+        f"[yellow]warning:[/] every running launcher runs another catalog than "
+        f"{output.escape(output.terminal_safe(rt.settings.catalog_path))}: if chain "
+        f"{output.escape(chain)!r} or its jobs were added since, restart `runlane serve`, or the "
+        "chain does not advance"
     )
 
 
@@ -944,6 +961,8 @@ def status_cmd(as_json: JsonOpt = False, catalog: CatalogOpt = None, database: D
                 "catalog_digest": h.catalog_digest,
                 "catalog_loaded_at": output.iso(h.catalog_loaded_at),
                 "catalog_jobs": None if h.catalog_jobs is None else list(h.catalog_jobs),
+                "catalog_path": h.catalog_path,
+                "catalog_chains": None if h.catalog_chains is None else list(h.catalog_chains),
                 # True: runs the file as it is now; False: the file changed since it loaded
                 # it; null: cannot tell (the file does not load, or no digest reported).
                 "catalog_current": None if state == "unknown" else state == "current",
@@ -966,7 +985,7 @@ def status_cmd(as_json: JsonOpt = False, catalog: CatalogOpt = None, database: D
                     f"catalog {short_digest(entry['catalog_digest'])}"
                 )
         for message in changed:
-            out.print(f"[yellow]warning:[/] {output.escape(message)}")
+            out.print(f"[yellow]warning:[/] {output.escape(output.terminal_safe(message))}")
         if file_error is not None and any(e["catalog_digest"] for e in data["launchers"]):
             out.print(
                 f"[yellow]note:[/] {output.escape(file_error)}: the launchers' catalogs are "
@@ -1012,7 +1031,10 @@ def doctor_cmd(as_json: JsonOpt = False, catalog: CatalogOpt = None, database: D
         else:
             style = {"ok": "green", "warning": "yellow", "error": "red"}
             for f in findings:
-                out.print(f"[{style[f.level]}]{f.level:7}[/] {f.check:10} {output.escape(f.message)}")
+                out.print(
+                    f"[{style[f.level]}]{f.level:7}[/] {f.check:10} "
+                    f"{output.escape(output.terminal_safe(f.message))}"
+                )
         return 1 if any(f.level == "error" for f in findings) else 0
 
     async def go() -> int:

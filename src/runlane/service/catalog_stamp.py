@@ -13,6 +13,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Literal
 
 from runlane.catalog import Catalog
@@ -25,10 +26,11 @@ CatalogState = Literal["current", "changed", "unknown"]
 
 @dataclass(frozen=True, slots=True)
 class CatalogStamp:
-    """What a launcher reports of its catalog: `digest` and the job names, sorted."""
+    """What a launcher reports of its catalog: `digest`, the job and chain names, sorted."""
 
     digest: str
     jobs: tuple[str, ...]
+    chains: tuple[str, ...] = ()
 
 
 def catalog_digest(catalog: Catalog) -> str:
@@ -47,7 +49,11 @@ def catalog_digest(catalog: Catalog) -> str:
 
 
 def stamp_catalog(catalog: Catalog) -> CatalogStamp:
-    return CatalogStamp(digest=catalog_digest(catalog), jobs=tuple(catalog.job_names()))
+    return CatalogStamp(
+        digest=catalog_digest(catalog),
+        jobs=tuple(catalog.job_names()),
+        chains=tuple(sorted(catalog.chains)),
+    )
 
 
 def short_digest(digest: str | None) -> str:
@@ -80,12 +86,35 @@ def catalog_state(launcher: Heartbeat, file_digest: str | None) -> CatalogState:
 
 
 def changed_message(launcher: Heartbeat, catalog_path: str) -> str:
-    """One line: which launcher runs an older catalog, since when, and what to do."""
-    loaded = launcher.catalog_loaded_at or launcher.started_at
+    """One line: which launcher runs another catalog than `catalog_path` holds, which file it
+    read and when (as far as its heartbeat says), and what to do."""
+    loaded = at_seconds(launcher.catalog_loaded_at or launcher.started_at)
+    theirs = launcher.catalog_path
+    if theirs is None:  # an older runlane: it does not say which file it read
+        return (
+            f"launcher {launcher.launcher_id} runs the catalog loaded at {loaded}; "
+            f"{catalog_path} has changed since: restart it to apply the change"
+        )
+    if theirs == str(Path(catalog_path).absolute()):
+        return (
+            f"launcher {launcher.launcher_id} loaded {theirs} at {loaded}; it has changed since: "
+            "restart it to apply the change"
+        )
     return (
-        f"launcher {launcher.launcher_id} runs the catalog loaded at {at_seconds(loaded)}; "
-        f"{catalog_path} has changed since: restart it to apply the change"
+        f"launcher {launcher.launcher_id} runs {theirs} (loaded at {loaded}), which differs "
+        f"from {catalog_path}: restart it on the catalog it should run"
     )
+
+
+def launcher_catalogs(live: Sequence[Heartbeat], shown: int = 3) -> str:
+    """`L1: catalog <12 hex> from /etc/runlane/catalog.yaml loaded at T, …`: what each
+    launcher's heartbeat says of its catalog (the file only when it says)."""
+    return ", ".join(
+        f"{h.launcher_id}: catalog {short_digest(h.catalog_digest)}"
+        + (f" from {h.catalog_path}" if h.catalog_path is not None else "")
+        + f" loaded at {at_seconds(h.catalog_loaded_at or h.started_at)}"
+        for h in live[:shown]
+    ) + (", …" if len(live) > shown else "")
 
 
 def launchers_lacking(job: str, launchers: Sequence[Heartbeat]) -> list[Heartbeat]:
@@ -96,15 +125,10 @@ def launchers_lacking(job: str, launchers: Sequence[Heartbeat]) -> list[Heartbea
 def nobody_knows_message(
     job: str, live: Sequence[Heartbeat], catalog_path: str, file_digest: str | None
 ) -> str:
-    """One line: no live launcher has `job`, from what their heartbeats say. A heartbeat does
-    not say which file a launcher read (an older version of `catalog_path`, or another file
-    altogether), so the line names their catalogs by digest and load time, not by path.
+    """One line: no live launcher has `job`, from what their heartbeats say: each launcher's
+    catalog by digest, file (when its heartbeat says; an older runlane does not) and load time.
     `file_digest` is the digest of the catalog `catalog_path` holds now, which has the job."""
-    shown = ", ".join(
-        f"{h.launcher_id}: catalog {short_digest(h.catalog_digest)} loaded at "
-        f"{at_seconds(h.catalog_loaded_at or h.started_at)}"
-        for h in live[:3]
-    ) + (", …" if len(live) > 3 else "")
+    shown = launcher_catalogs(live)
     file_catalog = f" (catalog {short_digest(file_digest)})" if file_digest is not None else ""
     return (
         f"no running launcher knows job {job!r}: the catalog each one runs has no such job "

@@ -289,19 +289,23 @@ class ChainRunner:
                 self.hook("chain_finished", run.id)
 
     async def _may_be_advanced_elsewhere(self, run: ChainRun, now: datetime) -> bool:
-        """True when another live launcher runs a different catalog (or does not say which)
-        that has every job the run's steps ran: it may have the chain and be advancing it."""
+        """True when another live launcher has the chain (its heartbeat lists its chains), or
+        may have it: one that does not list its chains (an older runlane), runs a different
+        catalog (or does not say which) and has every job the run's steps ran."""
         others = [
             h
             for h in live_launchers(await self.store.launchers(), now, self.stale_after)
             if h.launcher_id != self.launcher_id
             and (h.catalog_digest is None or h.catalog_digest != self.catalog_digest)
         ]
-        if not others:
+        if any(h.catalog_chains is not None and run.chain in h.catalog_chains for h in others):
+            return True
+        unlisted = [h for h in others if h.catalog_chains is None]
+        if not unlisted:
             return False
         steps = await self.store.list_runs(RunFilter(chain_root_id=run.id, limit=10_000))
         jobs = {step.job for step in steps}
-        return any(h.catalog_jobs is None or jobs <= set(h.catalog_jobs) for h in others)
+        return any(h.catalog_jobs is None or jobs <= set(h.catalog_jobs) for h in unlisted)
 
     async def _step(
         self, run: ChainRun, step: StepSpec, now: datetime, *, skipped: str | None

@@ -221,6 +221,9 @@ class Launcher:
         # The catalog this launcher runs, as its heartbeat reports it (computed at the first
         # beat; the catalog never changes under a launcher, so it was taken at its start).
         self._catalog_stamp: CatalogStamp | None = None
+        # The file the catalog came from, as the heartbeat reports it (absolute: the CLI that
+        # reads the heartbeat may run elsewhere).
+        self._catalog_path = str(Path(self.settings.catalog_path).absolute())
         self._tasks: list[asyncio.Task[Any]] = []
         self._last_expire = 0.0
         self._last_recover = 0.0
@@ -1037,6 +1040,8 @@ class Launcher:
                 catalog_digest=stamp.digest,
                 catalog_loaded_at=self._started_at,
                 catalog_jobs=stamp.jobs,
+                catalog_path=self._catalog_path,
+                catalog_chains=stamp.chains,
             )
         )
         # A launcher that died without removing its row (SIGKILL, lost host) goes after a while.

@@ -845,6 +845,12 @@ class PostgresStore:
                     "running": sqlcommon.dump_json(dict(hb.running)),
                     "catalog_digest": hb.catalog_digest,
                     "catalog_loaded_at": hb.catalog_loaded_at,
+                    "catalog_path": hb.catalog_path,
+                    "catalog_chains": (
+                        None
+                        if hb.catalog_chains is None
+                        else sqlcommon.dump_json(list(hb.catalog_chains))
+                    ),
                     "catalog_jobs": (
                         None if hb.catalog_jobs is None else sqlcommon.dump_json(list(hb.catalog_jobs))
                     ),

@@ -750,6 +750,10 @@ class SqliteStore:
             "catalog_digest": hb.catalog_digest,
             "catalog_loaded_at": _opt_time(hb.catalog_loaded_at),
             "catalog_jobs": None if hb.catalog_jobs is None else sqlcommon.dump_json(list(hb.catalog_jobs)),
+            "catalog_path": hb.catalog_path,
+            "catalog_chains": (
+                None if hb.catalog_chains is None else sqlcommon.dump_json(list(hb.catalog_chains))
+            ),
         }
         await self._call(lambda c: c.execute(Q["beat"], params).close())
 

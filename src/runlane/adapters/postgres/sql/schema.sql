@@ -81,7 +81,10 @@ CREATE TABLE launcher_heartbeat (
     -- ('sha256:<hex>'), when the launcher took it, the JSON list of its job names.
     catalog_digest    text,
     catalog_loaded_at timestamptz,
-    catalog_jobs      jsonb
+    catalog_jobs      jsonb,
+    -- (migration 0004) The absolute path it read, the JSON list of its chain names.
+    catalog_path      text,
+    catalog_chains    jsonb
 );
 
 -- Written by accept when the store feeds a message bus; a relay publishes and stamps rows.

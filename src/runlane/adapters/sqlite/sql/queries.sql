@@ -243,9 +243,10 @@ SELECT * FROM job_overrides ORDER BY job
 
 -- name: beat
 INSERT INTO launcher_heartbeat (launcher_id, host, pid, version, started_at, beat_at, queue_depth, running,
-                                catalog_digest, catalog_loaded_at, catalog_jobs)
+                                catalog_digest, catalog_loaded_at, catalog_jobs, catalog_path,
+                                catalog_chains)
 VALUES (:launcher_id, :host, :pid, :version, :started_at, :now, :queue_depth, :running,
-        :catalog_digest, :catalog_loaded_at, :catalog_jobs)
+        :catalog_digest, :catalog_loaded_at, :catalog_jobs, :catalog_path, :catalog_chains)
 ON CONFLICT (launcher_id) DO UPDATE SET
     host = excluded.host,
     pid = excluded.pid,
@@ -256,7 +257,9 @@ ON CONFLICT (launcher_id) DO UPDATE SET
     running = excluded.running,
     catalog_digest = excluded.catalog_digest,
     catalog_loaded_at = excluded.catalog_loaded_at,
-    catalog_jobs = excluded.catalog_jobs
+    catalog_jobs = excluded.catalog_jobs,
+    catalog_path = excluded.catalog_path,
+    catalog_chains = excluded.catalog_chains
 
 -- name: launchers
 SELECT * FROM launcher_heartbeat ORDER BY launcher_id
