@@ -90,6 +90,12 @@ class OverlapRefused(RunRefused):
         self.active_run_id = active_run_id
 
 
+class EventIdTaken(RunRefused):
+    """An event id given again with another key: the id names the event already recorded."""
+
+    code = "event_id_taken"
+
+
 class ConfirmationRequired(RunRefused):
     """The job acts on the outside world and needs an explicit confirmation."""
 

@@ -146,7 +146,9 @@ def test_emit_is_idempotent_and_debounced(env: dict[str, str]) -> None:
 def test_chain_run_show_and_list(env: dict[str, str]) -> None:
     # lineup-optimizer has `latest: "19:15"` (Chicago): before then it is ahead; after then a
     # chain run started later ignores it. Either way the step waits for its parents.
-    started = json.loads(runlane("chain", "run", "tuesday-weekly", "--json", env=env).stdout)
+    started = json.loads(
+        runlane("chain", "run", "tuesday-weekly", "--yes", "--json", env=env).stdout
+    )
     assert started["status"] == "running"
     steps = {s["step"]: s["status"] for s in started["steps"]}
     assert steps == {
@@ -281,3 +283,14 @@ def test_schedule_lists_every_schedules_slots_and_says_when_it_cuts_the_range(
     nightly = [line for line in lines if " nightly " in line]
     assert len(nightly) == 70  # 100,000 slots reach 2027-03-11, past its 03:00
     assert nightly[-1].startswith("2027-03-11T03:00:00Z")
+
+
+def test_an_event_id_given_again_with_another_key_is_refused(acting_env: dict[str, str]) -> None:
+    """The id names the event already recorded: emitting it again under another key starts
+    nothing (not the first key's listeners, which nobody confirmed for) and says why."""
+    first = runlane("emit", "quiet.key", "--id", "evt-1", env=acting_env)
+    assert first.returncode == 0, first.stderr
+    again = runlane("emit", "go.now", "--id", "evt-1", "--yes", env=acting_env)
+    assert again.returncode == 2
+    assert "was recorded with key 'quiet.key', not 'go.now'" in again.stderr
+    assert recorded(acting_env)[0] == []

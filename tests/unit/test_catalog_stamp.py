@@ -4,12 +4,15 @@ and when a job is known to no live launcher."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 from runlane.catalog import parse_catalog_text
 from runlane.ports import Heartbeat
 from runlane.service.catalog_stamp import (
     catalog_digest,
     catalog_state,
+    chain_warning,
+    changed_message,
     launchers_lacking,
     nobody_knows,
     stamp_catalog,
@@ -100,3 +103,61 @@ def test_nobody_knows_a_job_only_when_every_live_launcher_is_known_to_lack_it() 
     assert not nobody_knows("fresh", [old, silent])  # cannot tell: no warning
     assert not nobody_knows("fresh", [])  # no launcher at all is another warning
     assert not nobody_knows("alpha", [old])
+
+
+def beat_of(
+    launcher_id: str, *, host: str = "here", path: str | None = None,
+    chains: tuple[str, ...] | None = None, digest: str | None = "sha256:" + "0" * 64,
+) -> Heartbeat:
+    t = datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
+    return Heartbeat(
+        launcher_id, host, 1, "test", t, beat_at=t, catalog_digest=digest,
+        catalog_loaded_at=t, catalog_jobs=(), catalog_path=path, catalog_chains=chains,
+    )
+
+
+def test_a_changed_catalog_is_named_by_the_file_the_launcher_read(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "catalog.yaml").write_text("version: 1\njobs: {}\n")
+    (tmp_path / "link").symlink_to(real)
+    read = str((real / "catalog.yaml").resolve())
+    # The same file through a symlink and `..`, on the same host: that file has changed.
+    via_link = str(tmp_path / "link" / ".." / "link" / "catalog.yaml")
+    assert changed_message(beat_of("L1", path=read), via_link, host="here") == (
+        f"launcher L1 loaded {read} at 2026-12-01T03:00:00Z; it has changed since: restart it "
+        "to apply the change"
+    )
+    # The same path on another host names another file.
+    assert changed_message(beat_of("L1", host="worker-7", path=read), via_link, host="here") == (
+        f"launcher L1 runs {read} on worker-7 (loaded at 2026-12-01T03:00:00Z), which differs "
+        f"from {via_link} here: restart it on the catalog it should run"
+    )
+    # An older runlane does not say which file: nothing is claimed about it.
+    assert "runs the catalog loaded at" in changed_message(beat_of("L1"), "catalog.yaml", host="here")
+    # Heartbeat text cannot break the line or reach the terminal as control characters.
+    odd = changed_message(beat_of("L\n1", host="h\x1b[2J", path="/x\ny"), "c.yaml", host="here")
+    assert "\n" not in odd
+    assert "\x1b" not in odd
+    assert "L\\n1" in odd
+
+
+def test_chain_run_warns_only_when_no_live_launcher_has_the_chain() -> None:
+    file_digest = "sha256:" + "f" * 64
+    lists_it = beat_of("new", chains=("nightly",))
+    lacks_it = beat_of("other", chains=("weekly",), path="/etc/runlane/catalog.yaml")
+    older = beat_of("old", chains=None)  # a runlane that lists no chains, on another catalog
+    assert chain_warning("nightly", [], file_digest, "c.yaml") is None  # nobody: said elsewhere
+    assert chain_warning("nightly", [lists_it, lacks_it], file_digest, "c.yaml") is None
+    assert chain_warning("nightly", [lists_it, older], file_digest, "c.yaml") is None  # mixed
+    known = chain_warning("nightly", [lacks_it], file_digest, "c.yaml")
+    assert known is not None
+    assert known.startswith(
+        "no running launcher has chain 'nightly' (other: catalog 000000000000 from "
+        "/etc/runlane/catalog.yaml loaded at 2026-12-01T03:00:00Z)"
+    )
+    hedged = chain_warning("nightly", [lacks_it, older], file_digest, "c.yaml")
+    assert hedged is not None
+    assert hedged.startswith("every running launcher runs another catalog than c.yaml")
+    current = beat_of("old", chains=None, digest=file_digest)  # runs the file's catalog
+    assert chain_warning("nightly", [lacks_it, current], file_digest, "c.yaml") is None

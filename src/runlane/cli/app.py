@@ -487,39 +487,18 @@ async def warn_if_no_launcher_knows(rt: Runtime, run: Run) -> None:
 
 
 async def warn_if_launchers_are_behind(rt: Runtime, chain: str) -> None:
-    """One line on stderr when live launchers run and none of them has `chain`: its first steps
-    run, but nobody advances it until a launcher on a catalog with the chain runs. Heartbeats
-    list their chains; when one does not (an older runlane), this warns only when every
-    launcher runs another catalog than the file, and says what cannot be ruled out."""
-    from runlane.service.catalog_stamp import (
-        catalog_digest,
-        catalog_state,
-        launcher_catalogs,
-        live_launchers,
-    )
+    """One line on stderr when live launchers run and none of them has `chain` (see
+    `catalog_stamp.chain_warning`)."""
+    from runlane.service.catalog_stamp import catalog_digest, chain_warning, live_launchers
 
     live = live_launchers(
         await rt.store.launchers(), await rt.store.now(), rt.settings.launcher_stale_after
     )
-    if live and all(h.catalog_chains is not None for h in live):
-        if any(chain in (h.catalog_chains or ()) for h in live):
-            return
-        message = (
-            f"no running launcher has chain {chain!r} ({launcher_catalogs(live)}): restart "
-            "`runlane serve` on a catalog that has it, or the chain does not advance (it fails "
-            "`unknown_chain` once no launcher can advance it)"
-        )
-        err.print(f"[yellow]warning:[/] {output.escape(output.terminal_safe(message))}")
-        return
-    digest = catalog_digest(rt.require_catalog())
-    if not live or any(catalog_state(h, digest) != "changed" for h in live):
-        return
-    err.print(
-        f"[yellow]warning:[/] every running launcher runs another catalog than "
-        f"{output.escape(output.terminal_safe(rt.settings.catalog_path))}: if chain "
-        f"{output.escape(chain)!r} or its jobs were added since, restart `runlane serve`, or the "
-        "chain does not advance"
+    message = chain_warning(
+        chain, live, catalog_digest(rt.require_catalog()), rt.settings.catalog_path
     )
+    if message is not None:
+        err.print(f"[yellow]warning:[/] {output.escape(output.terminal_safe(message))}")
 
 
 def repair_notice(

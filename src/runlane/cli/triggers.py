@@ -173,8 +173,8 @@ def register(app: typer.Typer) -> None:
             rows = rows[:MAX_SCHEDULE_ROWS]
             err.print(
                 f"note: the range holds more than {MAX_SCHEDULE_ROWS:,} slots; shown are the "
-                f"first {MAX_SCHEDULE_ROWS:,}, up to {iso(rows[-1].slot)}: narrow it with "
-                "--from/--to or --days",
+                f"first {MAX_SCHEDULE_ROWS:,}, which end at {iso(rows[-1].slot)} (later slots, "
+                "and any others at that time, are not): narrow it with --from/--to or --days",
                 markup=False,
             )
         if as_json:

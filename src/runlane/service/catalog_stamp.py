@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -85,36 +86,83 @@ def catalog_state(launcher: Heartbeat, file_digest: str | None) -> CatalogState:
     return "current" if launcher.catalog_digest == file_digest else "changed"
 
 
-def changed_message(launcher: Heartbeat, catalog_path: str) -> str:
+def shown(text: str) -> str:
+    """`text` from a heartbeat (a path, an id) for a one-line message: anything that is not
+    printable (a newline, an escape) is written as its escape, so it cannot break the line."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def same_file(launcher: Heartbeat, catalog_path: str, host: str | None = None) -> bool:
+    """Whether `launcher` read the file `catalog_path` names here: the same host (a path on
+    another machine names another file) and the same resolved path."""
+    if launcher.catalog_path is None:
+        return False
+    if launcher.host != (host if host is not None else socket.gethostname()):
+        return False
+    return launcher.catalog_path == str(Path(catalog_path).resolve())
+
+
+def changed_message(launcher: Heartbeat, catalog_path: str, host: str | None = None) -> str:
     """One line: which launcher runs another catalog than `catalog_path` holds, which file it
-    read and when (as far as its heartbeat says), and what to do."""
+    read, where and when (as far as its heartbeat says), and what to do."""
+    name = shown(launcher.launcher_id)
     loaded = at_seconds(launcher.catalog_loaded_at or launcher.started_at)
     theirs = launcher.catalog_path
     if theirs is None:  # an older runlane: it does not say which file it read
         return (
-            f"launcher {launcher.launcher_id} runs the catalog loaded at {loaded}; "
-            f"{catalog_path} has changed since: restart it to apply the change"
+            f"launcher {name} runs the catalog loaded at {loaded}; {catalog_path} has changed "
+            "since: restart it to apply the change"
         )
-    if theirs == str(Path(catalog_path).absolute()):
+    if same_file(launcher, catalog_path, host):
         return (
-            f"launcher {launcher.launcher_id} loaded {theirs} at {loaded}; it has changed since: "
-            "restart it to apply the change"
+            f"launcher {name} loaded {shown(theirs)} at {loaded}; it has changed since: restart "
+            "it to apply the change"
+        )
+    if launcher.host == (host if host is not None else socket.gethostname()):
+        return (
+            f"launcher {name} runs {shown(theirs)} (loaded at {loaded}), which differs from "
+            f"{catalog_path}: restart it on the catalog it should run"
         )
     return (
-        f"launcher {launcher.launcher_id} runs {theirs} (loaded at {loaded}), which differs "
-        f"from {catalog_path}: restart it on the catalog it should run"
+        f"launcher {name} runs {shown(theirs)} on {shown(launcher.host)} (loaded at {loaded}), "
+        f"which differs from {catalog_path} here: restart it on the catalog it should run"
     )
 
 
-def launcher_catalogs(live: Sequence[Heartbeat], shown: int = 3) -> str:
+def launcher_catalogs(live: Sequence[Heartbeat], most: int = 3) -> str:
     """`L1: catalog <12 hex> from /etc/runlane/catalog.yaml loaded at T, …`: what each
     launcher's heartbeat says of its catalog (the file only when it says)."""
     return ", ".join(
-        f"{h.launcher_id}: catalog {short_digest(h.catalog_digest)}"
-        + (f" from {h.catalog_path}" if h.catalog_path is not None else "")
+        f"{shown(h.launcher_id)}: catalog {short_digest(h.catalog_digest)}"
+        + (f" from {shown(h.catalog_path)}" if h.catalog_path is not None else "")
         + f" loaded at {at_seconds(h.catalog_loaded_at or h.started_at)}"
-        for h in live[:shown]
-    ) + (", …" if len(live) > shown else "")
+        for h in live[:most]
+    ) + (", …" if len(live) > most else "")
+
+
+def chain_warning(
+    chain: str, live: Sequence[Heartbeat], file_digest: str, catalog_path: str
+) -> str | None:
+    """What `runlane chain run` warns when no live launcher has `chain`: its first steps run,
+    but nobody advances it until a launcher on a catalog with the chain runs. None when one
+    lists the chain (in a mixed fleet, whatever the older ones run), or when there is no
+    launcher (a separate warning says so). Launchers of an older runlane list no chains: with
+    any of them, it warns only when every launcher runs another catalog than the file, and says
+    what cannot be ruled out."""
+    if not live or any(chain in (h.catalog_chains or ()) for h in live):
+        return None
+    if all(h.catalog_chains is not None for h in live):
+        return (
+            f"no running launcher has chain {chain!r} ({launcher_catalogs(live)}): restart "
+            "`runlane serve` on a catalog that has it, or the chain does not advance (it fails "
+            "`unknown_chain` once no launcher can advance it)"
+        )
+    if any(catalog_state(h, file_digest) != "changed" for h in live):
+        return None
+    return (
+        f"every running launcher runs another catalog than {catalog_path}: if chain {chain!r} "
+        "or its jobs were added since, restart `runlane serve`, or the chain does not advance"
+    )
 
 
 def launchers_lacking(job: str, launchers: Sequence[Heartbeat]) -> list[Heartbeat]:

@@ -22,7 +22,7 @@ import structlog
 from runlane.catalog import Catalog
 from runlane.catalog.params import MAX_PARAMS_BYTES
 from runlane.core.runs import AcceptResult, RunStatus, Trigger, event_dedupe_key
-from runlane.errors import ConfigError, ConfirmationRequired
+from runlane.errors import ConfigError, ConfirmationRequired, EventIdTaken
 from runlane.ports import Event, EventLink, Store
 from runlane.service.accept import RunRequest, text_problem
 
@@ -140,6 +140,13 @@ async def emit_event(
                 f"{', '.join(acting)}; confirm with --yes"
             )
     event, created = await store.record_event(event_id or str(uuid.uuid4()), key, dict(data or {}))
+    if event.key != key:
+        # The id is taken by an event of another key: its listeners are not the ones checked
+        # (or meant) above, so nothing is started for it.
+        raise EventIdTaken(
+            f"event id {event.id!r} was recorded with key {event.key!r}, not {key!r}: give "
+            "another --id, or the same key to repeat that event"
+        )
     links: list[EventLink] = []
     runs: list[AcceptResult] = []
     for job, debounce in subscribers(catalog, event.key):

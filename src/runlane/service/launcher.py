@@ -221,9 +221,9 @@ class Launcher:
         # The catalog this launcher runs, as its heartbeat reports it (computed at the first
         # beat; the catalog never changes under a launcher, so it was taken at its start).
         self._catalog_stamp: CatalogStamp | None = None
-        # The file the catalog came from, as the heartbeat reports it (absolute: the CLI that
-        # reads the heartbeat may run elsewhere).
-        self._catalog_path = str(Path(self.settings.catalog_path).absolute())
+        # The file the catalog came from, as the heartbeat reports it: absolute, symlinks and
+        # `..` resolved, so the CLI can tell it is the file it reads itself (on the same host).
+        self._catalog_path = str(Path(self.settings.catalog_path).resolve())
         self._tasks: list[asyncio.Task[Any]] = []
         self._last_expire = 0.0
         self._last_recover = 0.0
