@@ -95,6 +95,9 @@ class Heartbeat:
     catalog_jobs: tuple[str, ...] | None = None
     catalog_path: str | None = None
     catalog_chains: tuple[str, ...] | None = None
+    # Seconds between this launcher's beats: it is live for three of them (None: an older
+    # runlane; readers use their own setting).
+    heartbeat_interval: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

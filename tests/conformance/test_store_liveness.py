@@ -45,6 +45,7 @@ async def test_a_heartbeat_carries_the_catalog_its_launcher_runs(harness: StoreH
             "L1", "host-a", 1, "0.1.0", T0,
             catalog_digest=digest, catalog_loaded_at=loaded, catalog_jobs=("alpha", "beta"),
             catalog_path="/etc/runlane/catalog.yaml", catalog_chains=("nightly",),
+            heartbeat_interval=60.0,
         )
     )
     await store.beat(
@@ -58,6 +59,7 @@ async def test_a_heartbeat_carries_the_catalog_its_launcher_runs(harness: StoreH
         digest, loaded, ("alpha", "beta"),
     )
     assert (l1.catalog_path, l1.catalog_chains) == ("/etc/runlane/catalog.yaml", ("nightly",))
+    assert (l1.heartbeat_interval, l2.heartbeat_interval) == (60.0, None)
     # An empty catalog is a known empty job (and chain) list, not an unknown one.
     assert (l2.catalog_digest, l2.catalog_loaded_at, l2.catalog_jobs) == (digest, None, ())
     assert (l2.catalog_path, l2.catalog_chains) == (None, ())
@@ -92,4 +94,4 @@ async def test_a_heartbeat_row_of_an_older_runlane_reads_as_catalog_unknown(
     assert (old.launcher_id, old.catalog_digest, old.catalog_loaded_at, old.catalog_jobs) == (
         "old", None, None, None,
     )
-    assert (old.catalog_path, old.catalog_chains) == (None, None)
+    assert (old.catalog_path, old.catalog_chains, old.heartbeat_interval) == (None, None, None)

@@ -103,8 +103,9 @@ async def cli(env: dict[str, str], *args: str) -> tuple[int, str, str]:
 
 @pytest.fixture
 async def old_launcher(store: Store, catalog: Catalog, settings: Settings) -> Launcher:
-    """A launcher on the catalog without `fresh`, its heartbeat written (not running loops)."""
-    launcher = launcher_on(store, catalog, settings)
+    """A launcher on the catalog without `fresh`, its heartbeat written once (not running
+    loops): it says it beats every minute, so it stays live through a test's CLI calls."""
+    launcher = launcher_on(store, catalog, replace(settings, heartbeat_interval=60.0))
     await launcher.beat()
     return launcher
 

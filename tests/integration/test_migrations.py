@@ -237,7 +237,7 @@ async def test_sqlite_an_older_database_is_refused_then_upgraded(tmp_path: Path,
     try:
         (kept,) = await store.launchers()
         assert (kept.launcher_id, kept.catalog_digest, kept.catalog_jobs) == ("before", None, None)
-        assert (kept.catalog_path, kept.catalog_chains) == (None, None)
+        assert (kept.catalog_path, kept.catalog_chains, kept.heartbeat_interval) == (None,) * 3
     finally:
         await store.close()
 
@@ -265,6 +265,6 @@ async def test_postgres_an_older_database_is_refused_then_upgraded(
     try:
         (kept,) = await store.launchers()
         assert (kept.launcher_id, kept.catalog_digest, kept.catalog_jobs) == ("before", None, None)
-        assert (kept.catalog_path, kept.catalog_chains) == (None, None)
+        assert (kept.catalog_path, kept.catalog_chains, kept.heartbeat_interval) == (None,) * 3
     finally:
         await store.close()

@@ -3,6 +3,7 @@ and when a job is known to no live launcher."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,7 +15,9 @@ from runlane.service.catalog_stamp import (
     chain_warning,
     changed_message,
     launchers_lacking,
+    live_launchers,
     nobody_knows,
+    stale_bound,
     stamp_catalog,
 )
 
@@ -161,3 +164,17 @@ def test_chain_run_warns_only_when_no_live_launcher_has_the_chain() -> None:
     assert hedged.startswith("every running launcher runs another catalog than c.yaml")
     current = beat_of("old", chains=None, digest=file_digest)  # runs the file's catalog
     assert chain_warning("nightly", [lacks_it, current], file_digest, "c.yaml") is None
+
+
+def test_a_launcher_is_live_for_three_of_its_own_heartbeat_intervals() -> None:
+    """A launcher beating every minute is live 50 s after its last beat, whatever the reader's
+    own setting (45 s by default); one of an older runlane (no interval reported) is judged by
+    the reader's setting."""
+    now = datetime(2026, 12, 1, 3, 0, 50, tzinfo=UTC)
+    slow = replace(beat_of("slow"), heartbeat_interval=60.0)  # last beat 50 s ago
+    older = beat_of("older")  # the same age, no interval reported
+    assert [h.launcher_id for h in live_launchers([slow, older], now, 45.0)] == ["slow"]
+    fast = replace(beat_of("fast"), heartbeat_interval=5.0)
+    assert live_launchers([fast], now, 45.0) == []  # silent for 10 of its intervals
+    assert stale_bound(slow, 45.0) == 180.0
+    assert stale_bound(older, 45.0) == 45.0

@@ -352,8 +352,13 @@ class RowReader:
             catalog_loaded_at=self.opt_time(row, "catalog_loaded_at"),
             catalog_jobs=_opt_tuple(parse_str_list(row["catalog_jobs"])),
             catalog_path=self.opt_text(row, "catalog_path"),
+            heartbeat_interval=_opt_float(row["heartbeat_interval"]),
             catalog_chains=_opt_tuple(parse_str_list(row["catalog_chains"])),
         )
+
+
+def _opt_float(value: object) -> float | None:
+    return None if value is None else float(value)  # type: ignore[arg-type]
 
 
 def _opt_tuple(values: list[str] | None) -> tuple[str, ...] | None:

@@ -449,14 +449,14 @@ def run_cmd(
 
 
 async def warn_if_no_launcher(rt: Runtime) -> None:
-    """One line on stderr when no launcher has beaten lately: nothing will start a queued run."""
-    launchers = await rt.store.launchers()
-    now = await rt.store.now()
-    fresh = [
-        h for h in launchers
-        if h.beat_at is not None and (now - h.beat_at).total_seconds() < 3 * rt.settings.heartbeat_interval
-    ]
-    if not fresh:
+    """One line on stderr when no launcher has beaten lately (each judged by its own heartbeat
+    interval): nothing will start a queued run."""
+    from runlane.service.catalog_stamp import live_launchers
+
+    live = live_launchers(
+        await rt.store.launchers(), await rt.store.now(), rt.settings.launcher_stale_after
+    )
+    if not live:
         err.print("[yellow]warning:[/] no launcher is running; start one with `runlane serve`")
 
 
@@ -895,7 +895,12 @@ def status_cmd(as_json: JsonOpt = False, catalog: CatalogOpt = None, database: D
 
     async def body(rt: Runtime) -> None:
         from runlane.core.durations import format_duration
-        from runlane.service.catalog_stamp import catalog_state, changed_message, short_digest
+        from runlane.service.catalog_stamp import (
+            catalog_state,
+            changed_message,
+            short_digest,
+            stale_bound,
+        )
         from runlane.service.doctor import stuck_runs
 
         file_digest, file_error = catalog_file_digest(settings.catalog_path)
@@ -921,7 +926,7 @@ def status_cmd(as_json: JsonOpt = False, catalog: CatalogOpt = None, database: D
         changed: list[str] = []
         for h in launchers:
             seen = None if h.beat_at is None else max(0.0, (now - h.beat_at).total_seconds())
-            stale = seen is None or seen > settings.launcher_stale_after
+            stale = seen is None or seen > stale_bound(h, settings.launcher_stale_after)
             state = catalog_state(h, file_digest)
             if state == "changed" and not stale:
                 changed.append(changed_message(h, settings.catalog_path))
@@ -941,6 +946,7 @@ def status_cmd(as_json: JsonOpt = False, catalog: CatalogOpt = None, database: D
                 "catalog_loaded_at": output.iso(h.catalog_loaded_at),
                 "catalog_jobs": None if h.catalog_jobs is None else list(h.catalog_jobs),
                 "catalog_path": h.catalog_path,
+                "heartbeat_interval": h.heartbeat_interval,
                 "catalog_chains": None if h.catalog_chains is None else list(h.catalog_chains),
                 # True: runs the file as it is now; False: the file changed since it loaded
                 # it; null: cannot tell (the file does not load, or no digest reported).

@@ -69,12 +69,25 @@ def at_seconds(value: datetime) -> str:
     return value.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
+def stale_bound(launcher: Heartbeat, stale_after: float) -> float:
+    """How old `launcher`'s last beat may be while it counts as live: three of its own
+    intervals, as its heartbeat reports them (a launcher beating every minute is not stale after
+    45 s); `stale_after` (the reader's setting) for a runlane that does not report one."""
+    if launcher.heartbeat_interval is None:
+        return stale_after
+    return 3 * launcher.heartbeat_interval
+
+
 def live_launchers(
     launchers: Sequence[Heartbeat], now: datetime, stale_after: float
 ) -> list[Heartbeat]:
-    """The launchers whose last heartbeat is at most `stale_after` seconds old."""
-    bound = timedelta(seconds=stale_after)
-    return [h for h in launchers if h.beat_at is not None and now - h.beat_at <= bound]
+    """The launchers whose last heartbeat is recent enough (`stale_bound`)."""
+    return [
+        h
+        for h in launchers
+        if h.beat_at is not None
+        and now - h.beat_at <= timedelta(seconds=stale_bound(h, stale_after))
+    ]
 
 
 def catalog_state(launcher: Heartbeat, file_digest: str | None) -> CatalogState:

@@ -1041,6 +1041,7 @@ class Launcher:
                 catalog_loaded_at=self._started_at,
                 catalog_jobs=stamp.jobs,
                 catalog_path=self._catalog_path,
+                heartbeat_interval=self.settings.heartbeat_interval,
                 catalog_chains=stamp.chains,
             )
         )

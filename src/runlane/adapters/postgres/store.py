@@ -846,6 +846,7 @@ class PostgresStore:
                     "catalog_digest": hb.catalog_digest,
                     "catalog_loaded_at": hb.catalog_loaded_at,
                     "catalog_path": hb.catalog_path,
+                    "heartbeat_interval": hb.heartbeat_interval,
                     "catalog_chains": (
                         None
                         if hb.catalog_chains is None

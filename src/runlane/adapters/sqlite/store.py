@@ -751,6 +751,7 @@ class SqliteStore:
             "catalog_loaded_at": _opt_time(hb.catalog_loaded_at),
             "catalog_jobs": None if hb.catalog_jobs is None else sqlcommon.dump_json(list(hb.catalog_jobs)),
             "catalog_path": hb.catalog_path,
+            "heartbeat_interval": hb.heartbeat_interval,
             "catalog_chains": (
                 None if hb.catalog_chains is None else sqlcommon.dump_json(list(hb.catalog_chains))
             ),

@@ -82,7 +82,9 @@ CREATE TABLE launcher_heartbeat (
     catalog_digest    text,
     catalog_loaded_at timestamptz,
     catalog_jobs      jsonb,
-    -- (migration 0004) The absolute path it read, the JSON list of its chain names.
+    -- (migration 0004) Seconds between its beats, the absolute path of the catalog file it
+    -- read, the JSON list of its chain names.
+    heartbeat_interval double precision,
     catalog_path      text,
     catalog_chains    jsonb
 );

@@ -244,9 +244,10 @@ SELECT * FROM job_overrides ORDER BY job
 -- name: beat
 INSERT INTO launcher_heartbeat (launcher_id, host, pid, version, started_at, beat_at, queue_depth, running,
                                 catalog_digest, catalog_loaded_at, catalog_jobs, catalog_path,
-                                catalog_chains)
+                                catalog_chains, heartbeat_interval)
 VALUES (:launcher_id, :host, :pid, :version, :started_at, :now, :queue_depth, :running,
-        :catalog_digest, :catalog_loaded_at, :catalog_jobs, :catalog_path, :catalog_chains)
+        :catalog_digest, :catalog_loaded_at, :catalog_jobs, :catalog_path, :catalog_chains,
+        :heartbeat_interval)
 ON CONFLICT (launcher_id) DO UPDATE SET
     host = excluded.host,
     pid = excluded.pid,
@@ -259,7 +260,8 @@ ON CONFLICT (launcher_id) DO UPDATE SET
     catalog_loaded_at = excluded.catalog_loaded_at,
     catalog_jobs = excluded.catalog_jobs,
     catalog_path = excluded.catalog_path,
-    catalog_chains = excluded.catalog_chains
+    catalog_chains = excluded.catalog_chains,
+    heartbeat_interval = excluded.heartbeat_interval
 
 -- name: launchers
 SELECT * FROM launcher_heartbeat ORDER BY launcher_id

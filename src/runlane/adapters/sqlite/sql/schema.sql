@@ -83,7 +83,7 @@ CREATE TABLE launcher_heartbeat (
     beat_at     TEXT,
     queue_depth INTEGER NOT NULL DEFAULT 0,
     running     TEXT    NOT NULL DEFAULT '{}'
-, catalog_digest TEXT, catalog_loaded_at TEXT, catalog_jobs TEXT, catalog_path TEXT, catalog_chains TEXT);
+, catalog_digest TEXT, catalog_loaded_at TEXT, catalog_jobs TEXT, heartbeat_interval REAL, catalog_path TEXT, catalog_chains TEXT);
 
 -- Written by accept when the store feeds a message bus; a relay publishes and stamps rows.
 CREATE TABLE outbox (
