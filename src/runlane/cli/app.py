@@ -439,8 +439,9 @@ def run_cmd(
             out.print(
                 f"run {final.id} (attempt {final.attempt}) ended {output.status_text(final.status.value)}"
                 + (f" ({output.escape(final.end_reason)})" if final.end_reason else "")
-                # Why it ended so, when the run's output cannot say (a command not found).
-                + (f": {output.escape(output.terminal_safe(final.note))}" if final.note and final.status is not RunStatus.SUCCESS else "")
+                # Why it ended so, when the run's output cannot say (a command not found), or
+                # what its output lacks, successful or not (a log file cut short).
+                + (f": {output.escape(output.terminal_safe(final.note))}" if final.note else "")
             )
         return 0 if final.status is RunStatus.SUCCESS else 1
 
@@ -565,6 +566,28 @@ def write_output(text: str, *, raw: bool = False) -> None:
     sys.stdout.write(text if raw or not sys.stdout.isatty() else output.terminal_safe(text))
 
 
+def finish_incomplete_log(
+    run: Run, log_path: Path, *, size: int | None, line_open: bool, raw: bool
+) -> bool:
+    """After the log file's text (`size` bytes printed; None when there was no file to read):
+    when the run's note says the file is incomplete (a full disk, its directory gone), one
+    marker line on stderr, then the tail saved with the run, whole, on stdout. The printed text
+    may stop mid-line (`line_open`): the line is ended first, so the tail starts on its own.
+    False, printing nothing, when the note says no such thing."""
+    error = output.incomplete_log_error(run.note, log_path.name)
+    if error is None:
+        return False
+    if line_open:
+        sys.stdout.write("\n")
+    sys.stdout.flush()  # the file's text before the marker, on a terminal showing both
+    marker = output.incomplete_log_marker(size, error, tail=bool(run.log_tail))
+    err.print(output.terminal_safe(marker), markup=False, emoji=False)
+    if run.log_tail:
+        write_output(run.log_tail, raw=raw)
+        sys.stdout.flush()
+    return True
+
+
 async def follow_with_output(
     rt: Runtime, run_id: str, *, show_output: bool, raw: bool = False
 ) -> Any:
@@ -573,7 +596,8 @@ async def follow_with_output(
     from runlane.service.doctor import REPAIR_CODES
 
     run = await rt.store.get_run(run_id)
-    printed: dict[str, int] = {}
+    printed: dict[str, int] = {}  # bytes of each log file printed
+    line_open: dict[str, bool] = {}  # whether what was printed of it stops mid-line
     told: set[str] = set()  # runs whose repair was said: once, not on every poll
     while True:
         if run.status is RunStatus.QUEUED and run.error_code in REPAIR_CODES and run.id not in told:
@@ -581,18 +605,30 @@ async def follow_with_output(
             await say_repair(rt, run)
         if show_output:
             path = rt.log_path(run)
-            if path.exists():
+            if path.is_file():  # not whatever took its place (a directory: no file was written)
                 with path.open("rb") as fh:
                     fh.seek(printed.get(str(path), 0))
                     chunk = fh.read()
                     if chunk:
                         printed[str(path)] = printed.get(str(path), 0) + len(chunk)
+                        line_open[str(path)] = not chunk.endswith(b"\n")
                         write_output(chunk.decode("utf-8", "replace"), raw=raw)
                         sys.stdout.flush()
         if run.status.is_final:
+            told_tail = False
+            if show_output:  # the file is whole once the run has ended: printed to its end
+                path = rt.log_path(run)
+                told_tail = finish_incomplete_log(
+                    run,
+                    path,
+                    size=printed.get(str(path), 0) if path.is_file() else None,
+                    line_open=line_open.get(str(path), False),
+                    raw=raw,
+                )
             nxt = await rt.next_attempt(run)
             if nxt is None:
-                if show_output and str(rt.log_path(run)) not in printed and run.log_tail:
+                unprinted = str(rt.log_path(run)) not in printed
+                if show_output and not told_tail and unprinted and run.log_tail:
                     write_output(run.log_tail, raw=raw)
                 return run
             if show_output:
@@ -737,13 +773,17 @@ def logs_cmd(
         if follow:
             await follow_with_output(rt, run.id, show_output=True, raw=raw)
             return
-        if path.exists():
+        if path.is_file():  # not whatever took its place (a directory: no file was written)
             data = path.read_bytes()
             if raw or not sys.stdout.isatty():
                 sys.stdout.flush()
                 sys.stdout.buffer.write(data)  # byte for byte, for tools
             else:
                 write_output(data.decode("utf-8", "replace"))
+            line_open = bool(data) and not data.endswith(b"\n")
+            finish_incomplete_log(run, path, size=len(data), line_open=line_open, raw=raw)
+        elif finish_incomplete_log(run, path, size=None, line_open=False, raw=raw):
+            pass  # no file to read, which the note explains: the marker, then the saved tail
         elif run.log_tail:
             write_output(run.log_tail, raw=raw)
         elif not run.status.is_final:

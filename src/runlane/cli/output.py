@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime
 from enum import Enum
+from pathlib import PurePath
 from typing import Any
 
 from rich import box
@@ -41,6 +43,33 @@ _CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) 
 def terminal_safe(text: str) -> str:
     """`text` with every control character but newline and tab shown as an escape (\x1b)."""
     return text.translate(_CONTROLS)
+
+
+# The note the inline executor records on a run whose log file it could not write whole (a full
+# disk, the log directory gone): `_Child._outcome` in adapters/local/inline.py. Runs carry no
+# structured field for it (`error_code` classifies failures, and the run may have succeeded), so
+# the note is the record; the file it names must be the run's own (`<run id>.<attempt>.log`).
+_INCOMPLETE_LOG = re.compile(
+    r"the log file (?P<path>[^\n]+?) is incomplete: writing it failed \((?P<error>[^\n]*?)\); "
+    r"the tail here is complete"
+)
+
+
+def incomplete_log_error(note: str | None, log_name: str) -> str | None:
+    """Why the log file named `log_name` was left incomplete (`No space left on device`), as
+    the run's note says; None when the note says no such thing of that file."""
+    for found in _INCOMPLETE_LOG.finditer(note or ""):
+        if PurePath(found["path"]).name == log_name:
+            return found["error"]
+    return None
+
+
+def incomplete_log_marker(size: int | None, error: str, *, tail: bool) -> str:
+    """The line that says where an incomplete log file stops (`size` bytes; None when there is
+    no file to read) and that the run's saved tail follows."""
+    where = f"the log file stopped at {size} bytes" if size is not None else "there is no log file"
+    then = "its last lines as saved with the run follow" if tail else "no lines were saved"
+    return f"[runlane: {where}: writing it failed ({error}); {then}]"
 
 
 # Lease token is a secret of the launcher holding it: never printed.
