@@ -32,8 +32,21 @@ StoreCall = Callable[["Store"], Awaitable[Any]]
 # A Kubernetes CronJob names its Jobs `<cronjob>-<scheduled minute since epoch>` and their pods
 # `<job>-<5 random characters>`.
 _CRONJOB_POD = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?-\d{8,}-[a-z0-9]{5}$")
-_STORE_CALL_TIMEOUT = 30.0
 _NOTE_MAX_CHARS = 2000
+
+# How long the SDK may hold up a job for its bookkeeping. A database that takes connections and
+# never answers (a hung server, a black-holed proxy) would otherwise stall every process that
+# enters a scope for psycopg's own default of minutes. libpq gets 3 s to connect (its
+# `connect_timeout`, whole seconds, at least 2; a URL that names one keeps it): a healthy server
+# answers in well under a second, even across regions with TLS. Opening the store as a whole
+# (connect, set-up, the pool's first connection) gets 5 s, and each call on an open store 5 s
+# (the pool's own wait for a connection). The first of these to run out, or any failure to
+# open, turns the store off for the rest of the process: one warning, then no more tries, so a
+# database that does not answer holds a process up once, by at most `_OPEN_TIMEOUT +
+# _CALL_TIMEOUT` (3 s when it hangs at connect), however many scopes the process enters.
+_CONNECT_TIMEOUT = 3
+_OPEN_TIMEOUT = 5.0
+_CALL_TIMEOUT = 5.0
 
 
 def trigger_from_env(default: str = "manual") -> str:
@@ -252,7 +265,9 @@ def run_scope(name: str | None = None) -> RunScopeContext:
     (`executor="scope"`, `running`) and ends it `success`, or `failure` (`error_code`
     `exception`) when the block raises; the exception propagates. Without
     `RUNLANE_DATABASE_URL` scopes still work and write nothing (one warning is logged). Store
-    failures are logged, never raised: bookkeeping must not break the job.
+    failures are logged, never raised: bookkeeping must not break the job. A database that
+    cannot be opened, or does not answer within a few seconds, is given up on for the rest of
+    the process after one warning: the job goes on, its scopes unrecorded.
     """
     return RunScopeContext(name)
 
@@ -324,8 +339,50 @@ def _warn_no_database() -> None:
         _log.warning("RUNLANE_DATABASE_URL is not set: run_scope() records no child runs")
 
 
+class _StoreUnusable(Exception):
+    """The store failed in a way that ends the SDK's use of it for this process (it could not
+    be opened, or stopped answering); the message is the reason."""
+
+
+class _StoreOff(Exception):
+    """The store was given up on earlier in this process, and that was warned about then."""
+
+
+def _reason(error: BaseException) -> str:
+    """One line saying what went wrong; the exception's type when its text is empty (a bare
+    `TimeoutError` says nothing)."""
+    return " ".join(str(error).split()) or type(error).__name__
+
+
 def _warn_store_failed(what: str, run_id: str, error: BaseException) -> None:
-    _log.warning("run_scope(): could not %s run %s: %s", what, run_id, error)
+    if isinstance(error, _StoreOff):
+        return
+    if isinstance(error, _StoreUnusable):
+        _log.warning(
+            "run_scope(): could not %s run %s: %s; the job goes on, and run_scope() records "
+            "nothing more in this process",
+            what,
+            run_id,
+            _reason(error),
+        )
+        return
+    _log.warning("run_scope(): could not %s run %s: %s", what, run_id, _reason(error))
+
+
+def _with_connect_timeout(url: str) -> str:
+    """A PostgreSQL `url` with libpq's `connect_timeout` added, unless it names one already."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        return url
+    import psycopg
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        if "connect_timeout" in conninfo_to_dict(url):
+            return url
+    except psycopg.Error:
+        return url  # store_from_url reports the bad URL
+    separator = "&" if "?" in url else "?"
+    return f"{url}{separator}connect_timeout={_CONNECT_TIMEOUT}"
 
 
 class _StoreThread:
@@ -341,38 +398,100 @@ class _StoreThread:
         )
         self.thread.start()
         self._store: Store | None = None
-        self._opening = asyncio.run_coroutine_threadsafe(self._open(), self.loop)
+        self._opening: asyncio.Task[Store] | None = None  # used on the loop's thread only
+        # Set once the store is given up on; read without a lock (one bool, set one way).
+        self.off = False
 
     async def _open(self) -> Store:
-        from runlane.service.stores import store_from_url
+        import asyncio
+
+        from runlane.service.stores import mask_url, store_from_url
 
         # Never create a database: a URL naming no file is a mistake to report, not an empty
         # database to record child rows in that nobody reads.
-        store = store_from_url(self.url, create=False)
-        await store.open()
+        store = store_from_url(_with_connect_timeout(self.url), create=False)
+        deadline = asyncio.timeout(_OPEN_TIMEOUT)
+        try:
+            async with deadline:
+                await store.open()  # cancelled at the deadline, it closes what it opened
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            raise TimeoutError(
+                f"timed out connecting to the database at {mask_url(self.url)} "
+                f"after {_OPEN_TIMEOUT:g} s"
+            ) from None
         self._store = store
         return store
 
-    def submit(self, call: StoreCall) -> Future[Any]:
+    async def _call(self, call: StoreCall) -> Any:
         import asyncio
 
-        async def run() -> Any:
-            store = await asyncio.wrap_future(self._opening)
-            return await call(store)
+        from runlane.errors import DatabaseUnavailable
 
-        return asyncio.run_coroutine_threadsafe(run(), self.loop)
+        if self.off:
+            raise _StoreOff
+        if self._opening is None:
+            self._opening = asyncio.ensure_future(self._open())
+        try:
+            try:
+                # shield: a caller giving up must not cancel the open other calls wait on.
+                store = await asyncio.shield(self._opening)
+            except Exception as error:  # noqa: BLE001 (whatever stops the open ends recording)
+                raise _StoreUnusable(_reason(error)) from None
+            deadline = asyncio.timeout(_CALL_TIMEOUT)
+            try:
+                async with deadline:
+                    return await call(store)
+            except TimeoutError:
+                if not deadline.expired():
+                    raise
+                raise _StoreUnusable(
+                    f"no answer from the database in {_CALL_TIMEOUT:g} s"
+                ) from None
+            except DatabaseUnavailable as error:
+                raise _StoreUnusable(_reason(error)) from None
+        except _StoreUnusable:
+            if self.off:  # another call gave up first and said so
+                raise _StoreOff from None
+            self.off = True
+            raise
+
+    def submit(self, call: StoreCall) -> Future[Any]:
+        import asyncio
+        from concurrent.futures import Future
+
+        if self.off:
+            done: Future[Any] = Future()
+            done.set_exception(_StoreOff())
+            return done
+        return asyncio.run_coroutine_threadsafe(self._call(call), self.loop)
 
     def close(self) -> None:
         import asyncio
 
-        async def close_store() -> None:
+        async def shut_down() -> None:
+            # Nothing may be left pending when the loop closes: a task still connecting would be
+            # destroyed with it ("Task was destroyed but it is pending!" on the job's stderr).
+            opening = self._opening
+            if opening is not None and not opening.done():
+                opening.cancel()
+                await asyncio.gather(opening, return_exceptions=True)
             if self._store is not None:
                 await self._store.close()
+                self._store = None
+            current = asyncio.current_task()
+            rest = [task for task in asyncio.all_tasks() if task is not current]
+            for task in rest:
+                task.cancel()
+            await asyncio.gather(*rest, return_exceptions=True)
+            await self.loop.shutdown_asyncgens()
 
+        self.off = True
         try:
-            asyncio.run_coroutine_threadsafe(close_store(), self.loop).result(timeout=5)
+            asyncio.run_coroutine_threadsafe(shut_down(), self.loop).result(timeout=5)
         except Exception as error:  # noqa: BLE001 (best effort at exit)
-            _log.debug("run_scope(): closing the store failed: %s", error)
+            _log.debug("run_scope(): closing the store failed: %s", _reason(error))
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=5)
         if not self.thread.is_alive():
@@ -407,12 +526,26 @@ def _register_close_at_exit() -> None:
         atexit.register(_close_store_thread)
 
 
+# A backstop only: the store thread keeps the deadlines itself; this one runs out only when its
+# loop is wedged (a call blocking the loop's thread).
+_WAIT_BACKSTOP = _OPEN_TIMEOUT + _CALL_TIMEOUT + 1.0
+
+
 def _store_call(call: StoreCall) -> Any:
     """Run `call(store)` on the store thread and wait; an error is returned, not raised."""
+    future = _submit(call)
     try:
-        return _submit(call).result(timeout=_STORE_CALL_TIMEOUT)
+        return future.result(timeout=_WAIT_BACKSTOP)
     except Exception as error:  # noqa: BLE001 (bookkeeping never breaks the job)
-        return error
+        if future.done():
+            return error  # the call's own outcome
+    future.cancel()
+    store_thread = _store_thread
+    if store_thread is not None:
+        if store_thread.off:
+            return _StoreOff()
+        store_thread.off = True
+    return _StoreUnusable(f"no answer from the SDK's store thread in {_WAIT_BACKSTOP:g} s")
 
 
 def _close_store_thread() -> None:
