@@ -120,6 +120,13 @@ class DatabaseUnavailable(StoreError):
     code = "database_unavailable"
 
 
+class DatabaseConflict(StoreError):
+    """The database aborted a statement to break a conflict with another transaction (a
+    deadlock, a serialization failure): nothing was written, and running it again is safe."""
+
+    code = "database_conflict"
+
+
 class SchemaOutOfDate(StoreError):
     """The database schema is not at the version this runlane needs."""
 

@@ -6,11 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import psycopg.errors
 import pytest
 
 from runlane.adapters.postgres import PostgresStore
 from runlane.adapters.sqlite import SqliteStore
-from runlane.errors import ConfigError, DatabaseUnavailable
+from runlane.errors import ConfigError, DatabaseConflict, DatabaseUnavailable
 from runlane.service.stores import mask_url, store_from_url
 
 
@@ -91,3 +92,27 @@ async def test_postgres_connection_lost_during_set_up_is_one_clear_line(
     assert "\n" not in str(err.value)
     assert len(made) == 1
     assert made[0].closed
+
+
+async def test_a_statement_postgresql_aborted_to_break_a_conflict_is_a_conflict_not_an_outage(
+    pg_scratch_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deadlock or serialization failure (SQLSTATE class 40) aborts one statement of a live
+    database: it is `DatabaseConflict` (run it again), never `DatabaseUnavailable`, which makes
+    a launcher journal its outcomes and hold off recovering others' runs."""
+    store = PostgresStore(pg_scratch_url)
+    await store.open()
+    try:
+        await store.upgrade()
+        for error in (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
+
+            async def aborted(*_args: Any, error: type[Exception] = error) -> Any:
+                raise error("aborted to break a conflict")
+
+            monkeypatch.setattr(psycopg.AsyncCursor, "execute", aborted)
+            with pytest.raises(DatabaseConflict, match="PostgreSQL aborted the statement"):
+                await store.count_queued()
+            monkeypatch.undo()
+        assert await store.count_queued() == 0  # the database was up all along
+    finally:
+        await store.close()

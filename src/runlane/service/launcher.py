@@ -48,6 +48,7 @@ from runlane.core.runs import (
     should_retry,
 )
 from runlane.errors import (
+    DatabaseConflict,
     DatabaseUnavailable,
     InvalidTransition,
     LeaseLost,
@@ -254,6 +255,7 @@ class Launcher:
         self._finish_pending: list[tuple[FinishRequest, asyncio.Future[FinishedRun | None]]] = []
         self._finish_wake: asyncio.Future[None] | None = None
         self._finish_window_over = False
+        self._lease_writes = asyncio.Lock()  # see _renew
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -508,6 +510,7 @@ class Launcher:
 
     async def _supervise_run(self, sup: Supervised) -> None:
         run = sup.claimed.run
+        outcome: Outcome | None = None
         try:
             outcome = await self._execute(sup)
             # The execution is over: its slot is free for the next run while the outcome is
@@ -522,7 +525,16 @@ class Launcher:
             log.exception("run.supervisor_crashed", run_id=run.id, job=run.job)
         finally:
             if sup.lost:
-                log.warning("run.lease_lost", run_id=run.id, job=run.job)
+                # Once per run. Another launcher holds the run now (this one was paused, or cut
+                # off from the database, for longer than the lease): what this one saw of the
+                # run is not recorded, so it is said here.
+                log.warning(
+                    "run.lease_lost", run_id=run.id, job=run.job, attempt=run.attempt,
+                    seen=None if outcome is None else outcome.status.value,
+                    exit_code=None if outcome is None else outcome.exit_code,
+                    hint="another launcher took the run over after this one's lease expired; "
+                    "what this launcher saw of the run is not recorded",
+                )
                 self._emit("lease_lost", run.id)
                 if sup.execution is not None and sup.executor.name == "inline":
                     await self._cancel_execution(sup, grace=0.0)
@@ -590,8 +602,12 @@ class Launcher:
                     RunStatus.FAILURE,
                     EndReason.LAUNCHER_LOST,
                     error_code="launcher_lost",
-                    note=f"the launcher supervising attempt {run.attempt} stopped; "
-                    "its process ended with it",
+                    # What is known: the lease expired without renewal. Its launcher died (and
+                    # its guardian ended the process), or was paused or cut off from the
+                    # database for longer than the lease; then the process may have run on.
+                    note=f"the launcher supervising attempt {run.attempt} stopped renewing its "
+                    "lease (it stopped, or was paused or cut off from the database for longer "
+                    "than the lease); the attempt is not supervised any more",
                 )
         else:
             try:
@@ -738,7 +754,7 @@ class Launcher:
             # The lease may only have expired (a database outage longer than the TTL) with nobody
             # taking the run over: revive it with the same token and generation, then write.
             if run.id not in await self._write(
-                lambda: self.store.renew([sup.lease], self.settings.lease_ttl)
+                lambda: self._renew([sup.lease])
             ):
                 raise LeaseLost(f"lease on run {run.id} is lost: outcome not saved")
             final = await self._finish(request)
@@ -829,7 +845,7 @@ class Launcher:
         try:
             saved: list[FinishedRun | BaseException | None] = list(
                 # An outage journals every unsaved outcome (`_database_failed`).
-                await self._write(partial(self.store.finish_many, requests))
+                await self._write(partial(self._finish_many, requests))
             )
         except StoreError as exc:
             if len(requests) > 1:
@@ -858,7 +874,7 @@ class Launcher:
                 ),
             )
             try:
-                return list(await self._write(partial(self.store.finish_many, [bare])))
+                return list(await self._write(partial(self._finish_many, [bare])))
             except StoreError as again:
                 return [again]
         except Exception as exc:  # noqa: BLE001 - handed to each waiting supervisor
@@ -922,8 +938,9 @@ class Launcher:
                 error_code=record.get("error_code"),
                 log_tail=record.get("log_tail"),
                 note=f"recorded from the outcome journal of launcher {record.get('launcher')}, "
-                f"which ran it and stopped before the database was back (it ended at "
-                f"{record.get('ended_at')})" + (f"; {record['note']}" if record.get("note") else ""),
+                f"which ran it (it ended at {record.get('ended_at')}) and could not save the "
+                "outcome before its lease expired"
+                + (f"; {record['note']}" if record.get("note") else ""),
             )
         except FileNotFoundError:
             return None
@@ -940,6 +957,12 @@ class Launcher:
         while True:
             try:
                 result = await op()
+            except DatabaseConflict as exc:
+                # Aborted to break a conflict (a deadlock): nothing was written; run it again.
+                # The database is up, so nothing is journaled and no hold-off starts.
+                log.info("store.write_conflict_retry", error=str(exc), delay=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
             except DatabaseUnavailable as exc:
                 log.warning("store.write_retry", error=str(exc), delay=delay)
                 self._database_failed()
@@ -976,6 +999,18 @@ class Launcher:
                 else min(1.0, self.settings.lease_renew_interval)
             )
 
+    # Renewals and outcome saves of this launcher's runs never run at the same time: both lock
+    # several run rows, in whatever order the plan visits them, and two such statements racing
+    # deadlock (PostgreSQL breaks it after deadlock_timeout by failing one). Held for one
+    # statement at a time, never across a retry's wait. Other launchers' rows are disjoint.
+    async def _renew(self, leases: list[Lease]) -> set[str]:
+        async with self._lease_writes:
+            return await self.store.renew(leases, self.settings.lease_ttl)
+
+    async def _finish_many(self, requests: Sequence[FinishRequest]) -> list[FinishedRun | None]:
+        async with self._lease_writes:
+            return await self.store.finish_many(requests)
+
     async def renew_leases(self) -> bool:
         """Renew every held lease; kill the executions whose lease is gone. False when the
         database could not be reached."""
@@ -983,7 +1018,7 @@ class Launcher:
         if not held:
             return True
         try:
-            kept = await self.store.renew(held, self.settings.lease_ttl)
+            kept = await self._renew(held)
         except StoreError as exc:
             log.warning("lease.renew_failed", error=str(exc), leases=len(held))
             if isinstance(exc, DatabaseUnavailable):
@@ -994,8 +1029,11 @@ class Launcher:
                 sup = self._active.get(lease.run_id)
                 if sup is None or sup.lost:
                     continue
-                sup.lost = True
-                log.warning("run.lease_lost", run_id=lease.run_id)
+                if lease.run_id in self._unsaved:
+                    # Its outcome is being saved: that write commits the run (so it is no
+                    # longer `running` for the renewal to find), or finds the lease lost itself.
+                    continue
+                sup.lost = True  # logged once, when its supervision ends
                 if sup.executor.name == "inline":
                     await self._cancel_execution(sup, grace=0.0)
         return True

@@ -32,6 +32,7 @@ from runlane.core.runs import (
     can_transition,
 )
 from runlane.errors import (
+    DatabaseConflict,
     DatabaseUnavailable,
     InvalidTransition,
     LeaseLost,
@@ -146,6 +147,16 @@ class PostgresStore:
         self._claim_fast = True
 
     # --- connections ----------------------------------------------------------------------------
+
+    def _failure(self, exc: BaseException) -> StoreError:
+        """What a failed statement means: a conflict PostgreSQL broke by aborting it (class 40:
+        a deadlock, a serialization failure), which is safe to run again; otherwise the
+        database cannot be reached."""
+        sqlstate = exc.sqlstate if isinstance(exc, psycopg.Error) else None
+        if sqlstate is not None and sqlstate.startswith("40"):
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return DatabaseConflict(f"PostgreSQL aborted the statement: {reason}")
+        return self._unavailable(exc)
 
     def _unavailable(self, exc: BaseException) -> DatabaseUnavailable:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -270,7 +281,7 @@ class PostgresStore:
             async with self._pool.connection() as conn:
                 yield conn
         except (PoolTimeout, psycopg.OperationalError) as exc:
-            raise self._unavailable(exc) from exc
+            raise self._failure(exc) from exc
 
     @staticmethod
     async def _configure_claims(conn: _Conn) -> None:
@@ -303,7 +314,7 @@ class PostgresStore:
             async with pool.connection() as conn:
                 yield conn
         except (PoolTimeout, psycopg.OperationalError) as exc:
-            raise self._unavailable(exc) from exc
+            raise self._failure(exc) from exc
 
     def _now(self) -> datetime | None:
         return self._clock.now_or_none()
@@ -561,7 +572,12 @@ class PostgresStore:
         return _claimed(rows, None, recovered=True)
 
     async def renew(self, leases: Sequence[Lease], lease_ttl: float) -> set[str]:
-        valid = [ls for ls in leases if _is_uuid(ls.run_id) and _is_uuid(ls.token)]
+        # In id order, as finish_many writes its batch: two statements that lock the same rows
+        # in one order cannot deadlock (PostgreSQL breaks a deadlock after deadlock_timeout).
+        valid = sorted(
+            (ls for ls in leases if _is_uuid(ls.run_id) and _is_uuid(ls.token)),
+            key=lambda ls: ls.run_id.lower(),
+        )
         if not valid:
             return set()
         rows = await self._fetchall(
@@ -656,7 +672,8 @@ class PostgresStore:
 
     async def _finish_batch(self, requests: Sequence[FinishRequest]) -> list[FinishedRun | None]:
         batch: list[dict[str, object]] = []
-        for req in requests:
+        # In id order, as renew takes its leases: the rows are locked in one order (see renew).
+        for req in sorted(requests, key=lambda r: r.lease.run_id.lower()):
             if not (_is_uuid(req.lease.run_id) and _is_uuid(req.lease.token)):
                 raise LeaseLost(f"lease on run {req.lease.run_id} is malformed")
             o = req.outcome
