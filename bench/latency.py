@@ -65,10 +65,7 @@ async def measure(url: str, work: Path, samples: int) -> tuple[list[float], list
     await launcher_store.upgrade()
     started: dict[str, float] = {}
     claimed: dict[str, float] = {}
-    finished: dict[str, asyncio.Event] = {}
-
-    def done(run_id: str) -> asyncio.Event:
-        return finished.setdefault(run_id, asyncio.Event())
+    finished: asyncio.Queue[str] = asyncio.Queue()
 
     def hook(event: str, run_id: str) -> None:
         if event == "started":
@@ -76,27 +73,13 @@ async def measure(url: str, work: Path, samples: int) -> tuple[list[float], list
         elif event == "claimed":
             claimed[run_id] = time.perf_counter()
         elif event == "finished":
-            done(run_id).set()
+            finished.put_nowait(run_id)
 
     ours, theirs = multiprocessing.Pipe()
     client = multiprocessing.get_context("spawn").Process(
         target=enqueuer, args=(url, str(work / "catalog.yaml"), theirs), daemon=True
     )
     client.start()
-    loop = asyncio.get_running_loop()
-
-    async def ask(message: str) -> object:
-        """Send, then wait for the answer on the event loop (no thread: a thread waking up
-        would compete with the launcher for the GIL)."""
-        ours.send(message)
-        readable = loop.create_future()
-        loop.add_reader(ours.fileno(), lambda: readable.done() or readable.set_result(None))
-        try:
-            await readable
-        finally:
-            loop.remove_reader(ours.fileno())
-        return ours.recv()
-
     if not ours.poll(60) or ours.recv() != "ready":
         raise SystemExit("the enqueuer did not start")
     launcher = Launcher(store=launcher_store, catalog=catalog, executors=build_executors(settings),
@@ -106,8 +89,13 @@ async def measure(url: str, work: Path, samples: int) -> tuple[list[float], list
     try:
         await asyncio.sleep(1.0)  # let the launcher go idle: this measures an idle launcher
         for _ in range(samples):
-            run_id, t0, t1 = await ask("go")  # type: ignore[misc]
-            await asyncio.wait_for(done(run_id).wait(), 30)
+            # The enqueuer's answer is read once the run has finished, not as it arrives: read
+            # on this loop during the pickup, it would delay the launcher it measures (the
+            # answer lands while the claim is in flight).
+            ours.send("go")
+            run_id = await asyncio.wait_for(finished.get(), 30)
+            got, t0, t1 = ours.recv()
+            assert got == run_id, (got, run_id)
             latencies.append((started[run_id] - t0) * 1000)
             accepted.append((t1 - t0) * 1000)
             claims.append((claimed[run_id] - t0) * 1000)
