@@ -17,6 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from structlog.testing import capture_logs
 
 from runlane.catalog import Catalog
 from runlane.core.runs import RunStatus, Trigger
@@ -379,11 +380,14 @@ async def test_database_outage_loses_no_outcome(
         (test_dir / "gate").write_text("open")
         await wait_for(lambda: log_file.exists() and "gate passed" in log_file.read_text())
         assert not events.seen[("finished", run_id)].is_set()  # the outcome could not be written
-        await proxy.restore()
-        await events.wait("finished", run_id)
+        with capture_logs() as logged:
+            await proxy.restore()
+            await events.wait("finished", run_id)
         run = await store.get_run(run_id)
         assert (run.status, run.exit_code) == (RunStatus.SUCCESS, 0)
         assert "gate passed" in (run.log_tail or "")
+        # The launcher says once that the database is back.
+        assert [e["event"] for e in logged].count("launcher.database_reachable") == 1
     finally:
         launcher.stop()
         await task

@@ -439,6 +439,7 @@ class Launcher:
                         executors=executors,
                         executor_caps=self.executor_caps,
                     )
+                    self._database_ok()
                     for c in batch:
                         self._supervise(c)
                     claimed_any = len(batch) == free
@@ -969,7 +970,7 @@ class Launcher:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
             else:
-                self._database_down = False
+                self._database_ok()
                 return result
 
     async def _cancel_execution(self, sup: Supervised, *, grace: float) -> None:
@@ -980,6 +981,12 @@ class Launcher:
             await sup.executor.cancel(sup.execution, grace=grace)
 
     # ------------------------------------------------------------------ leases, cancels, heartbeat
+
+    def _database_ok(self) -> None:
+        """A write landed: the database is back (said once, after an outage)."""
+        if self._database_down:
+            self._database_down = False
+            log.info("launcher.database_reachable", hint="the database answers again")
 
     def _database_failed(self) -> None:
         """Hold off taking over other launchers' runs for a lease TTL from now; journal the
@@ -1024,6 +1031,7 @@ class Launcher:
             if isinstance(exc, DatabaseUnavailable):
                 self._database_failed()
             return False
+        self._database_ok()
         for lease in held:
             if lease.run_id not in kept:
                 sup = self._active.get(lease.run_id)
