@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -18,6 +16,7 @@ from runlane.catalog import load_catalog
 from runlane.ports import Heartbeat
 from runlane.service.catalog_stamp import catalog_digest, short_digest, stamp_catalog
 from runlane.service.stores import store_from_url
+from tests.acceptance.cli_process import cli_env, runlane
 
 CATALOG = """
 version: 1
@@ -34,29 +33,10 @@ BIG_CATALOG = CATALOG + """  big:
 NO_LAUNCHER = "warning: no launcher is running; start one with `runlane serve`"
 
 
-def runlane(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "runlane", *args],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
-
-
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    (tmp_path / "catalog.yaml").write_text(CATALOG)
-    e = dict(os.environ)
-    e.update(
-        RUNLANE_DATABASE_URL=f"sqlite:///{tmp_path / 'runlane.db'}",
-        RUNLANE_CATALOG=str(tmp_path / "catalog.yaml"),
-        RUNLANE_LOG_DIR=str(tmp_path / "logs"),
-        # A faked launcher stays live for 3 intervals: longer than any CLI start.
-        RUNLANE_HEARTBEAT_INTERVAL="60s",
-        RUNLANE_LOG_LEVEL="warning",
-    )
-    assert runlane("db", "upgrade", env=e).returncode == 0
-    return e
+    # A faked launcher stays live for 3 intervals: longer than any CLI start.
+    return cli_env(tmp_path, CATALOG, RUNLANE_HEARTBEAT_INTERVAL="60s")
 
 
 async def fake_launcher(env: dict[str, str], catalog_file: Path, launcher_id: str) -> None:

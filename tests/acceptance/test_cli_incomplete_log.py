@@ -5,7 +5,6 @@ where it stops, and print the tail saved with the run. Real processes, a real la
 from __future__ import annotations
 
 import json
-import os
 import resource
 import signal
 import subprocess
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.acceptance.cli_process import cli_env, runlane
 from tests.integration.conftest import CATALOG, PY
 
 # The launcher's own file size limit (RLIMIT_FSIZE) stands in for a full disk: a write past it
@@ -28,34 +28,13 @@ CHATTY = f"""  chatty:
 """
 
 
-def runlane(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "runlane", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
-    return proc
-
-
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    (tmp_path / "catalog.yaml").write_text(CATALOG + CHATTY)
-    e = dict(os.environ)
-    e.update(
-        RUNLANE_DATABASE_URL=f"sqlite:///{tmp_path / 'runlane.db'}",
-        RUNLANE_CATALOG=str(tmp_path / "catalog.yaml"),
-        RUNLANE_LOG_DIR=str(tmp_path / "logs"),
-        RUNLANE_CLAIM_INTERVAL="100ms",
-        RUNLANE_HEARTBEAT_INTERVAL="1s",
+    return cli_env(
+        tmp_path, CATALOG + CHATTY,
+        RUNLANE_CLAIM_INTERVAL="100ms", RUNLANE_HEARTBEAT_INTERVAL="1s",
         RUNLANE_SHUTDOWN_GRACE="2s",
-        RUNLANE_LOG_LEVEL="warning",
     )
-    assert runlane("db", "upgrade", env=e).returncode == 0
-    return e
 
 
 def _limit_file_size() -> None:  # in the launcher's process, before exec

@@ -4,9 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -14,34 +11,15 @@ import pytest
 
 from runlane.catalog import load_catalog
 from runlane.cli.docs_gen import generate_docs
+from tests.acceptance.cli_process import cli_env, runlane
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "catalog.yaml"
 
 
-def runlane(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "runlane", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
-
-
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    e = dict(os.environ)
-    e.update(
-        RUNLANE_DATABASE_URL=f"sqlite:///{tmp_path / 'runlane.db'}",
-        RUNLANE_CATALOG=str(EXAMPLE),
-        RUNLANE_LOG_LEVEL="warning",
-    )
-    assert runlane("db", "upgrade", env=e).returncode == 0
-    return e
+    return cli_env(tmp_path, RUNLANE_CATALOG=str(EXAMPLE))
 
 
 def test_generated_docs_are_in_sync_with_the_example_catalog() -> None:
