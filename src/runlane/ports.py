@@ -186,6 +186,10 @@ class FinishRequest:
     outcome: Outcome
     retry: NewRun | None = None
     external_id: str | None = None
+    # `time.monotonic()` when the run ended, in this process. The store records `finished_at` as
+    # its time at the save minus the time since (never before `started_at`), so an outcome whose
+    # save waited (a database outage, a retried conflict) keeps the run's real end. None: now.
+    ended_monotonic: float | None = None
 
 
 class Store(Protocol):
@@ -265,8 +269,10 @@ class Store(Protocol):
         *,
         retry: NewRun | None = None,
         external_id: str | None = None,
+        ended_monotonic: float | None = None,
     ) -> Run:
-        """Fenced: write the final status; insert the retry row in the same transaction."""
+        """Fenced: write the final status; insert the retry row in the same transaction.
+        `ended_monotonic` as in `FinishRequest`."""
         ...
 
     async def finish_many(self, requests: Sequence[FinishRequest]) -> list[FinishedRun | None]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -905,6 +906,35 @@ async def test_a_note_from_a_released_temporary_error_ends_with_it(
     told = await _one_claimed(store, note="no cluster: ran inline")
     await store.finish(told.lease, FAILURE_WITH_NOTE)
     assert (await store.get_run(told.run.id)).note == "the outcome's own"
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["finish", "finish_many"])
+async def test_finished_at_is_when_the_run_ended_not_when_it_was_saved(
+    harness: StoreHarness, batched: bool
+) -> None:
+    store, clock = await pinned(harness)
+    a = await _one_claimed(store)
+    b = await _one_claimed(store)
+    c = await _one_claimed(store)
+    clock.advance(20)  # a and b ran ~20 s; their saves waited (an outage), as long as c ran
+    now = time.monotonic()
+    requests = [
+        FinishRequest(a.lease, SUCCESS, ended_monotonic=now - 12.5),  # ended 12.5 s ago
+        FinishRequest(b.lease, SUCCESS, ended_monotonic=now - 3600),  # "before it started"
+        FinishRequest(c.lease, SUCCESS),  # unknown: the save's time
+    ]
+    if batched:
+        await store.finish_many(requests)
+    else:
+        for r in requests:
+            await store.finish(r.lease, r.outcome, ended_monotonic=r.ended_monotonic)
+    ra, rb, rc = [await store.get_run(x.run.id) for x in (a, b, c)]
+    assert ra.started_at == rb.started_at == rc.started_at == T0
+    assert ra.finished_at is not None
+    # 7.5 s after the start (the store's clock is pinned; the monotonic clock ran a little)
+    assert abs((ra.finished_at - T0).total_seconds() - 7.5) < 1.0
+    assert rb.finished_at == T0  # never before the run started
+    assert rc.finished_at == T0 + timedelta(seconds=20)
 
 
 async def test_finish_many_saves_each_under_its_own_lease(harness: StoreHarness) -> None:

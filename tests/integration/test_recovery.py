@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -188,6 +189,7 @@ async def test_an_outcome_the_database_missed_is_recorded_from_the_journal_not_r
     async with asyncio.timeout(30):
         await task
     assert (await store.get_run(run_id)).status is RunStatus.RUNNING  # the database missed it
+    back = datetime.now(UTC)
     outage.down = False
     second = start_launcher(lease_ttl=1.0, lease_renew_interval=0.3)
     await second.events.wait("finished", run_id)
@@ -198,6 +200,39 @@ async def test_an_outcome_the_database_missed_is_recorded_from_the_journal_not_r
     assert "gate passed" in (run.log_tail or "")
     assert [r.id for r in await store.list_runs(RunFilter(job="gate"))] == [run_id]  # not re-run
     assert not journal.exists()  # recorded: the journal is gone
+    # It ended before the database came back, and its record says so: finished_at is when it
+    # ended (from the journal), not when the second launcher could save it.
+    assert run.started_at is not None
+    assert run.finished_at is not None
+    assert run.started_at <= run.finished_at < back
+
+
+async def test_an_outcome_saved_after_an_outage_keeps_the_time_the_run_ended(
+    store: Store, catalog: Catalog, settings: Settings, test_dir: Path
+) -> None:
+    # The save of the outcome waits out the outage; the run's duration must not grow with it.
+    # (The database runs on this machine: its clock is the test's.)
+    outage, events, launcher, task = _launcher_behind_an_outage(store, catalog, settings)
+    try:
+        run_id = await accept(store, catalog, "gate")
+        await events.wait("started", run_id)
+        outage.down = True
+        (test_dir / "gate").write_text("open")
+        await wait_for((Path(settings.log_dir) / f"{run_id}.1.outcome.json").exists)  # ended
+        seen = outage.failures
+        await wait_for(lambda: outage.failures >= seen + 3)  # the save is retried, and waits
+        back = datetime.now(UTC)
+        outage.down = False
+        await events.wait("finished", run_id)
+    finally:
+        launcher.stop()
+        async with asyncio.timeout(30):
+            await task
+    run = await store.get_run(run_id)
+    assert (run.status, run.exit_code) == (RunStatus.SUCCESS, 0)
+    assert run.started_at is not None
+    assert run.finished_at is not None
+    assert run.started_at <= run.finished_at < back
 
 
 async def test_every_outcome_of_an_outage_is_journaled_not_only_the_first_batch(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -420,6 +421,13 @@ def outbox_payload(run_id: str, job: str, executor: str, attempt: int) -> str:
 
 
 OUTBOX_TOPIC_RUN_QUEUED = "job_runs"
+
+
+def seconds_since(ended_monotonic: float | None) -> float:
+    """How long ago a run ended (`FinishRequest.ended_monotonic`): 0 when unknown, never less."""
+    if ended_monotonic is None:
+        return 0.0
+    return max(0.0, time.monotonic() - ended_monotonic)
 
 
 def outcome_params(outcome: Outcome) -> dict[str, object]:

@@ -81,6 +81,17 @@ CLAIM_COALESCE_SECONDS = 0.01
 UNKNOWN_JOB_HANDOFF_SECONDS = 2.0
 FINISH_COALESCE_SECONDS = 0.003
 
+def _seconds_since_wall(iso: object) -> float:
+    """Seconds since an ISO-8601 time with its zone, by this machine's clock; 0 when unknown."""
+    try:
+        then = datetime.fromisoformat(str(iso))
+        if then.tzinfo is None:
+            return 0.0
+        return max(0.0, (datetime.now(UTC) - then).total_seconds())
+    except (ValueError, OverflowError):
+        return 0.0
+
+
 def loop_time() -> float:
     """Monotonic time of the running event loop."""
     return asyncio.get_running_loop().time()
@@ -120,6 +131,7 @@ class Supervised:
     executing: bool = True  # False once the execution ended and only its outcome is pending
     task: asyncio.Task[None] | None = None
     claimed_at: float = field(default_factory=lambda: loop_time())
+    ended_monotonic: float | None = None  # time.monotonic() when the execution ended
 
 
 # RUNLANE_PARAMS: one encoder for every run (json.dumps with options builds a new one per call).
@@ -514,6 +526,8 @@ class Launcher:
         outcome: Outcome | None = None
         try:
             outcome = await self._execute(sup)
+            if sup.ended_monotonic is None:  # (a journaled outcome brings its own)
+                sup.ended_monotonic = time.monotonic()
             # The execution is over: its slot is free for the next run while the outcome is
             # saved (the lease is still held and renewed until then).
             sup.executing = False
@@ -563,7 +577,7 @@ class Launcher:
             )
             return None
         if claimed.recovered and sup.executor.name == "inline":
-            journaled = self._journaled_outcome(run)
+            journaled = self._journaled_outcome(sup)
             if journaled is not None:
                 return journaled
         spec = self._spec(run, plan, claimed.db_now)
@@ -749,7 +763,10 @@ class Launcher:
                 + timedelta(seconds=retry_backoff_seconds(run.attempt, base=self.retry_base_seconds)),
             )
         external_id = sup.execution.external_id if sup.execution is not None else None
-        request = FinishRequest(sup.lease, outcome, retry=retry, external_id=external_id)
+        request = FinishRequest(
+            sup.lease, outcome, retry=retry, external_id=external_id,
+            ended_monotonic=sup.ended_monotonic,
+        )
         final = await self._finish(request)
         if final is None:
             # The lease may only have expired (a database outage longer than the TTL) with nobody
@@ -909,11 +926,12 @@ class Launcher:
                 continue
             run, o = sup.claimed.run, request.outcome
             path = self._journal_path(run.id, run.attempt)
+            ago = 0.0 if sup.ended_monotonic is None else time.monotonic() - sup.ended_monotonic
             record = {
                 "run_id": run.id, "attempt": run.attempt, "launcher": self.owner,
                 "status": o.status.value, "end_reason": o.end_reason, "exit_code": o.exit_code,
                 "error_code": o.error_code, "log_tail": o.log_tail, "note": o.note,
-                "ended_at": datetime.now(UTC).isoformat(),
+                "ended_at": (datetime.now(UTC) - timedelta(seconds=max(0.0, ago))).isoformat(),
             }
             tmp = path.with_suffix(".tmp")
             try:
@@ -927,8 +945,10 @@ class Launcher:
                 continue
             self._journaled[run.id] = path
 
-    def _journaled_outcome(self, run: Run) -> Outcome | None:
-        """How an inline run ended, from the journal of the launcher that ran it, if any."""
+    def _journaled_outcome(self, sup: Supervised) -> Outcome | None:
+        """How an inline run ended, from the journal of the launcher that ran it, if any. Sets
+        `sup.ended_monotonic` from the journal's end time, so the run keeps its real end."""
+        run = sup.claimed.run
         path = self._journal_path(run.id, run.attempt)
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
@@ -949,6 +969,7 @@ class Launcher:
             log.error("run.journal_unreadable", run_id=run.id, path=str(path), error=str(exc))
             return None
         self._journaled[run.id] = path  # removed once this outcome is recorded
+        sup.ended_monotonic = time.monotonic() - _seconds_since_wall(record.get("ended_at"))
         return outcome
 
     async def _write(self, op: Callable[[], Awaitable[T]]) -> T:

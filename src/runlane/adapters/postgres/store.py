@@ -618,6 +618,7 @@ class PostgresStore:
         *,
         retry: NewRun | None = None,
         external_id: str | None = None,
+        ended_monotonic: float | None = None,
     ) -> Run:
         if not outcome.status.is_final or not can_transition(RunStatus.RUNNING, outcome.status):
             raise InvalidTransition(f"run {lease.run_id} cannot finish as {outcome.status.value}")
@@ -625,6 +626,7 @@ class PostgresStore:
             **self._fence(lease),
             **sqlcommon.outcome_params(outcome),
             "external_id": external_id,
+            "ago": sqlcommon.seconds_since(ended_monotonic),
         }
         if retry is None:
             # One statement: the fence in its WHERE is the whole check.
@@ -662,7 +664,8 @@ class PostgresStore:
             for req in requests:
                 try:
                     run = await self.finish(
-                        req.lease, req.outcome, retry=req.retry, external_id=req.external_id
+                        req.lease, req.outcome, retry=req.retry, external_id=req.external_id,
+                        ended_monotonic=req.ended_monotonic,
                     )
                 except LeaseLost:
                     out.append(None)
@@ -681,7 +684,7 @@ class PostgresStore:
                 "id": req.lease.run_id, "token": req.lease.token, "gen": req.lease.generation,
                 "status": o.status.value, "end_reason": o.end_reason, "exit_code": o.exit_code,
                 "error_code": o.error_code, "log_tail": o.log_tail, "note": o.note,
-                "external_id": req.external_id,
+                "external_id": req.external_id, "ago": sqlcommon.seconds_since(req.ended_monotonic),
             })
         # The outcome's texts (log tail, note, error code) are storable by construction
         # (core.runs.storable_text); end reasons and external ids come from runlane itself.

@@ -65,6 +65,12 @@ def format_time(value: datetime) -> str:
     return aware_utc(value).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def _ended_at(now: datetime, ended_monotonic: float | None) -> str:
+    """When a run ended, as `finished_at` (see `FinishRequest.ended_monotonic`)."""
+    ago = sqlcommon.seconds_since(ended_monotonic)
+    return format_time(now - timedelta(seconds=ago) if ago else now)
+
+
 def _opt_time(value: datetime | None) -> str | None:
     return None if value is None else format_time(value)
 
@@ -516,6 +522,7 @@ class SqliteStore:
         *,
         retry: NewRun | None = None,
         external_id: str | None = None,
+        ended_monotonic: float | None = None,
     ) -> Run:
         if not outcome.status.is_final or not can_transition(RunStatus.RUNNING, outcome.status):
             raise InvalidTransition(f"run {lease.run_id} cannot finish as {outcome.status.value}")
@@ -524,6 +531,7 @@ class SqliteStore:
             **self._fence(lease, now),
             **sqlcommon.outcome_params(outcome),
             "external_id": external_id,
+            "finished_at": _ended_at(now, ended_monotonic),
         }
 
         def work(conn: sqlite3.Connection) -> Run:
@@ -554,6 +562,7 @@ class SqliteStore:
                     **self._fence(req.lease, now),
                     **sqlcommon.outcome_params(req.outcome),
                     "external_id": req.external_id,
+                    "finished_at": _ended_at(now, req.ended_monotonic),
                 }
                 # Only the status and end reason: the whole row costs ~35 conversions a run.
                 found = conn.execute(Q["finish_brief"], params).fetchone()

@@ -239,7 +239,8 @@ UPDATE run_log r SET
     -- the note of a temporary error it was released with (error_code set): that one is over.
     note = CASE WHEN %(note)s::text IS NOT NULL THEN %(note)s
                 WHEN r.error_code IS NOT NULL THEN NULL ELSE r.note END,
-    finished_at = n.now,
+    -- When the run ended (the save may have waited out an outage), never before it started.
+    finished_at = greatest(r.started_at, n.now - make_interval(secs => %(ago)s::float8)),
     external_id = coalesce(%(external_id)s, r.external_id)
 FROM n
 WHERE r.id = %(id)s::uuid AND r.status = 'running' AND r.lease_token = %(token)s::uuid
@@ -254,7 +255,7 @@ WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now),
 v AS (
     SELECT * FROM jsonb_to_recordset(%(batch)s::jsonb) AS v(
         id uuid, token uuid, gen bigint, status text, end_reason text, exit_code int,
-        error_code text, log_tail text, note text, external_id text
+        error_code text, log_tail text, note text, external_id text, ago float8
     )
 )
 UPDATE run_log r SET
@@ -265,7 +266,7 @@ UPDATE run_log r SET
     log_tail = v.log_tail,
     note = CASE WHEN v.note IS NOT NULL THEN v.note
                 WHEN r.error_code IS NOT NULL THEN NULL ELSE r.note END,  -- as in finish
-    finished_at = n.now,
+    finished_at = greatest(r.started_at, n.now - make_interval(secs => v.ago)),  -- as in finish
     external_id = coalesce(v.external_id, r.external_id)
 FROM v, n
 -- Each row is found by its primary key, whatever the table's statistics say: `r.id = ANY(...)`

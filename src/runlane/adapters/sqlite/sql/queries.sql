@@ -126,7 +126,8 @@ UPDATE run_log SET
     -- the note of a temporary error it was released with (error_code set): that one is over.
     note = CASE WHEN :note IS NOT NULL THEN :note
                 WHEN error_code IS NOT NULL THEN NULL ELSE note END,
-    finished_at = :now,
+    -- When the run ended (the save may have waited out an outage), never before it started.
+    finished_at = max(coalesce(started_at, :finished_at), :finished_at),
     external_id = coalesce(:external_id, external_id)
 WHERE id = :id AND status = 'running' AND lease_token = :token AND lease_generation = :gen
   AND lease_expires_at > :now
