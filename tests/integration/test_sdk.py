@@ -4,6 +4,7 @@ nested scopes and subprocesses, failures recorded, and how the trigger is read f
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import logging
 import os
@@ -97,10 +98,15 @@ with run_scope() as s:
 """
 
 
-def run_script(tmp_path: Path, env: dict[str, str]) -> dict[str, Any]:
-    job = tmp_path / "job.py"
+def run_script(
+    tmp_path: Path, env: dict[str, str], *, job_script: str | None = None
+) -> dict[str, Any]:
+    """Run JOB_SCRIPT (or the script `job_script` names in `tmp_path`) with SUB_SCRIPT as its
+    subprocess, in `env`; what it printed."""
+    job = tmp_path / (job_script or "job.py")
     sub = tmp_path / "sub.py"
-    job.write_text(textwrap.dedent(JOB_SCRIPT))
+    if job_script is None:
+        job.write_text(textwrap.dedent(JOB_SCRIPT))
     sub.write_text(textwrap.dedent(SUB_SCRIPT))
     base = {k: v for k, v in os.environ.items() if k not in SDK_ENV}
     done = subprocess.run(
@@ -158,6 +164,70 @@ async def test_job_process_adopts_run_and_records_children(
     children = await store.list_runs(RunFilter(parent_run_id=parent))
     assert {r.id for r in children} == {inner_id, out["broken"], sub_id}
     assert (await store.get_run(parent)).status is RunStatus.RUNNING  # the launcher's to end
+
+
+NESTED_JOB_SCRIPT = """
+import json, os, subprocess, sys
+from runlane.sdk import run_scope
+
+def sub():
+    done = subprocess.run([sys.executable, sys.argv[1]], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+out = {}
+with run_scope() as outer:
+    with run_scope("load") as load:
+        out["load"] = load.run_id
+        out["env_in_load"] = os.environ.get("RUN_PARENT_ID")
+        out["sub_in_load"] = sub()
+    out["env_after_load"] = os.environ.get("RUN_PARENT_ID")
+    out["sub_after_load"] = sub()
+print(json.dumps(out))
+"""
+
+
+async def test_a_subprocess_started_in_a_nested_scope_is_recorded_under_that_scope(
+    store: Store, db_url: str, tmp_path: Path
+) -> None:
+    parent = await accept_parent(store)
+    (tmp_path / "nested.py").write_text(textwrap.dedent(NESTED_JOB_SCRIPT))
+    env = {"RUN_ID": parent, "RUNLANE_JOB": "nightly", "RUNLANE_DATABASE_URL": db_url}
+    out = await asyncio.to_thread(run_script, tmp_path, env, job_script="nested.py")
+    load_id = out["load"]
+    assert out["env_in_load"] == load_id
+    sub_id, sub_parent, sub_adopted, *_ = out["sub_in_load"]
+    assert (sub_parent, sub_adopted) == (load_id, False)
+    sub = await store.get_run(sub_id)
+    assert (sub.status, sub.parent_run_id) == (RunStatus.SUCCESS, load_id)
+    assert (await store.get_run(load_id)).parent_run_id == parent
+
+    # Once the nested scope has closed, subprocesses belong to the outer run again.
+    assert out["env_after_load"] == parent
+    later_id, later_parent, *_ = out["sub_after_load"]
+    assert later_parent == parent
+    assert (await store.get_run(later_id)).parent_run_id == parent
+
+
+async def test_scopes_that_close_out_of_order_leave_an_open_one_as_the_parent(
+    store: Store, db_url: str, clean_env: pytest.MonkeyPatch
+) -> None:
+    # Scopes of two threads or tasks, entered in turn and closed in the other order: the
+    # environment never names a scope that has closed, and is as it was once all have.
+    clean_env.setenv("RUNLANE_DATABASE_URL", db_url)
+    clean_env.setenv("RUN_ID", "run-1")
+    outer, first, second = run_scope(), run_scope("first"), run_scope("second")
+    with outer:
+        task_a, task_b = contextvars.copy_context(), contextvars.copy_context()
+        a = task_a.run(first.__enter__)
+        b = task_b.run(second.__enter__)
+        assert os.environ["RUN_PARENT_ID"] == b.run_id
+        task_a.run(first.__exit__, None, None, None)
+        assert os.environ["RUN_PARENT_ID"] == b.run_id
+        task_b.run(second.__exit__, None, None, None)
+        assert os.environ["RUN_PARENT_ID"] == "run-1"
+        assert a.parent_run_id == b.parent_run_id == "run-1"
+    assert os.environ["RUN_ID"] == "run-1"
+    assert "RUN_PARENT_ID" not in os.environ
 
 
 async def test_async_scopes_write_rows_from_inside_a_running_loop(

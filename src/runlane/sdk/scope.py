@@ -121,7 +121,6 @@ class RunScopeContext:
         self._name = name
         self._scope: RunScope | None = None
         self._token: contextvars.Token[RunScope | None] | None = None
-        self._saved_env: dict[str, str | None] | None = None
 
     # -- sync -----------------------------------------------------------------------------------
 
@@ -227,13 +226,8 @@ class RunScopeContext:
 
     def _activate(self, scope: RunScope) -> RunScope:
         self._scope = scope
-        if _current.get() is None and scope.recorded:
-            # Only the outermost scope touches the process environment (it is shared by every
-            # thread): subprocesses see no RUN_ID, so their own run_scope() writes a child row
-            # under this run instead of adopting it a second time.
-            self._saved_env = {k: os.environ.get(k) for k in ("RUN_ID", "RUN_PARENT_ID")}
-            os.environ.pop("RUN_ID", None)
-            os.environ["RUN_PARENT_ID"] = scope.run_id
+        if scope.recorded:
+            _environment_enter(scope.run_id)
         self._token = _current.set(scope)
         return scope
 
@@ -241,12 +235,8 @@ class RunScopeContext:
         assert self._scope is not None
         assert self._token is not None
         _current.reset(self._token)
-        if self._saved_env is not None:
-            for key, value in self._saved_env.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+        if self._scope.recorded:
+            _environment_leave(self._scope.run_id)
         return self._scope
 
     @staticmethod
@@ -256,12 +246,49 @@ class RunScopeContext:
             _warn_store_failed("finish", scope.run_id, result)
 
 
+# What subprocesses inherit. The process environment is shared by every thread, so it is kept
+# here, under a lock, not per context: while any recorded scope is open, RUN_ID is gone (a
+# subprocess's own run_scope() writes a child row instead of adopting the run a second time) and
+# RUN_PARENT_ID names the most recently entered scope still open, so a subprocess started inside
+# a nested scope is recorded under that scope. When the last one closes, both are as they were.
+_env_lock = threading.Lock()
+_env_scopes: list[str] = []  # run ids of the open recorded scopes, in the order entered
+_env_saved: dict[str, str | None] = {}
+
+
+def _environment_enter(run_id: str) -> None:
+    with _env_lock:
+        if not _env_scopes:
+            _env_saved.clear()
+            _env_saved.update({k: os.environ.get(k) for k in ("RUN_ID", "RUN_PARENT_ID")})
+            os.environ.pop("RUN_ID", None)
+        _env_scopes.append(run_id)
+        os.environ["RUN_PARENT_ID"] = run_id
+
+
+def _environment_leave(run_id: str) -> None:
+    with _env_lock:
+        if run_id in _env_scopes:
+            _env_scopes.remove(run_id)
+        if _env_scopes:
+            # Scopes of other threads or tasks may close out of order: name one still open.
+            os.environ["RUN_PARENT_ID"] = _env_scopes[-1]
+            return
+        for key, value in _env_saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        _env_saved.clear()
+
+
 def run_scope(name: str | None = None) -> RunScopeContext:
     """Mark a block of a job's code as a run.
 
     The outermost scope of a process the launcher started adopts its run (`RUN_ID`; no row is
-    written) and takes `RUN_ID` out of the environment so subprocesses become children. Any
-    other scope — nested, or in a subprocess that sees only `RUN_PARENT_ID` — writes a child row
+    written) and takes `RUN_ID` out of the environment so subprocesses become children: while a
+    scope is open, `RUN_PARENT_ID` names it (the innermost one, when scopes nest), so a
+    subprocess's own scope is recorded under the scope it was started in. Any other scope — nested, or in a subprocess that sees only `RUN_PARENT_ID` — writes a child row
     (`executor="scope"`, `running`) and ends it `success`, or `failure` (`error_code`
     `exception`) when the block raises; the exception propagates. Without
     `RUNLANE_DATABASE_URL` scopes still work and write nothing (one warning is logged). Store
