@@ -35,6 +35,20 @@ def env(tmp_path: Path) -> dict[str, str]:
     return e
 
 
+def check_catalog_with(
+    env: dict[str, str], line: str
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """`runlane catalog check` of a catalog whose line 2 is `line` and that is valid otherwise:
+    the file, and the check that must have failed."""
+    catalog = Path(env["RUNLANE_CATALOG"])
+    catalog.write_text(
+        f"version: 1\n{line}\njobs:\n  a: {{command: [echo, hi], executor: inline}}\n"
+    )
+    proc = runlane("catalog", "check", env=env)
+    assert proc.returncode == 1
+    return catalog, proc
+
+
 @pytest.mark.parametrize(
     ("line", "where", "field"),
     [
@@ -46,12 +60,7 @@ def env(tmp_path: Path) -> dict[str, str]:
 def test_catalog_check_reports_a_too_long_duration_in_one_line(
     env: dict[str, str], line: str, where: str, field: str
 ) -> None:
-    catalog = Path(env["RUNLANE_CATALOG"])
-    catalog.write_text(
-        f"version: 1\n{line}\njobs:\n  a: {{command: [echo, hi], executor: inline}}\n"
-    )
-    proc = runlane("catalog", "check", env=env)
-    assert proc.returncode == 1
+    catalog, proc = check_catalog_with(env, line)
     assert proc.stderr.splitlines() == [
         f"{catalog}:{where}: {field}: {LIMIT}, got '99999999d'",
         f"error: {catalog}: 1 error",
@@ -78,4 +87,79 @@ def test_config_refuses_a_concurrency_beyond_its_limit(env: dict[str, str]) -> N
     assert proc.returncode != 0
     assert proc.stderr.splitlines() == [
         "error: RUNLANE_CONCURRENCY='99999999999999999999': must be at most 10000"
+    ]
+
+
+# Python reads and writes whole numbers of at most 4300 digits (sys.get_int_max_str_digits):
+# past that, its own advice ("use sys.set_int_max_str_digits()") is no answer for a person.
+HUGE = "1" * 5000
+
+
+@pytest.mark.parametrize(
+    ("line", "value", "message"),
+    [
+        (
+            f"defaults: {{max_attempts: {HUGE}}}",
+            HUGE,
+            "defaults.max_attempts: must be at most 1000, got a number of 5000 digits",
+        ),
+        (
+            f"defaults: {{deadline: -{HUGE}}}",
+            f"-{HUGE}",
+            "defaults.deadline: a duration cannot be negative, got a negative number of 5000 digits",
+        ),
+        (
+            f"global: {{max_concurrent_pods: 0x{HUGE}}}",  # reads (base 16), yet prints nowhere
+            f"0x{HUGE}",
+            "global.max_concurrent_pods: must be at most 10000, "
+            "got a number of more than 4300 digits",
+        ),
+    ],
+)
+def test_catalog_check_reports_a_number_of_thousands_of_digits_in_one_line(
+    env: dict[str, str], line: str, value: str, message: str
+) -> None:
+    catalog, proc = check_catalog_with(env, line)
+    column = line.index(value) + 1
+    assert proc.stderr.splitlines() == [
+        f"{catalog}:2:{column}: {message}",
+        f"error: {catalog}: 1 error",
+    ]
+
+
+def test_job_fields_of_thousands_of_digits_are_one_line_each(env: dict[str, str]) -> None:
+    catalog = Path(env["RUNLANE_CATALOG"])
+    catalog.write_text(
+        "version: 1\njobs:\n  a:\n    command: [echo, hi]\n"
+        f"    max_attempts: {HUGE}\n    env: {{X: {HUGE}}}\n"
+    )
+    proc = runlane("catalog", "check", env=env)
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [
+        f"{catalog}:5:19: jobs.a.max_attempts: must be at most 1000, got a number of 5000 digits",
+        # No bound of its own (a string, when quoted): the number is too large to read at all.
+        f"{catalog}:6:14: jobs.a.env.X: the number is too large (5000 digits; at most 4300)",
+        f"error: {catalog}: 2 errors",
+    ]
+
+
+def test_run_refuses_an_int_param_of_thousands_of_digits(env: dict[str, str]) -> None:
+    Path(env["RUNLANE_CATALOG"]).write_text(
+        "version: 1\njobs:\n  a: {command: [echo, hi], executor: inline, params: {n: int}}\n"
+    )
+    assert runlane("db", "upgrade", env=env).returncode == 0
+    for value in (HUGE, f"-{HUGE}"):
+        proc = runlane("run", "a", "-p", f"n={value}", env=env)
+        assert proc.returncode == 2  # bad params
+        assert proc.stderr.splitlines() == [
+            "error: job 'a': param 'n' must be an int of at most 4300 digits, got one of 5000"
+        ]
+
+
+def test_config_refuses_a_concurrency_of_thousands_of_digits(env: dict[str, str]) -> None:
+    env["RUNLANE_CONCURRENCY"] = HUGE
+    proc = runlane("config", env=env)
+    assert proc.returncode != 0
+    assert proc.stderr.splitlines() == [
+        f"error: RUNLANE_CONCURRENCY='{HUGE[:59]}…: must be at most 10000"
     ]

@@ -181,6 +181,27 @@ def test_json_errors(raw: dict[str, object], message: str) -> None:
     assert message in str(info.value)
 
 
+def test_a_whole_number_longer_than_python_reads_is_refused_in_one_line() -> None:
+    # Python reads and writes at most 4300 digits (sys.get_int_max_str_digits): its own advice
+    # (`use sys.set_int_max_str_digits()`) is no answer for a person starting a run.
+    for raw, from_strings, got in [
+        ("1" * 5000, True, "got one of 5000"),
+        ("-" + "1" * 5000, True, "got one of 5000"),
+        (10**5000, False, "got a longer one"),
+    ]:
+        with pytest.raises(ParamError) as info:
+            coerce_params(LINEUP, {"week": raw}, from_strings=from_strings)
+        assert str(info.value) == (
+            f"job 'lineup': param 'week' must be an int of at most 4300 digits, {got}"
+        )
+    assert coerce_params(LINEUP, {"week": "9" * 4300}, from_strings=True) == {"week": 10**4300 - 1}
+    with pytest.raises(ParamError) as info:  # as a float: beyond any, not an OverflowError
+        coerce_params(LINEUP, {"week": 1, "budget": 10**5000}, from_strings=False)
+    assert "param 'budget' must be a float, got a number of more than 4300 digits" in str(
+        info.value
+    )
+
+
 def test_json_null_leaves_an_optional_param_out() -> None:
     assert coerce_params(LINEUP, {"week": 1, "note": None}, from_strings=False) == {"week": 1}
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import sys
 import types
 import typing
 from collections.abc import Mapping
@@ -21,10 +22,12 @@ from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 from yaml.tokens import ScalarToken
 
 from runlane.catalog.models import (
+    DURATION_CHECK,
     RESERVED_FIELDS,
     Catalog,
     Chain,
@@ -35,7 +38,12 @@ from runlane.catalog.models import (
     is_valid_name,
 )
 from runlane.catalog.params import PARAM_NAME_RE
-from runlane.core.durations import MAX_DURATION_SECONDS, format_duration, parse_duration
+from runlane.core.durations import (
+    MAX_DURATION_SECONDS,
+    MAX_DURATION_TEXT,
+    format_duration,
+    parse_duration,
+)
 from runlane.errors import CatalogError
 
 Loc = tuple[str | int, ...]
@@ -60,6 +68,9 @@ class _Report:
     positions: dict[Loc, Position] = field(default_factory=dict)
     key_positions: dict[Loc, Position] = field(default_factory=dict)
     problems: list[_Problem] = field(default_factory=list)
+    # Values the YAML reader could not read, each said once: read as None, they are not said
+    # again as the wrong type.
+    unread: set[Loc] = field(default_factory=set)
 
     def where(self, loc: Loc, *, key: bool = False) -> Position:
         """The position of the node at `loc` (its key if `key`), or of its nearest ancestor."""
@@ -77,6 +88,11 @@ class _Report:
 
     def add_at(self, position: Position, message: str) -> None:
         self.problems.append(_Problem(position[0], position[1], message))
+
+    def unreadable(self, loc: Loc, message: str) -> None:
+        """The value at `loc` could not be read (it stands as None): `message` says why."""
+        self.unread.add(loc)
+        self.add(loc, message)
 
 
 # --------------------------------------------------------------------------------------------
@@ -217,6 +233,7 @@ def _mark_position(mark: yaml.Mark | None) -> Position:
     return (mark.line + 1, mark.column + 1)
 
 
+_INT_TAG = "tag:yaml.org,2002:int"
 _PLAIN_COLLECTION_TAGS = frozenset({"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"})
 
 
@@ -273,11 +290,21 @@ class _Builder:
         if isinstance(node, yaml.SequenceNode):
             return [self.build(item, (*loc, i)) for i, item in enumerate(node.value)]
         try:
-            return self.loader.construct_object(node, deep=True)
+            value = self.loader.construct_object(node, deep=True)
         except (yaml.YAMLError, ValueError, OverflowError) as exc:
+            digits = _digits_beyond_int_limit(node)
+            if digits is not None:
+                negative = str(node.value).startswith("-")
+                self.report.unreadable(loc, _number_too_large(loc, digits, negative=negative))
+                return None
             reason = getattr(exc, "problem", None) or str(exc)
-            self.report.add(loc, f"cannot read this value: {reason}")
+            self.report.unreadable(loc, f"cannot read this value: {reason}")
             return None
+        if node.tag == _INT_TAG and not _printable_int(value):
+            # `0x…` of thousands of digits reads, but no message could show it.
+            self.report.unreadable(loc, _number_too_large(loc, None, negative=value < 0))
+            return None
+        return value
 
     def _build_mapping(self, node: yaml.MappingNode, loc: Loc) -> dict[str, Any]:
         seen: dict[str, int] = {}
@@ -323,6 +350,41 @@ class _Builder:
             self.report.positions[key_loc] = _mark_position(value_node.start_mark)
             result[key] = self.build(value_node, key_loc)
         return result
+
+
+def _digits_beyond_int_limit(node: yaml.Node) -> int | None:
+    """How many digits a whole number has that Python will not read (more than
+    `sys.get_int_max_str_digits()`, 4300 by default); None for any other node."""
+    limit = sys.get_int_max_str_digits()
+    if not (isinstance(node, yaml.ScalarNode) and node.tag == _INT_TAG and limit):
+        return None
+    if node.value.lstrip("+-").startswith("0"):
+        return None  # 0x, 0b, octal: read in a power-of-two base, which has no limit
+    digits = sum(c.isdigit() for c in node.value)
+    return digits if digits > limit else None
+
+
+def _printable_int(value: object) -> bool:
+    """False for an int of more digits than Python will print (`sys.get_int_max_str_digits()`),
+    which `repr` and `str` refuse."""
+    limit = sys.get_int_max_str_digits()
+    if not isinstance(value, int) or not limit or value.bit_length() <= limit * 3:
+        return True  # 2**(3 * limit) < 10**limit: few enough digits
+    return bool(abs(value) < 10**limit)
+
+
+def _number_too_large(loc: Loc, digits: int | None, *, negative: bool) -> str:
+    """One line for a whole number too long to read or show (`digits` digits; None: more than
+    Python's limit) at `loc`: the field's bound on that side when it has one (the same words as
+    for a value past it), else that the number is too large (or small)."""
+    limit = sys.get_int_max_str_digits()
+    size = f"{digits} digits" if digits is not None else f"more than {limit} digits"
+    where, bound = _dotted(loc), _bound(loc, lower=negative)
+    if bound is not None:
+        return f"{where}: {bound}, got a {'negative ' if negative else ''}number of {size}"
+    which = "small" if negative else "large"
+    limit_text = f"; at most {limit}" if digits is not None else ""
+    return f"{where}: the number is too {which} ({size}{limit_text})"
 
 
 def _read_yaml(text: str, report: _Report) -> Any:
@@ -488,7 +550,8 @@ def _validate_model(model: type[_M], value: Any, loc: Loc, report: _Report) -> _
 def _report_validation_errors(exc: ValidationError, prefix: Loc, report: _Report) -> None:
     for error in exc.errors(include_url=False):
         loc, message, on_key = _translate(error, prefix)
-        report.add(loc, message, key=on_key)
+        if loc not in report.unread:
+            report.add(loc, message, key=on_key)
 
 
 def _dotted(loc: Loc) -> str:
@@ -604,41 +667,80 @@ def _unknown_field(name: str, where: str, allowed: list[str]) -> str:
     return f"unknown field {name!r} in {where}{hint}"
 
 
-def _allowed_fields(loc: Loc) -> list[str]:
-    """The field names of the model found at `loc`, by walking the model types."""
+def _type_at(loc: Loc) -> tuple[Any, list[Any]] | None:
+    """The type of the value at `loc` and its field's constraints (pydantic's metadata), by
+    walking the model types; None where the models say nothing of `loc`."""
     current: Any = Catalog
+    metadata: list[Any] = []
     for part in loc:
         current = _unwrap(current)
         if isinstance(current, type) and issubclass(current, BaseModel):
             fields = {info.alias or name: info for name, info in current.model_fields.items()}
             info = fields.get(str(part))
             if info is None:
-                return []
-            current = info.annotation
+                return None
+            current, metadata = info.annotation, list(info.metadata)
         elif typing.get_origin(current) is dict:
-            current = typing.get_args(current)[1]
+            current, metadata = typing.get_args(current)[1], []
         elif typing.get_origin(current) is list:
-            current = typing.get_args(current)[0]
+            current, metadata = typing.get_args(current)[0], []
         else:
-            return []
-    current = _unwrap(current)
+            return None
+    return current, metadata
+
+
+def _allowed_fields(loc: Loc) -> list[str]:
+    """The field names of the model found at `loc`, by walking the model types."""
+    found = _type_at(loc)
+    current = _unwrap(found[0]) if found is not None else None
     if isinstance(current, type) and issubclass(current, BaseModel):
         return _field_names(current)
     return []
 
 
+def _bound(loc: Loc, *, lower: bool) -> str | None:
+    """What the field at `loc` allows at most (`must be at most 1000`, a duration's 100 years),
+    or at least when `lower`; None when it sets no such bound."""
+    found = _type_at(loc)
+    if found is None:
+        return None
+    constraints = found[1] + _unwrap_annotated(found[0])[1]
+    # pydantic's Le, Lt, Ge, Gt (annotated-types), read by their one field each.
+    words = (("ge", "at least"), ("gt", "more than")) if lower else (
+        ("le", "at most"), ("lt", "less than")
+    )
+    for item in constraints:  # grows as it goes: a nested `Field(gt=0)` adds its own list
+        if isinstance(item, FieldInfo):
+            constraints += item.metadata
+        elif item == DURATION_CHECK:
+            if lower:
+                return "a duration cannot be negative"
+            return f"a duration cannot be longer than {MAX_DURATION_TEXT}"
+        for name, word in words:
+            if getattr(item, name, None) is not None:
+                return f"must be {word} {getattr(item, name)}"
+    return None
+
+
 def _unwrap(tp: Any) -> Any:
+    return _unwrap_annotated(tp)[0]
+
+
+def _unwrap_annotated(tp: Any) -> tuple[Any, list[Any]]:
+    """`tp` without `Annotated[...]` and `| None`, and the metadata the `Annotated` held."""
+    metadata: list[Any] = []
     while True:
         origin = typing.get_origin(tp)
         if origin is typing.Annotated:
-            tp = typing.get_args(tp)[0]
+            tp, *more = typing.get_args(tp)
+            metadata += more
         elif origin in (typing.Union, types.UnionType):
             options = [a for a in typing.get_args(tp) if a is not type(None)]
             if len(options) != 1:
-                return tp
+                return tp, metadata
             tp = options[0]
         else:
-            return tp
+            return tp, metadata
 
 
 # --------------------------------------------------------------------------------------------

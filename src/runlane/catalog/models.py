@@ -60,6 +60,9 @@ def _duration(value: object) -> object:
     return value  # let pydantic say what type it is
 
 
+# The check that makes a field a duration: the loader looks for it to say a duration's bound.
+DURATION_CHECK = BeforeValidator(_duration)
+
 _DURATION_SCHEMA = {
     "anyOf": [
         {"type": "string", "pattern": DURATION_PATTERN, "examples": ["30s", "10m", "2h", "1d"]},
@@ -71,13 +74,11 @@ _DURATION_SCHEMA = {
     ),
 }
 
-Duration = Annotated[
-    float, BeforeValidator(_duration), Field(ge=0), WithJsonSchema(_DURATION_SCHEMA)
-]
+Duration = Annotated[float, DURATION_CHECK, Field(ge=0), WithJsonSchema(_DURATION_SCHEMA)]
 """A duration in seconds, written `30s`, `10m`, `2h`, `1d` (or a number of seconds)."""
 
 PositiveDuration = Annotated[
-    float, BeforeValidator(_duration), Field(gt=0), WithJsonSchema(_DURATION_SCHEMA)
+    float, DURATION_CHECK, Field(gt=0), WithJsonSchema(_DURATION_SCHEMA)
 ]
 
 

@@ -6,6 +6,7 @@ import difflib
 import json
 import math
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -142,8 +143,20 @@ def _coerce_one(spec: ParamSpec, value: object, *, from_strings: bool) -> object
 
 
 def _got(value: object) -> str:
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int of more digits than Python will print
+        return f"got a number of more than {sys.get_int_max_str_digits()} digits"
     return f"got {text[:60]}…" if len(text) > 60 else f"got {text}"
+
+
+def _too_many_digits(spec: ParamSpec, digits: int | None) -> ValueError:
+    """The error for a whole number of more digits (None: unknown) than Python reads or writes
+    (`sys.get_int_max_str_digits()`, 4300 by default): no job could be given it, as JSON or as
+    text."""
+    limit = sys.get_int_max_str_digits()
+    got = f"one of {digits}" if digits is not None else "a longer one"
+    return ValueError(f"{spec.describe()} of at most {limit} digits, got {got}")
 
 
 def _from_string(spec: ParamSpec, text: str) -> object:
@@ -155,7 +168,10 @@ def _from_string(spec: ParamSpec, text: str) -> object:
         raise ValueError(f"{spec.describe()}, {_got(text)}")
     stripped = text.strip()
     if spec.type == "int" and _INT_RE.fullmatch(stripped):
-        return int(stripped)
+        try:
+            return int(stripped)
+        except ValueError:  # the only one the pattern leaves: too many digits
+            raise _too_many_digits(spec, len(stripped.lstrip("+-"))) from None
     if spec.type == "float" and _FLOAT_RE.fullmatch(stripped):
         number = float(stripped)
         if math.isfinite(number):
@@ -173,12 +189,20 @@ def _from_string(spec: ParamSpec, text: str) -> object:
 def _from_json(spec: ParamSpec, value: object) -> object:
     if spec.type == "int":
         if isinstance(value, int) and not isinstance(value, bool):
+            limit = sys.get_int_max_str_digits()
+            if limit and value.bit_length() > 3 * limit and abs(value) >= 10**limit:
+                raise _too_many_digits(spec, None)  # it could not be stored as JSON
             return value
         if isinstance(value, float) and value.is_integer():
             return int(value)
     elif spec.type == "float":
-        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-            return float(value)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            try:
+                number = float(value)
+            except OverflowError:  # an int beyond any float
+                number = math.inf
+            if math.isfinite(number):
+                return number
     elif spec.type == "bool":
         if isinstance(value, bool):
             return value
