@@ -419,3 +419,76 @@ def test_a_database_url_naming_no_file_creates_none(
         recorded = scope.recorded
     assert recorded is False
     assert not missing.exists()
+
+
+HICCUP_SCRIPT = """
+import json, sqlite3, sys
+from runlane.sdk import run_scope
+
+out = {}
+with run_scope("outer") as outer:  # no RUN_ID: a row of its own
+    out["outer"] = [outer.run_id, outer.recorded]
+    # Another writer holds the database's write lock for longer than the SDK waits for a call.
+    blocker = sqlite3.connect(sys.argv[1], isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    with run_scope("during") as during:
+        out["during"] = during.recorded
+    blocker.execute("ROLLBACK")  # the hiccup is over
+    with run_scope("after") as after:
+        out["after"] = [after.run_id, after.recorded]
+print(json.dumps(out))
+"""
+
+
+async def test_a_moment_the_database_is_busy_does_not_end_recording_for_the_process(
+    store: Store, db_url: str, tmp_path: Path
+) -> None:
+    # One call that fails (here SQLite's lock held past the SDK's wait) leaves only that scope
+    # unrecorded: the scopes after it are recorded, and the rows written before it are finished.
+    # It used to turn recording off for the rest of the process, leaving `outer` running.
+    job = tmp_path / "hiccup.py"
+    job.write_text(textwrap.dedent(HICCUP_SCRIPT))
+    base = {k: v for k, v in os.environ.items() if k not in SDK_ENV}
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, str(job), db_url.removeprefix("sqlite:///")],
+        env={**base, "RUNLANE_DATABASE_URL": db_url + "\n"},  # a stray newline is ignored too
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["outer"][1] is True
+    assert out["during"] is False
+    assert out["after"][1] is True
+    assert "could not record run" in done.stderr
+    assert "records nothing more" not in done.stderr
+    outer, after = await store.get_run(out["outer"][0]), await store.get_run(out["after"][0])
+    assert (outer.status, after.status) == (RunStatus.SUCCESS, RunStatus.SUCCESS)
+    assert after.parent_run_id == outer.id
+
+
+async def test_a_database_url_with_a_stray_newline_still_records(
+    database_url: str, tmp_path: Path
+) -> None:
+    # An environment file or secret often ends the URL with a newline. The launcher strips it;
+    # the SDK used to add libpq's connect_timeout after it, so PostgreSQL was asked for the
+    # database "test\n" and every child row was lost after one warning.
+    s = store_from_url(database_url)
+    await s.open()
+    await s.upgrade()
+    try:
+        script = tmp_path / "one.py"
+        script.write_text("from runlane.sdk import run_scope\n"
+                          "with run_scope('step') as s:\n    print(s.run_id, s.recorded)\n")
+        base = {k: v for k, v in os.environ.items() if k not in SDK_ENV}
+        done = await asyncio.to_thread(
+            subprocess.run, [sys.executable, str(script)],
+            env={**base, "RUNLANE_DATABASE_URL": database_url + "\n"},
+            capture_output=True, text=True, timeout=60, check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        run_id, recorded = done.stdout.split()
+        assert recorded == "True", done.stderr
+        assert (await s.get_run(run_id)).status is RunStatus.SUCCESS
+    finally:
+        await s.close()

@@ -13,6 +13,7 @@ import os
 import re
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -40,13 +41,18 @@ _NOTE_MAX_CHARS = 2000
 # `connect_timeout`, whole seconds, at least 2; a URL that names one keeps it): a healthy server
 # answers in well under a second, even across regions with TLS. Opening the store as a whole
 # (connect, set-up, the pool's first connection) gets 5 s, and each call on an open store 5 s
-# (the pool's own wait for a connection). The first of these to run out, or any failure to
-# open, turns the store off for the rest of the process: one warning, then no more tries, so a
-# database that does not answer holds a process up once, by at most `_OPEN_TIMEOUT +
-# _CALL_TIMEOUT` (3 s when it hangs at connect), however many scopes the process enters.
+# (the pool's own wait for a connection). A failure to open turns the store off for the rest
+# of the process: one warning, then no more tries. A call that fails or runs out of time on an
+# open store is warned about and only that scope goes unrecorded: a moment's hiccup (a failover,
+# a SQLite writer holding its lock) must not leave the rows this process wrote `running` with
+# nothing to finish them. Once calls have failed for `_GIVE_UP_AFTER` seconds in all, the store
+# is turned off too. So a database that does not answer holds a process up by at most about
+# `_OPEN_TIMEOUT + _GIVE_UP_AFTER + _CALL_TIMEOUT` (3 s when it hangs at connect), however many
+# scopes the process enters.
 _CONNECT_TIMEOUT = 3
 _OPEN_TIMEOUT = 5.0
 _CALL_TIMEOUT = 5.0
+_GIVE_UP_AFTER = 6.0
 
 
 def trigger_from_env(default: str = "manual") -> str:
@@ -353,7 +359,8 @@ def _finisher(run_id: str, outcome: Outcome) -> StoreCall:
 
 
 def _database_url() -> str | None:
-    return os.environ.get("RUNLANE_DATABASE_URL") or None
+    # Stripped as store_from_url reads it: a stray newline must not reach libpq's database name.
+    return (os.environ.get("RUNLANE_DATABASE_URL") or "").strip() or None
 
 
 _warned_no_database = False
@@ -428,6 +435,7 @@ class _StoreThread:
         self._opening: asyncio.Task[Store] | None = None  # used on the loop's thread only
         # Set once the store is given up on; read without a lock (one bool, set one way).
         self.off = False
+        self.failed_seconds = 0.0  # time spent in calls that failed (the loop's thread only)
 
     async def _open(self) -> Store:
         import asyncio
@@ -467,17 +475,21 @@ class _StoreThread:
             except Exception as error:  # noqa: BLE001 (whatever stops the open ends recording)
                 raise _StoreUnusable(_reason(error)) from None
             deadline = asyncio.timeout(_CALL_TIMEOUT)
+            began = time.monotonic()
             try:
                 async with deadline:
                     return await call(store)
             except TimeoutError:
                 if not deadline.expired():
                     raise
-                raise _StoreUnusable(
-                    f"no answer from the database in {_CALL_TIMEOUT:g} s"
-                ) from None
+                reason = f"no answer from the database in {_CALL_TIMEOUT:g} s"
             except DatabaseUnavailable as error:
-                raise _StoreUnusable(_reason(error)) from None
+                reason = _reason(error)
+            # This call failed; the next may well land (a hiccup), unless failures add up.
+            self.failed_seconds += time.monotonic() - began
+            if self.failed_seconds < _GIVE_UP_AFTER:
+                raise RuntimeError(reason)
+            raise _StoreUnusable(reason)
         except _StoreUnusable:
             if self.off:  # another call gave up first and said so
                 raise _StoreOff from None
