@@ -98,6 +98,9 @@ class Heartbeat:
     # Seconds between this launcher's beats: it is live for three of them (None: an older
     # runlane; readers use their own setting).
     heartbeat_interval: float | None = None
+    # The absolute directory (on `host`) its inline runs write their log files to, so a CLI
+    # started in another directory finds them (None: an older runlane).
+    log_dir: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

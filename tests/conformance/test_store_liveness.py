@@ -45,7 +45,7 @@ async def test_a_heartbeat_carries_the_catalog_its_launcher_runs(harness: StoreH
             "L1", "host-a", 1, "0.1.0", T0,
             catalog_digest=digest, catalog_loaded_at=loaded, catalog_jobs=("alpha", "beta"),
             catalog_path="/etc/runlane/catalog.yaml", catalog_chains=("nightly",),
-            heartbeat_interval=60.0,
+            heartbeat_interval=60.0, log_dir="/srv/runlane/logs",
         )
     )
     await store.beat(
@@ -60,6 +60,7 @@ async def test_a_heartbeat_carries_the_catalog_its_launcher_runs(harness: StoreH
     )
     assert (l1.catalog_path, l1.catalog_chains) == ("/etc/runlane/catalog.yaml", ("nightly",))
     assert (l1.heartbeat_interval, l2.heartbeat_interval) == (60.0, None)
+    assert (l1.log_dir, l2.log_dir) == ("/srv/runlane/logs", None)
     # An empty catalog is a known empty job (and chain) list, not an unknown one.
     assert (l2.catalog_digest, l2.catalog_loaded_at, l2.catalog_jobs) == (digest, None, ())
     assert (l2.catalog_path, l2.catalog_chains) == (None, ())
@@ -71,14 +72,14 @@ async def test_a_heartbeat_carries_the_catalog_its_launcher_runs(harness: StoreH
         Heartbeat(
             "L1", "host-a", 1, "0.1.0", T0,
             catalog_digest=newer, catalog_loaded_at=clock.at, catalog_jobs=("gamma",),
-            catalog_path="/srv/other.yaml", catalog_chains=None,
+            catalog_path="/srv/other.yaml", catalog_chains=None, log_dir="/tmp/logs",
         )
     )
     l1 = (await store.launchers())[0]
     assert (l1.catalog_digest, l1.catalog_loaded_at, l1.catalog_jobs) == (
         newer, clock.at, ("gamma",),
     )
-    assert (l1.catalog_path, l1.catalog_chains) == ("/srv/other.yaml", None)
+    assert (l1.catalog_path, l1.catalog_chains, l1.log_dir) == ("/srv/other.yaml", None, "/tmp/logs")
 
 
 async def test_a_heartbeat_row_of_an_older_runlane_reads_as_catalog_unknown(
@@ -95,3 +96,4 @@ async def test_a_heartbeat_row_of_an_older_runlane_reads_as_catalog_unknown(
         "old", None, None, None,
     )
     assert (old.catalog_path, old.catalog_chains, old.heartbeat_interval) == (None, None, None)
+    assert old.log_dir is None

@@ -174,8 +174,8 @@ async def test_postgres_migrations_match_the_reference_schema(pg_scratch: list[s
 
 
 # --- upgrading a database of an older version --------------------------------------------------
-# 0003 added the heartbeat's catalog (digest, load time, jobs), 0004 its path and chains: a row an
-# older launcher wrote is kept, with NULL (not reported) in the new columns.
+# 0003 added the heartbeat's catalog (digest, load time, jobs), 0004 its path and chains, 0005 its
+# log directory: a row an older launcher wrote is kept, with NULL (not reported) in the new columns.
 
 
 def _runlane(database_url: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -210,7 +210,7 @@ def _check_upgrade_path(database_url: str, tmp_path: Path, old: int, current: in
     assert upgrade.stdout.strip() == f"applied migrations {applied}; schema is at version {current}"
 
 
-@pytest.mark.parametrize("old", [2, 3])
+@pytest.mark.parametrize("old", [2, 3, 4])
 async def test_sqlite_an_older_database_is_refused_then_upgraded(tmp_path: Path, old: int) -> None:
     path = tmp_path / "old.db"
     conn = sqlite3.connect(path)
@@ -238,12 +238,13 @@ async def test_sqlite_an_older_database_is_refused_then_upgraded(tmp_path: Path,
         (kept,) = await store.launchers()
         assert (kept.launcher_id, kept.catalog_digest, kept.catalog_jobs) == ("before", None, None)
         assert (kept.catalog_path, kept.catalog_chains, kept.heartbeat_interval) == (None,) * 3
+        assert kept.log_dir is None
     finally:
         await store.close()
 
 
 @pytest.mark.postgres
-@pytest.mark.parametrize("old", [2, 3])
+@pytest.mark.parametrize("old", [2, 3, 4])
 async def test_postgres_an_older_database_is_refused_then_upgraded(
     pg_scratch: list[str], tmp_path: Path, old: int
 ) -> None:
@@ -266,5 +267,6 @@ async def test_postgres_an_older_database_is_refused_then_upgraded(
         (kept,) = await store.launchers()
         assert (kept.launcher_id, kept.catalog_digest, kept.catalog_jobs) == ("before", None, None)
         assert (kept.catalog_path, kept.catalog_chains, kept.heartbeat_interval) == (None,) * 3
+        assert kept.log_dir is None
     finally:
         await store.close()

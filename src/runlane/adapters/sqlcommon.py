@@ -355,6 +355,7 @@ class RowReader:
             catalog_path=self.opt_text(row, "catalog_path"),
             heartbeat_interval=_opt_float(row["heartbeat_interval"]),
             catalog_chains=_opt_tuple(parse_str_list(row["catalog_chains"])),
+            log_dir=self.opt_text(row, "log_dir"),
         )
 
 

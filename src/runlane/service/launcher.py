@@ -237,6 +237,9 @@ class Launcher:
         # The file the catalog came from, as the heartbeat reports it: absolute, symlinks and
         # `..` resolved, so the CLI can tell it is the file it reads itself (on the same host).
         self._catalog_path = str(Path(self.settings.catalog_path).resolve())
+        # Where its inline runs write their logs, as the heartbeat reports it: absolute as the
+        # inline executor makes it (symlinks kept), so a CLI started elsewhere finds the files.
+        self._log_dir = str(Path(self.settings.log_dir).absolute())
         self._tasks: list[asyncio.Task[Any]] = []
         self._last_expire = 0.0
         self._last_recover = 0.0
@@ -1110,6 +1113,7 @@ class Launcher:
                 catalog_path=self._catalog_path,
                 heartbeat_interval=self.settings.heartbeat_interval,
                 catalog_chains=stamp.chains,
+                log_dir=self._log_dir,
             )
         )
         # A launcher that died without removing its row (SIGKILL, lost host) goes after a while.

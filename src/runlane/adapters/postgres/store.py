@@ -867,6 +867,7 @@ class PostgresStore:
                     "catalog_loaded_at": hb.catalog_loaded_at,
                     "catalog_path": hb.catalog_path,
                     "heartbeat_interval": hb.heartbeat_interval,
+                    "log_dir": hb.log_dir,
                     "catalog_chains": (
                         None
                         if hb.catalog_chains is None

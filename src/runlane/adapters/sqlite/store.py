@@ -761,6 +761,7 @@ class SqliteStore:
             "catalog_jobs": None if hb.catalog_jobs is None else sqlcommon.dump_json(list(hb.catalog_jobs)),
             "catalog_path": hb.catalog_path,
             "heartbeat_interval": hb.heartbeat_interval,
+            "log_dir": hb.log_dir,
             "catalog_chains": (
                 None if hb.catalog_chains is None else sqlcommon.dump_json(list(hb.catalog_chains))
             ),

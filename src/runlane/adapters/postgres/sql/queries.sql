@@ -426,11 +426,11 @@ SELECT * FROM job_overrides ORDER BY job
 -- name: beat
 INSERT INTO launcher_heartbeat (launcher_id, host, pid, version, started_at, beat_at, queue_depth, running,
                                 catalog_digest, catalog_loaded_at, catalog_jobs, catalog_path,
-                                catalog_chains, heartbeat_interval)
+                                catalog_chains, heartbeat_interval, log_dir)
 VALUES (%(launcher_id)s, %(host)s, %(pid)s, %(version)s, %(started_at)s::timestamptz,
         coalesce(%(now)s::timestamptz, clock_timestamp()), %(queue_depth)s, %(running)s::jsonb,
         %(catalog_digest)s, %(catalog_loaded_at)s::timestamptz, %(catalog_jobs)s::jsonb,
-        %(catalog_path)s, %(catalog_chains)s::jsonb, %(heartbeat_interval)s::float8)
+        %(catalog_path)s, %(catalog_chains)s::jsonb, %(heartbeat_interval)s::float8, %(log_dir)s)
 ON CONFLICT (launcher_id) DO UPDATE SET
     host = excluded.host,
     pid = excluded.pid,
@@ -444,7 +444,8 @@ ON CONFLICT (launcher_id) DO UPDATE SET
     catalog_jobs = excluded.catalog_jobs,
     catalog_path = excluded.catalog_path,
     catalog_chains = excluded.catalog_chains,
-    heartbeat_interval = excluded.heartbeat_interval
+    heartbeat_interval = excluded.heartbeat_interval,
+    log_dir = excluded.log_dir
 
 -- name: launchers
 SELECT * FROM launcher_heartbeat ORDER BY launcher_id

@@ -86,7 +86,9 @@ CREATE TABLE launcher_heartbeat (
     -- read, the JSON list of its chain names.
     heartbeat_interval double precision,
     catalog_path      text,
-    catalog_chains    jsonb
+    catalog_chains    jsonb,
+    -- (migration 0005) The absolute directory its inline runs write their log files to.
+    log_dir           text
 );
 
 -- Written by accept when the store feeds a message bus; a relay publishes and stamps rows.

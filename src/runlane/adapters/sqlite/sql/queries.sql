@@ -245,10 +245,10 @@ SELECT * FROM job_overrides ORDER BY job
 -- name: beat
 INSERT INTO launcher_heartbeat (launcher_id, host, pid, version, started_at, beat_at, queue_depth, running,
                                 catalog_digest, catalog_loaded_at, catalog_jobs, catalog_path,
-                                catalog_chains, heartbeat_interval)
+                                catalog_chains, heartbeat_interval, log_dir)
 VALUES (:launcher_id, :host, :pid, :version, :started_at, :now, :queue_depth, :running,
         :catalog_digest, :catalog_loaded_at, :catalog_jobs, :catalog_path, :catalog_chains,
-        :heartbeat_interval)
+        :heartbeat_interval, :log_dir)
 ON CONFLICT (launcher_id) DO UPDATE SET
     host = excluded.host,
     pid = excluded.pid,
@@ -262,7 +262,8 @@ ON CONFLICT (launcher_id) DO UPDATE SET
     catalog_jobs = excluded.catalog_jobs,
     catalog_path = excluded.catalog_path,
     catalog_chains = excluded.catalog_chains,
-    heartbeat_interval = excluded.heartbeat_interval
+    heartbeat_interval = excluded.heartbeat_interval,
+    log_dir = excluded.log_dir
 
 -- name: launchers
 SELECT * FROM launcher_heartbeat ORDER BY launcher_id
