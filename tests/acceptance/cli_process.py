@@ -6,14 +6,25 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import psycopg
+import pytest
 
-def runlane(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """`python -m runlane ARGS`; whatever it exits with, it never prints a traceback."""
+PG_URL = os.environ.get("RUNLANE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def runlane(
+    *args: str, env: dict[str, str], cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`python -m runlane ARGS` (in `cwd`, else here); whatever it exits with, it never prints
+    a traceback."""
     proc = subprocess.run(
         [sys.executable, "-m", "runlane", *args],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
+        env=env, cwd=cwd, capture_output=True, text=True, timeout=60, check=False,
     )
     assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
     return proc
@@ -35,3 +46,23 @@ def cli_env(tmp_path: Path, catalog: str | None = None, **settings: str) -> dict
     env.update(settings)
     assert runlane("db", "upgrade", env=env).returncode == 0
     return env
+
+
+@contextmanager
+def postgres_database() -> Iterator[str]:
+    """The URL of a new, empty PostgreSQL database on the test server, dropped afterwards. The
+    test is skipped when the server does not answer (it fails in CI, which has one)."""
+    try:
+        admin = psycopg.connect(PG_URL, autocommit=True, connect_timeout=3)
+    except psycopg.OperationalError as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"PostgreSQL is required in CI: {exc}")
+        pytest.skip(f"PostgreSQL not reachable: {exc}")
+    name = f"runlane_cli_{uuid.uuid4().hex[:8]}"
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')  # name is ours, not input
+    try:
+        yield f"{PG_URL.rsplit('/', 1)[0]}/{name}"
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -599,25 +599,33 @@ async def follow_with_output(
     printed: dict[str, int] = {}  # bytes of each log file printed
     line_open: dict[str, bool] = {}  # whether what was printed of it stops mid-line
     told: set[str] = set()  # runs whose repair was said: once, not on every poll
+    found: dict[str, Path] = {}  # each run's log file once found: not looked for again
+
+    async def log_file(of: Run) -> Path:
+        if of.id not in found:
+            path = await rt.find_log(of)
+            if not path.is_file():
+                return path
+            found[of.id] = path
+        return found[of.id]
+
     while True:
         if run.status is RunStatus.QUEUED and run.error_code in REPAIR_CODES and run.id not in told:
             told.add(run.id)
             await say_repair(rt, run)
-        if show_output:
-            path = rt.log_path(run)
-            if path.is_file():  # not whatever took its place (a directory: no file was written)
-                with path.open("rb") as fh:
-                    fh.seek(printed.get(str(path), 0))
-                    chunk = fh.read()
-                    if chunk:
-                        printed[str(path)] = printed.get(str(path), 0) + len(chunk)
-                        line_open[str(path)] = not chunk.endswith(b"\n")
-                        write_output(chunk.decode("utf-8", "replace"), raw=raw)
-                        sys.stdout.flush()
+        path = await log_file(run) if show_output else None
+        if path is not None and path.is_file():  # not whatever took its place (a directory)
+            with path.open("rb") as fh:
+                fh.seek(printed.get(str(path), 0))
+                chunk = fh.read()
+                if chunk:
+                    printed[str(path)] = printed.get(str(path), 0) + len(chunk)
+                    line_open[str(path)] = not chunk.endswith(b"\n")
+                    write_output(chunk.decode("utf-8", "replace"), raw=raw)
+                    sys.stdout.flush()
         if run.status.is_final:
             told_tail = False
-            if show_output:  # the file is whole once the run has ended: printed to its end
-                path = rt.log_path(run)
+            if path is not None:  # the file is whole once the run has ended: printed to its end
                 told_tail = finish_incomplete_log(
                     run,
                     path,
@@ -627,8 +635,8 @@ async def follow_with_output(
                 )
             nxt = await rt.next_attempt(run)
             if nxt is None:
-                unprinted = str(rt.log_path(run)) not in printed
-                if show_output and not told_tail and unprinted and run.log_tail:
+                unprinted = path is not None and str(path) not in printed
+                if unprinted and not told_tail and run.log_tail:
                     write_output(run.log_tail, raw=raw)
                 return run
             if show_output:
@@ -753,7 +761,6 @@ def logs_cmd(
 
     async def body(rt: Runtime) -> None:
         run = await resolve_run(rt, run_id)
-        path = rt.log_path(run)
         if follow and run.status is RunStatus.QUEUED:
             await warn_if_no_launcher(rt)  # else it waits in silence for a run nothing starts
         if run.executor == "pod" and not (run.status.is_final and run.log_tail):
@@ -773,6 +780,7 @@ def logs_cmd(
         if follow:
             await follow_with_output(rt, run.id, show_output=True, raw=raw)
             return
+        path = await rt.find_log(run)
         if path.is_file():  # not whatever took its place (a directory: no file was written)
             data = path.read_bytes()
             if raw or not sys.stdout.isatty():
@@ -988,6 +996,7 @@ def status_cmd(as_json: JsonOpt = False, catalog: CatalogOpt = None, database: D
                 "catalog_path": h.catalog_path,
                 "heartbeat_interval": h.heartbeat_interval,
                 "catalog_chains": None if h.catalog_chains is None else list(h.catalog_chains),
+                "log_dir": h.log_dir,
                 # True: runs the file as it is now; False: the file changed since it loaded
                 # it; null: cannot tell (the file does not load, or no digest reported).
                 "catalog_current": None if state == "unknown" else state == "current",

@@ -105,12 +105,18 @@ def shown(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def on_this_host(launcher: Heartbeat, host: str | None = None) -> bool:
+    """Whether `launcher` runs on this machine (`host`: this machine's name; the host name by
+    default, as launchers report theirs). A path in its heartbeat names a file here only then."""
+    return launcher.host == (host if host is not None else socket.gethostname())
+
+
 def same_file(launcher: Heartbeat, catalog_path: str, host: str | None = None) -> bool:
     """Whether `launcher` read the file `catalog_path` names here: the same host (a path on
     another machine names another file) and the same resolved path."""
     if launcher.catalog_path is None:
         return False
-    if launcher.host != (host if host is not None else socket.gethostname()):
+    if not on_this_host(launcher, host):
         return False
     return launcher.catalog_path == str(Path(catalog_path).resolve())
 
@@ -131,7 +137,7 @@ def changed_message(launcher: Heartbeat, catalog_path: str, host: str | None = N
             f"launcher {name} loaded {shown(theirs)} at {loaded}; it has changed since: restart "
             "it to apply the change"
         )
-    if launcher.host == (host if host is not None else socket.gethostname()):
+    if on_this_host(launcher, host):
         return (
             f"launcher {name} runs {shown(theirs)} (loaded at {loaded}), which differs from "
             f"{catalog_path}: restart it on the catalog it should run"

@@ -69,8 +69,43 @@ class Runtime:
             pod_fallback=self.settings.pod_fallback,
         )
 
-    def log_path(self, run: Run) -> Path:
-        return Path(self.settings.log_dir) / f"{run.id}.{run.attempt}.log"
+    async def find_log(self, run: Run) -> Path:
+        """Where `run`'s log file is, for `runlane logs` and `run --wait`: where this process's
+        RUNLANE_LOG_DIR puts it (relative to the current directory, as the default is) when a
+        file is there, which costs one look; else, for an inline run that has been claimed, in
+        the log directory its launcher's heartbeat reports (`launcher_log_dirs`): a launcher
+        started in another directory writes under its own. The local path when neither has it
+        (the caller shows the saved tail, or says there is no output)."""
+        name = f"{run.id}.{run.attempt}.log"
+        local = Path(self.settings.log_dir) / name
+        # A queued run is not writing a log: waiting for its start looks up no heartbeats.
+        if local.is_file() or run.executor != "inline" or run.status is RunStatus.QUEUED:
+            return local
+        for directory in await self.launcher_log_dirs(run):
+            found = Path(directory) / name
+            if found.is_file():
+                return found
+        return local
+
+    async def launcher_log_dirs(self, run: Run) -> list[str]:
+        """The log directories (from heartbeats) where `run`'s inline log may be: that of the
+        launcher that claimed it (its lease owner, kept after the run ends) when its heartbeat
+        is there and on this host; else those of the live launchers on this host. A directory
+        on another host names another machine's files; a stopped launcher has no heartbeat."""
+        # Imported here: with it come the catalog models (~85 ms), which a file found here
+        # does not need.
+        from runlane.service.catalog_stamp import live_launchers, on_this_host
+
+        launchers = await self.store.launchers()
+        owner = next((h for h in launchers if h.launcher_id == run.lease_owner), None)
+        if owner is not None and on_this_host(owner):
+            candidates = [owner]
+        else:
+            live = live_launchers(
+                launchers, await self.store.now(), self.settings.launcher_stale_after
+            )
+            candidates = [h for h in live if on_this_host(h)]
+        return [h.log_dir for h in candidates if h.log_dir is not None]
 
     async def resolve_run_id(self, prefix: str) -> Run:
         """A run by id, or by a unique prefix of at least 6 characters (as git does)."""
