@@ -272,6 +272,65 @@ async def test_every_outcome_of_an_outage_is_journaled_not_only_the_first_batch(
     assert attempts == ["a1", "b1", "c1", "c2"]  # the failure's retry, and nothing run again
 
 
+async def open_gate_until_finished(test_dir: Path, events: Events, run_id: str) -> None:
+    (test_dir / "gate").write_text("open")
+    await events.wait("finished", run_id)
+
+
+async def stop(launcher: Launcher, task: asyncio.Task[None]) -> None:
+    launcher.stop()
+    async with asyncio.timeout(30):
+        await task
+
+
+class LostCommitAnswer:
+    """The real store, except that the first outcome save commits and then its answer is lost
+    (the connection drops at COMMIT, as in a failover): the launcher sees an outage."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.dropped = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def finish_many(self, requests: Any) -> Any:
+        result = await self._store.finish_many(requests)
+        if not self.dropped:
+            self.dropped += 1
+            raise DatabaseUnavailable("the connection dropped at COMMIT (test)")
+        return result
+
+
+async def test_an_outcome_saved_whose_answer_was_lost_is_not_called_a_lost_lease(
+    store: Store, catalog: Catalog, settings: Settings, test_dir: Path
+) -> None:
+    # The save landed, but the launcher never heard so: written again, it finds the row final,
+    # and its lease "gone". It used to log run.lease_lost ("another launcher took the run over",
+    # untrue) and fire the lease_lost hook; the row already holds this launcher's own outcome.
+    flaky = LostCommitAnswer(store)
+    events = Events()
+    launcher = Launcher(store=flaky, catalog=catalog, executors=build_executors(settings),  # type: ignore[arg-type]
+                        settings=settings, hook=events)
+    task = asyncio.create_task(launcher.run())
+    try:
+        run_id = await accept(store, catalog, "gate")
+        await events.wait("started", run_id)
+        with capture_logs() as logged:
+            await open_gate_until_finished(test_dir, events, run_id)
+    finally:
+        await stop(launcher, task)
+    assert flaky.dropped == 1
+    run = await store.get_run(run_id)
+    assert (run.status, run.exit_code) == (RunStatus.SUCCESS, 0)
+    names = [e["event"] for e in logged]
+    assert "run.lease_lost" not in names, logged
+    assert ("lease_lost", run_id) not in events.log
+    assert "run.finished" in names
+    # The outcome was journaled during the "outage"; recorded, its journal is gone.
+    assert not (Path(settings.log_dir) / f"{run_id}.1.outcome.json").exists()
+
+
 async def test_corrupt_state_is_kept_for_repair_and_listed_by_doctor(
     store: Store, catalog: Catalog, settings: Settings, start_launcher: Callable[..., Running]
 ) -> None:
@@ -526,3 +585,71 @@ async def test_doctor_reports_missing_kubernetes_permissions(
     assert [f.level for f in found] == ["error"]
     assert "delete jobs.batch" in found[0].message
     assert "get pods/log" in found[0].message
+
+
+class HeldRenewal:
+    """The real store, except that the first renewal of `run_id` is held (once `entered` is set)
+    until `proceed` is set, then made with the leases it was given."""
+
+    def __init__(self, store: Store, run_id: str) -> None:
+        self._store = store
+        self.run_id = run_id
+        self.entered = asyncio.Event()
+        self.proceed = asyncio.Event()
+        self.returned = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def renew(self, leases: Any, lease_ttl: float) -> set[str]:
+        held = not self.entered.is_set() and any(lease.run_id == self.run_id for lease in leases)
+        if held:
+            self.entered.set()
+            await self.proceed.wait()
+        kept: set[str] = await self._store.renew(leases, lease_ttl)
+        if held:
+            self.returned.set()
+        return kept
+
+
+class DeferredFirstStart(SlowStart):
+    """An executor whose first start fails for a while (a provider hiccup), once `go` is set."""
+
+    def __init__(self, inner: Executor, go: asyncio.Event) -> None:
+        super().__init__(inner, delay=0.0)
+        self.go = go
+        self.starts = 0
+
+    async def start(self, spec: ExecutionSpec) -> Execution:
+        self.starts += 1
+        if self.starts == 1:
+            await self.go.wait()
+            raise TemporaryExecutorError("provider busy (test)", error_code="api_unavailable",
+                                         retry_after=0)
+        return await self.inner.start(spec)
+
+
+async def test_a_renewal_of_an_older_lease_never_kills_the_run_claimed_again(
+    store: Store, catalog: Catalog, settings: Settings, test_dir: Path
+) -> None:
+    # A renewal is in flight with the run's first lease while the run is released (a provider
+    # hiccup) and claimed again with a new one. The renewal cannot find the first lease: that
+    # says nothing about the new one, which the launcher used to mark lost and kill.
+    run_id = await accept(store, catalog, "gate")
+    held = HeldRenewal(store, run_id)
+    inline = DeferredFirstStart(build_executors(settings)["inline"], held.entered)
+    events = Events()
+    launcher = Launcher(store=held, catalog=catalog, executors={"inline": inline},  # type: ignore[arg-type]
+                        settings=replace(settings, lease_renew_interval=0.2), hook=events)
+    task = asyncio.create_task(launcher.run())
+    try:
+        await events.wait("started", run_id)  # the second claim's start
+        assert inline.starts == 2
+        held.proceed.set()
+        await held.returned.wait()
+        await open_gate_until_finished(test_dir, events, run_id)
+    finally:
+        await stop(launcher, task)
+    assert ("lease_lost", run_id) not in events.log
+    run = await store.get_run(run_id)
+    assert (run.status, run.exit_code) == (RunStatus.SUCCESS, 0)

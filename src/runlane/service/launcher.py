@@ -774,11 +774,12 @@ class Launcher:
         if final is None:
             # The lease may only have expired (a database outage longer than the TTL) with nobody
             # taking the run over: revive it with the same token and generation, then write.
-            if run.id not in await self._write(
-                lambda: self._renew([sup.lease])
-            ):
-                raise LeaseLost(f"lease on run {run.id} is lost: outcome not saved")
-            final = await self._finish(request)
+            if run.id in await self._write(lambda: self._renew([sup.lease])):
+                final = await self._finish(request)
+            if final is None:
+                final = await self._saved_already(sup, outcome)
+                if final is not None:
+                    self._journal_done(run.id)
             if final is None:
                 raise LeaseLost(f"lease on run {run.id} is lost: outcome not saved")
         if run.chain_root_id is not None and self._chain_nudge is not None:
@@ -792,6 +793,22 @@ class Launcher:
             attempt=run.attempt,
             retry=retry.id if retry else None,
         )
+
+    async def _saved_already(self, sup: Supervised, outcome: Outcome) -> FinishedRun | None:
+        """The run's row when it already holds this outcome under this launcher's lease: a save
+        whose answer was lost (the connection dropped at COMMIT) and was written again found the
+        row final. None when someone else ended or took the run."""
+        try:
+            row = await self._write(lambda: self.store.get_run(sup.lease.run_id))
+        except StoreError:
+            return None
+        if (
+            row.status.is_final
+            and (row.lease_token, row.lease_generation) == (sup.lease.token, sup.lease.generation)
+            and (row.status, row.end_reason) == (outcome.status, outcome.end_reason)
+        ):
+            return FinishedRun(row.id, row.status, row.end_reason)
+        return None
 
     async def _finish(self, request: FinishRequest) -> FinishedRun | None:
         """Queue an outcome for the finisher; what was saved, or None when the lease is lost."""
@@ -900,16 +917,24 @@ class Launcher:
                 return [again]
         except Exception as exc:  # noqa: BLE001 - handed to each waiting supervisor
             return [exc] * len(requests)
-        for request in requests:  # recorded: a journal kept meanwhile has done its job
-            path = self._journaled.pop(request.lease.run_id, None)
-            if path is not None:
-                path.unlink(missing_ok=True)
+        for request, result in zip(requests, saved, strict=True):
+            if result is None:
+                # Not recorded (the lease looked lost): the journal stays until it is, for the
+                # revival below or for whoever takes the run over on this machine.
+                continue
+            self._journal_done(request.lease.run_id)
         return saved
 
     # ------------------------------------------------------------------ outcome journal
 
     def _journal_path(self, run_id: str, attempt: int) -> Path:
         return Path(self.settings.log_dir) / f"{run_id}.{attempt}.outcome.json"
+
+    def _journal_done(self, run_id: str) -> None:
+        """The run's outcome is recorded: a journal kept meanwhile has done its job."""
+        path = self._journaled.pop(run_id, None)
+        if path is not None:
+            path.unlink(missing_ok=True)
 
     def _journal_unsaved(self) -> None:
         """Journal every outcome waiting to be saved: the batch being written and those queued
@@ -1059,7 +1084,9 @@ class Launcher:
         for lease in held:
             if lease.run_id not in kept:
                 sup = self._active.get(lease.run_id)
-                if sup is None or sup.lost:
+                if sup is None or sup.lost or sup.lease != lease:
+                    # (Gone, or released and claimed again while this renewal was in flight:
+                    # the new lease is not the one that failed.)
                     continue
                 if lease.run_id in self._unsaved:
                     # Its outcome is being saved: that write commits the run (so it is no
