@@ -342,8 +342,10 @@ class Store(Protocol):
     async def remove_launcher(self, launcher_id: str) -> None: ...
 
     async def prune_launchers(self, older_than: float) -> list[str]:
-        """Delete the heartbeat rows of launchers silent for more than `older_than` seconds (by
-        the store's clock); return their ids, sorted. Live launchers call it as they beat."""
+        """Delete the heartbeat rows of launchers silent for more than `older_than` seconds, or
+        ten of their own heartbeat intervals when that is longer (by the store's clock): a
+        launcher that beats every two hours is live for six. Return their ids, sorted. Live
+        launchers call it as they beat."""
         ...
 
     async def check_writable(self) -> None:

@@ -20,7 +20,7 @@ from runlane.core.runs import (
     RunStatus,
     Trigger,
 )
-from runlane.errors import InvalidTransition, LeaseLost, NotFound, OverlapRefused
+from runlane.errors import InvalidTransition, LeaseLost, NotFound, OverlapRefused, StoreError
 from runlane.ports import FinishRequest, FixedClock, Heartbeat, RunFilter, Store
 
 if TYPE_CHECKING:
@@ -844,6 +844,61 @@ async def test_closing_while_the_listener_connects_leaks_no_connection(
     waiting.cancel()
     assert len(made) == 1
     assert made[0].closed
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("harness", ["postgresql"], indirect=True)
+async def test_a_wait_during_close_starts_no_listener_that_outlives_it(
+    harness: StoreHarness,
+) -> None:
+    """close() awaits the listener it cancels; a wait_for_wakeup() meanwhile (another task of
+    the process) used to start a new listener that nothing stopped, LISTENing forever."""
+    launcher = await harness.make_store()
+    assert await launcher.wait_for_wakeup(10.0)  # listening
+    failures: list[Exception] = []
+
+    async def keep_waiting() -> None:
+        while True:
+            try:
+                await launcher.wait_for_wakeup(0)
+            except StoreError as exc:  # closed: said so
+                failures.append(exc)
+                return
+            await asyncio.sleep(0)
+
+    waiter = asyncio.create_task(keep_waiting())
+    await asyncio.sleep(0)  # the waiter is in its loop
+    await launcher.close()
+    async with asyncio.timeout(5):
+        await waiter
+    assert failures
+    assert "not open" in str(failures[0])
+    leftovers = [t for t in asyncio.all_tasks() if t.get_name() == "runlane-postgres-listen"]
+    assert leftovers == []
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("harness", ["postgresql"], indirect=True)
+async def test_a_listener_that_failed_is_said_once_then_listening_resumes(
+    harness: StoreHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unexpected error (a bug) ends the listener task: the next wait says so, as a
+    StoreError, instead of starting a new one in silence with the error never retrieved."""
+    from runlane.adapters.postgres import PostgresStore
+
+    launcher = await harness.make_store()
+    real = PostgresStore._connect_direct
+
+    async def broken(self: Any) -> Any:
+        raise RuntimeError("a bug in the listener")
+
+    monkeypatch.setattr(PostgresStore, "_connect_direct", broken)
+    assert not await launcher.wait_for_wakeup(0.2)  # the listener started, and died
+    monkeypatch.setattr(PostgresStore, "_connect_direct", real)
+    with pytest.raises(StoreError, match="a bug in the listener"):
+        await launcher.wait_for_wakeup(0.2)
+    assert await launcher.wait_for_wakeup(10.0)  # listening again: LISTEN's wake-up
+    await launcher.close()
 
 
 @pytest.mark.postgres

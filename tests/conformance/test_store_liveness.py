@@ -28,6 +28,25 @@ async def test_prune_launchers_deletes_only_rows_silent_longer_than_the_bound(
     assert await store.launchers() == []
 
 
+async def test_prune_launchers_keeps_a_launcher_live_by_its_own_interval(
+    harness: StoreHarness,
+) -> None:
+    # A launcher that beats every two hours is live for six (three intervals): another
+    # launcher's one-hour bound must not delete its row in between beats.
+    clock = FixedClock(T0)
+    store = await harness.make_store(clock=clock)
+    await store.beat(Heartbeat("slow", "host-a", 1, "0.1.0", T0, heartbeat_interval=7200.0))
+    await store.beat(Heartbeat("quick", "host-b", 2, "0.1.0", T0, heartbeat_interval=15.0))
+    await store.beat(Heartbeat("old", "host-c", 3, "0.1.0", T0))  # an older runlane: no interval
+    clock.advance(3700)
+    assert await store.prune_launchers(3600) == ["old", "quick"]
+    assert [h.launcher_id for h in await store.launchers()] == ["slow"]
+    clock.advance(10 * 7200 - 3700 - 1)
+    assert await store.prune_launchers(3600) == []
+    clock.advance(2)  # ten of its intervals silent: gone
+    assert await store.prune_launchers(3600) == ["slow"]
+
+
 async def test_check_writable_passes_and_writes_nothing(harness: StoreHarness) -> None:
     store = harness.store
     await store.check_writable()

@@ -508,7 +508,9 @@ class Launcher:
             try:
                 if await self.store.wait_for_wakeup(max(self.settings.claim_interval, 1.0)):
                     self._wake.set()
-            except StoreError:
+            except StoreError as exc:
+                # The poll still finds new runs (claim_interval); only the prompt start is lost.
+                log.warning("launcher.wakeups_failed", error=str(exc))
                 await self._sleep_or_stop(1.0)
 
     # ------------------------------------------------------------------ supervision

@@ -9,6 +9,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -225,7 +226,11 @@ class PostgresStore:
         self._pool = pool
 
     async def close(self) -> None:
+        # Everything is taken before the first await: a wait_for_wakeup() meanwhile finds the
+        # store closed instead of starting a new listener that nothing would ever stop.
         listener, self._listener = self._listener, None
+        pool, self._pool = self._pool, None
+        claim_pool, self._claim_pool = self._claim_pool, None
         try:
             if listener is not None:
                 listener.cancel()
@@ -236,12 +241,12 @@ class PostgresStore:
             if self._listen_conn is not None:
                 await self._listen_conn.close()
                 self._listen_conn = None
-            if self._claim_pool is not None:
-                await self._claim_pool.close()
-                self._claim_pool = None
-            if self._pool is not None:
-                await self._pool.close()
-                self._pool = None
+            try:
+                if claim_pool is not None:
+                    await claim_pool.close()
+            finally:
+                if pool is not None:
+                    await pool.close()
 
     async def _listen_forever(self) -> None:
         """Turn notifications into `_wakeup`; LISTEN again on a new connection when one drops.
@@ -626,18 +631,21 @@ class PostgresStore:
             **self._fence(lease),
             **sqlcommon.outcome_params(outcome),
             "external_id": external_id,
-            "ago": sqlcommon.seconds_since(ended_monotonic),
         }
+        ago = partial(sqlcommon.seconds_since, ended_monotonic)  # at the statement, not before
         if retry is None:
             # One statement: the fence in its WHERE is the whole check.
-            row = await self._fetchone(Q["finish"], params)
+            async with self._conn() as conn:
+                cur = conn.cursor(row_factory=dict_row)
+                await cur.execute(Q["finish"], {**params, "ago": ago()})
+                row = await cur.fetchone()
             if row is None:
                 raise LeaseLost(f"lease on run {lease.run_id} is lost: outcome not saved")
             return _READ.run(row)
         insert = self._insert_params(retry, retry.status, retry.end_reason)
         async with self._conn() as conn, conn.pipeline(), conn.transaction():
             fin = conn.cursor(row_factory=dict_row)
-            await fin.execute(Q["finish"], params)
+            await fin.execute(Q["finish"], {**params, "ago": ago()})
             ins = conn.cursor(row_factory=dict_row)
             await ins.execute(Q["insert_run"], insert)
             chk = conn.cursor(row_factory=dict_row)
@@ -675,6 +683,7 @@ class PostgresStore:
 
     async def _finish_batch(self, requests: Sequence[FinishRequest]) -> list[FinishedRun | None]:
         batch: list[dict[str, object]] = []
+        ended: list[float | None] = []  # each run's ended_monotonic, in batch order
         # In id order, as renew takes its leases: the rows are locked in one order (see renew).
         for req in sorted(requests, key=lambda r: r.lease.run_id.lower()):
             if not (_is_uuid(req.lease.run_id) and _is_uuid(req.lease.token)):
@@ -684,23 +693,31 @@ class PostgresStore:
                 "id": req.lease.run_id, "token": req.lease.token, "gen": req.lease.generation,
                 "status": o.status.value, "end_reason": o.end_reason, "exit_code": o.exit_code,
                 "error_code": o.error_code, "log_tail": o.log_tail, "note": o.note,
-                "external_id": req.external_id, "ago": sqlcommon.seconds_since(req.ended_monotonic),
+                "external_id": req.external_id,
             })
-        # The outcome's texts (log tail, note, error code) are storable by construction
-        # (core.runs.storable_text); end reasons and external ids come from runlane itself.
-        params = {"batch": json.dumps(batch, ensure_ascii=False), "now": self._now()}
+            ended.append(req.ended_monotonic)
+
+        def params() -> dict[str, object]:
+            """Made once a connection is in hand: how long ago each run ended is counted up to
+            the statement, not to before a wait for a connection (after an outage, seconds)."""
+            for item, at in zip(batch, ended, strict=True):
+                item["ago"] = sqlcommon.seconds_since(at)
+            # The outcome's texts (log tail, note, error code) are storable by construction
+            # (core.runs.storable_text); end reasons and external ids come from runlane itself.
+            return {"batch": json.dumps(batch, ensure_ascii=False), "now": self._now()}
+
         retries = [(r, r.retry) for r in requests if r.retry is not None]
         if not retries:
             # One statement, its own transaction: the fence in its WHERE is the whole check, and
             # BEGIN/COMMIT would cost two more round trips.
             async with self._conn() as conn:
                 cur = conn.cursor(row_factory=dict_row)
-                await cur.execute(Q["finish_many"], params)
+                await cur.execute(Q["finish_many"], params())
                 written = {row["id"]: row for row in await cur.fetchall()}
             return _finished(requests, written)
         async with self._conn() as conn, conn.transaction():
             cur = conn.cursor(row_factory=dict_row)
-            await cur.execute(Q["finish_many"], params)
+            await cur.execute(Q["finish_many"], params())
             written = {row["id"]: row for row in await cur.fetchall()}
             saved_retries = [(r, new) for r, new in retries if r.lease.run_id in written]
             if saved_retries:
@@ -908,9 +925,12 @@ class PostgresStore:
         if self._listener is None or self._listener.done():
             if self._pool is None:
                 raise StoreError("the PostgreSQL store is not open: call open() first")
-            self._listener = asyncio.create_task(
+            ended, self._listener = self._listener, asyncio.create_task(
                 self._listen_forever(), name="runlane-postgres-listen"
             )
+            failure = None if ended is None or ended.cancelled() else ended.exception()
+            if failure is not None:  # said once; the new listener is already starting
+                raise StoreError(f"the wake-up listener failed ({failure!r}); listening again")
         try:
             # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that
             # arrives as the event fires (gh-86296).

@@ -778,9 +778,10 @@ class SqliteStore:
         )
 
     async def prune_launchers(self, older_than: float) -> list[str]:
-        cutoff = format_time(self._now() - timedelta(seconds=older_than))
+        now = self._now()
+        params = {"cutoff": format_time(now - timedelta(seconds=older_than)), "now": format_time(now)}
         rows = await self._call(
-            lambda c: _write(c, lambda w: _all(w.execute(Q["prune_launchers"], {"cutoff": cutoff})))
+            lambda c: _write(c, lambda w: _all(w.execute(Q["prune_launchers"], params)))
         )
         return sorted(RowReader.text(r, "launcher_id") for r in rows)
 

@@ -454,9 +454,11 @@ SELECT * FROM launcher_heartbeat ORDER BY launcher_id
 DELETE FROM launcher_heartbeat WHERE launcher_id = %(launcher_id)s
 
 -- name: prune_launchers
--- Heartbeat rows of launchers silent for longer than the bound: a dead launcher's row goes.
+-- Heartbeat rows of launchers silent for longer than the bound, or ten of their own intervals
+-- when that is longer: a dead launcher's row goes, a slow-beating live one's stays.
 DELETE FROM launcher_heartbeat
-WHERE beat_at < coalesce(%(now)s::timestamptz, clock_timestamp()) - make_interval(secs => %(older_than)s)
+WHERE beat_at < coalesce(%(now)s::timestamptz, clock_timestamp())
+    - make_interval(secs => greatest(%(older_than)s, 10 * coalesce(heartbeat_interval, 0)))
 RETURNING launcher_id
 
 -- name: write_probe

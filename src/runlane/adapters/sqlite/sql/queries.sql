@@ -272,8 +272,13 @@ SELECT * FROM launcher_heartbeat ORDER BY launcher_id
 DELETE FROM launcher_heartbeat WHERE launcher_id = :launcher_id
 
 -- name: prune_launchers
--- Heartbeat rows of launchers silent for longer than the bound: a dead launcher's row goes.
-DELETE FROM launcher_heartbeat WHERE beat_at < :cutoff RETURNING launcher_id
+-- Heartbeat rows of launchers silent for longer than the bound, or ten of their own intervals
+-- when that is longer: a dead launcher's row goes, a slow-beating live one's stays.
+DELETE FROM launcher_heartbeat
+WHERE beat_at < :cutoff
+  AND (heartbeat_interval IS NULL
+       OR (julianday(:now) - julianday(beat_at)) * 86400.0 > 10 * heartbeat_interval)
+RETURNING launcher_id
 
 -- name: write_probe
 -- Inside a transaction that is rolled back: fails when the database cannot be written.
