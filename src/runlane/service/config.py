@@ -101,13 +101,16 @@ def default_launcher_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+DEFAULT_LOG_DIR = ".runlane/logs"  # RUNLANE_LOG_DIR unset: relative to the current directory
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Everything the launcher and the CLI read from outside. Durations are seconds."""
 
     database_url: str = "sqlite:///runlane.db"
     catalog_path: str = "catalog.yaml"
-    log_dir: str = ".runlane/logs"
+    log_dir: str = DEFAULT_LOG_DIR
     concurrency: int = 16
     lease_ttl: float = 30.0
     lease_renew_interval: float = 10.0
@@ -131,7 +134,7 @@ class Settings:
         settings = cls(
             database_url=e.get("RUNLANE_DATABASE_URL") or "sqlite:///runlane.db",
             catalog_path=e.get("RUNLANE_CATALOG") or "catalog.yaml",
-            log_dir=e.get("RUNLANE_LOG_DIR") or ".runlane/logs",
+            log_dir=e.get("RUNLANE_LOG_DIR") or DEFAULT_LOG_DIR,
             concurrency=_env_int(e, "RUNLANE_CONCURRENCY", 16, maximum=MAX_CONCURRENCY),
             lease_ttl=ttl,
             lease_renew_interval=_env_duration(e, "RUNLANE_LEASE_RENEW_INTERVAL", ttl / 3),

@@ -29,7 +29,7 @@ from runlane.errors import (
 )
 from runlane.ports import Executor, Override, RunFilter, Store
 from runlane.service.accept import RunRequest, accept_run
-from runlane.service.config import Settings
+from runlane.service.config import DEFAULT_LOG_DIR, Settings
 from runlane.service.stores import store_from_url
 
 if TYPE_CHECKING:
@@ -237,6 +237,41 @@ async def open_runtime(
         await store.close()
 
 
+def prepare_log_dir(log_dir: str) -> None:
+    """Make the log directory of inline runs and check that a file can be written in it, so a
+    launcher that could keep no log refuses to start in one line (ConfigError) that names the
+    directory, the setting it comes from and the reason, not later for every run."""
+    import tempfile
+
+    path = Path(log_dir).absolute()
+    source = (
+        f"RUNLANE_LOG_DIR (default {DEFAULT_LOG_DIR})" if log_dir == DEFAULT_LOG_DIR
+        else f"RUNLANE_LOG_DIR={log_dir!r}"
+    )
+    directory = "the log directory" + ("" if Path(log_dir).is_absolute() else f" {path}")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        why = _why_not_a_directory(path, exc)
+        raise ConfigError(f"{source}: cannot create {directory}: {why}") from None
+    try:
+        with tempfile.TemporaryFile(dir=path, prefix=".runlane-probe-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot write in {directory}: {exc.strerror or exc}") from None
+
+
+def _why_not_a_directory(path: Path, exc: OSError) -> str:
+    """Why `path` could not be made a directory: which part of it is a file, when one is (the OS
+    says only "Not a directory" or "File exists"), else what the OS says."""
+    for part in (path, *path.parents):
+        if part.exists() or part.is_symlink():
+            if not part.is_dir():
+                return f"{part} is not a directory"
+            break
+    return exc.strerror or str(exc)
+
+
 def build_executors(
     settings: Settings, *, start_timeout: float | None = None
 ) -> dict[str, Executor]:
@@ -247,7 +282,7 @@ def build_executors(
     from runlane.adapters.local.inline import InlineExecutor
 
     inline.SPAWN_THREADS = settings.spawn_threads
-    Path(settings.log_dir).mkdir(parents=True, exist_ok=True)
+    prepare_log_dir(settings.log_dir)
     executors: dict[str, Executor] = {"inline": InlineExecutor(settings.log_dir)}
     if cluster_configured() or cluster_problem() is not None:
         # A broken KUBECONFIG still gets the pod executor: its runs fail (config_error, naming
