@@ -455,6 +455,10 @@ class Execution:
 class ExecutionEvent:
     kind: Literal["pending", "running", "finished"]
     outcome: Outcome | None = None  # set when kind == "finished"
+    # When the execution ended by the provider's clock, if it says (a pod run: its Job's
+    # completion time). The launcher records it when the run ended well before it saw it (the
+    # Job finished while no launcher watched); None: when the launcher sees the event.
+    ended_at: datetime | None = None
 
 
 class Executor(Protocol):

@@ -24,6 +24,7 @@ from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
 from runlane.testing.kube import KubeFake, run_server
 from tests.integration.conftest import Events
+from tests.integration.test_recovery import wait_for
 
 PY = sys.executable
 
@@ -259,3 +260,53 @@ async def test_shutdown_leaves_pod_runs_at_once_for_the_next_launcher(
     assert run.status == RunStatus.RUNNING
     assert run.external_id is not None
     assert kube.state.pods_of(run.external_id.split("/", 1)[1])  # the Job and its pod are there
+
+
+async def test_a_pod_run_that_ended_while_no_launcher_watched_keeps_its_end_time(
+    launch: Callable[..., Any],
+    store: Store,
+    pod_catalog: Catalog,
+    kube: KubeFake,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The launcher stops (a rolling restart) while a pod runs; the pod ends; the next launcher
+    # reattaches and records the outcome. The run's finished_at is when its Job completed (the
+    # cluster's completionTime, to the second), not when the next launcher came to look.
+    from datetime import UTC, datetime
+
+    from runlane.core.k8s_classify import ended_at
+
+    gate = tmp_path / "gate"
+    monkeypatch.setenv("TALKER_GATE", str(gate))
+    quick = {"lease_ttl": 2.0, "lease_renew_interval": 0.5}  # the next one takes over sooner
+    first, events, _ = launch(**quick)
+    run_id = await accept(store, pod_catalog, "talker")
+    await events.wait("started", run_id)
+    task = next(t for t in asyncio.all_tasks() if t.get_name() == f"launcher-{id(first)}")
+    first.stop()
+    async with asyncio.timeout(30):
+        await task
+    gate.write_text("open")
+    run = await store.get_run(run_id)
+    assert run.external_id is not None
+    name = run.external_id.split("/", 1)[1]
+
+    def completed() -> datetime | None:
+        job = kube.state.get("jobs", name)
+        return None if job is None else ended_at(job, [])
+
+    await wait_for(lambda: completed() is not None)
+    completion = completed()
+    assert completion is not None
+    looked = datetime.now(UTC)
+    second, events, _ = launch(**quick)
+    # Trusted at any age here; by default only past a few seconds (clock skew, whole seconds).
+    second.provider_end_trusted_after = 0.0
+    await events.wait("finished", run_id)
+    run = await store.get_run(run_id)
+    assert run.status == RunStatus.SUCCESS
+    assert run.started_at is not None
+    assert run.finished_at is not None
+    assert run.finished_at == max(run.started_at, completion)
+    assert run.finished_at < looked

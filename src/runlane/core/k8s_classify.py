@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from runlane.core.runs import EndReason, Outcome, RunStatus
@@ -90,6 +91,43 @@ def true_condition(obj: JsonObj | None, kind: str) -> JsonObj | None:
         if cond.get("type") == kind and cond.get("status") == "True":
             return cond  # type: ignore[no-any-return]
     return None
+
+
+def ended_at(job: JsonObj | None, pods: Sequence[JsonObj]) -> datetime | None:
+    """When a finished Job ended, by the cluster's clock (to the second): its `completionTime`
+    (set on success), else the time of its final condition, else the latest `finishedAt` of its
+    newest pod's containers. None when none of them says."""
+    status = (job or {}).get("status") or {}
+    candidates: list[Any] = [status.get("completionTime")]
+    for kind in ("Complete", "SuccessCriteriaMet", "Failed", "FailureTarget"):
+        cond = true_condition(job, kind)
+        if cond is not None:
+            candidates.append(cond.get("lastTransitionTime"))
+    for stamp in candidates:
+        when = _rfc3339(stamp)
+        if when is not None:
+            return when
+    newest = _newest_first(pods)
+    if newest:
+        finished = [
+            when
+            for state in _container_states(newest[0])
+            if (when := _rfc3339((state.get("terminated") or {}).get("finishedAt"))) is not None
+        ]
+        if finished:
+            return max(finished)
+    return None
+
+
+def _rfc3339(value: object) -> datetime | None:
+    """A Kubernetes time (`2024-05-01T12:00:00Z`, fractions allowed) as an aware UTC datetime."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed.astimezone(UTC) if parsed.tzinfo is not None else None
 
 
 def is_suspended(job: JsonObj) -> bool:

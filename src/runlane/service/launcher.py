@@ -80,6 +80,11 @@ CLAIM_COALESCE_SECONDS = 0.01
 # soon, for that one to take (each claim of it here gives it back again).
 UNKNOWN_JOB_HANDOFF_SECONDS = 2.0
 FINISH_COALESCE_SECONDS = 0.003
+# A provider's own end time (a pod run's Job completion time, to the second, by the cluster's
+# clock) is recorded as the run's end only when it is this much older than the launcher's
+# sighting: then the run ended while no launcher watched (a restart, a takeover). Closer than
+# that, the launcher's own sighting is the more precise of the two.
+PROVIDER_END_TRUSTED_AFTER = 5.0
 
 def _seconds_since_wall(iso: object) -> float:
     """Seconds since an ISO-8601 time with its zone, by this machine's clock; 0 when unknown."""
@@ -220,6 +225,7 @@ class Launcher:
     triggers: bool = True  # run the scheduler and chain loops (service/scheduler.py, chains.py)
     trigger_interval: float = 1.0
     repair_retry_seconds: float = 300.0
+    provider_end_trusted_after: float = PROVIDER_END_TRUSTED_AFTER
 
     def __post_init__(self) -> None:
         self.owner = self.settings.launcher_id
@@ -673,6 +679,10 @@ class Launcher:
         async for event in sup.executor.events(execution):
             if event.kind == "finished":
                 outcome = event.outcome
+                if event.ended_at is not None:
+                    ago = _seconds_since_wall(event.ended_at.isoformat())
+                    if ago > self.provider_end_trusted_after:
+                        sup.ended_monotonic = time.monotonic() - ago
         if outcome is None:  # an executor bug; never leave the run without a status
             outcome = Outcome(RunStatus.FAILURE, EndReason.ORPHANED, error_code="no_outcome")
         if sup.shutdown:

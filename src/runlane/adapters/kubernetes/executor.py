@@ -44,7 +44,7 @@ from runlane.adapters.kubernetes.manifests import (
 )
 from runlane.adapters.kubernetes.rbac import Permission, check_permissions, missing_required
 from runlane.adapters.kubernetes.watch import NamespaceWatch
-from runlane.core.k8s_classify import Diagnosis, diagnose, diagnose_deleted
+from runlane.core.k8s_classify import Diagnosis, diagnose, diagnose_deleted, ended_at
 from runlane.core.k8s_names import job_name
 from runlane.core.runs import EndReason, Outcome, RunStatus
 from runlane.errors import ConfigError, PermanentExecutorError, TemporaryExecutorError
@@ -277,7 +277,9 @@ class PodExecutor:
                             yield ExecutionEvent("finished", self._cancelled(run, pods))
                             return
                     else:
-                        yield ExecutionEvent("finished", await self._final(run, ended, pods))
+                        yield ExecutionEvent(
+                            "finished", await self._final(run, ended, pods), ended_at(last, pods)
+                        )
                         return
                 else:
                     found = diagnose(job, pods)
@@ -296,7 +298,9 @@ class PodExecutor:
                     # After our delete the pod's death may show as a failure first: that is
                     # the cancel. A success that came before the delete is kept.
                     if found.final and not (run.cancel_requested and found.status != RunStatus.SUCCESS):
-                        yield ExecutionEvent("finished", await self._final(run, found, pods))
+                        yield ExecutionEvent(
+                            "finished", await self._final(run, found, pods), ended_at(job, pods)
+                        )
                         return
                     if run.cancel_requested:
                         wake_at = min(wake_at, run.cancel_until)
