@@ -9,9 +9,11 @@ import resource
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,12 +28,22 @@ LINES = 100_000  # 12 bytes each ("line 000042\n"): 1.2 MB, past the limit
 CHATTY = f"""  chatty:
     command: [{PY}, -c, "for i in range({LINES}): print(f'line {{i:06d}}')"]
 """
+# Says `ready`, leaves a file named by its run id in the directory it is given (its output is on
+# its way to the log), and sleeps until something ends it.
+NAP = "import os, sys, time; print('ready', flush=True); " \
+    "open(os.path.join(sys.argv[1], os.environ['RUN_ID']), 'w').close(); time.sleep(60)"
 
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
+    naps = f"""  nap:
+    command: [{PY}, -c, "{NAP}", {tmp_path}]
+  short-nap:
+    command: [{PY}, -c, "{NAP}", {tmp_path}]
+    deadline: 3s
+"""
     return cli_env(
-        tmp_path, CATALOG + CHATTY,
+        tmp_path, CATALOG + CHATTY + naps,
         RUNLANE_CLAIM_INTERVAL="100ms", RUNLANE_HEARTBEAT_INTERVAL="1s",
         RUNLANE_SHUTDOWN_GRACE="2s",
     )
@@ -135,3 +147,52 @@ def test_a_log_file_that_was_never_written_never_prints_nothing(
     log_file.unlink()
     gone = runlane("logs", run_id, env=env)
     assert (gone.returncode, gone.stdout, gone.stderr) == (0, tail, none + "\n")
+
+
+def wait_for(check: Callable[[], bool], what: str, seconds: float = 30.0) -> None:
+    """Poll `check`, which the launcher will make true, for at most `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, f"no {what} after {seconds:g} s"
+        time.sleep(0.1)
+
+
+def test_a_run_ended_by_its_deadline_a_cancel_or_a_shutdown_still_shows_its_saved_tail(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    # What ends a run adds its own note (a shutdown's); the note that the log file is incomplete
+    # must stay beside it, or logs prints nothing for a run whose tail was saved.
+    def queue(job: str) -> str:
+        run_id: str = json.loads(runlane("run", job, "--json", env=env).stdout)["id"]
+        (Path(env["RUNLANE_LOG_DIR"]) / f"{run_id}.1.log").mkdir(parents=True)  # EISDIR
+        return run_id
+
+    def row(run_id: str) -> dict[str, Any]:
+        shown: dict[str, Any] = json.loads(
+            runlane("runs", "show", run_id, "--json", env=env).stdout
+        )
+        return shown
+
+    timed, cancelled, shut = queue("short-nap"), queue("nap"), queue("nap")
+    with serving(env, tmp_path, limited=False):
+        for run_id in (timed, cancelled, shut):
+            wait_for((tmp_path / run_id).exists, f"output from run {run_id}")
+        assert runlane("cancel", cancelled, env=env).returncode == 0
+        wait_for(lambda: row(cancelled)["status"] == "cancelled", "cancelled run")
+        wait_for(lambda: row(timed)["status"] == "timeout", "timed-out run")
+    # The launcher has stopped: the run it was still supervising ended with it.
+    incomplete = "the log file {} is incomplete: writing it failed (Is a directory); " \
+        "the tail here is complete"
+    ended = {
+        timed: ("timeout", "deadline", ""),
+        cancelled: ("cancelled", "cancelled", ""),
+        shut: ("failure", "launcher_shutdown", "the launcher shut down before the run finished; "),
+    }
+    none = marker("there is no log file", "Is a directory")
+    for run_id, (status, end_reason, first) in ended.items():
+        got = row(run_id)
+        log_file = Path(env["RUNLANE_LOG_DIR"]) / f"{run_id}.1.log"
+        assert (got["status"], got["end_reason"]) == (status, end_reason)
+        assert got["note"] == first + incomplete.format(log_file)
+        logs = runlane("logs", run_id, env=env)
+        assert (logs.returncode, logs.stdout, logs.stderr) == (0, "ready\n", none + "\n")

@@ -14,7 +14,7 @@ import textwrap
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -102,6 +102,14 @@ def wait_gone(pid: int, timeout: float = 10) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+async def wait_until(condition: Callable[[], bool], within: float = 10) -> None:
+    """Poll `condition`, which the process under test will make true, for at most `within` s."""
+    deadline = time.monotonic() + within
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
 
 
 @pytest.fixture
@@ -406,6 +414,48 @@ async def test_a_log_file_that_cannot_be_written_loses_no_tail_and_says_so(
     assert outcome.note is not None
     assert "is incomplete" in outcome.note
     assert "No space left on device" in outcome.note
+
+
+@pytest.mark.parametrize("ending", ["deadline", "cancel", "kill_now"])
+async def test_a_run_ended_early_keeps_the_note_that_its_log_file_is_incomplete(
+    executor: InlineExecutor, ending: str, tmp_path: Path
+) -> None:
+    # Whatever ends the run (and whatever note that adds) must not erase the incomplete-log
+    # note: the CLI finds it there to show the saved tail in place of the cut-off file.
+    printed = tmp_path / "printed"  # the log is /dev/full: this says the output is on its way
+    spec = make_spec(
+        python(
+            f"""
+            import time
+            print("ready", flush=True)
+            open({str(printed)!r}, "w").close()
+            time.sleep(60)
+            """
+        ),
+        deadline=1.0 if ending == "deadline" else 30.0,
+        grace=5,
+    )
+    log_path = executor.log_path(spec.run_id, 1)
+    _on_a_full_disk(log_path)
+    execution = await executor.start(spec)
+    events = executor.events(execution)
+    assert (await anext(events)).kind == "running"
+    await wait_until(printed.exists)
+    if ending == "cancel":
+        await executor.cancel(execution, grace=5)
+    elif ending == "kill_now":
+        executor.kill_now(execution, end_reason="lease_lost", note="the lease was lost")
+    finished = await asyncio.wait_for(anext(events), 15)
+    outcome = finished.outcome
+    assert outcome is not None
+    assert outcome.status is (RunStatus.TIMEOUT if ending == "deadline" else RunStatus.CANCELLED)
+    incomplete = (
+        f"the log file {log_path} is incomplete: writing it failed (No space left on device); "
+        "the tail here is complete"
+    )
+    ended = "the lease was lost; " if ending == "kill_now" else ""
+    assert outcome.note == ended + incomplete
+    assert outcome.log_tail == "ready\n"
 
 
 async def test_log_is_bounded_and_keeps_the_tail(log_dir: Path) -> None:

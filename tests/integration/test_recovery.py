@@ -21,7 +21,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from runlane.catalog import Catalog
-from runlane.core.runs import RunStatus, Trigger
+from runlane.core.runs import Run, RunStatus, Trigger
 from runlane.errors import DatabaseUnavailable, TemporaryExecutorError
 from runlane.ports import Execution, ExecutionEvent, ExecutionSpec, Executor, RunFilter, Store
 from runlane.service.accept import RunRequest, accept_run
@@ -514,13 +514,15 @@ class SlowStart:
         return await self.inner.logs(execution, tail_bytes=tail_bytes)
 
 
-async def test_a_slow_start_never_leaves_an_expired_run_going(
-    store: Store, catalog: Catalog, settings: Settings
-) -> None:
+async def run_slowly_started(
+    store: Store, catalog: Catalog, settings: Settings, slow: type[SlowStart]
+) -> tuple[Run, Events]:
+    """A run of `slow` (deadline 1 s) by a launcher whose inline start takes 1.3 s, once it has
+    ended; and what the launcher's hook saw."""
     events = Events()
     inline = build_executors(settings)["inline"]
     launcher = Launcher(store=store, catalog=catalog,
-                        executors={"inline": SlowStart(inline, delay=1.3)},
+                        executors={"inline": slow(inline, delay=1.3)},
                         settings=settings, hook=events)
     task = asyncio.create_task(launcher.run())
     try:
@@ -529,10 +531,50 @@ async def test_a_slow_start_never_leaves_an_expired_run_going(
     finally:
         launcher.stop()
         await task
-    run = await store.get_run(run_id)
+    return await store.get_run(run_id), events
+
+
+async def test_a_slow_start_never_leaves_an_expired_run_going(
+    store: Store, catalog: Catalog, settings: Settings
+) -> None:
+    run, events = await run_slowly_started(store, catalog, settings, SlowStart)
+    run_id = run.id
     assert (run.status, run.end_reason) == (RunStatus.TIMEOUT, "deadline")
     assert "while the executor was starting" in (run.note or "")
     assert ("started", run_id) not in events.log
+
+
+class SlowStartSayingMore(SlowStart):
+    """A slow start whose execution ends with a note and a tail of its own (the inline
+    executor's when it could not write the log file whole)."""
+
+    NOTE = "the log file x.1.log is incomplete: writing it failed (Is a directory); " \
+        "the tail here is complete"
+
+    async def _ended(self, execution: Execution) -> AsyncIterator[ExecutionEvent]:
+        async for event in self.inner.events(execution):
+            if event.outcome is not None:
+                event = replace(
+                    event, outcome=replace(event.outcome, note=self.NOTE, log_tail="last words\n")
+                )
+            yield event
+
+    def events(self, execution: Execution) -> AsyncIterator[ExecutionEvent]:
+        return self._ended(execution)
+
+
+async def test_a_run_ended_for_a_slow_start_keeps_what_its_execution_said(
+    store: Store, catalog: Catalog, settings: Settings
+) -> None:
+    # The launcher ends the run itself (timeout) once the start returns: the execution's note
+    # and tail are kept beside its own note, so the CLI can still show the saved tail.
+    run, _ = await run_slowly_started(store, catalog, settings, SlowStartSayingMore)
+    assert (run.status, run.end_reason) == (RunStatus.TIMEOUT, "deadline")
+    assert run.note == (
+        "the deadline passed while the executor was starting the run; "
+        + SlowStartSayingMore.NOTE
+    )
+    assert run.log_tail == "last words\n"
 
 
 class FlakyReattach(SlowStart):

@@ -210,6 +210,13 @@ class Outcome:
                     object.__setattr__(self, name, clean)
 
 
+def joined_notes(*notes: str | None) -> str | None:
+    """The notes that say something, in order, as one (`first; second`); None when none does.
+    What ends a run (a deadline, a shutdown) must not erase what else was said of it: the CLI
+    finds "the log file … is incomplete" in the note to show the saved tail instead."""
+    return "; ".join(note for note in notes if note) or None
+
+
 def storable_text(text: str) -> str:
     """`text` as every store can keep it: NUL characters and lone surrogates (which UTF-8
     cannot encode) become U+FFFD. Returns `text` itself when it is already fine."""

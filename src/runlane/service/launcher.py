@@ -43,6 +43,7 @@ from runlane.core.runs import (
     Run,
     RunStatus,
     Trigger,
+    joined_notes,
     retry_backoff_seconds,
     retry_dedupe_key,
     should_retry,
@@ -660,13 +661,19 @@ class Launcher:
         if started_late and not claimed.recovered:
             # A slow provider call must never leave an expired run going: end it now.
             await self._cancel_execution(sup, grace=run.kill_grace_seconds)
-            async for _ in sup.executor.events(execution):
-                pass
+            ended: Outcome | None = None
+            async for event in sup.executor.events(execution):
+                ended = event.outcome or ended
             return Outcome(
                 RunStatus.TIMEOUT,
                 EndReason.DEADLINE,
                 error_code="deadline",
-                note="the deadline passed while the executor was starting the run",
+                # What the execution said of itself stays (its log file left incomplete).
+                log_tail=ended.log_tail if ended else None,
+                note=joined_notes(
+                    "the deadline passed while the executor was starting the run",
+                    ended.note if ended else None,
+                ),
             )
         if sup.executor.name != "inline" and execution.external_id:
             # Where the run lives (namespace/Job name), for whoever looks while it runs; an inline
@@ -692,7 +699,7 @@ class Launcher:
                 exit_code=outcome.exit_code,
                 error_code="launcher_shutdown",
                 log_tail=outcome.log_tail,
-                note="the launcher shut down before the run finished",
+                note=joined_notes("the launcher shut down before the run finished", outcome.note),
             )
         return outcome
 

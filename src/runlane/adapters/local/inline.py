@@ -27,7 +27,7 @@ from typing import BinaryIO, Literal, Protocol
 
 from runlane.adapters.local.guardian import Guardian, GuardianError, guardian_argv
 from runlane.core.envsplit import split_env
-from runlane.core.runs import EndReason, Outcome, RunStatus
+from runlane.core.runs import EndReason, Outcome, RunStatus, joined_notes
 from runlane.errors import PermanentExecutorError, TemporaryExecutorError
 from runlane.ports import Execution, ExecutionEvent, ExecutionSpec
 
@@ -492,7 +492,7 @@ class _Child:
                 f"the log file {self.log_path} is incomplete: writing it failed "
                 f"({self.log.write_error}); the tail here is complete"
             )
-        note = "; ".join(notes) or None
+        note = joined_notes(*notes)
         term = self.termination
         if term is not None:
             return Outcome(
@@ -501,7 +501,8 @@ class _Child:
                 exit_code=rc,
                 error_code=term.error_code,
                 log_tail=tail,
-                note=term.note or note,
+                # Why it was ended first, then what else is true of it (an incomplete log file).
+                note=joined_notes(term.note, note),
             )
         if rc == 0:
             return Outcome(RunStatus.SUCCESS, EndReason.EXIT, exit_code=0, log_tail=tail, note=note)
