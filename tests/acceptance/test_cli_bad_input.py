@@ -170,6 +170,8 @@ BAD_DATA: list[tuple[str, str]] = [
     ('{"\\u0000": 1}', "a key in event data contains U+0000"),
     ("[1]", "must be a JSON object"),
     ("{", "--data is not JSON"),
+    # Python's own advice (sys.set_int_max_str_digits) is no use to a person.
+    ('{"n": ' + "1" * 5000 + "}", "--data holds a whole number of more than 4300 digits"),
 ]
 
 

@@ -156,6 +156,19 @@ def test_run_refuses_an_int_param_of_thousands_of_digits(env: dict[str, str]) ->
         ]
 
 
+def test_run_refuses_a_float_param_beyond_any_float(env: dict[str, str]) -> None:
+    Path(env["RUNLANE_CATALOG"]).write_text(
+        "version: 1\njobs:\n  a: {command: [echo, hi], executor: inline, params: {f: float}}\n"
+    )
+    assert runlane("db", "upgrade", env=env).returncode == 0
+    proc = runlane("run", "a", "-p", f"f={HUGE}", env=env)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "error: job 'a': param 'f' must be a float of at most 1.798e+308 either way, "
+        "got a number too large (5000 characters)"
+    ]
+
+
 def test_config_refuses_a_concurrency_of_thousands_of_digits(env: dict[str, str]) -> None:
     env["RUNLANE_CONCURRENCY"] = HUGE
     proc = runlane("config", env=env)

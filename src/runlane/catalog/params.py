@@ -176,6 +176,10 @@ def _from_string(spec: ParamSpec, text: str) -> object:
         number = float(stripped)
         if math.isfinite(number):
             return number
+        raise ValueError(  # a number, beyond what a float holds
+            f"a float of at most {sys.float_info.max:.4g} either way, got a number too large "
+            f"({len(stripped)} characters)"
+        )
     if spec.type == "bool":
         word = stripped.lower()
         if word in _TRUE:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -193,6 +194,11 @@ def parse_data(text: str) -> dict[str, Any]:
     except RecursionError:  # pragma: no cover - _nesting catches this first
         raise BadInput(f"--data is nested too deeply; the limit is {MAX_DATA_DEPTH}") from None
     except ValueError as exc:
+        if "integer string conversion" in str(exc):  # Python's own advice is no use here
+            raise BadInput(
+                f"--data holds a whole number of more than {sys.get_int_max_str_digits()} "
+                "digits; send it as a string"
+            ) from None
         raise BadInput(f"--data is not JSON: {exc}") from None
     if not isinstance(parsed, dict):
         raise BadInput(f"--data must be a JSON object, got {type(parsed).__name__}")
