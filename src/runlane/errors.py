@@ -10,7 +10,8 @@
     │   └── PayloadTooLarge
     ├── NotFound                 a run, chain or job asked for does not exist
     ├── StoreError               the database failed
-    │   ├── DatabaseUnavailable  cannot connect (temporary)
+    │   ├── DatabaseUnavailable  cannot connect, or no answer in time (temporary)
+    │   ├── DatabaseConflict     a statement aborted to break a conflict: run it again
     │   ├── SchemaOutOfDate      the database is not at the code's schema version
     │   ├── LeaseLost            a fenced write matched zero rows: the lease is gone
     │   └── InvalidTransition    a state change from a status that does not allow it
@@ -115,14 +116,15 @@ class StoreError(RunlaneError):
 
 
 class DatabaseUnavailable(StoreError):
-    """The database cannot be reached."""
+    """The database cannot be reached, or did not answer in time."""
 
     code = "database_unavailable"
 
 
 class DatabaseConflict(StoreError):
     """The database aborted a statement to break a conflict with another transaction (a
-    deadlock, a serialization failure): nothing was written, and running it again is safe."""
+    deadlock, a serialization failure, a lock wait past `lock_timeout`): nothing was written,
+    and running it again is safe."""
 
     code = "database_conflict"
 

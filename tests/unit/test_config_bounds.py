@@ -32,8 +32,14 @@ def test_every_duration_setting_takes_up_to_100_years_and_no_more() -> None:
         "RUNLANE_HEARTBEAT_INTERVAL",
         "RUNLANE_SHUTDOWN_GRACE",
         "RUNLANE_RETRY_BASE",
+        "RUNLANE_DB_TIMEOUT",
     }
-    at_limit = {name: "36500d" for name in DURATIONS if name != "RUNLANE_LEASE_RENEW_INTERVAL"}
+    # (The renewal interval must be shorter than the TTL; the database bound has its own range.)
+    at_limit = {
+        name: "36500d"
+        for name in DURATIONS
+        if name not in ("RUNLANE_LEASE_RENEW_INTERVAL", "RUNLANE_DB_TIMEOUT")
+    }
     settings = Settings.from_env(at_limit)
     assert settings.lease_ttl == settings.heartbeat_interval == MAX_DURATION_SECONDS
     for name in DURATIONS:
@@ -78,3 +84,22 @@ def test_whole_numbers_have_an_upper_bound(name: str, limit: int) -> None:
     assert len(message) < 120
     for value in ("1e9", "inf", "nan", "16.0"):
         assert _refused({name: value}) == f"{name}={value!r}: expected a whole number"
+
+
+def test_the_database_bound_follows_the_lease_within_its_range() -> None:
+    assert Settings.from_env({}).db_timeout == 10.0
+    # A third of a shorter lease (a renewal that gives up can try again before it expires),
+    # never under a second.
+    assert Settings.from_env({"RUNLANE_LEASE_TTL": "15s"}).db_timeout == 5.0
+    assert Settings.from_env({"RUNLANE_LEASE_TTL": "1500ms"}).db_timeout == 1.0
+    assert Settings.from_env({"RUNLANE_DB_TIMEOUT": "30s"}).db_timeout == 30.0
+    assert Settings.from_env({"RUNLANE_DB_TIMEOUT": "5m"}).db_timeout == 300.0
+    assert _refused({"RUNLANE_DB_TIMEOUT": "500ms"}) == (
+        "RUNLANE_DB_TIMEOUT='500ms': must be at least 1s"
+    )
+    assert _refused({"RUNLANE_DB_TIMEOUT": "301s"}) == (
+        "RUNLANE_DB_TIMEOUT='301s': must be at most 5m"
+    )
+    assert _refused({"RUNLANE_DB_TIMEOUT": "0s"}) == (
+        "RUNLANE_DB_TIMEOUT='0s': must be greater than zero"
+    )

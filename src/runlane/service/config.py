@@ -17,6 +17,11 @@ from runlane.errors import ConfigError
 # database INTEGER (a LIMIT on PostgreSQL, a bound parameter on SQLite) or a thread pool takes.
 MAX_CONCURRENCY = 10_000
 MAX_SPAWN_THREADS = 256
+# RUNLANE_DB_TIMEOUT: shorter than a second cuts ordinary statements short on a busy server
+# (PostgreSQL gets a quarter of it for a lock); longer than five minutes bounds nothing useful.
+MIN_DB_TIMEOUT = 1.0
+MAX_DB_TIMEOUT = 300.0
+DEFAULT_DB_TIMEOUT = 10.0
 
 _WHOLE_NUMBER = re.compile(r"\s*[-+]?\d+\s*")
 
@@ -52,6 +57,19 @@ def _env_int(
         raise ConfigError(f"{name}={_shown(raw)}: must be at least {minimum}")
     if value > maximum:
         raise ConfigError(f"{name}={_shown(raw)}: must be at most {maximum}")
+    return value
+
+
+def _env_db_timeout(env: Mapping[str, str], lease_ttl: float) -> float:
+    """RUNLANE_DB_TIMEOUT: by default 10 s, or a third of the lease TTL when that is shorter (a
+    renewal that gives up then can try again before the lease runs out), but never under 1 s."""
+    default = min(DEFAULT_DB_TIMEOUT, max(MIN_DB_TIMEOUT, lease_ttl / 3))
+    value = _env_duration(env, "RUNLANE_DB_TIMEOUT", default)
+    raw = env.get("RUNLANE_DB_TIMEOUT") or ""
+    if value < MIN_DB_TIMEOUT:
+        raise ConfigError(f"RUNLANE_DB_TIMEOUT={_shown(raw)}: must be at least 1s")
+    if value > MAX_DB_TIMEOUT:
+        raise ConfigError(f"RUNLANE_DB_TIMEOUT={_shown(raw)}: must be at most 5m")
     return value
 
 
@@ -125,6 +143,10 @@ class Settings:
     log_level: str | None = None  # None: `info` for `runlane serve`, `warning` otherwise
     log_format: str = "console"  # or "json": one JSON object per line
     spawn_threads: int = 6  # inline spawns on worker threads, where posix_spawn cannot be used
+    # The launcher's bound on one PostgreSQL call: past it the database counts as unavailable
+    # (the outage handling takes over). PostgreSQL itself gives up on a statement after half of
+    # it and on a lock wait after a quarter (adapters/postgres/store.py, `PostgresStore`).
+    db_timeout: float = DEFAULT_DB_TIMEOUT
     launcher_id: str = field(default_factory=default_launcher_id)
 
     @classmethod
@@ -148,6 +170,7 @@ class Settings:
             log_level=env_log_level(e),
             log_format=env_log_format(e),
             spawn_threads=_env_int(e, "RUNLANE_SPAWN_THREADS", 6, maximum=MAX_SPAWN_THREADS),
+            db_timeout=_env_db_timeout(e, ttl),
         )
         settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
         settings.validate()
@@ -183,6 +206,10 @@ class Settings:
             raise ConfigError(f"RUNLANE_LOG_FORMAT={self.log_format!r}: expected 'console' or 'json'")
         if self.spawn_threads < 1:
             raise ConfigError(f"RUNLANE_SPAWN_THREADS={self.spawn_threads!r}: must be at least 1")
+        if not MIN_DB_TIMEOUT <= self.db_timeout <= MAX_DB_TIMEOUT:
+            raise ConfigError(
+                f"RUNLANE_DB_TIMEOUT ({self.db_timeout:g}s): must be between 1s and 5m"
+            )
 
     def public(self) -> dict[str, Any]:
         """The settings with secrets masked, for `runlane config`."""
@@ -210,4 +237,5 @@ ENV_NAMES: dict[str, str] = {
     "log_level": "RUNLANE_LOG_LEVEL",
     "log_format": "RUNLANE_LOG_FORMAT",
     "spawn_threads": "RUNLANE_SPAWN_THREADS",
+    "db_timeout": "RUNLANE_DB_TIMEOUT",
 }

@@ -387,8 +387,11 @@ class Launcher:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        with contextlib.suppress(StoreError):
-            await self.store.remove_launcher(self.owner)
+        if not self._database_down:
+            # (A database that does not answer would hold the stop up for another bound; the
+            # row then ages out: shown stale, pruned by the other launchers.)
+            with contextlib.suppress(StoreError):
+                await self.store.remove_launcher(self.owner)
         log.info("launcher.stopped", launcher=self.owner)
 
     async def _wait_unless_hurried(
@@ -1092,8 +1095,18 @@ class Launcher:
         held = [s.lease for s in self._active.values() if not s.lost]
         if not held:
             return True
+        locked: set[str] = set()
         try:
-            kept = await self._renew(held)
+            try:
+                kept = await self._renew(held)
+            except DatabaseConflict:
+                if len(held) == 1:
+                    raise
+                # A row another session keeps locked (an operator's open transaction) fails the
+                # whole renewal at the lock timeout: renewed one by one, the other leases are
+                # kept; the locked one is tried again at the next renewal, not given up.
+                kept, locked = await self._renew_each(held)
+                log.warning("lease.renew_locked", runs=sorted(locked), leases=len(held))
         except StoreError as exc:
             log.warning("lease.renew_failed", error=str(exc), leases=len(held))
             if isinstance(exc, DatabaseUnavailable):
@@ -1101,7 +1114,7 @@ class Launcher:
             return False
         self._database_ok()
         for lease in held:
-            if lease.run_id not in kept:
+            if lease.run_id not in kept and lease.run_id not in locked:
                 sup = self._active.get(lease.run_id)
                 if sup is None or sup.lost or sup.lease != lease:
                     # (Gone, or released and claimed again while this renewal was in flight:
@@ -1115,6 +1128,17 @@ class Launcher:
                 if sup.executor.name == "inline":
                     await self._cancel_execution(sup, grace=0.0)
         return True
+
+    async def _renew_each(self, held: list[Lease]) -> tuple[set[str], set[str]]:
+        """Renew `held` one lease at a time: the leases renewed, and those whose row was locked."""
+        kept: set[str] = set()
+        locked: set[str] = set()
+        for lease in held:
+            try:
+                kept |= await self._renew([lease])
+            except DatabaseConflict:
+                locked.add(lease.run_id)
+        return kept, locked
 
     async def _poll_cancels(self) -> None:
         if not self._active:

@@ -220,12 +220,17 @@ async def open_runtime(
     check_schema: bool = True,
     application_name: str = "runlane",
     create: bool = False,
+    bounded: bool = False,
 ) -> AsyncIterator[Runtime]:
     """The store (opened) and the catalog. `create=True` only for what sets a database up
     (`runlane db upgrade`, the demo): otherwise a SQLite file that is not there is an error
-    ("no database at PATH"), not a new empty database."""
+    ("no database at PATH"), not a new empty database. `bounded=True` (the launcher): every
+    database call is bounded by `settings.db_timeout`."""
     store = store_from_url(
-        settings.database_url, application_name=application_name, create=create
+        settings.database_url,
+        application_name=application_name,
+        create=create,
+        db_timeout=settings.db_timeout if bounded else None,
     )
     cat = _load_catalog(settings.catalog_path) if catalog else None
     await store.open()
@@ -322,7 +327,7 @@ async def serve(
     garbage collector's sight, so its collections under load look only at what runs allocate
     (bench/throughput.py: ~11 of 33 ms of collections per 2,000 runs saved)."""
     async with open_runtime(
-        settings, application_name=f"runlane-launcher:{settings.launcher_id}"
+        settings, application_name=f"runlane-launcher:{settings.launcher_id}", bounded=True
     ) as rt:
         await probe_writable(rt.store)
         from runlane.service.launcher import Launcher  # only `serve` needs it (~45 ms to import)

@@ -59,11 +59,15 @@ def store_from_url(
     clock: Clock | None = None,
     application_name: str = "runlane",
     create: bool = True,
+    db_timeout: float | None = None,
 ) -> Store:
     """A (not yet opened) store for `url`; `ConfigError` naming the accepted forms otherwise.
 
     `create=False`: a SQLite file that does not exist is not created; opening the store fails
-    with "no database at PATH" instead (every command but `runlane db upgrade`)."""
+    with "no database at PATH" instead (every command but `runlane db upgrade`).
+
+    `db_timeout` (the launcher's RUNLANE_DB_TIMEOUT): on PostgreSQL, the bound on each call,
+    past which it fails as `DatabaseUnavailable`; SQLite, a local file, needs none."""
     url = url.strip()
     path = sqlite_path(url)
     if path is not None:
@@ -74,5 +78,7 @@ def store_from_url(
         from runlane.adapters.postgres import PostgresStore
 
         check_postgres_url(url)
-        return PostgresStore(url, clock=clock, application_name=application_name)
+        return PostgresStore(
+            url, clock=clock, application_name=application_name, timeout=db_timeout
+        )
     raise ConfigError(f"unsupported database URL {mask_url(url)!r}: use {ACCEPTED_FORMS}")

@@ -5,9 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
+import os
 import re
+import socket
+import time
 import uuid
 from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -113,6 +118,101 @@ def _password(url: str) -> str | None:
     return str(value) if value else None
 
 
+# A store with a timeout T (the launcher's: RUNLANE_DB_TIMEOUT) bounds every wait on the
+# database. PostgreSQL gives up on a lock wait after a quarter of T (`DatabaseConflict`: retried,
+# the database is up) and on a statement after half of it (the connection stays usable); the
+# client hangs up on a connection whose call has not ended after T (`_Watchdog`): the server
+# or the network between has stopped answering (`DatabaseUnavailable`).
+LOCK_TIMEOUT_SHARE = 0.25
+STATEMENT_TIMEOUT_SHARE = 0.5
+CANCEL_REQUEST_TIMEOUT = 1.0  # see _BoundedConnection
+
+
+def _tcp_bounds(url: str, timeout: float) -> dict[str, object]:
+    """libpq parameters that bound a connection's waits in the kernel, for those the URL (or
+    PGCONNECT_TIMEOUT) leaves unset: a connection attempt gives up after `connect_timeout`;
+    keepalives find a dead peer behind an idle connection (the wake-up listener), and
+    `tcp_user_timeout` drops a connection whose sent data stays unacknowledged, instead of the
+    kernel retransmitting for ~15 minutes. (Neither notices a peer whose kernel still answers
+    while the server does not: that is the watchdog's part.)"""
+    seconds = max(1, math.ceil(timeout))
+    wanted: dict[str, object] = {
+        # Half the bound (a healthy server connects in milliseconds): a stopping launcher's
+        # pools wait for a connection attempt in progress. Whole seconds; psycopg takes 2 at least.
+        "connect_timeout": max(2, math.ceil(timeout / 2)),
+        "keepalives": 1,
+        "keepalives_idle": seconds,
+        "keepalives_interval": max(1, math.ceil(timeout / 3)),
+        "keepalives_count": 3,
+        "tcp_user_timeout": math.ceil(timeout * 1000),  # milliseconds
+    }
+    try:
+        given = set(conninfo_to_dict(url))
+    except psycopg.ProgrammingError:
+        given = set()
+    if os.environ.get("PGCONNECT_TIMEOUT"):
+        given.add("connect_timeout")
+    return {name: value for name, value in wanted.items() if name not in given}
+
+
+def _session_bounds(url: str, timeout: float) -> dict[str, str | None]:
+    """The session's `statement_timeout` and `lock_timeout` (parameters of `session_bounds`);
+    None for one the URL sets itself in `options`."""
+    try:
+        options = str(conninfo_to_dict(url).get("options") or "")
+    except psycopg.ProgrammingError:
+        options = ""
+    return {
+        name: None if name in options else f"{max(1, round(timeout * share * 1000))}ms"
+        for name, share in (
+            ("statement_timeout", STATEMENT_TIMEOUT_SHARE),
+            ("lock_timeout", LOCK_TIMEOUT_SHARE),
+        )
+    }
+
+
+class _Watchdog:
+    """Hangs up a connection whose call has not ended `timeout` seconds after it began: its
+    socket is shut down, so whatever waits on it fails at once ("server closed the connection
+    unexpectedly") and the connection is discarded. Not a task cancellation (asyncio.timeout):
+    psycopg answers that by asking the server to cancel the statement over a new connection,
+    then waiting for the statement to end, up to 5 s each (psycopg #1371) — 10 s more on a
+    server that answers nothing. One timer per call, cancelled when it ends (~1 us)."""
+
+    __slots__ = ("_conn", "_timer", "fired")
+
+    def __init__(self, conn: _Conn, timeout: float) -> None:
+        self._conn = conn
+        self.fired = False
+        self._timer = asyncio.get_running_loop().call_later(timeout, self._hang_up)
+
+    def _hang_up(self) -> None:
+        self.fired = True
+        with contextlib.suppress(OSError, psycopg.Error):
+            # A duplicate of the descriptor: shutdown() acts on the socket both name, close()
+            # only on the duplicate; psycopg closes its own. The family does not matter here.
+            sock = socket.fromfd(self._conn.pgconn.socket, socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            finally:
+                sock.close()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+class _BoundedConnection(AsyncConnection[Any]):
+    """The connections of a store with a bound. When the task waiting on a statement is
+    cancelled (a launcher stopping), psycopg asks the server to cancel the statement, over a
+    new connection, and waits for that up to 5 s: as long again as a stopping launcher's
+    other steps on a server that answers nothing. Here it waits a second at most (a cancel
+    request takes a few round trips): the session's statement_timeout stops the statement on
+    a server that is alive, and the watchdog hangs up on one that is not."""
+
+    async def cancel_safe(self, *, timeout: float = 30.0) -> None:  # noqa: ASYNC109 (psycopg's)
+        await super().cancel_safe(timeout=min(timeout, CANCEL_REQUEST_TIMEOUT))
+
+
 class PostgresStore:
     """`runlane.ports.Store` on PostgreSQL (psycopg 3, async pool)."""
 
@@ -126,11 +226,30 @@ class PostgresStore:
         outbox: bool = False,
         pool_max: int = 8,
         application_name: str = "runlane",
+        timeout: float | None = None,
     ) -> None:
+        """`timeout`: the bound on each call, in seconds (the launcher's RUNLANE_DB_TIMEOUT; see
+        LOCK_TIMEOUT_SHARE). None (the CLI, the API, the SDK, `runlane db upgrade`): no bound
+        but the pool's wait for a connection, and the server's own settings."""
         self._url = url
         # Shown in pg_stat_activity; a launcher passes its id, so operators (and the chaos
         # suite's audit trigger) can tell which launcher wrote what.
         self._application_name = application_name[:63]
+        self._timeout = timeout
+        self._connect_kwargs: dict[str, Any] = {
+            "autocommit": True,
+            "application_name": self._application_name,
+            **({} if timeout is None else _tcp_bounds(url, timeout)),
+        }
+        self._session = None if timeout is None else _session_bounds(url, timeout)
+        # How long a call waits for a connection: during an outage a call fails after this (and
+        # is retried by its caller) instead of psycopg's 30 s, so a launcher told to stop acts
+        # on it promptly.
+        self._pool_timeout = 5.0 if timeout is None else min(5.0, timeout)
+        self._connection_class: type[_Conn] = (
+            AsyncConnection if timeout is None else _BoundedConnection
+        )
+        self._drained_at = -math.inf  # when a hang-up last replaced the pools' connections
         self._clock: Clock = clock or SystemClock()
         self._outbox = outbox
         self._pool_max = max(1, pool_max)
@@ -151,13 +270,24 @@ class PostgresStore:
 
     def _failure(self, exc: BaseException) -> StoreError:
         """What a failed statement means: a conflict PostgreSQL broke by aborting it (class 40:
-        a deadlock, a serialization failure), which is safe to run again; otherwise the
-        database cannot be reached."""
+        a deadlock, a serialization failure; 55P03: a lock wait past `lock_timeout`), which is
+        safe to run again; otherwise the database cannot be reached, or did not finish the
+        statement in time (57014: past `statement_timeout`)."""
         sqlstate = exc.sqlstate if isinstance(exc, psycopg.Error) else None
-        if sqlstate is not None and sqlstate.startswith("40"):
+        if sqlstate is not None and (sqlstate.startswith("40") or sqlstate == "55P03"):
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             return DatabaseConflict(f"PostgreSQL aborted the statement: {reason}")
+        if sqlstate == "57014":
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return DatabaseUnavailable(
+                f"PostgreSQL at {_where(self._url)} did not finish the statement: {reason}"
+            )
         return self._unavailable(exc)
+
+    def _no_answer(self) -> DatabaseUnavailable:
+        return DatabaseUnavailable(
+            f"PostgreSQL at {_where(self._url)} did not answer in {self._timeout:g} s"
+        )
 
     def _unavailable(self, exc: BaseException) -> DatabaseUnavailable:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -166,8 +296,7 @@ class PostgresStore:
             reason = reason.replace(password, "***")
         return DatabaseUnavailable(f"cannot reach PostgreSQL at {_where(self._url)}: {reason}")
 
-    @staticmethod
-    async def _configure(conn: _Conn) -> None:
+    async def _configure(self, conn: _Conn) -> None:
         # JSON and UUID columns come back as text: params_raw must keep the stored text, and run
         # ids are plain strings everywhere else in runlane.
         for name in ("json", "jsonb", "uuid"):
@@ -175,13 +304,25 @@ class PostgresStore:
         # Times come back in UTC whatever the server's default zone: psycopg then gives them
         # datetime.UTC itself, which the row readers keep as is (no astimezone per column).
         # No query here depends on the session's zone (timestamptz values are instants).
-        await conn.execute(b"SET TIME ZONE 'UTC'")
+        if self._session is None or self._timeout is None:
+            await conn.execute(b"SET TIME ZONE 'UTC'")
+            return
+        # The same round trip sets the session's bounds; bounded itself, as every call is.
+        watchdog = _Watchdog(conn, self._timeout)
+        try:
+            await conn.execute(Q["session_bounds"], self._session)
+        except psycopg.Error:
+            if not watchdog.fired:
+                raise
+        finally:
+            watchdog.cancel()
+        if watchdog.fired:  # hung up: never handed out, even if the answer came at the end
+            await conn.close()
+            raise self._no_answer()
 
     async def _connect_direct(self) -> _Conn:
         try:
-            conn = await psycopg.AsyncConnection.connect(
-                self._url, autocommit=True, application_name=self._application_name
-            )
+            conn = await self._connection_class.connect(self._url, **self._connect_kwargs)
         except psycopg.OperationalError as exc:
             raise self._unavailable(exc) from None
         try:
@@ -208,13 +349,11 @@ class PostgresStore:
             self._url,
             min_size=1,
             max_size=self._pool_max,
-            kwargs={"autocommit": True, "application_name": self._application_name},
+            connection_class=self._connection_class,
+            kwargs=self._connect_kwargs,
             configure=self._configure,
             open=False,
-            # How long a call waits for a connection: during an outage a call fails after this
-            # (and is retried by its caller) instead of psycopg's 30 s, so a launcher told to
-            # stop acts on it promptly.
-            timeout=5.0,
+            timeout=self._pool_timeout,
         )
         try:
             await pool.open(wait=True, timeout=10.0)
@@ -241,12 +380,13 @@ class PostgresStore:
             if self._listen_conn is not None:
                 await self._listen_conn.close()
                 self._listen_conn = None
-            try:
-                if claim_pool is not None:
-                    await claim_pool.close()
-            finally:
-                if pool is not None:
-                    await pool.close()
+            # Side by side: each waits for a connection attempt in progress (up to the
+            # connect_timeout when the server does not answer).
+            pools = [p for p in (claim_pool, pool) if p is not None]
+            closed = await asyncio.gather(*(p.close() for p in pools), return_exceptions=True)
+            for failure in closed:
+                if isinstance(failure, BaseException):
+                    raise failure
 
     async def _listen_forever(self) -> None:
         """Turn notifications into `_wakeup`; LISTEN again on a new connection when one drops.
@@ -278,19 +418,57 @@ class PostgresStore:
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 5.0)
 
-    @contextlib.asynccontextmanager
-    async def _conn(self) -> AsyncIterator[_Conn]:
+    def _conn(self, *, bounded: bool = True) -> AbstractAsyncContextManager[_Conn]:
+        """A connection of the pool for one call (committed at the end unless it failed);
+        `bounded=False` only for `upgrade`, whose migrations take as long as they take."""
         if self._pool is None:
             raise StoreError("the PostgreSQL store is not open: call open() first")
+        return self._use(self._pool, bounded=bounded)
+
+    @contextlib.asynccontextmanager
+    async def _use(
+        self, pool: AsyncConnectionPool[_Conn], *, bounded: bool = True
+    ) -> AsyncIterator[_Conn]:
+        """What `pool.connection()` does (commit, or roll back on an error; the pool replaces a
+        broken connection), with the store's bound on the whole call: the statements, and the
+        COMMIT or ROLLBACK at the end. A connection hung up on is closed, never reused."""
         try:
-            async with self._pool.connection() as conn:
-                yield conn
+            conn = await pool.getconn()
         except (PoolTimeout, psycopg.OperationalError) as exc:
             raise self._failure(exc) from exc
+        watchdog = None if self._timeout is None or not bounded else _Watchdog(conn, self._timeout)
+        try:
+            async with conn:
+                yield conn
+        except psycopg.Error as exc:
+            if watchdog is not None and watchdog.fired:
+                raise self._no_answer() from exc
+            if isinstance(exc, psycopg.OperationalError):
+                raise self._failure(exc) from exc
+            raise
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+                if watchdog.fired:
+                    await conn.close()  # (its answer may have come as it was hung up)
+                    await self._replace_connections()
+            await pool.putconn(conn)
 
-    @staticmethod
-    async def _configure_claims(conn: _Conn) -> None:
-        await PostgresStore._configure(conn)
+    async def _replace_connections(self) -> None:
+        """After a hang-up, the pools' other connections are likely as dead (a partition, a
+        failover): the idle ones are replaced now and the busy ones as they come back, rather
+        than every later call waiting out the bound on one of them. Once per bound at most."""
+        now = time.monotonic()
+        if self._timeout is None or now - self._drained_at < self._timeout:
+            return
+        self._drained_at = now
+        for pool in (self._pool, self._claim_pool):
+            if pool is not None and not pool.closed:
+                with contextlib.suppress(Exception):  # best effort: each call is bounded anyway
+                    await pool.drain()
+
+    async def _configure_claims(self, conn: _Conn) -> None:
+        await self._configure(conn)
         await conn.execute(Q["claim_session"])
 
     @contextlib.asynccontextmanager
@@ -308,18 +486,16 @@ class PostgresStore:
                         self._url,
                         min_size=1,
                         max_size=1,
-                        kwargs={"autocommit": True, "application_name": self._application_name},
+                        connection_class=self._connection_class,
+                        kwargs=self._connect_kwargs,
                         configure=self._configure_claims,
                         open=False,
-                        timeout=5.0,
+                        timeout=self._pool_timeout,
                     )
                     await pool.open(wait=False)
                     self._claim_pool = pool
-        try:
-            async with pool.connection() as conn:
-                yield conn
-        except (PoolTimeout, psycopg.OperationalError) as exc:
-            raise self._failure(exc) from exc
+        async with self._use(pool) as conn:
+            yield conn
 
     def _now(self) -> datetime | None:
         return self._clock.now_or_none()
@@ -355,10 +531,15 @@ class PostgresStore:
 
     async def upgrade(self) -> list[int]:
         applied: list[int] = []
-        async with self._conn() as conn:
-            await conn.execute(Q["bootstrap_migrations"])
+        # Not bounded, on either side: a migration may rewrite a large table, or wait for the
+        # locks of launchers still running, for as long as it takes.
+        async with self._conn(bounded=False) as conn:
+            async with conn.transaction():
+                await self._unbound_migration(conn)
+                await conn.execute(Q["bootstrap_migrations"])
             for migration in MIGRATIONS:
                 async with conn.transaction():
+                    await self._unbound_migration(conn)
                     # Concurrent upgrades (two launchers starting) apply each migration once.
                     await conn.execute(Q["migrate_lock"])
                     if await self._schema_version(conn) >= migration.version:
@@ -369,6 +550,11 @@ class PostgresStore:
                     )
                 applied.append(migration.version)
         return applied
+
+    async def _unbound_migration(self, conn: _Conn) -> None:
+        """Lift the session's bounds for the transaction (only a bounded store sets them)."""
+        if self._session is not None:
+            await conn.execute(Q["migration_unbounded"])
 
     async def ensure_current(self) -> None:
         sqlcommon.check_schema_version(await self.schema_version(), CURRENT_SCHEMA_VERSION)

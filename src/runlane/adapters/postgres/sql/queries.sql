@@ -21,6 +21,22 @@ SELECT pg_advisory_xact_lock(hashtext('runlane:migrate'))
 INSERT INTO schema_migrations (version, applied_at)
 VALUES (%(version)s, coalesce(%(now)s::timestamptz, clock_timestamp()))
 
+-- name: migration_unbounded
+-- In each migration's transaction on a store with a launcher's bounds: a migration may rewrite
+-- a large table, or wait for the locks of launchers still running, for as long as it takes.
+SELECT set_config('statement_timeout', '0', true), set_config('lock_timeout', '0', true)
+
+-- name: session_bounds
+-- Once per connection of a store with bounds (the launcher's), in place of SET TIME ZONE: the
+-- server gives up on a lock wait and on a statement itself, before the client hangs up. A bound
+-- the URL sets itself (options=-c statement_timeout=…) is kept: NULL here.
+SELECT set_config('TimeZone', 'UTC', false),
+       set_config('statement_timeout',
+                  coalesce(%(statement_timeout)s::text, current_setting('statement_timeout')),
+                  false),
+       set_config('lock_timeout',
+                  coalesce(%(lock_timeout)s::text, current_setting('lock_timeout')), false)
+
 -- name: db_now
 SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now
 
