@@ -327,6 +327,12 @@ class Store(Protocol):
 
     async def count_queued(self) -> int: ...
 
+    async def running_by_launcher(self) -> dict[str, dict[str, int]]:
+        """The runs running now, counted by the launcher holding each (its id; "" for rows
+        nobody leases, such as the SDK's child rows) and executor: live from the run log, where
+        a heartbeat's counts are as old as the beat."""
+        ...
+
     async def set_override(
         self, job: str, *, paused_until: datetime | None, reason: str | None, by: str | None
     ) -> Override: ...

@@ -169,6 +169,7 @@ async def test_sqlite_counts_and_polls_read_only_queued_or_running_runs(
         "running_counts": ("run_log_running_lease_idx", {"jobs": '["job1"]', "capped": "[]"}),
         "cancel_requests": ("run_log_running_lease_idx", {"owner": "L1"}),
         "count_queued": ("run_log_claim_idx", {}),
+        "running_by_launcher": ("run_log_running_lease_idx", {}),
     }
     for name, (index, params) in expected.items():
         plan = harness.query("EXPLAIN QUERY PLAN " + SQLITE_QUERIES[name], params)

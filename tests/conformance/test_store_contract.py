@@ -992,6 +992,24 @@ async def test_finished_at_is_when_the_run_ended_not_when_it_was_saved(
     assert rc.finished_at == T0 + timedelta(seconds=20)
 
 
+async def test_running_by_launcher_counts_running_runs_by_owner_and_executor(
+    harness: StoreHarness,
+) -> None:
+    store = harness.store
+    assert await store.running_by_launcher() == {}
+    for executor in ("inline", "inline", "pod", "inline"):
+        await store.accept(new_run(executor=executor))
+    await store.accept(new_run(executor="scope", status=RunStatus.RUNNING))  # an SDK child row
+    a = await claim_all(store, "L1", limit=2, executors=("inline",))
+    b = await claim_all(store, "L2", limit=5)
+    await store.finish(b[0].lease, SUCCESS)  # finished: not counted
+    assert len(a) == 2
+    assert sorted(c.run.executor for c in b) == ["inline", "pod"]
+    assert await store.running_by_launcher() == {
+        "L1": {"inline": 2}, "L2": {b[1].run.executor: 1}, "": {"scope": 1}
+    }
+
+
 async def test_finish_many_saves_each_under_its_own_lease(harness: StoreHarness) -> None:
     store, clock = await pinned(harness)
     a = await _one_claimed(store, max_attempts=2)

@@ -447,3 +447,33 @@ async def test_doctor_tells_an_older_launcher_catalog_from_a_job_gone_from_the_f
         launcher.stop()
         await task
     assert [r.id for r in await store.list_runs(RunFilter(job="fresh"))] == [run_id]
+
+
+async def test_status_counts_running_runs_live_from_the_run_log(
+    store: Store, catalog: Catalog, settings: Settings, cli_env: dict[str, str]
+) -> None:
+    # `status` took its launchers' counts from their heartbeats (as old as the last beat) and
+    # its total by listing at most 1,000 running runs. Both now come from the run log.
+    from datetime import UTC, datetime
+
+    from runlane.ports import Heartbeat
+
+    for _ in range(1005):
+        await accept_run(store, catalog, RunRequest(job="hello", trigger=Trigger.CLI))
+    taken = await store.claim("L1", limit=2000, lease_ttl=600, executors=["inline"],
+                              executor_caps={})
+    assert len(taken) == 1005
+    now = datetime.now(UTC)
+    # L1's last beat predates its claims (it says 0); L2 holds nothing.
+    for launcher_id in ("L1", "L2"):
+        await store.beat(Heartbeat(launcher_id, "host", 1, "0", now, running={"inline": 0},
+                                   heartbeat_interval=60.0))
+    code, out, err = await cli(cli_env, "status", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["running"] == 1005
+    assert {e["launcher_id"]: e["running"] for e in data["launchers"]} == {
+        "L1": {"inline": 1005}, "L2": {}
+    }
+    code, out, _ = await cli(cli_env, "status")
+    assert "running: 1005" in out.splitlines()[0]

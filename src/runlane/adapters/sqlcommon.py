@@ -424,6 +424,15 @@ def outbox_payload(run_id: str, job: str, executor: str, attempt: int) -> str:
 OUTBOX_TOPIC_RUN_QUEUED = "job_runs"
 
 
+def running_by_launcher(rows: Sequence[Row]) -> dict[str, dict[str, int]]:
+    """`Store.running_by_launcher` from rows of (owner, executor, n)."""
+    counts: dict[str, dict[str, int]] = {}
+    for row in rows:
+        owner = RowReader.text(row, "owner")
+        counts.setdefault(owner, {})[RowReader.text(row, "executor")] = RowReader.integer(row, "n")
+    return counts
+
+
 def seconds_since(ended_monotonic: float | None) -> float:
     """How long ago a run ended (`FinishRequest.ended_monotonic`): 0 when unknown, never less."""
     if ended_monotonic is None:

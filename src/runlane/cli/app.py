@@ -955,12 +955,13 @@ def status_cmd(as_json: JsonOpt = False, catalog: CatalogOpt = None, database: D
         launchers = await rt.store.launchers()
         now = await rt.store.now()
         queued = await rt.store.count_queued()
-        running = await rt.store.list_runs(RunFilter(status=RunStatus.RUNNING, limit=1000))
+        # Live from the run log, by launcher: a heartbeat's counts are as old as its beat.
+        running = await rt.store.running_by_launcher()
         stuck = await stuck_runs(rt.store)
         data: dict[str, Any] = {
             "now": output.iso(now),
             "queued": queued,
-            "running": len(running),
+            "running": sum(sum(by_executor.values()) for by_executor in running.values()),
             "stuck": [
                 {"id": s.run_id, "job": s.job, "status": s.status, "why": s.why} for s in stuck
             ],
@@ -989,7 +990,7 @@ def status_cmd(as_json: JsonOpt = False, catalog: CatalogOpt = None, database: D
                 "stale": stale,
                 # A stale launcher's last counts are history, not the present: not shown.
                 "queue_depth": None if stale else h.queue_depth,
-                "running": None if stale else dict(h.running),
+                "running": None if stale else running.get(h.launcher_id, {}),
                 "catalog_digest": h.catalog_digest,
                 "catalog_loaded_at": output.iso(h.catalog_loaded_at),
                 "catalog_jobs": None if h.catalog_jobs is None else list(h.catalog_jobs),
@@ -1004,7 +1005,7 @@ def status_cmd(as_json: JsonOpt = False, catalog: CatalogOpt = None, database: D
         if as_json:
             print_json(data)
             return
-        out.print(f"queued: {queued}   running: {len(running)}")
+        out.print(f"queued: {queued}   running: {data['running']}")
         if not launchers:
             out.print("[yellow]no launcher has reported; start one with `runlane serve`[/]")
         for entry in data["launchers"]:

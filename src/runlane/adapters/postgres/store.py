@@ -1028,6 +1028,9 @@ class PostgresStore:
         row = await self._fetchone(Q["count_queued"], {})
         return 0 if row is None else RowReader.integer(row, "n")
 
+    async def running_by_launcher(self) -> dict[str, dict[str, int]]:
+        return sqlcommon.running_by_launcher(await self._fetchall(Q["running_by_launcher"], {}))
+
     # --- overrides and heartbeats ---------------------------------------------------------------
 
     async def set_override(

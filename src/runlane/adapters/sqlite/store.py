@@ -717,6 +717,10 @@ class SqliteStore:
         row = await self._call(lambda c: _one(c.execute(Q["count_queued"])))
         return 0 if row is None else RowReader.integer(row, "n")
 
+    async def running_by_launcher(self) -> dict[str, dict[str, int]]:
+        rows = await self._call(lambda c: _all(c.execute(Q["running_by_launcher"])))
+        return sqlcommon.running_by_launcher(rows)
+
     # --- overrides and heartbeats ---------------------------------------------------------------
 
     async def set_override(

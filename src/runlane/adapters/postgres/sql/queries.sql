@@ -422,6 +422,11 @@ LIMIT %(limit)s
 -- name: count_queued
 SELECT count(*) AS n FROM run_log WHERE status = 'queued'
 
+-- name: running_by_launcher
+SELECT coalesce(lease_owner, '') AS owner, executor, count(*) AS n
+FROM run_log WHERE status = 'running'
+GROUP BY 1, 2
+
 -- name: set_override
 INSERT INTO job_overrides (job, paused_until, reason, created_by, created_at)
 VALUES (%(job)s, %(paused_until)s::timestamptz, %(reason)s, %(created_by)s,

@@ -226,6 +226,12 @@ LIMIT :limit
 -- run_log_job_status_idx: O(table)).
 SELECT count(*) AS n FROM run_log INDEXED BY run_log_claim_idx WHERE status = 'queued'
 
+-- name: running_by_launcher
+-- O(running), like count_queued: through the partial index of the running runs.
+SELECT coalesce(lease_owner, '') AS owner, executor, count(*) AS n
+FROM run_log INDEXED BY run_log_running_lease_idx WHERE status = 'running'
+GROUP BY 1, 2
+
 -- name: set_override
 INSERT INTO job_overrides (job, paused_until, reason, created_by, created_at)
 VALUES (:job, :paused_until, :reason, :created_by, :now)
