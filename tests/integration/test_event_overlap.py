@@ -1,11 +1,12 @@
-"""An event whose debounce window opens while the job (`overlap: forbid`) is still busy with the
-previous window's run records a skipped run and says so: it started nothing. SQLite and
-PostgreSQL, on a clock the test moves across a window boundary."""
+"""Events that start nothing and say so. An event whose debounce window opens while the job
+(`overlap: forbid`) is still busy with the previous window's run records a skipped run; so does
+an event for a paused or snoozed job (`paused`), until the snooze runs out. SQLite and
+PostgreSQL, on a clock the test moves across a window boundary or past a snooze."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -26,6 +27,14 @@ jobs:
     command: ["true"]
     overlap: forbid
     on_event: [{key: rumor.signal_created, debounce: 30m}]
+"""
+PAUSABLE = """
+version: 1
+defaults: {executor: inline, overlap: allow, deadline: 1m}
+jobs:
+  snoozed: {command: ["true"], on_event: [{key: k.p}]}
+  windowed: {command: ["true"], on_event: [{key: k.p, debounce: 1h}]}
+  awake: {command: ["true"], on_event: [{key: k.p}]}
 """
 BEFORE_BOUNDARY = datetime(2031, 3, 4, 14, 29, 59, tzinfo=UTC)
 
@@ -70,3 +79,36 @@ async def test_a_new_window_while_the_job_is_busy_records_a_skip_not_a_start(
     assert link.started is False
     again = await emit_event(store, catalog, accept, "rumor.signal_created", event_id="e2")
     assert [x.started for x in again.links] == [False]  # the same answer when repeated
+
+
+async def test_a_snoozed_jobs_event_runs_are_skipped_until_the_snooze_runs_out(
+    store: Store, clock: FixedClock
+) -> None:
+    catalog = parse_catalog_text(PAUSABLE, "catalog.yaml")
+
+    async def accept(request: RunRequest) -> Any:
+        return await accept_run(store, catalog, request)
+
+    def outcome(emitted: Any) -> dict[str, tuple[bool, RunStatus, str | None]]:
+        return {
+            link.job: (link.started, result.run.status, result.run.end_reason)
+            for link, result in zip(emitted.links, emitted.runs, strict=True)
+        }
+
+    until = BEFORE_BOUNDARY + timedelta(minutes=10)
+    await store.set_override("snoozed", paused_until=until, reason="deploy", by="test")
+    await store.set_override("windowed", paused_until=None, reason="hold", by="test")
+    paused = await emit_event(store, catalog, accept, "k.p", event_id="e1")
+    assert outcome(paused) == {
+        "snoozed": (False, RunStatus.SKIPPED, "paused"),
+        "windowed": (False, RunStatus.SKIPPED, "paused"),
+        "awake": (True, RunStatus.QUEUED, None),
+    }
+    again = await emit_event(store, catalog, accept, "k.p", event_id="e1")
+    assert outcome(again) == outcome(paused)  # repeating the event changes nothing
+    clock.advance(11 * 60)  # the snooze has run out; the row is still there
+    assert (await store.overrides())["snoozed"].paused_until == until
+    later = await emit_event(store, catalog, accept, "k.p", event_id="e2")
+    assert outcome(later)["snoozed"] == (True, RunStatus.QUEUED, None)
+    # Still paused: a later event of the same window joins the skipped row, starting nothing.
+    assert outcome(later)["windowed"] == (False, RunStatus.SKIPPED, "paused")

@@ -3,7 +3,8 @@
 The debounce window of an event is the epoch-aligned bucket of length `debounce` that contains
 the event's (database) time. The first event of a bucket starts the run (dedupe key
 `job@key@<bucket start>`); later events of the bucket are recorded and linked to that run and
-start nothing. With no debounce, every event starts its own run (`job@key@<event id>`).
+start nothing. With no debounce, every event starts its own run (`job@key@<event id>`). A job
+paused or snoozed at the event's time gets a `skipped` (`paused`) row under that key instead.
 Emitting the same event id again is a no-op that returns what the first emit did.
 """
 
@@ -25,6 +26,7 @@ from runlane.core.runs import AcceptResult, RunStatus, Trigger, event_dedupe_key
 from runlane.errors import ConfigError, ConfirmationRequired, EventIdTaken
 from runlane.ports import Event, EventLink, Store
 from runlane.service.accept import RunRequest, text_problem
+from runlane.service.scheduler import pause_of
 
 log = structlog.get_logger("runlane.events")
 
@@ -149,7 +151,12 @@ async def emit_event(
         )
     links: list[EventLink] = []
     runs: list[AcceptResult] = []
-    for job, debounce in subscribers(catalog, event.key):
+    listeners = subscribers(catalog, event.key)
+    overrides = await store.overrides() if listeners else {}
+    for job, debounce in listeners:
+        # A paused (or snoozed) job's window is recorded `skipped` (`paused`) under the key its
+        # run would have had, as the scheduler records a paused slot: judged at the event's time.
+        paused = pause_of(overrides.get(job), event.occurred_at) is not None
         result = await accept(
             RunRequest(
                 job=job,
@@ -157,11 +164,12 @@ async def emit_event(
                 dedupe_key=event_run_key(job, event.key, event, debounce),
                 event_id=event.id,
                 requested_by="event",
+                record_skipped="paused" if paused else None,
             )
         )
         runs.append(result)
-        # This event started the run, unless the run was recorded as skipped (an `overlap:
-        # forbid` job still busy with the previous window's run): then nothing started.
+        # This event started the run, unless the run was recorded as skipped (the job paused, or
+        # `overlap: forbid` and still busy with the previous window's run): then nothing started.
         started = result.run.event_id == event.id and result.run.status is not RunStatus.SKIPPED
         links.append(EventLink(event.id, result.run.id, job, started))
     await store.link_event_runs(links)
