@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from runlane.service.accept import RunRequest, accept_run
 from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
 from runlane.service.runtime import build_executors
-from runlane.service.scheduler import Scheduler
+from runlane.service.scheduler import Scheduler, explain
 
 PY = sys.executable
 T0 = datetime(2031, 5, 1, 10, 0, tzinfo=UTC)
@@ -191,3 +192,19 @@ async def test_launcher_runs_scheduled_slots(
         assert run.status == RunStatus.SUCCESS
         assert run.dedupe_key == f"every-second@{run.scheduled_for:%Y-%m-%dT%H:%M:%SZ}"
     assert set(done) <= set(scheduled)
+
+
+async def test_explain_an_every_second_schedule_without_walking_its_year(
+    make_store: Callable[..., object],
+) -> None:
+    """`runlane explain` looked for the latest slot by listing every slot of the 400 days
+    before (an every-second cron: 34 million, half a minute of CPU); it computes it."""
+    catalog = catalog_with("every-second")
+    clock = FixedClock(T0)
+    store = await make_store(clock)  # type: ignore[misc]
+    await scheduler(store, catalog).tick()
+    began = time.process_time()
+    found = await explain(store, catalog, "every-second", T0 + timedelta(microseconds=500))
+    took = time.process_time() - began
+    assert (found.slot, found.verdict) == (T0, "fired")
+    assert took < 2.0, f"explain took {took:.2f} s of CPU"

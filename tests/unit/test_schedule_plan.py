@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, date, datetime, timedelta
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from runlane.core.schedule import (
     MAX_LOOKBACK,
     Pause,
     ScheduleSpec,
     SeasonWindow,
+    iter_slots,
     plan_schedule,
+    previous_slot,
     schedule_table,
 )
 
@@ -129,3 +136,117 @@ def test_schedule_table_limit_keeps_the_earliest_slots_of_every_schedule() -> No
     assert [r.slot.day for r in rows if r.spec.target == "nightly"] == [1, 2, 3]
     every = schedule_table([minutely, nightly], start, start + timedelta(days=10), limit=10**9)
     assert rows == every[: len(rows)]
+
+
+# --- counted, not walked ------------------------------------------------------------------------
+
+PLAN_ZONES = ["UTC", "Europe/Berlin", "America/Chicago", "Australia/Lord_Howe", "America/Havana",
+              "Pacific/Apia", "Antarctica/Troll", "Europe/Dublin", "Asia/Kathmandu"]
+PLAN_EXPRS = ["* * * * *", "0 * * * *", "30 2 * * *", "*/7 1,2,3 * * *", "0 2-4/2 1-7 * 0",
+              "5 0 * * *", "* 2 * * *", "0 */3 * * *", "0 0 29 2 *", "45 1 * * SUN"]
+SECOND_EXPRS = ["*/20 * * * * *", "15 30 2 * * *", "10,20 59 1 * * 6", "* * 2 * * *"]
+
+
+def reference_plan(
+    spec: ScheduleSpec, last: datetime, now: datetime, pause: Pause | None, most: int
+) -> tuple[object, ...]:
+    """What the planner decides, from every slot listed one by one (as it once did)."""
+    start = max(last, now - MAX_LOOKBACK)
+    on_time_from = now - timedelta(seconds=spec.window_seconds)
+    slots = list(iter_slots(spec.cron, spec.tz, start, now))
+    kept = [s for s in slots if spec.in_season(s)]
+    old = [s for s in kept if s < on_time_from]
+    recorded = old[len(old) - min(len(old), most):]
+    unrecorded = old[: len(old) - len(recorded)]
+
+    def action(slot: datetime, on_time: bool) -> str:
+        if pause is not None and pause.covers(slot):
+            return "paused"
+        return "fire" if on_time else "missed"
+
+    decisions = [(s, action(s, False)) for s in recorded]
+    decisions += [(s, action(s, True)) for s in kept if s >= on_time_from]
+    return (
+        decisions,
+        len(unrecorded),
+        unrecorded[0] if unrecorded else None,
+        unrecorded[-1] if unrecorded else None,
+        len(slots) - len(kept),
+        slots[-1] if slots else None,
+    )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    zone=st.sampled_from(PLAN_ZONES),
+    expr=st.one_of(st.sampled_from(PLAN_EXPRS), st.sampled_from(SECOND_EXPRS)),
+    start=st.datetimes(datetime(2009, 1, 1), datetime(2031, 12, 1)),
+    down=st.integers(0, 40 * 86400),
+    catch_up=st.sampled_from([0.0, 120.0, 3600.0, 86400.0]),
+    fraction=st.sampled_from([0, 250_000]),
+    most=st.sampled_from([0, 1, 5, 100]),
+    paused=st.sampled_from(["no", "all", "half"]),
+    season=st.one_of(st.none(), st.tuples(st.integers(-3, 20), st.integers(0, 10))),
+)
+def test_the_plan_counts_old_slots_as_listing_them_would(
+    zone: str, expr: str, start: datetime, down: int, catch_up: float, fraction: int,
+    most: int, paused: str, season: tuple[int, int] | None,
+) -> None:
+    """Old slots are counted a day at a time and only the recorded ones listed: the plan must
+    be exactly what listing every slot gives, across offset changes and seasons."""
+    if expr in SECOND_EXPRS:
+        down //= 400  # the reference lists every slot: keep it to a few thousand
+    last = start.replace(tzinfo=UTC)
+    now = last + timedelta(seconds=down, microseconds=fraction)
+    seasons: tuple[SeasonWindow, ...] = ()
+    if season is not None:
+        first = last.date() + timedelta(days=season[0])
+        seasons = (SeasonWindow("s", first, first + timedelta(days=season[1])),)
+    spec = ScheduleSpec("job", "j", expr, zone, catch_up, seasons)
+    pause = {"no": None, "all": Pause(), "half": Pause(last + (now - last) / 2)}[paused]
+    plan = plan_schedule(spec, last, now, pause=pause, max_recorded=most)
+    assert (
+        [(d.slot, d.action) for d in plan.decisions],
+        plan.unrecorded,
+        plan.first_unrecorded,
+        plan.last_unrecorded,
+        plan.out_of_season,
+        plan.planned_through,
+    ) == reference_plan(spec, last, now, pause, most)
+
+
+def test_a_month_down_of_an_every_second_schedule_is_counted_not_walked() -> None:
+    """After 31 days down, an every-second schedule has 2.7 million old slots. The planner
+    listed every one (over 4 s of CPU, the launcher's event loop blocked); it counts them."""
+    spec = ScheduleSpec("job", "tick", "* * * * * *", "Europe/Berlin")
+    now = _utc(2026, 5, 1, 12, 0, 0)
+    began = time.process_time()
+    plan = plan_schedule(spec, now - timedelta(days=40), now)
+    took = time.process_time() - began
+    assert [d.action for d in plan.decisions] == ["missed"] * 100 + ["fire"] * 61
+    assert plan.decisions[0].slot == now - timedelta(seconds=160)
+    assert plan.unrecorded == 31 * 86400 - 161  # every slot of the 31 days, less 161 listed
+    assert plan.first_unrecorded == now - MAX_LOOKBACK + timedelta(seconds=1)
+    assert plan.last_unrecorded == now - timedelta(seconds=161)
+    assert plan.planned_through == now
+    assert took < 1.0, f"planning took {took:.2f} s of CPU"
+
+
+@pytest.mark.parametrize(
+    ("expr", "zone", "until", "latest"),
+    [
+        ("* * * * * *", "UTC", _utc(2026, 5, 1, 12, 0, 0, 999), _utc(2026, 5, 1, 12)),
+        ("*/10 * * * * *", "Europe/Berlin", _utc(2026, 5, 1, 12, 0, 9), _utc(2026, 5, 1, 12)),
+        ("30 2 * * *", "America/Chicago", _utc(2026, 3, 8, 12), _utc(2026, 3, 8, 8)),  # the gap
+        ("0 0 29 2 *", "UTC", _utc(2026, 5, 1), None),  # 2024-02-29 is more than 400 days back
+        ("0 0 29 2 *", "UTC", _utc(2025, 3, 1), _utc(2024, 2, 29)),
+    ],
+)
+def test_previous_slot_is_the_last_listed_slot(
+    expr: str, zone: str, until: datetime, latest: datetime | None
+) -> None:
+    after = until - timedelta(days=400)
+    listed = list(iter_slots(expr, zone, after, until)) if "* * * * * *" not in expr else []
+    assert previous_slot(expr, zone, until, after=after) == latest
+    if listed:
+        assert listed[-1] == latest

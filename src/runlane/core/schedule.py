@@ -15,17 +15,18 @@ Everything here is a pure function of its arguments (`now` included); nothing re
 Slots are UTC instants on whole seconds. The planner walks the time line in segments of constant
 UTC offset (the zone's transitions are found once per zone and year, by sampling the zone's offset
 every hour and bisecting each change to the second), so slots come out strictly increasing.
+Within a segment slots can also be counted a day at a time, which is how the planner and
+`previous_slot` find the slots they need in a long range without listing all of them.
 """
 
 from __future__ import annotations
 
 import bisect
-import collections
 import functools
 import heapq
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from typing import Literal
@@ -93,27 +94,65 @@ def _times_from(c: _Compiled, tod: int) -> Iterator[int]:
                 yield h * 3600 + m * 60 + s
 
 
-def _walls(c: _Compiled, lo: int, hi: int) -> Iterator[int]:
-    """Matching wall times `w` with lo ≤ w < hi, ascending. Wall times are naive local times
-    counted in seconds since 1970-01-01 00:00 (local)."""
-    if lo >= hi:
-        return
-    day, tod = divmod(lo, _DAY)
-    last_day = (hi - 1) // _DAY
+DayFilter = Callable[[date], bool]
+"""A test on a slot's local date (a chain's seasons): slots of dates it refuses are left out."""
+
+
+def _matching_days(c: _Compiled, first_day: int, last_day: int, day_ok: DayFilter | None) -> Iterator[int]:
+    """Days (counted from 1970-01-01) from `first_day` to `last_day` on which `c` fires and that
+    `day_ok` accepts, ascending; months the expression excludes are skipped whole."""
+    day = first_day
     while day <= last_day:
         d = date.fromordinal(day + _EPOCH_ORDINAL)
         if d.month not in c.months:
             nxt = date(d.year + 1, 1, 1) if d.month == 12 else date(d.year, d.month + 1, 1)
-            day, tod = nxt.toordinal() - _EPOCH_ORDINAL, 0
+            day = nxt.toordinal() - _EPOCH_ORDINAL
             continue
-        if c.expr.matches_date(d):
-            base = day * _DAY
-            for t in _times_from(c, tod):
-                w = base + t
-                if w >= hi:
-                    return
-                yield w
-        day, tod = day + 1, 0
+        if c.expr.matches_date(d) and (day_ok is None or day_ok(d)):
+            yield day
+        day += 1
+
+
+def _walls(c: _Compiled, lo: int, hi: int, day_ok: DayFilter | None = None) -> Iterator[int]:
+    """Matching wall times `w` with lo ≤ w < hi, ascending. Wall times are naive local times
+    counted in seconds since 1970-01-01 00:00 (local)."""
+    if lo >= hi:
+        return
+    for day in _matching_days(c, lo // _DAY, (hi - 1) // _DAY, day_ok):
+        base = day * _DAY
+        for t in _times_from(c, max(0, lo - base)):
+            w = base + t
+            if w >= hi:
+                return
+            yield w
+
+
+def _times_below(c: _Compiled, tod: int) -> int:
+    """How many matching seconds-of-day are < `tod` (0 ≤ tod ≤ one day)."""
+    h0, rem = divmod(tod, 3600)
+    m0, s0 = divmod(rem, 60)
+    per_minute = len(c.seconds)
+    per_hour = len(c.minutes) * per_minute
+    hour_at = bisect.bisect_left(c.hours, h0)
+    n = hour_at * per_hour
+    if hour_at < len(c.hours) and c.hours[hour_at] == h0:
+        minute_at = bisect.bisect_left(c.minutes, m0)
+        n += minute_at * per_minute
+        if minute_at < len(c.minutes) and c.minutes[minute_at] == m0:
+            n += bisect.bisect_left(c.seconds, s0)
+    return n
+
+
+def _count_walls(c: _Compiled, lo: int, hi: int, day_ok: DayFilter | None = None) -> int:
+    """How many wall times `_walls(c, lo, hi, day_ok)` yields, a day at a time rather than one
+    by one: an every-second expression over a month is 31 steps, not 2.7 million."""
+    if lo >= hi:
+        return 0
+    n = 0
+    for day in _matching_days(c, lo // _DAY, (hi - 1) // _DAY, day_ok):
+        base = day * _DAY
+        n += _times_below(c, min(_DAY, hi - base)) - _times_below(c, max(0, lo - base))
+    return n
 
 
 def _any_wall(c: _Compiled, lo: int, hi: int) -> bool:
@@ -191,13 +230,14 @@ def _last_transition_before(zone: str, ts: int) -> tuple[int, int, int] | None:
 # --- slots --------------------------------------------------------------------------------------
 
 
-def _slot_seconds(expr: str, zone: str, after: int, until: int) -> Iterator[int]:
-    """Slots `s` (epoch seconds) with after < s ≤ until, strictly increasing."""
-    c = _compile(expr)
+def _segments(c: _Compiled, zone: str, after: int, until: int) -> Iterator[tuple[int | None, int, int, int]]:
+    """The time line (after, until] cut at the zone's offset changes: for each piece of constant
+    UTC offset, `(gap, wall_from, wall_to, offset)`. Its slots are the matching wall times `w`
+    with wall_from ≤ w < wall_to, at instant `w - offset`; `gap` (fixed hours, spring forward) is
+    the instant after the gap, which stands for the gap's wall times, else None."""
     tz = _zone(zone)
     lo = after + 1
     end = until + 1
-    last = after
     prev = _last_transition_before(zone, lo)
     transitions = _transitions_from(zone, lo + 1)
     while lo < end:
@@ -205,23 +245,78 @@ def _slot_seconds(expr: str, zone: str, after: int, until: int) -> Iterator[int]
         hi = end if nxt is None else min(end, nxt[0])
         off = _offset(tz, lo)
         wall_from = lo + off
+        gap = None
         if not c.real_time and prev is not None:
             t_at, before, after_off = prev
             if before < after_off:
                 if t_at == lo and _any_wall(c, t_at + before, t_at + after_off):
                     # Fixed hours, spring forward: the wall times in the gap fire once, at the
                     # first instant after it.
-                    last = lo
-                    yield lo
+                    gap = lo
             else:
                 # Fixed hours, fall back: repeated wall times fired at their first occurrence.
                 wall_from = max(wall_from, t_at + before)
-        for w in _walls(c, wall_from, hi + off):
+        yield gap, wall_from, hi + off, off
+        lo, prev = hi, nxt
+
+
+def _slot_seconds(
+    expr: str, zone: str, after: int, until: int, day_ok: DayFilter | None = None
+) -> Iterator[int]:
+    """Slots `s` (epoch seconds) with after < s ≤ until, strictly increasing; with `day_ok`,
+    only those whose local date it accepts."""
+    c = _compile(expr)
+    last = after
+    for gap, wall_from, wall_to, off in _segments(c, zone, after, until):
+        if gap is not None and _day_accepted(day_ok, gap + off):
+            last = gap
+            yield gap
+        for w in _walls(c, wall_from, wall_to, day_ok):
             s = w - off
-            if s > last:
+            if s > last:  # the gap's instant may also be a wall time of its own
                 last = s
                 yield s
-        lo, prev = hi, nxt
+
+
+def _day_accepted(day_ok: DayFilter | None, wall: int) -> bool:
+    return day_ok is None or day_ok(date.fromordinal(wall // _DAY + _EPOCH_ORDINAL))
+
+
+def _count_slots(
+    expr: str, zone: str, after: int, until: int, day_ok: DayFilter | None = None
+) -> int:
+    """`len(list(_slot_seconds(...)))` in O(days + offset changes), whatever the slots' density."""
+    c = _compile(expr)
+    n = 0
+    for gap, wall_from, wall_to, off in _segments(c, zone, after, until):
+        n += _count_walls(c, wall_from, wall_to, day_ok)
+        if gap is not None and _day_accepted(day_ok, gap + off):
+            wall = gap + off
+            # The gap's instant counts once, also when it is a matching wall time itself.
+            n += 0 if wall_from <= wall < wall_to and _any_wall(c, wall, wall + 1) else 1
+    return n
+
+
+def _start_of_last(
+    expr: str, zone: str, after: int, until: int, n: int, day_ok: DayFilter | None = None
+) -> int:
+    """The latest `x` in [after, until) with `n` slots in (x, until]: the latest `n` slots of
+    (after, until] are those after `x`, and the earliest of them is at `x + 1`. The caller
+    knows (after, until] holds at least `n` (n ≥ 1). Found by counting, never by listing: back
+    from `until` in growing steps, then by bisection."""
+    hi = until  # (hi, until] holds fewer than n
+    step = 64
+    lo = max(after, until - step)
+    while lo > after and _count_slots(expr, zone, lo, until, day_ok) < n:
+        hi, step = lo, step * 16
+        lo = max(after, until - step)
+    while hi - lo > 1:  # (lo, until] holds at least n, (hi, until] fewer
+        mid = (lo + hi) // 2
+        if _count_slots(expr, zone, mid, until, day_ok) >= n:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def _epoch(value: datetime) -> int:
@@ -245,6 +340,15 @@ def next_slot(expr: str, zone: str, after: datetime) -> datetime | None:
     for s in _slot_seconds(expr, zone, a, horizon):
         return _from_epoch(s)
     return None
+
+
+def previous_slot(expr: str, zone: str, until: datetime, *, after: datetime) -> datetime | None:
+    """The last slot with after < slot ≤ until, or None: found by counting, so an every-second
+    expression costs what a daily one does."""
+    a, z = _epoch(after), _epoch(until)
+    if _count_slots(expr, zone, a, z) == 0:
+        return None
+    return _from_epoch(_start_of_last(expr, zone, a, z, 1) + 1)
 
 
 # --- schedules and the planning tick -----------------------------------------------------------
@@ -293,7 +397,9 @@ class ScheduleSpec:
     def season_of(self, slot: datetime) -> str | None:
         """The season the slot's local date falls in; None when outside every listed season
         (or when the schedule has no seasons)."""
-        day = self.local(slot).date()
+        return self.season_of_day(self.local(slot).date())
+
+    def season_of_day(self, day: date) -> str | None:
         for season in self.seasons:
             if season.contains(day):
                 return season.name
@@ -301,6 +407,9 @@ class ScheduleSpec:
 
     def in_season(self, slot: datetime) -> bool:
         return not self.seasons or self.season_of(slot) is not None
+
+    def in_season_day(self, day: date) -> bool:
+        return self.season_of_day(day) is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,6 +469,9 @@ def plan_schedule(
     the window (`catch_up`, at least `ON_TIME_GRACE_SECONDS`); older ones are recorded as missed,
     at most `max_recorded` (the latest ones), the rest counted. Slots outside the seasons are
     skipped silently (counted only). A paused target turns its slots into `paused` decisions.
+
+    The work is bounded by the window's slots and `max_recorded`, not by how long the schedule
+    went unplanned: older slots are counted a day at a time and only the recorded ones listed.
     """
     window = timedelta(seconds=spec.window_seconds)
     lookback_from: datetime | None = None
@@ -370,33 +482,54 @@ def plan_schedule(
         if now - last_planned > MAX_LOOKBACK:
             start = now - MAX_LOOKBACK
             lookback_from = start
+    a, z = _epoch(start), _epoch(now)
+    # Slots are whole seconds: the old ones (before `now - window`) are those ≤ old_end.
     on_time_from = now - window
-    old: collections.deque[SlotDecision] = collections.deque(maxlen=max(0, max_recorded))
+    old_end = _epoch(on_time_from)
+    if _from_epoch(old_end) == on_time_from:
+        old_end -= 1
+    old_end = max(a, old_end)
+
+    def decide(slot: datetime, on_time: bool) -> SlotDecision:
+        if pause is not None and pause.covers(slot):
+            return SlotDecision(slot, "paused")
+        return SlotDecision(slot, "fire" if on_time else "missed")
+
+    # On time: every slot in the window, one by one (the window is catch_up, at least a minute).
     recent: list[SlotDecision] = []
-    unrecorded = 0
-    first_unrecorded: datetime | None = None
-    last_unrecorded: datetime | None = None
     out_of_season = 0
     planned_through: datetime | None = None
-    for slot in iter_slots(spec.cron, spec.tz, start, now):
-        planned_through = slot
-        if spec.seasons and not spec.in_season(slot):
+    for s in _slot_seconds(spec.cron, spec.tz, old_end, z):
+        planned_through = _from_epoch(s)
+        if spec.seasons and not spec.in_season(planned_through):
             out_of_season += 1
             continue
-        paused = pause is not None and pause.covers(slot)
-        if slot >= on_time_from:
-            recent.append(SlotDecision(slot, "paused" if paused else "fire"))
-            continue
-        decision = SlotDecision(slot, "paused" if paused else "missed")
-        if old.maxlen == 0 or len(old) == old.maxlen:
-            dropped = old[0] if old.maxlen else decision
-            unrecorded += 1
-            if first_unrecorded is None:
-                first_unrecorded = dropped.slot
-            last_unrecorded = dropped.slot
-        old.append(decision)
+        recent.append(decide(planned_through, on_time=True))
+    # Older: counted, and only the latest `max_recorded` (in season) listed. Never walked one by
+    # one: after a month down, an every-second schedule has 2.7 million of them.
+    in_season = spec.in_season_day if spec.seasons else None
+    old_all = _count_slots(spec.cron, spec.tz, a, old_end)
+    old = old_all if in_season is None else _count_slots(spec.cron, spec.tz, a, old_end, in_season)
+    out_of_season += old_all - old
+    if planned_through is None and old_all:
+        planned_through = _from_epoch(_start_of_last(spec.cron, spec.tz, a, old_end, 1) + 1)
+    recorded = min(old, max(0, max_recorded))
+    cut = old_end  # the recorded slots are those in (cut, old_end]
+    if recorded:
+        cut = _start_of_last(spec.cron, spec.tz, a, old_end, recorded, in_season)
+    listed = [
+        decide(_from_epoch(s), on_time=False)
+        for s in _slot_seconds(spec.cron, spec.tz, cut, old_end, in_season)
+    ]
+    unrecorded = old - recorded
+    first_unrecorded: datetime | None = None
+    last_unrecorded: datetime | None = None
+    if unrecorded:
+        first = next(_slot_seconds(spec.cron, spec.tz, a, cut, in_season))
+        first_unrecorded = _from_epoch(first)
+        last_unrecorded = _from_epoch(_start_of_last(spec.cron, spec.tz, a, cut, 1, in_season) + 1)
     return SchedulePlan(
-        decisions=(*old, *recent),
+        decisions=(*listed, *recent),
         unrecorded=unrecorded,
         first_unrecorded=first_unrecorded,
         last_unrecorded=last_unrecorded,

@@ -29,6 +29,7 @@ from runlane.core.schedule import (
     SlotDecision,
     next_slot,
     plan_schedule,
+    previous_slot,
 )
 from runlane.errors import NotFound, RunlaneError
 from runlane.ports import Override, Store
@@ -271,14 +272,16 @@ class Explanation:
     run_id: str | None = None
 
 
-def _latest_slot(specs: list[ScheduleSpec], at: datetime) -> tuple[datetime, ScheduleSpec] | None:
-    from runlane.core.schedule import iter_slots
+EXPLAIN_LOOKBACK = timedelta(days=400)
+"""How far back `runlane explain` looks for a schedule's latest slot."""
 
+
+def _latest_slot(specs: list[ScheduleSpec], at: datetime) -> tuple[datetime, ScheduleSpec] | None:
+    """The latest slot at or before `at` of any of `specs` (within `EXPLAIN_LOOKBACK`), and
+    its schedule: computed, not walked, so an every-second cron costs what a daily one does."""
     best: tuple[datetime, ScheduleSpec] | None = None
     for spec in specs:
-        last = None
-        for slot in iter_slots(spec.cron, spec.tz, at - timedelta(days=400), at):
-            last = slot
+        last = previous_slot(spec.cron, spec.tz, at, after=at - EXPLAIN_LOOKBACK)
         if last is not None and (best is None or last > best[0]):
             best = (last, spec)
     return best
@@ -336,8 +339,6 @@ async def explain(store: Store, catalog: Catalog, job: str, at: datetime) -> Exp
     """Read the planner and the run log to say why `job`'s latest slot at or before `at` ran or
     did not. `job` may also name a chain; a job that runs only as a chain step is explained
     through its chains' slots."""
-    from runlane.core.schedule import iter_slots
-
     if job in catalog.chains and job not in catalog.jobs:
         return await explain_chain(store, catalog, job, at)
     catalog.resolve(job)  # UnknownJob with a did-you-mean hint
@@ -366,14 +367,7 @@ async def explain(store: Store, catalog: Catalog, job: str, at: datetime) -> Exp
                 "starts it"
             ],
         )
-    best: tuple[datetime, ScheduleSpec] | None = None
-    for spec in specs:
-        window_start = at - timedelta(days=400)
-        last = None
-        for slot in iter_slots(spec.cron, spec.tz, window_start, at):
-            last = slot
-        if last is not None and (best is None or last > best[0]):
-            best = (last, spec)
+    best = _latest_slot(specs, at)
     if best is None:
         return Explanation(job, at, None, None, "no_slot", ["no slot in the 400 days before"])
     slot, spec = best
