@@ -373,6 +373,11 @@ class Store(Protocol):
         older than the stored one leaves it unchanged (racing launchers only move it forward)."""
         ...
 
+    async def forget_schedules(self, keys: Collection[str]) -> None:
+        """Delete the planning state of these schedules (unknown keys are ignored): a schedule
+        that comes back later is then seen for the first time, and owes nothing from before."""
+        ...
+
     async def create_chain_run(self, new: NewChainRun) -> tuple[ChainRun, bool]:
         """Insert a chain run, idempotent by `dedupe_key`: `(existing, False)` when it exists.
         `deadline_at` = database now + `max_duration_seconds`."""

@@ -38,6 +38,17 @@ async def test_schedule_state_only_moves_forward(h: StoreHarness) -> None:
     assert states["job:b|* * * * *|UTC"] == T0 + timedelta(minutes=1)
 
 
+async def test_forgotten_schedules_start_over(h: StoreHarness) -> None:
+    store = h.store
+    a, b = "job:a|0 * * * *|UTC", "job:b|* * * * *|UTC"
+    await store.advance_schedules({a: T0, b: T0})
+    await store.forget_schedules([a, "job:unknown|* * * * *|UTC"])
+    await store.forget_schedules([])
+    assert await store.schedule_states() == {b: T0}
+    await store.advance_schedules({a: T0 - timedelta(hours=1)})  # no longer held back by T0
+    assert (await store.schedule_states())[a] == T0 - timedelta(hours=1)
+
+
 async def test_racing_schedule_advances_keep_the_latest(h: StoreHarness) -> None:
     other = await h.make_store()
     key = "job:a|* * * * *|UTC"

@@ -208,3 +208,58 @@ async def test_explain_an_every_second_schedule_without_walking_its_year(
     took = time.process_time() - began
     assert (found.slot, found.verdict) == (T0, "fired")
     assert took < 2.0, f"explain took {took:.2f} s of CPU"
+
+
+def catalog_of(*crons: str) -> Catalog:
+    """A catalog whose job `edited` has these schedules (every one with a catch_up of 1h)."""
+    schedules = ", ".join(f'{{cron: "{cron}", tz: UTC, catch_up: 1h}}' for cron in crons)
+    return parse_catalog_text(
+        f"""
+version: 1
+defaults: {{executor: inline, overlap: allow, deadline: 1m}}
+jobs:
+  edited:
+    command: [{PY}, -c, "pass"]
+    schedules: [{schedules}]
+""",
+        "catalog.yaml",
+    )
+
+
+async def test_a_cron_edited_and_edited_back_starts_again_from_now(
+    make_store: Callable[..., object],
+) -> None:
+    """`*/10` for 12 s, then `*/15` (serve restarted) for 40 s, then `*/10` again: the state of
+    `*/10` was still there, so the restored schedule replayed its slots of the `*/15` period
+    (and, older than catch_up, would record them `missed`). Each launcher forgets the state of
+    the schedules its catalog lacks: a schedule that comes back starts from now."""
+    clock = FixedClock(T0)
+    store = await make_store(clock)  # type: ignore[misc]
+    a, b = catalog_of("*/10 * * * * *"), catalog_of("*/15 * * * * *")
+
+    async def serve(catalog: Catalog, *seconds: int) -> None:
+        sched = scheduler(store, catalog)  # a launcher started on this catalog
+        for second in seconds:
+            clock.at = T0 + timedelta(seconds=second)
+            await sched.tick()
+
+    async def slots() -> list[int]:
+        found = await rows(store, "edited")
+        return sorted(int((r.scheduled_for - T0).total_seconds()) for r in found)  # type: ignore[attr-defined]
+
+    await serve(a, 0, 5, 10, 12)
+    await serve(b, 13, 15, 30, 45, 52)
+    await serve(a, 53, 60)
+    assert await slots() == [0, 10, 15, 30, 45, 60]  # not 20, 40, 50 of the `*/15` period
+
+    # Removed (no schedule at all), then restored hours later: nothing fires or is `missed`
+    # for the time it was gone.
+    await serve(catalog_of(), 3600)
+    await serve(a, 4 * 3600, 4 * 3600 + 10)
+    assert await slots() == [0, 10, 15, 30, 45, 60, 4 * 3600, 4 * 3600 + 10]
+    assert set(await store.schedule_states()) == {"job:edited|*/10 * * * * *|UTC"}
+
+    # Down (no launcher) while the cron was edited and edited back: nothing changed as far as
+    # any launcher could see, and the schedule catches up as usual.
+    await serve(a, 4 * 3600 + 600)
+    assert len(await slots()) == 8 + 59  # every `*/10` slot of the ten minutes down

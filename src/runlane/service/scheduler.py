@@ -118,7 +118,9 @@ class Scheduler:
             or (now - self._state_loaded_at).total_seconds() >= STATE_REFRESH_SECONDS
         ):
             stored = await self.store.schedule_states()
-            merged = dict(stored)
+            await self._forget_others(stored)
+            own = {spec.key for spec in self.specs}
+            merged = {key: slot for key, slot in stored.items() if key in own}
             for key, slot in (self._state or {}).items():
                 if key not in merged or merged[key] < slot:
                     merged[key] = slot
@@ -127,6 +129,18 @@ class Scheduler:
             self._state = merged
             self._state_loaded_at = now
         return self._state
+
+    async def _forget_others(self, stored: dict[str, datetime]) -> None:
+        """Drop the state of every schedule this catalog does not have: one removed, or whose
+        cron or zone was edited (its key changed). Kept, it would be the anchor of that schedule
+        when it comes back (an edit undone, a job restored), which would then replay or record
+        as missed its slots of the time it was gone. A launcher still on an older catalog keeps
+        planning from the state it holds in memory, and writes it back as it advances."""
+        own = {spec.key for spec in self.specs}
+        gone = sorted(key for key in stored if key not in own)
+        if gone:
+            await self.store.forget_schedules(gone)
+            log.info("schedule.forgotten", schedules=gone, note="not in this launcher's catalog")
 
     def _due(self, spec: ScheduleSpec, state: dict[str, datetime], now: datetime) -> bool:
         key = spec.key

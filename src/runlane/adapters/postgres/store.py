@@ -1152,6 +1152,12 @@ class PostgresStore:
             cur = conn.cursor()
             await cur.executemany(Q["advance_schedule"], params)
 
+    async def forget_schedules(self, keys: Collection[str]) -> None:
+        if not keys:
+            return
+        async with self._conn() as conn:
+            await conn.execute(Q["forget_schedules"], {"schedule_keys": sorted(keys)})
+
     async def create_chain_run(self, new: NewChainRun) -> tuple[ChainRun, bool]:
         if not _is_uuid(new.id):
             raise StoreError(f"chain run id {new.id!r} is not a UUID")

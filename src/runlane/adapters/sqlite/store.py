@@ -848,6 +848,16 @@ class SqliteStore:
 
         await self._call(lambda conn: _write(conn, work))
 
+    async def forget_schedules(self, keys: Collection[str]) -> None:
+        if not keys:
+            return
+        params = [{"schedule_key": key} for key in sorted(keys)]
+
+        def work(conn: sqlite3.Connection) -> None:
+            conn.executemany(Q["forget_schedule"], params)
+
+        await self._call(lambda conn: _write(conn, work))
+
     async def create_chain_run(self, new: NewChainRun) -> tuple[ChainRun, bool]:
         now = self._now()
         params = {

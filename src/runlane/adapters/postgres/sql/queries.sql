@@ -500,6 +500,9 @@ ON CONFLICT (schedule_key) DO UPDATE SET
     last_slot = greatest(schedule_state.last_slot, excluded.last_slot),
     updated_at = excluded.updated_at
 
+-- name: forget_schedules
+DELETE FROM schedule_state WHERE schedule_key = ANY(%(schedule_keys)s::text[])
+
 -- name: insert_chain_run
 -- Any conflict: a scheduled chain run has a deterministic id as well as its dedupe key.
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now)

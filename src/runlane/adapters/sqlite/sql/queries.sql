@@ -304,6 +304,9 @@ ON CONFLICT (schedule_key) DO UPDATE SET
     last_slot = max(schedule_state.last_slot, excluded.last_slot),
     updated_at = excluded.updated_at
 
+-- name: forget_schedule
+DELETE FROM schedule_state WHERE schedule_key = :schedule_key
+
 -- name: insert_chain_run
 -- Any conflict: a scheduled chain run has a deterministic id as well as its dedupe key.
 INSERT INTO chain_runs (
