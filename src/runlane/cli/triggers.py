@@ -245,7 +245,7 @@ def register(app: typer.Typer) -> None:
 
             emitted = await emit_event(
                 rt.store, rt.require_catalog(), rt.accept, key, payload, event_id=event_id,
-                by_person=True, confirmed=yes,
+                by_person=True, confirmed=yes, check=rt.check_accept,
             )
             if as_json:
                 print_json(

@@ -103,16 +103,16 @@ def choose_executor(
     return "inline", reason
 
 
-async def accept_run(
-    store: Store,
+def prepare_run(
     catalog: Catalog,
     request: RunRequest,
     *,
     available_executors: Collection[str] = ("inline",),
     pod_fallback: str = "inline",
-) -> AcceptResult:
-    """Validate `request` and write it as a queued run. Raises a `RunRefused` subclass with a
-    message a person can act on; `OverlapRefused` carries the active run's id."""
+) -> tuple[NewRun, OverlapAction]:
+    """Validate `request` and build the row `accept_run` writes, with its overlap action; writes
+    nothing. Raises what `accept_run` would refuse the request with, so a trigger that starts
+    several runs (an event's listeners) can check them all before it records anything."""
     job = catalog.resolve(request.job)
     if job.acts and request.trigger in PERSON_TRIGGERS and not request.confirmed:
         raise ConfirmationRequired(
@@ -148,6 +148,21 @@ async def accept_run(
         note=note,
     )
     if request.record_skipped is not None:
-        new = replace(new, status=RunStatus.SKIPPED, end_reason=request.record_skipped)
-        return await store.accept(new)
-    return await store.accept(new, overlap_action=overlap_action_for(job, request.trigger))
+        return replace(new, status=RunStatus.SKIPPED, end_reason=request.record_skipped), "none"
+    return new, overlap_action_for(job, request.trigger)
+
+
+async def accept_run(
+    store: Store,
+    catalog: Catalog,
+    request: RunRequest,
+    *,
+    available_executors: Collection[str] = ("inline",),
+    pod_fallback: str = "inline",
+) -> AcceptResult:
+    """Validate `request` and write it as a queued run. Raises a `RunRefused` subclass with a
+    message a person can act on; `OverlapRefused` carries the active run's id."""
+    new, overlap_action = prepare_run(
+        catalog, request, available_executors=available_executors, pod_fallback=pod_fallback
+    )
+    return await store.accept(new, overlap_action=overlap_action)

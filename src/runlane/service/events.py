@@ -25,12 +25,14 @@ from runlane.catalog.params import MAX_PARAMS_BYTES
 from runlane.core.runs import AcceptResult, RunStatus, Trigger, event_dedupe_key
 from runlane.errors import ConfigError, ConfirmationRequired, EventIdTaken
 from runlane.ports import Event, EventLink, Store
-from runlane.service.accept import RunRequest, text_problem
+from runlane.service.accept import RunRequest, prepare_run, text_problem
 from runlane.service.scheduler import pause_of
 
 log = structlog.get_logger("runlane.events")
 
 AcceptFn = Callable[[RunRequest], Awaitable[AcceptResult]]
+CheckFn = Callable[[RunRequest], object]
+"""Raises what the accept path would refuse a request with; writes nothing."""
 
 MAX_EVENT_DATA_BYTES = MAX_PARAMS_BYTES
 """The largest an event's data may be, as compact JSON (UTF-8): 1 MiB, as for run params."""
@@ -127,20 +129,35 @@ async def emit_event(
     event_id: str | None = None,
     by_person: bool = False,
     confirmed: bool = False,
+    check: CheckFn | None = None,
 ) -> Emitted:
     """Record the event and start (or join) the runs of every job listening for `key`.
 
     An event a person emits (`by_person`: `runlane emit`) that starts a job with `acts: true`
     needs `confirmed`, as `runlane run` of that job would: raises `ConfirmationRequired`
-    before anything is recorded. Events from systems (the API, other jobs) need none."""
+    before anything is recorded. Events from systems (the API, other jobs) need none.
+
+    `check` raises what `accept` would refuse a listener's run with, writing nothing (the
+    runtime's `check_accept`; by default the catalog's own checks, `prepare_run`). Every
+    listener is checked before the event is recorded, so a refused emit writes nothing: not
+    the event, nor the run of a listener that comes before the refused one."""
     check_event(key, event_id, data or {})
+    listeners = subscribers(catalog, key)
     if by_person and not confirmed:
-        acting = sorted(job for job, _ in subscribers(catalog, key) if catalog.resolve(job).acts)
+        acting = sorted(job for job, _ in listeners if catalog.resolve(job).acts)
         if acting:
             raise ConfirmationRequired(
                 f"event {key!r} starts jobs that act on the outside world (acts: true): "
                 f"{', '.join(acting)}; confirm with --yes"
             )
+    for job, _ in listeners:
+        # What refuses a run depends on its job and trigger only, not on its dedupe key, event
+        # id or pause, which are known once the event is recorded.
+        request = RunRequest(job=job, trigger=Trigger.EVENT, requested_by="event")
+        if check is None:
+            prepare_run(catalog, request)
+        else:
+            check(request)
     event, created = await store.record_event(event_id or str(uuid.uuid4()), key, dict(data or {}))
     if event.key != key:
         # The id is taken by an event of another key: its listeners are not the ones checked
@@ -151,7 +168,6 @@ async def emit_event(
         )
     links: list[EventLink] = []
     runs: list[AcceptResult] = []
-    listeners = subscribers(catalog, event.key)
     overrides = await store.overrides() if listeners else {}
     for job, debounce in listeners:
         # A paused (or snoozed) job's window is recorded `skipped` (`paused`) under the key its

@@ -28,7 +28,7 @@ from runlane.errors import (
     RunRefused,
 )
 from runlane.ports import Executor, Override, RunFilter, Store
-from runlane.service.accept import RunRequest, accept_run
+from runlane.service.accept import RunRequest, accept_run, prepare_run
 from runlane.service.config import DEFAULT_LOG_DIR, Settings
 from runlane.service.stores import store_from_url
 
@@ -63,6 +63,16 @@ class Runtime:
         refuse_pods(self.require_catalog(), request.job)
         return await accept_run(
             self.store,
+            self.require_catalog(),
+            request,
+            available_executors=available_executors(),
+            pod_fallback=self.settings.pod_fallback,
+        )
+
+    def check_accept(self, request: RunRequest) -> None:
+        """Raise what `accept` would refuse `request` with, writing nothing."""
+        refuse_pods(self.require_catalog(), request.job)
+        prepare_run(
             self.require_catalog(),
             request,
             available_executors=available_executors(),
