@@ -2,8 +2,9 @@
 
 The YAML is read with a loader that remembers where each node starts (and refuses duplicate
 keys), pydantic validates each section with all its errors collected, and the cross-references
-(profiles, deadlines, chain steps, cycles, seasons, reserved fields) are checked on top. Nothing
-malformed ever escapes as a traceback: it all ends as one CatalogError.
+(profiles, deadlines, chain steps, cycles, seasons, reserved fields, event listeners, and the
+params of jobs that triggers start) are checked on top. Nothing malformed ever escapes as a
+traceback: it all ends as one CatalogError.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from runlane.catalog.models import (
     Profile,
     is_valid_name,
 )
-from runlane.catalog.params import PARAM_NAME_RE
+from runlane.catalog.params import PARAM_NAME_RE, ParamSpec
 from runlane.core.durations import (
     MAX_DURATION_SECONDS,
     MAX_DURATION_TEXT,
@@ -753,6 +754,7 @@ def _check_cross_references(data: dict[str, Any], valid: _Valid, report: _Report
     _check_reserved(data, report)
     _check_param_names(data, report)
     _check_nested_names(data, report)
+    _check_listeners(data, report)
     profile_names = valid.names.get("profiles", set())
     job_names = valid.names.get("jobs", set())
     raw_global = data.get("global")
@@ -791,6 +793,7 @@ def _check_cross_references(data: dict[str, Any], valid: _Valid, report: _Report
             )
     for name, body in _named_bodies(data, "chains"):
         _check_chain(name, body, job_names, season_names, report)
+    _check_triggered_params(data, report)
 
 
 def _raw_duration(section: object, key: str) -> float | None:
@@ -868,6 +871,88 @@ def _check_param_names(data: Mapping[str, Any], report: _Report) -> None:
                         "not starting with a digit",
                         key=True,
                     )
+
+
+def _check_listeners(data: Mapping[str, Any], report: _Report) -> None:
+    """A job that listens for one key twice would be started twice by each event of it."""
+    for name, body in _named_bodies(data, "jobs"):
+        listeners = body.get("on_event")
+        if not isinstance(listeners, list):
+            continue
+        first: dict[str, int] = {}
+        for i, listener in enumerate(listeners):
+            key = listener.get("key") if isinstance(listener, dict) else None
+            if not isinstance(key, str):
+                continue
+            if key in first:
+                report.add(
+                    ("jobs", name, "on_event", i, "key"),
+                    f"job {name!r} listens for event key {key!r} twice (on_event[{first[key]}] "
+                    f"and on_event[{i}]), so each such event would start it twice: keep one",
+                )
+            else:
+                first[key] = i
+
+
+def _required_params(body: Mapping[str, Any]) -> list[tuple[str, ParamSpec]]:
+    """The params of a raw job that a run must be given (those whose type reads)."""
+    params = body.get("params")
+    if not isinstance(params, dict):
+        return []
+    required = []
+    for name, text in params.items():
+        try:
+            spec = ParamSpec.parse(text)
+        except ValueError:
+            continue  # reported where the params are validated
+        if not spec.optional:
+            required.append((str(name), spec))
+    return required
+
+
+def _check_triggered_params(data: Mapping[str, Any], report: _Report) -> None:
+    """Schedules, event listeners and chain steps start a job with no params (an event does not
+    pass its data as params), so a job they start may not require any: every run they asked
+    for would be refused."""
+    required = {
+        name: params
+        for name, body in _named_bodies(data, "jobs")
+        if (params := _required_params(body))
+    }
+    for name, body in _named_bodies(data, "jobs"):
+        if name not in required:
+            continue
+        for trigger, why in (
+            ("schedules", "its schedules start it with no params"),
+            ("on_event", "its on_event listeners start it with no params (event data is not params)"),
+        ):
+            if isinstance(body.get(trigger), list) and body[trigger]:
+                report.add(
+                    ("jobs", name, trigger),
+                    f"job {name!r} has {_params_fix(required[name], why)}",
+                    key=True,
+                )
+    for chain, body in _named_bodies(data, "chains"):
+        for step, step_body in _raw_steps(body).items():
+            job = step_body.get("job", step)
+            if not isinstance(job, str) or job not in required:
+                continue
+            at: Loc = ("chains", chain, "steps", step)
+            report.add(
+                (*at, "job") if "job" in step_body else at,
+                f"step {step!r} of chain {chain!r} runs job {job!r}, which has "
+                + _params_fix(required[job], "a chain step starts it with no params"),
+                key="job" not in step_body,
+            )
+
+
+def _params_fix(params: list[tuple[str, ParamSpec]], why: str) -> str:
+    """`required param 'week' (int), but WHY: make it optional (week: int?)`."""
+    names = ", ".join(f"{name!r} ({spec})" for name, spec in params)
+    fix = ", ".join(f"{name}: {spec}?" for name, spec in params)
+    if len(params) == 1:
+        return f"required param {names}, but {why}: make it optional ({fix})"
+    return f"required params {names}, but {why}: make them optional ({fix})"
 
 
 def _check_nested_names(data: Mapping[str, Any], report: _Report) -> None:
