@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from datetime import datetime
 from pathlib import Path
 
@@ -272,3 +273,57 @@ def test_an_event_id_given_again_with_another_key_is_refused(acting_env: dict[st
     assert again.returncode == 2
     assert "was recorded with key 'quiet.key', not 'go.now'" in again.stderr
     assert recorded(acting_env)[0] == []
+
+
+REMOVABLE = f"""
+version: 1
+defaults: {{executor: inline, overlap: allow, deadline: 1m}}
+jobs:
+  ok: {{command: [{sys.executable}, -c, "pass"]}}
+chains:
+  rm:
+    steps:
+      first: {{job: ok}}
+      second: {{job: ok, after: [{{step: first, on: success}}]}}
+"""
+
+
+def test_a_run_of_a_removed_chain_is_listed_by_doctor_and_ended_by_cancel(
+    tmp_path: Path,
+) -> None:
+    """A chain run whose chain was then deleted from the catalog: `doctor` said nothing, and
+    `runlane cancel ID` said `no run with id`, so nothing could end it. Doctor lists it; cancel
+    takes a chain run id (or a prefix of one) and ends it with its unfinished steps."""
+    env = cli_env(tmp_path, REMOVABLE)
+    started = json.loads(runlane("chain", "run", "rm", "--json", env=env).stdout)
+    (first,) = [s for s in started["steps"] if s["status"] == "queued"]
+    (tmp_path / "catalog.yaml").write_text(REMOVABLE.split("chains:")[0])
+
+    doctor = runlane("doctor", "--json", env=env)
+    assert doctor.returncode == 1
+    (finding,) = [f for f in json.loads(doctor.stdout) if f["run_id"] == started["id"]]
+    assert finding["level"] == "error"
+    assert finding["message"].startswith(f"chain run {started['id']} (rm, running since ")
+    assert "chain 'rm' is not in the catalog; no launcher is running to end it" in (
+        finding["message"]
+    )
+    assert f"`runlane cancel {started['id']}`" in finding["message"]
+
+    cancel = runlane("cancel", started["id"][:8], env=env)
+    assert cancel.returncode == 0, cancel.stderr
+    assert cancel.stdout.splitlines() == [
+        f"cancelled chain run {started['id']} (rm)",
+        f"  cancelled run {first['run_id']} (ok, cancelled)",
+    ]
+    (ended,) = json.loads(runlane("chains", "--json", env=env).stdout)
+    assert (ended["status"], ended["end_reason"]) == ("failure", "cancelled")
+    step = json.loads(runlane("runs", first["run_id"], "--json", env=env).stdout)
+    assert step["status"] == "cancelled"
+    again = runlane("cancel", started["id"], env=env)
+    assert again.returncode == 1
+    assert again.stderr.strip() == (
+        f"error: chain run {started['id']} has already ended: failure (cancelled)"
+    )
+    assert runlane("doctor", env=env).returncode == 0
+    unknown = runlane("cancel", "abcdef0123", env=env)
+    assert unknown.stderr.strip() == "error: no run with id 'abcdef0123'"

@@ -468,3 +468,72 @@ async def test_a_tick_advances_chain_runs_past_the_first_page(
     assert await runner.advance_all() == 5
     for cid in ids:
         assert (await steps_of(runner, cid))["first"][0] == "queued"
+
+
+
+def without_chains(text: str, *names: str) -> str:
+    """The catalog text without the blocks of the chains `names`."""
+    kept: list[str] = []
+    dropping = False
+    for line in text.splitlines():
+        if line.startswith("  ") and not line.startswith("   "):
+            dropping = line.strip().rstrip(":") in names
+        if not dropping:
+            kept.append(line)
+    return "\n".join(kept) + "\n"
+
+
+async def test_a_run_of_a_chain_removed_from_the_catalog_file_ends_without_waiting(
+    store: Store, catalog: Catalog, tmp_path: Path
+) -> None:
+    """`runlane chain run happy`, the launcher stopped, `happy` deleted from the catalog file,
+    the launcher started again: it took the run for one of a chain added after it loaded its
+    catalog, told the person to restart it (the file had no such chain either) and left it
+    running for 15 minutes. The file lacks the chain: it was removed, nothing is coming to
+    advance the run, which ends `unknown_chain` once no live launcher has had the chain for
+    `unknown_settle`. A chain the file does have keeps the wait, and the advice to restart."""
+    from structlog.testing import capture_logs
+
+    async def accept(request: RunRequest) -> Any:
+        return await accept_run(store, catalog, request)
+
+    removed = await ChainRunner(store, catalog, accept).start("happy", trigger=Trigger.CLI)
+    added = await ChainRunner(store, catalog, accept).start("failing", trigger=Trigger.CLI)
+
+    def text(value: str) -> str:
+        return value.replace("{dir}", str(tmp_path)).replace("{zone}", "UTC").replace(
+            "{latest}", "12:00"
+        )
+
+    # The launcher's catalog has neither chain; its file has `failing` (added since) only.
+    older = parse_catalog_text(text(without_chains(CATALOG, "happy", "failing")), "catalog.yaml")
+    path = tmp_path / "catalog.yaml"
+    path.write_text(text(without_chains(CATALOG, "happy")))
+    assert sorted(older.chains) == ["latest", "timeout"]
+
+    def restarted(settle: float) -> ChainRunner:
+        return ChainRunner(
+            store, older, accept, launcher_id="restarted",
+            catalog_digest=stamp_catalog(older).digest, catalog_path=str(path),
+            unknown_settle=settle,
+        )
+
+    with capture_logs() as entries:
+        assert await restarted(settle=3600.0).advance_all() == 2
+    hints = {e["chain_run_id"]: e["hint"] for e in entries if e["event"] == "chain.unknown_chain"}
+    assert hints[removed.id] == (
+        f"chain 'happy' is neither in this launcher's catalog nor in its file {path} "
+        "(removed?): the run ends `unknown_chain` once no live launcher has the chain for 1h; "
+        f"`runlane cancel {removed.id}` ends it now"
+    )
+    assert hints[added.id].startswith(
+        f"chain 'failing' was added to {path} after this launcher loaded it: restart "
+        "`runlane serve` to load the current catalog"
+    )
+    assert (await store.get_chain_run(removed.id)).status == "running"  # not for 1h yet
+
+    await restarted(settle=0.0).advance_all()
+    ended = await store.get_chain_run(removed.id)
+    assert (ended.status, ended.end_reason) == ("failure", "unknown_chain")
+    waiting = await store.get_chain_run(added.id)
+    assert (waiting.status, waiting.end_reason) == ("running", None)  # 15 minutes from its start

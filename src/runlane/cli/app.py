@@ -811,12 +811,18 @@ def logs_cmd(
 @app.command("cancel")
 @friendly
 def cancel_cmd(run_id: str, as_json: JsonOpt = False, database: DatabaseOpt = None) -> None:
-    """Cancel a queued or running run."""
+    """Cancel a queued or running run, or a running chain run (with its unfinished steps)."""
     settings = settings_from(database=database)
     who = os.environ.get("USER") or "cli"
 
     async def body(rt: Runtime) -> None:
-        run = await resolve_run(rt, run_id)
+        try:
+            run = await resolve_run(rt, run_id)
+        except NotFound:
+            # Not a run: a chain run's id (one whose chain left the catalog can be ended only so).
+            if await cancel_chain(rt, run_id, who, as_json):
+                return
+            raise
         run = await rt.store.request_cancel(run.id, by=who)
         if as_json:
             print_json(run_dict(run))
@@ -826,6 +832,27 @@ def cancel_cmd(run_id: str, as_json: JsonOpt = False, database: DatabaseOpt = No
             out.print(f"asked the launcher to cancel run {run.id} ({run.status.value})")
 
     with_runtime(settings, body, catalog=False)
+
+
+async def cancel_chain(rt: Runtime, text: str, who: str, as_json: bool) -> bool:
+    """`runlane cancel` of a chain run id (or a unique prefix): end it `cancelled` and cancel its
+    unfinished steps. False when no chain run has that id either."""
+    from runlane.cli.triggers import chain_run_dict, find_chain_run
+    from runlane.service.chains import cancel_chain_run
+
+    try:
+        found = await find_chain_run(rt, text)
+    except NotFound:
+        return False
+    chain_run, steps = await cancel_chain_run(rt.store, found.id, by=who)
+    if as_json:
+        print_json({**chain_run_dict(chain_run), "cancelled_steps": [run_dict(r) for r in steps]})
+        return True
+    out.print(f"cancelled chain run {chain_run.id} ({output.escape(chain_run.chain)})")
+    for step in steps:
+        verb = "cancelled" if step.status is RunStatus.CANCELLED else "asked the launcher to cancel"
+        out.print(f"  {verb} run {step.id} ({output.escape(step.job)}, {step.status.value})")
+    return True
 
 
 @app.command("pause")

@@ -14,12 +14,14 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import structlog
 
-from runlane.catalog import Catalog, Chain
+from runlane.catalog import Catalog, Chain, load_catalog
 from runlane.core.chains import ChainPlan, StepSpec, plan_chain, step_dedupe_key, step_of
+from runlane.core.durations import format_duration
 from runlane.core.runs import AcceptResult, Outcome, Run, RunStatus, Trigger
 from runlane.errors import ConfirmationRequired, InvalidTransition, NotFound, RunlaneError
 from runlane.ports import ChainRun, NewChainRun, RunFilter, Store
@@ -29,9 +31,10 @@ from runlane.service.scheduler import pause_of
 
 log = structlog.get_logger("runlane.chains")
 
-# How long a run of a chain that this launcher's catalog lacks waits for a launcher that has it
-# (restarted to apply a catalog change) before it fails `unknown_chain`, when no other live
-# launcher runs a different catalog.
+# How long a run of a chain that this launcher's catalog lacks, but its catalog file has, waits
+# for a launcher that has it (restarted to apply a catalog change) before it fails
+# `unknown_chain`, when no other live launcher runs a different catalog. A chain the file lacks
+# too was removed: its runs do not wait for that.
 UNKNOWN_CHAIN_GRACE_SECONDS = 15 * 60
 
 # Running chain runs are read this many at a time, every one of them each tick.
@@ -93,6 +96,26 @@ def latest_attempts(specs: dict[str, StepSpec], root: str, runs: list[Run]) -> d
     return by_step
 
 
+FileChains = tuple[tuple[int, int, int] | None, frozenset[str] | None]
+"""What a catalog file held when it was last read: its version (modification time, size, inode)
+and its chain names (None: it could not be read or loaded)."""
+
+
+def file_chains(path: str, previous: FileChains | None) -> FileChains:
+    """The chains of the catalog file at `path`: `previous` while the file has not changed."""
+    try:
+        info = Path(path).stat()
+    except OSError:
+        return (None, None)
+    version = (info.st_mtime_ns, info.st_size, info.st_ino)
+    if previous is not None and previous[0] == version:
+        return previous
+    try:
+        return (version, frozenset(load_catalog(path).chains))
+    except RunlaneError:
+        return (version, None)
+
+
 @dataclass
 class ChainRunner:
     store: Store
@@ -108,6 +131,9 @@ class ChainRunner:
     # launcher runs a different catalog, which may have the chain (see `_unknown_chain`).
     launcher_id: str | None = None
     catalog_digest: str | None = None
+    # The file the catalog was loaded from: read again (when it changes) to tell a chain added
+    # since this launcher started from one that was removed. None: cannot tell.
+    catalog_path: str | None = None
     stale_after: float = 45.0
     # How long "no other launcher can be advancing it" must hold before such a run fails: one
     # missed heartbeat, or the restart of the launcher that has the chain, is not enough.
@@ -116,6 +142,7 @@ class ChainRunner:
     # since when (database time) no other live launcher could be advancing each.
     _unknown_warned: set[str] = field(default_factory=set)
     _unadvanced_since: dict[str, datetime] = field(default_factory=dict)
+    _file_chains: FileChains | None = None
 
     async def start(
         self,
@@ -247,16 +274,20 @@ class ChainRunner:
         started from the CLI, or by a launcher already on the newer catalog) after this launcher
         loaded it, or it was removed since the run started.
 
-        The run waits for a launcher that knows the chain (this one restarted, or another
-        replica) instead of failing here: failed, a rolling catalog change would fail chain runs
-        whose first steps had already started. It waits `UNKNOWN_CHAIN_GRACE_SECONDS` from its
-        start (or until its deadline, `max_duration`, when sooner); after that it fails with
-        `unknown_chain` once no other launcher could have been advancing it for
-        `unknown_settle` seconds: none live runs a different catalog that has the jobs of the
-        run's steps. A launcher that has the chain handles its deadline itself (`chain_timeout`).
+        Added (the catalog file has it now, or cannot be read): the run waits for a launcher
+        that knows the chain (this one restarted, or another replica) instead of failing here:
+        failed, a rolling catalog change would fail chain runs whose first steps had already
+        started. It waits `UNKNOWN_CHAIN_GRACE_SECONDS` from its start (or until its deadline,
+        `max_duration`, when sooner). Removed (the file lacks it too), it does not wait for that.
+        Then it fails with `unknown_chain` once no other launcher could have been advancing it
+        for `unknown_settle` seconds: none live runs a different catalog that has the chain (or,
+        for one that lists no chains, the jobs of the run's steps). A launcher that has the
+        chain handles its deadline itself (`chain_timeout`).
         """
         now = await self.store.now()
-        waited = now - run.started_at >= timedelta(seconds=UNKNOWN_CHAIN_GRACE_SECONDS)
+        in_file = await self._file_has_chain(run.chain)
+        grace = 0 if in_file is False else UNKNOWN_CHAIN_GRACE_SECONDS
+        waited = now - run.started_at >= timedelta(seconds=grace)
         if waited or (run.deadline_at is not None and now >= run.deadline_at):
             if await self._may_be_advanced_elsewhere(run, now):
                 self._unadvanced_since.pop(run.id, None)
@@ -266,7 +297,7 @@ class ChainRunner:
                 since = self._unadvanced_since.setdefault(run.id, now)
                 if now - since >= timedelta(seconds=self.unknown_settle):
                     self._unadvanced_since.pop(run.id, None)
-                    await self._fail_unknown(run)
+                    await self._fail_unknown(run, removed=in_file is False)
                     return
         if run.id in self._unknown_warned:
             return
@@ -275,15 +306,53 @@ class ChainRunner:
         self._unknown_warned.add(run.id)
         log.warning(
             "chain.unknown_chain", chain=run.chain, chain_run_id=run.id,
-            hint="this launcher's catalog does not define the chain; the run waits for a "
-            "launcher that does (restart `runlane serve` to load the current catalog)",
+            hint=self._unknown_hint(run, in_file),
         )
 
-    async def _fail_unknown(self, run: ChainRun) -> None:
+    def _unknown_hint(self, run: ChainRun, in_file: bool | None) -> str:
+        """What the `chain.unknown_chain` warning tells a person, from what the file says."""
+        settle = format_duration(self.unknown_settle)
+        grace = format_duration(UNKNOWN_CHAIN_GRACE_SECONDS)
+        if in_file is False:
+            return (
+                f"chain {run.chain!r} is neither in this launcher's catalog nor in its file "
+                f"{self.catalog_path} (removed?): the run ends `unknown_chain` once no live "
+                f"launcher has the chain for {settle}; `runlane cancel {run.id}` ends it now"
+            )
+        if in_file:
+            return (
+                f"chain {run.chain!r} was added to {self.catalog_path} after this launcher "
+                "loaded it: restart `runlane serve` to load the current catalog; meanwhile the "
+                f"run waits for a launcher that has the chain (it ends `unknown_chain` {grace} "
+                "after its start if none has)"
+            )
+        return (
+            "this launcher's catalog does not define the chain: the run waits for a launcher "
+            f"that does (`runlane serve` on a catalog that has it); it ends `unknown_chain` "
+            f"{grace} after its start if none has, and `runlane cancel {run.id}` ends it now"
+        )
+
+    async def _file_has_chain(self, chain: str) -> bool | None:
+        """Whether the catalog file this launcher was started on defines `chain` now; None when
+        there is no file or it cannot be read or loaded. Read again only when it changes."""
+        if self.catalog_path is None:
+            return None
+        self._file_chains = await asyncio.to_thread(
+            file_chains, self.catalog_path, self._file_chains
+        )
+        known = self._file_chains[1]
+        return None if known is None else chain in known
+
+    async def _fail_unknown(self, run: ChainRun, *, removed: bool) -> None:
         if await self.store.finish_chain_run(run.id, "failure", "unknown_chain") is not None:
             log.warning(
                 "chain.unknown_chain_failed", chain=run.chain, chain_run_id=run.id,
-                reason="no launcher that knows the chain advanced it in time",
+                reason=(
+                    f"the chain is not in the catalog file {self.catalog_path} and no live "
+                    "launcher has it"
+                    if removed
+                    else "no launcher that knows the chain advanced it in time"
+                ),
             )
             if self.hook is not None:
                 self.hook("chain_finished", run.id)
@@ -358,6 +427,29 @@ class ChainRunner:
             finally:
                 stop.cancel()
                 nudged.cancel()
+
+
+async def cancel_chain_run(
+    store: Store, chain_run_id: str, *, by: str | None = None
+) -> tuple[ChainRun, list[Run]]:
+    """End a running chain run `failure` / `cancelled` (a person ended it), then cancel its
+    steps still queued (at once) or running (by their launchers). Works whether or not the
+    chain is still in any catalog: it is how a person ends a run of a removed chain now.
+    `InvalidTransition` when the chain run had already ended; `NotFound` for an unknown id."""
+    run = await store.get_chain_run(chain_run_id)
+    ended = await store.finish_chain_run(run.id, "failure", "cancelled")
+    if ended is None:
+        ended = await store.get_chain_run(run.id)
+        why = f" ({ended.end_reason})" if ended.end_reason else ""
+        raise InvalidTransition(f"chain run {run.id} has already ended: {ended.status}{why}")
+    log.info("chain.cancelled", chain=run.chain, chain_run_id=run.id, by=by)
+    steps = await store.list_runs(RunFilter(chain_root_id=run.id, limit=10_000))
+    cancelled: list[Run] = []
+    for step in steps:
+        if step.status in (RunStatus.QUEUED, RunStatus.RUNNING):
+            with contextlib.suppress(InvalidTransition):  # it ended meanwhile
+                cancelled.append(await store.request_cancel(step.id, by=by))
+    return ended, cancelled
 
 
 @dataclass(frozen=True, slots=True)

@@ -151,10 +151,52 @@ async def diagnose(settings: Settings, store: Store) -> list[Finding]:
                     run.id,
                 )
             )
+    removed = await removed_chain_findings(store, catalog, fresh) if catalog is not None else []
+    findings.extend(removed)
+    repair += len(removed)
     if repair == 0:
         findings.append(Finding("ok", "repair", f"{len(active)} active runs, none needs repair"))
     findings.extend(await kubernetes_findings(catalog, settings))
     return findings
+
+
+async def removed_chain_findings(
+    store: Store, catalog: Catalog, fresh: list[Heartbeat]
+) -> list[Finding]:
+    """An error for each running chain run whose chain the catalog file does not define: no
+    launcher on this catalog advances it. A live launcher whose heartbeat lists the chain (an
+    older catalog) still does; otherwise a launcher ends it `unknown_chain` (when none runs, it
+    stays running), and `runlane cancel ID` ends it now."""
+    found: list[Finding] = []
+    after = None
+    while True:
+        page = await store.active_chain_runs(after=after, limit=500)
+        for run in page:
+            if run.chain in catalog.chains:
+                continue
+            having = [h.launcher_id for h in fresh if run.chain in (h.catalog_chains or ())]
+            if having:
+                fate = (
+                    f"launcher {having[0]} still runs an older catalog that has it and advances "
+                    "it until restarted"
+                )
+            elif fresh:
+                fate = "a live launcher ends it `unknown_chain` within a few minutes"
+            else:
+                fate = "no launcher is running to end it"
+            found.append(
+                Finding(
+                    "error",
+                    "repair",
+                    f"chain run {run.id} ({run.chain}, running since {at_seconds(run.started_at)}): "
+                    f"chain {run.chain!r} is not in the catalog; {fate}; `runlane cancel {run.id}` "
+                    "ends it and its unfinished steps now",
+                    run.id,
+                )
+            )
+        if len(page) < 500:
+            return found
+        after = page[-1]
 
 
 def catalog_findings(fresh: list[Heartbeat], catalog: Catalog | None, path: str) -> list[Finding]:

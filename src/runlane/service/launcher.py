@@ -353,6 +353,7 @@ class Launcher:
             self.store, self.catalog, accept, self.hook, self.trigger_interval,
             launcher_id=self.owner,
             catalog_digest=self._stamp().digest,
+            catalog_path=self._catalog_path,
             stale_after=self.settings.launcher_stale_after,
         )
         self._chain_nudge = chains.nudge
