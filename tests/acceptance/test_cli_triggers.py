@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -327,3 +327,56 @@ def test_a_run_of_a_removed_chain_is_listed_by_doctor_and_ended_by_cancel(
     assert runlane("doctor", env=env).returncode == 0
     unknown = runlane("cancel", "abcdef0123", env=env)
     assert unknown.stderr.strip() == "error: no run with id 'abcdef0123'"
+
+
+SNOOZABLE = f"""
+version: 1
+defaults: {{executor: inline, overlap: allow, deadline: 1m}}
+jobs:
+  woke: {{command: [{sys.executable}, -c, "pass"], schedules: [{{cron: "* * * * *", tz: UTC}}]}}
+  dozing: {{command: [{sys.executable}, -c, "pass"], schedules: [{{cron: "* * * * *", tz: UTC}}]}}
+"""
+
+
+def test_a_snooze_that_has_ended_is_not_shown_as_a_pause(tmp_path: Path) -> None:
+    """`runlane pause t5 --until 6s`, 15 s later: `jobs` still said `"paused": true` with a
+    past `paused_until`, and `explain` "paused until <past time>", while the job fired again.
+    Both compare the snooze with the database's now: ended, it is no pause."""
+    import asyncio
+
+    from runlane.service.stores import store_from_url
+
+    env = cli_env(tmp_path, SNOOZABLE)
+
+    async def snooze() -> datetime:
+        store = store_from_url(env["RUNLANE_DATABASE_URL"])
+        await store.open()
+        try:
+            now = await store.now()
+            # Set in the store directly: `pause --until` takes only a future time, and the
+            # test does not wait for one to pass.
+            await store.set_override(
+                "woke", paused_until=now - timedelta(seconds=9), reason="deploy", by="test"
+            )
+            await store.set_override(
+                "dozing", paused_until=now + timedelta(hours=1), reason="deploy", by="test"
+            )
+            return now
+        finally:
+            await store.close()
+
+    asyncio.run(snooze())
+    jobs = {j["job"]: j for j in json.loads(runlane("jobs", "--json", env=env).stdout)}
+    assert {k: jobs["woke"][k] for k in ("paused", "paused_until", "pause_reason")} == {
+        "paused": False, "paused_until": None, "pause_reason": None,
+    }
+    assert jobs["dozing"]["paused"] is True
+    assert jobs["dozing"]["pause_reason"] == "deploy"
+    table = runlane("jobs", env=env).stdout
+    (woke,) = [line for line in table.splitlines() if "woke" in line]
+    assert "active" in woke
+    assert "paused" not in woke
+    woke_explained = json.loads(runlane("explain", "woke", "--json", env=env).stdout)
+    assert not [line for line in woke_explained["lines"] if "paused" in line]
+    dozing_explained = json.loads(runlane("explain", "dozing", "--json", env=env).stdout)
+    assert [line for line in dozing_explained["lines"] if "paused until" in line]

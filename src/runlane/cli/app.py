@@ -901,12 +901,17 @@ def jobs_cmd(as_json: JsonOpt = False, catalog: CatalogOpt = None, database: Dat
     settings = settings_from(catalog, database)
 
     async def body(rt: Runtime) -> None:
+        from runlane.service.scheduler import pause_of
+
         cat = rt.require_catalog()
         overrides = await rt.store.overrides()
+        now = await rt.store.now()
         rows: list[dict[str, Any]] = []
         for name in cat.job_names():
             j = cat.resolve(name)
             ov = overrides.get(name)
+            if pause_of(ov, now) is None:  # not paused, or a snooze that has ended
+                ov = None
             rows.append(
                 {
                     "job": name,

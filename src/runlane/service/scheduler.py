@@ -78,6 +78,8 @@ def schedule_specs(catalog: Catalog) -> list[ScheduleSpec]:
 
 
 def pause_of(override: Override | None, now: datetime) -> Pause | None:
+    """The pause `override` puts on its job at `now` (database time): None when there is none,
+    or when it was a snooze whose `paused_until` has passed (the row stays until `resume`)."""
     if override is None:
         return None
     if override.paused_until is not None and override.paused_until <= now:
@@ -429,7 +431,8 @@ async def explain(store: Store, catalog: Catalog, job: str, at: datetime) -> Exp
             "no run: the schedule was first seen (or its cron/zone changed) after this slot, "
             "so nothing was owed, or the slot fell in a lookback gap"
         )
-    if override is not None:
+    # A snooze whose `paused_until` has passed pauses nothing (by the database's clock).
+    if override is not None and pause_of(override, await store.now()) is not None:
         until = override.paused_until
         lines.append(
             "the job is paused"
