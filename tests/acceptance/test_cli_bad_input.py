@@ -488,3 +488,35 @@ def test_event_data_postgresql_refuses_is_refused_first(
     assert proc.returncode == 2
     listed = runlane("runs", "--json", env=env)
     assert json.loads(listed.stdout) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["chains", "-n", "99999999999999999999"],
+        ["chains", "-n", "0"],
+        ["chains", "--limit", "-5"],
+        ["chains", "-n", "10001"],
+        ["runs", "--limit", "0"],
+        ["runs", "-n", "99999999999999999999"],
+    ],
+    ids=" ".join,
+)
+def test_list_limits_out_of_range_are_one_line_and_exit_2(
+    database_url: str, env: dict[str, str], args: list[str]
+) -> None:
+    """`chains -n` was passed to the database as it was: past a 64-bit integer a traceback
+    (OverflowError on SQLite, NumericValueOutOfRange on PostgreSQL), and 0 or less `no chain
+    runs yet` while chain runs existed. Both lists take 1 to 10000, as one plain line."""
+    env = dict(env, RUNLANE_DATABASE_URL=database_url)
+    assert runlane("db", "upgrade", env=env).returncode == 0
+    assert runlane("chain", "run", "pair", env=env).returncode == 0
+    proc = runlane(*args, env=env)
+    one_error_line(proc, f"{args[1]} {args[2]}" if args[1] == "--limit" else args[2],
+                   "expected a whole number from 1 to 10000")
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    under_json = runlane(*args, "--json", env=env)
+    assert under_json.returncode == 2
+    assert json.loads(under_json.stdout)["error"] == "bad_input"
+    assert len(json.loads(runlane(args[0], args[1], "10000", "--json", env=env).stdout)) == 1

@@ -21,7 +21,13 @@ import typer
 
 from runlane import __version__
 from runlane.cli import output
-from runlane.cli.inputs import BadInput, invalid_utf8_argument, parse_until, run_id_prefix
+from runlane.cli.inputs import (
+    BadInput,
+    check_limit,
+    invalid_utf8_argument,
+    parse_until,
+    run_id_prefix,
+)
 from runlane.cli.logline import LineRenderer
 from runlane.cli.output import err, out, print_json, run_dict
 from runlane.core.runs import Run, RunStatus, Trigger
@@ -660,7 +666,7 @@ def runs_cmd(
     status: Annotated[str | None, typer.Option("--status", help="Only this status.")] = None,
     limit: Annotated[
         int | None,
-        typer.Option("--limit", "-n", min=1, max=10000, help="At most N runs [default: 20]."),
+        typer.Option("--limit", "-n", help="At most N runs, 1 to 10000 [default: 20]."),
     ] = None,
     as_json: JsonOpt = False,
     database: DatabaseOpt = None,
@@ -680,6 +686,8 @@ def runs_cmd(
         show_run(run_id, as_json, database)
         return
     settings = settings_from(database=database)
+    if limit is not None:
+        check_limit(limit)
     st = None
     if status is not None:
         try:

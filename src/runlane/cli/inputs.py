@@ -22,6 +22,7 @@ from runlane.errors import ConfigError
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST = datetime(3000, 1, 1, tzinfo=UTC)
 MAX_SCHEDULE_DAYS = 3660.0  # `runlane schedule` shows at most ten years at once
+MAX_LIST_LIMIT = 10_000  # `runs --limit` and `chains --limit` list at most this many at once
 MIN_PREFIX = 6  # a run or chain run id prefix needs at least this many characters
 MAX_DATA_BYTES = MAX_PARAMS_BYTES  # `emit --data`, as the event data's compact JSON
 MAX_DATA_DEPTH = 64  # how deeply `emit --data` may nest objects and arrays
@@ -152,6 +153,15 @@ def _parse_until_plain(text: str, now: datetime, hint: str) -> datetime:
             raise BadInput(f"--until {text!r}: the duration must be longer than zero")
         at = _in_range(_offset(now, seconds, "--until", text), "--until", text)
     return at
+
+
+def check_limit(limit: int) -> int:
+    """`runs --limit`, `chains --limit`: a whole number from 1 to MAX_LIST_LIMIT. Checked here,
+    not by the database: past a 64-bit integer SQLite and PostgreSQL each fail their own way,
+    and zero or less asked for nothing."""
+    if not 1 <= limit <= MAX_LIST_LIMIT:
+        raise BadInput(f"--limit {limit}: expected a whole number from 1 to {MAX_LIST_LIMIT}")
+    return limit
 
 
 def check_days(days: float) -> float:

@@ -15,6 +15,7 @@ from runlane.cli.inputs import (
     RANGE_TEXT,
     BadInput,
     check_days,
+    check_limit,
     check_range,
     parse_data,
     parse_time,
@@ -347,12 +348,15 @@ def register(app: typer.Typer) -> None:
     @app.command("chains")
     @friendly
     def chains_cmd(
-        limit: Annotated[int, typer.Option("--limit", "-n", help="How many chain runs.")] = 10,
+        limit: Annotated[
+            int, typer.Option("--limit", "-n", help="How many chain runs, 1 to 10000.")
+        ] = 10,
         as_json: JsonOpt = False,
         catalog: CatalogOpt = None,
         database: DatabaseOpt = None,
     ) -> None:
         """Recent chain runs, each as a tree with step statuses."""
+        check_limit(limit)
 
         async def body(rt: Runtime) -> None:
             runs = await rt.store.list_chain_runs(limit=limit)
