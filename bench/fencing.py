@@ -47,7 +47,7 @@ async def one_round(url: str, n: int) -> tuple[float, float]:
         # Both variants on one plain connection, interleaved row by row so drift (cache, WAL,
         # a noisy neighbour) hits both alike; only the WHERE clause differs.
         params = {"status": "success", "end_reason": "exit", "exit_code": 0, "error_code": None,
-                  "log_tail": None, "note": None, "external_id": None, "now": None}
+                  "log_tail": None, "note": None, "external_id": None, "now": None, "ago": 0.0}
         t_fenced = t_plain = 0.0
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
             for f, p in zip(fenced, plain, strict=True):
