@@ -132,6 +132,33 @@ async def test_the_warning_for_launchers_without_the_job_claims_no_file_they_did
     ), warning
 
 
+TRIGGERED = CATALOG + """  heard:
+    command: [echo, heard]
+    on_event: [{key: k.x}]
+chains:
+  pair:
+    steps: {first: {job: echo}, second: {job: heard, after: [{step: first}]}}
+"""
+
+
+async def test_emit_and_chain_run_warn_when_no_launcher_runs(tmp_path: Path) -> None:
+    # Like `run`: what they queue waits in silence when nothing claims it.
+    env = cli_env(tmp_path, TRIGGERED, RUNLANE_HEARTBEAT_INTERVAL="60s")
+    emitted = await asyncio.to_thread(runlane, "emit", "k.x", env=env)
+    assert emitted.returncode == 0, emitted.stderr
+    assert warnings(emitted.stderr) == [NO_LAUNCHER]
+    nobody = await asyncio.to_thread(runlane, "emit", "k.none", env=env)
+    assert warnings(nobody.stderr) == []  # nothing queued: nothing to wait for
+    chain = await asyncio.to_thread(runlane, "chain", "run", "pair", env=env)
+    assert chain.returncode == 0, chain.stderr
+    assert warnings(chain.stderr) == [NO_LAUNCHER]
+    await fake_launcher(env, tmp_path / "catalog.yaml", "live-1")
+    for args in (("emit", "k.x"), ("chain", "run", "pair")):
+        quiet = await asyncio.to_thread(runlane, *args, env=env)
+        assert quiet.returncode == 0, quiet.stderr
+        assert warnings(quiet.stderr) == [], quiet.stderr
+
+
 def test_doctor_says_a_missing_catalog_once(env: dict[str, str], tmp_path: Path) -> None:
     missing = tmp_path / "nope.yaml"
     proc = runlane("doctor", env={**env, "RUNLANE_CATALOG": str(missing)})

@@ -270,8 +270,10 @@ def register(app: typer.Typer) -> None:
                     }
                 )
                 return
-            from runlane.cli.app import warn_if_no_launcher_knows
+            from runlane.cli.app import warn_if_no_launcher, warn_if_no_launcher_knows
 
+            if any(r.run.status is RunStatus.QUEUED for r in emitted.runs):
+                await warn_if_no_launcher(rt)  # else its runs wait in silence
             for result in emitted.runs:
                 await warn_if_no_launcher_knows(rt, result.run)
             state = "recorded" if emitted.created else "already recorded"
@@ -309,8 +311,9 @@ def register(app: typer.Typer) -> None:
             run = await runner(rt).start(
                 name, trigger=Trigger.CLI, requested_by="cli", confirmed=yes
             )
-            from runlane.cli.app import warn_if_launchers_are_behind
+            from runlane.cli.app import warn_if_launchers_are_behind, warn_if_no_launcher
 
+            await warn_if_no_launcher(rt)  # else its steps wait in silence
             await warn_if_launchers_are_behind(rt, name)
             from runlane.service.chains import chain_view
 
