@@ -8,6 +8,8 @@ from typing import Any
 from runlane.testing.chaos import (
     attempt_violations,
     audit_violations,
+    chaos_crons,
+    chaos_window_end,
     ledger_violations,
     limit_violations,
 )
@@ -61,3 +63,13 @@ def test_audit_catches_a_write_under_someone_elses_lease() -> None:
     person = dict(stale, writer="runlane")
     assert audit_violations([good, sweep, person]) == []
     assert len(audit_violations([stale])) == 1
+
+
+def test_the_drain_waits_for_the_end_of_the_crons_last_minute() -> None:
+    # The crons fire in whole UTC minutes: a run log that is quiet at 12:01:40 is not drained
+    # while the 12:01 minute still has slots to fire (a chain started then was never finished).
+    start = datetime(2026, 11, 29, 12, 0, 50, tzinfo=UTC)
+    assert chaos_crons(start, 32) == ("*/2 0,1 * * * *",
+                                      "*/5 0,1 * * * *")
+    assert chaos_window_end(start, 32) == datetime(2026, 11, 29, 12, 2, tzinfo=UTC)
+    assert chaos_window_end(start, 5) == datetime(2026, 11, 29, 12, 1, tzinfo=UTC)

@@ -75,6 +75,12 @@ chains:
 """
 
 
+def chaos_window_end(start: datetime, seconds: float) -> datetime:
+    """When the last slot of `chaos_crons(start, seconds)` is past: the end of its last minute."""
+    last = (start + timedelta(seconds=seconds)).replace(second=0, microsecond=0)
+    return last + timedelta(minutes=1)
+
+
 def chaos_crons(start: datetime, seconds: float) -> tuple[str, str]:
     """Six-field crons that fire only during the chaos window: every 2 s (a job) and every 5 s
     (a chain) in the UTC minutes from `start` to `start + seconds`, so firing ends by itself
@@ -179,6 +185,7 @@ class Harness:
         self.rnd = random.Random(config.seed)  # noqa: S311 - a reproducible test schedule, not a secret
         self.report = ChaosReport()
         self.db_name = f"runlane_chaos_{uuid.uuid4().hex[:8]}"
+        self.window_end = datetime.now(UTC)  # set by setup(): when the crons stop firing
         self.url = f"{config.admin_url.rsplit('/', 1)[0]}/{self.db_name}"
         self.ledger = config.workdir / "ledger.txt"
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
@@ -210,7 +217,11 @@ class Harness:
         work.mkdir(parents=True, exist_ok=True)
         script = work / "chaos_job.py"
         script.write_text(JOB_SCRIPT)
-        tick_cron, chain_cron = chaos_crons(datetime.now(UTC), self.cfg.duration * 0.8)
+        begun = datetime.now(UTC)
+        tick_cron, chain_cron = chaos_crons(begun, self.cfg.duration * 0.8)
+        # The crons fire for whole minutes: a quiet moment before this is not the end (a slot
+        # after it would start a run, or a chain, that the stopped launchers never finish).
+        self.window_end = chaos_window_end(begun, self.cfg.duration * 0.8)
         (work / "catalog.yaml").write_text(
             CATALOG.format(py=sys.executable, script=script, tick_cron=tick_cron,
                            chain_cron=chain_cron)
@@ -312,7 +323,7 @@ class Harness:
                         "        WHERE status IN ('queued', 'running'))"
                         "     + (SELECT count(*) FROM chain_runs WHERE status = 'running')"
                     ).fetchone()
-                if row is not None and row[0] == 0:
+                if row is not None and row[0] == 0 and datetime.now(UTC) >= self.window_end:
                     return
             except psycopg.OperationalError:
                 pass
