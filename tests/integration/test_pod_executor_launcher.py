@@ -308,5 +308,8 @@ async def test_a_pod_run_that_ended_while_no_launcher_watched_keeps_its_end_time
     assert run.status == RunStatus.SUCCESS
     assert run.started_at is not None
     assert run.finished_at is not None
-    assert run.finished_at == max(run.started_at, completion)
+    # The end travels as "how long ago" (wall clock to the launcher's monotonic clock to the
+    # database's): within milliseconds of the completion time, long before the launcher looked.
+    expected = max(run.started_at, completion)
+    assert abs((run.finished_at - expected).total_seconds()) < 0.25
     assert run.finished_at < looked
