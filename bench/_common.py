@@ -125,7 +125,9 @@ def postgres_cpu_seconds(database: str | None = None) -> dict[int, float]:
             if (entry / "comm").read_text().strip() not in ("postgres", "postmaster"):
                 continue
             if database is not None:
-                title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                title = (
+                    (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                )
                 if f" {database} " not in f"{title} " and not any(p in title for p in _PG_SHARED):
                     continue
             found[int(entry.name)] = cpu_seconds(int(entry.name))

@@ -55,10 +55,14 @@ def main() -> None:
     for i in range(args.repeat):
         aio.append(asyncio.run(asyncio_rate(args.spawns)))
         thr.append(threads_rate(args.spawns))
-        print(f"[#{i + 1}] asyncio_16_in_flight={aio[-1]:.0f}/s threads_16={thr[-1]:.0f}/s",
-              flush=True)
-    print(f"[median of {args.repeat}] asyncio_16_in_flight={median(aio):.0f}/s "
-          f"threads_16={median(thr):.0f}/s (issue 2's reference: ~1300/s and ~2200/s)")
+        print(
+            f"[#{i + 1}] asyncio_16_in_flight={aio[-1]:.0f}/s threads_16={thr[-1]:.0f}/s",
+            flush=True,
+        )
+    print(
+        f"[median of {args.repeat}] asyncio_16_in_flight={median(aio):.0f}/s "
+        f"threads_16={median(thr):.0f}/s (issue 2's reference: ~1300/s and ~2200/s)"
+    )
 
 
 if __name__ == "__main__":

@@ -37,28 +37,48 @@ async def one_round(url: str, n: int) -> tuple[float, float]:
     try:
         for _ in range(2 * n):
             rid = str(uuid.uuid4())
-            await store.accept(NewRun(id=rid, job="noop", trigger=Trigger.CLI, dedupe_key=rid,
-                                      executor="inline", overlap="allow"))
+            await store.accept(
+                NewRun(
+                    id=rid,
+                    job="noop",
+                    trigger=Trigger.CLI,
+                    dedupe_key=rid,
+                    executor="inline",
+                    overlap="allow",
+                )
+            )
         claimed = []
         while len(claimed) < 2 * n:
-            claimed += await store.claim("bench", limit=256, lease_ttl=600, executors=["inline"],
-                                         executor_caps={})
+            claimed += await store.claim(
+                "bench", limit=256, lease_ttl=600, executors=["inline"], executor_caps={}
+            )
         fenced, plain = claimed[:n], claimed[n:]
         # Both variants on one plain connection, interleaved row by row so drift (cache, WAL,
         # a noisy neighbour) hits both alike; only the WHERE clause differs.
-        params = {"status": "success", "end_reason": "exit", "exit_code": 0, "error_code": None,
-                  "log_tail": None, "note": None, "external_id": None, "now": None, "ago": 0.0}
+        params = {
+            "status": "success",
+            "end_reason": "exit",
+            "exit_code": 0,
+            "error_code": None,
+            "log_tail": None,
+            "note": None,
+            "external_id": None,
+            "now": None,
+            "ago": 0.0,
+        }
         t_fenced = t_plain = 0.0
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
             for f, p in zip(fenced, plain, strict=True):
                 t0 = time.perf_counter()
-                cur = await conn.execute(Q["finish"], {**params, "id": f.run.id,
-                                                       "token": f.lease.token,
-                                                       "gen": f.lease.generation})
+                cur = await conn.execute(
+                    Q["finish"],
+                    {**params, "id": f.run.id, "token": f.lease.token, "gen": f.lease.generation},
+                )
                 t1 = time.perf_counter()
                 assert cur.rowcount == 1
-                cur = await conn.execute(UNFENCED, {**params, "id": p.run.id, "token": None,
-                                                    "gen": None})
+                cur = await conn.execute(
+                    UNFENCED, {**params, "id": p.run.id, "token": None, "gen": None}
+                )
                 t2 = time.perf_counter()
                 assert cur.rowcount == 1
                 t_fenced += t1 - t0
@@ -70,7 +90,9 @@ async def one_round(url: str, n: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--runs", type=int, default=2000)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
@@ -81,8 +103,10 @@ def main() -> None:
         fenced.append(f)
         plain.append(p)
         print(f"[#{i + 1}] finish fenced={f:.3f} ms  unfenced={p:.3f} ms", flush=True)
-    print(f"[median of {args.repeat}] finish fenced={median(fenced):.3f} ms unfenced={median(plain):.3f} ms "
-          f"cost of fencing={median(fenced) - median(plain):+.3f} ms per write")
+    print(
+        f"[median of {args.repeat}] finish fenced={median(fenced):.3f} ms unfenced={median(plain):.3f} ms "
+        f"cost of fencing={median(fenced) - median(plain):+.3f} ms per write"
+    )
 
 
 if __name__ == "__main__":

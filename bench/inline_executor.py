@@ -34,9 +34,15 @@ async def measure(log_dir: str, runs: int) -> tuple[float, float]:
     async def one() -> None:
         async with slots:
             spec = ExecutionSpec(
-                run_id=str(uuid.uuid4()), job="noop", attempt=1, trigger="cli", command=["true"],
-                params={}, env={"RUN_ID": "bench", "RUNLANE_PARAMS": "{}"},
-                deadline_seconds=300.0, kill_grace_seconds=1.0,
+                run_id=str(uuid.uuid4()),
+                job="noop",
+                attempt=1,
+                trigger="cli",
+                command=["true"],
+                params={},
+                env={"RUN_ID": "bench", "RUNLANE_PARAMS": "{}"},
+                deadline_seconds=300.0,
+                kill_grace_seconds=1.0,
             )
             execution = await executor.start(spec)
             async for event in executor.events(execution):
@@ -74,8 +80,10 @@ def main() -> None:
         rates.append(rate)
         cpus.append(cpu)
         print(f"[#{i + 1}] runs_per_s={rate:.0f} cpu_ms_per_run={cpu:.3f}", flush=True)
-    print(f"[median of {args.repeat}] runs_per_s={median(rates):.0f} "
-          f"cpu_ms_per_run={median(cpus):.3f}")
+    print(
+        f"[median of {args.repeat}] runs_per_s={median(rates):.0f} "
+        f"cpu_ms_per_run={median(cpus):.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -24,7 +24,10 @@ def run(script: str, *args: str) -> str:
     """The script's last `median` line (what it prints last)."""
     proc = subprocess.run(
         [sys.executable, str(BENCH / script), *args],
-        capture_output=True, text=True, check=False, cwd=BENCH.parent,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=BENCH.parent,
     )
     if proc.returncode != 0:
         raise SystemExit(f"{script} failed:\n{proc.stderr[-2000:]}")
@@ -46,22 +49,37 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
-    runs, repeat, samples, spawns = ("50", "1", "10", "50") if args.quick else ("2000", "3", "200", "3000")
+    runs, repeat, samples, spawns = (
+        ("50", "1", "10", "50") if args.quick else ("2000", "3", "200", "3000")
+    )
 
-    before = number(run("calibrate.py", "--spawns", spawns, "--repeat", repeat), "asyncio_16_in_flight")
+    before = number(
+        run("calibrate.py", "--spawns", spawns, "--repeat", repeat), "asyncio_16_in_flight"
+    )
     pg = run("throughput.py", "--db", "postgres", "--runs", runs, "--repeat", repeat)
     pickup = run("latency.py", "--samples", samples, "--repeat", repeat)
     lite = run("throughput.py", "--db", "sqlite", "--runs", runs, "--repeat", repeat)
-    after = number(run("calibrate.py", "--spawns", spawns, "--repeat", repeat), "asyncio_16_in_flight")
+    after = number(
+        run("calibrate.py", "--spawns", spawns, "--repeat", repeat), "asyncio_16_in_flight"
+    )
 
     rows = [
         ("PostgreSQL runs/s", number(pg, "runs_per_s"), "> 1,300 (bar >= 800)", lambda v: v > 1300),
-        ("PostgreSQL CPU ms/run (launcher + database)", number(pg, "cpu_ms_per_run"), "<= 0.5",
-         lambda v: v <= 0.5),
+        (
+            "PostgreSQL CPU ms/run (launcher + database)",
+            number(pg, "cpu_ms_per_run"),
+            "<= 0.5",
+            lambda v: v <= 0.5,
+        ),
         ("pickup p50 ms", number(pickup, "p50"), "<= 4", lambda v: v <= 4),
         ("pickup p99 ms", number(pickup, "p99"), "<= 10", lambda v: v <= 10),
         ("launcher RSS under load MiB", number(pg, "peak_rss_mib"), "<= 80", lambda v: v <= 80),
-        ("SQLite runs/s", number(lite, "runs_per_s"), "(bar stated for PostgreSQL)", lambda v: True),
+        (
+            "SQLite runs/s",
+            number(lite, "runs_per_s"),
+            "(bar stated for PostgreSQL)",
+            lambda v: True,
+        ),
         ("SQLite CPU ms/run", number(lite, "cpu_ms_per_run"), "<= 0.5", lambda v: v <= 0.5),
     ]
     print()

@@ -44,7 +44,9 @@ def enqueuer(url: str, catalog_path: str, pipe: Connection) -> None:
             pipe.send("ready")
             while pipe.recv() == "go":
                 t0 = time.perf_counter()
-                result = await accept_run(client, catalog, RunRequest(job="noop", trigger=Trigger.CLI))
+                result = await accept_run(
+                    client, catalog, RunRequest(job="noop", trigger=Trigger.CLI)
+                )
                 pipe.send((result.run.id, t0, time.perf_counter()))
         finally:
             await client.close()
@@ -52,13 +54,19 @@ def enqueuer(url: str, catalog_path: str, pipe: Connection) -> None:
     asyncio.run(serve())
 
 
-async def measure(url: str, work: Path, samples: int) -> tuple[list[float], list[float], list[float]]:
+async def measure(
+    url: str, work: Path, samples: int
+) -> tuple[list[float], list[float], list[float]]:
     """Pickup latencies (enqueue -> process started), and for each sample when the accept had
     returned to the client and when the launcher had claimed the run (ms after enqueue)."""
     catalog = load_catalog(work / "catalog.yaml")
     settings = Settings(
-        database_url=url, catalog_path=str(work / "catalog.yaml"), log_dir=str(work / "logs"),
-        claim_interval=10.0, lease_ttl=30.0, lease_renew_interval=10.0,
+        database_url=url,
+        catalog_path=str(work / "catalog.yaml"),
+        log_dir=str(work / "logs"),
+        claim_interval=10.0,
+        lease_ttl=30.0,
+        lease_renew_interval=10.0,
     )
     launcher_store = store_from_url(url)
     await launcher_store.open()
@@ -82,8 +90,13 @@ async def measure(url: str, work: Path, samples: int) -> tuple[list[float], list
     client.start()
     if not ours.poll(60) or ours.recv() != "ready":
         raise SystemExit("the enqueuer did not start")
-    launcher = Launcher(store=launcher_store, catalog=catalog, executors=build_executors(settings),
-                        settings=settings, hook=hook)
+    launcher = Launcher(
+        store=launcher_store,
+        catalog=catalog,
+        executors=build_executors(settings),
+        settings=settings,
+        hook=hook,
+    )
     task = asyncio.create_task(launcher.run())
     latencies, accepted, claims = [], [], []
     try:
@@ -113,7 +126,9 @@ def main() -> None:
     # The launcher runs in this process: log as `runlane serve` does under the throughput bench
     # (warnings only), not structlog's default of printing every debug line.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     # PostgreSQL only: on SQLite a run accepted by another process is found by the poll
     # (RUNLANE_CLAIM_INTERVAL), so its pickup latency is that interval by design.
     ap.add_argument("--db", choices=["postgres"], default="postgres")
@@ -132,11 +147,15 @@ def main() -> None:
                 lat, accepted, claims = asyncio.run(measure(url, work, args.samples))
         p50s.append(percentile(lat, 50))
         p99s.append(percentile(lat, 99))
-        print(f"[{args.db} #{i + 1}] pickup p50={p50s[-1]:.2f} ms p99={p99s[-1]:.2f} ms "
-              f"max={max(lat):.2f} ms (n={len(lat)}); p50 of: accept returned "
-              f"{percentile(accepted, 50):.2f} ms, claimed {percentile(claims, 50):.2f} ms",
-              flush=True)
-    print(f"[{args.db} median of {args.repeat}] pickup p50={median(p50s):.2f} ms p99={median(p99s):.2f} ms")
+        print(
+            f"[{args.db} #{i + 1}] pickup p50={p50s[-1]:.2f} ms p99={p99s[-1]:.2f} ms "
+            f"max={max(lat):.2f} ms (n={len(lat)}); p50 of: accept returned "
+            f"{percentile(accepted, 50):.2f} ms, claimed {percentile(claims, 50):.2f} ms",
+            flush=True,
+        )
+    print(
+        f"[{args.db} median of {args.repeat}] pickup p50={median(p50s):.2f} ms p99={median(p99s):.2f} ms"
+    )
 
 
 if __name__ == "__main__":

@@ -44,16 +44,25 @@ def one(n: int, launchers: int) -> tuple[float, int]:
         work = Path(tmp)
         (work / "catalog.yaml").write_text(CATALOG)
         with scratch_database("postgres", work) as url:
-            env = dict(os.environ, RUNLANE_DATABASE_URL=url, RUNLANE_CATALOG=str(work / "catalog.yaml"),
-                       RUNLANE_LOG_DIR=str(work / "logs"), RUNLANE_CONCURRENCY="16",
-                       RUNLANE_LOG_LEVEL="warning")
-            subprocess.run([*runlane_cmd(), "db", "upgrade"], env=env, check=True, capture_output=True)
+            env = dict(
+                os.environ,
+                RUNLANE_DATABASE_URL=url,
+                RUNLANE_CATALOG=str(work / "catalog.yaml"),
+                RUNLANE_LOG_DIR=str(work / "logs"),
+                RUNLANE_CONCURRENCY="16",
+                RUNLANE_LOG_LEVEL="warning",
+            )
+            subprocess.run(
+                [*runlane_cmd(), "db", "upgrade"], env=env, check=True, capture_output=True
+            )
             asyncio.run(enqueue(url, work / "catalog.yaml", n))
             procs = [subprocess.Popen([*runlane_cmd(), "serve"], env=env) for _ in range(launchers)]
             try:
                 with psycopg.connect(url, autocommit=True) as conn:
                     while True:
-                        row = conn.execute("SELECT count(*) FROM run_log WHERE status = 'success'").fetchone()
+                        row = conn.execute(
+                            "SELECT count(*) FROM run_log WHERE status = 'success'"
+                        ).fetchone()
                         if row is not None and row[0] >= n:
                             break
                         time.sleep(0.25)
@@ -70,7 +79,9 @@ def one(n: int, launchers: int) -> tuple[float, int]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--runs", type=int, default=2000)
     ap.add_argument("--launchers", type=int, nargs="+", default=[1, 3])
     ap.add_argument("--repeat", type=int, default=3)
@@ -80,7 +91,10 @@ def main() -> None:
         for i in range(args.repeat):
             rate, owners = one(args.runs, k)
             rates.append(rate)
-            print(f"[{k} launcher(s) #{i + 1}] {rate:.0f} runs/s, work shared by {owners} launcher(s)", flush=True)
+            print(
+                f"[{k} launcher(s) #{i + 1}] {rate:.0f} runs/s, work shared by {owners} launcher(s)",
+                flush=True,
+            )
         print(f"[{k} launcher(s) median of {args.repeat}] {median(rates):.0f} runs/s", flush=True)
 
 

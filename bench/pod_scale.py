@@ -55,8 +55,17 @@ def fake_server() -> Iterator[tuple[str, Path]]:
     tmp = Path(tempfile.mkdtemp(prefix="pod-scale-"))
     kubeconfig = tmp / "kubeconfig"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runlane.testing.kube", "--port", "0", "--kubeconfig", str(kubeconfig)],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "runlane.testing.kube",
+            "--port",
+            "0",
+            "--kubeconfig",
+            str(kubeconfig),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert proc.stdout is not None
@@ -69,8 +78,12 @@ def fake_server() -> Iterator[tuple[str, Path]]:
 
 
 def admin(url: str, action: str, **params: Any) -> dict[str, Any]:
-    resp = httpx.post(f"{url}/fake/{action}", params=params, timeout=60,
-                      headers={"Authorization": "Bearer runlane-fake-token"})
+    resp = httpx.post(
+        f"{url}/fake/{action}",
+        params=params,
+        timeout=60,
+        headers={"Authorization": "Bearer runlane-fake-token"},
+    )
     resp.raise_for_status()
     data: dict[str, Any] = resp.json()
     return data
@@ -79,9 +92,16 @@ def admin(url: str, action: str, **params: Any) -> dict[str, Any]:
 def spec(image: str, deadline: float = 60.0) -> ExecutionSpec:
     rid = str(uuid.uuid4())
     return ExecutionSpec(
-        run_id=rid, job="bench", attempt=1, trigger="manual", command=["work"], params={},
+        run_id=rid,
+        job="bench",
+        attempt=1,
+        trigger="manual",
+        command=["work"],
+        params={},
         env={"RUN_ID": rid, "RUNLANE_PARAMS": "{}", "FAKE_OUTPUT": "bench output\n"},
-        deadline_seconds=deadline, kill_grace_seconds=1.0, profile={"image": image},
+        deadline_seconds=deadline,
+        kill_grace_seconds=1.0,
+        profile={"image": image},
     )
 
 
@@ -90,12 +110,18 @@ def executor(kubeconfig: Path, *, qps: float, start_timeout: float = 600.0) -> P
     assert config is not None
     return PodExecutor(
         api_client=KubeApi.from_config(config, qps=qps, burst=int(max(qps, 1) * 2)),
-        environ={"KUBERNETES_NAMESPACE": NS}, launcher_env={}, start_timeout=start_timeout,
+        environ={"KUBERNETES_NAMESPACE": NS},
+        launcher_env={},
+        start_timeout=start_timeout,
     )
 
 
-async def drive(ex: PodExecutor, execution: Execution, running: asyncio.Event | None = None,
-                cancel: bool = False) -> RunStatus:
+async def drive(
+    ex: PodExecutor,
+    execution: Execution,
+    running: asyncio.Event | None = None,
+    cancel: bool = False,
+) -> RunStatus:
     async for event in ex.events(execution):
         if event.kind == "running":
             if running is not None:
@@ -140,8 +166,12 @@ async def requests_per_run(url: str, kubeconfig: Path, per_kind: int) -> dict[st
             await asyncio.gather(*(drive(ex, e, cancel=cancel) for e in executions))
             records = admin(url, "requests")["requests"][before:]
             counts = Counter(c for r in records if (c := classify(r)))
-            out[label] = Counter({k: v / per_kind for k, v in counts.items() if not k.startswith("shared")})
-            out[label]["(shared, whole phase)"] = sum(v for k, v in counts.items() if k.startswith("shared"))
+            out[label] = Counter(
+                {k: v / per_kind for k, v in counts.items() if not k.startswith("shared")}
+            )
+            out[label]["(shared, whole phase)"] = sum(
+                v for k, v in counts.items() if k.startswith("shared")
+            )
     finally:
         await ex.aclose()
     return out
@@ -151,7 +181,9 @@ async def scale(url: str, kubeconfig: Path, runs: int, qps: float) -> dict[str, 
     ex = executor(kubeconfig, qps=qps)
     base = rss_mib()
     t0 = time.monotonic()
-    executions = await asyncio.gather(*(ex.start(spec("fake/hang", deadline=30)) for _ in range(runs)))
+    executions = await asyncio.gather(
+        *(ex.start(spec("fake/hang", deadline=30)) for _ in range(runs))
+    )
     started = time.monotonic() - t0
     flags = [asyncio.Event() for _ in executions]
     tasks = [asyncio.create_task(drive(ex, e, f)) for e, f in zip(executions, flags, strict=True)]
@@ -166,16 +198,26 @@ async def scale(url: str, kubeconfig: Path, runs: int, qps: float) -> dict[str, 
     assert set(statuses) == {RunStatus.TIMEOUT}, Counter(statuses)
     watch = ex.watches[NS]
     await ex.aclose()
-    return {"rss_mib": rss, "rss_growth_mib": rss - base, "start_s": started,
-            "all_running_s": all_running, "all_ended_s": ended, "watch_connections": watches,
-            "lists": watch.stats.lists}
+    return {
+        "rss_mib": rss,
+        "rss_growth_mib": rss - base,
+        "start_s": started,
+        "all_running_s": all_running,
+        "all_ended_s": ended,
+        "watch_connections": watches,
+        "lists": watch.stats.lists,
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--per-kind", type=int, default=20, help="runs per outcome for requests/run")
+    parser.add_argument(
+        "--per-kind", type=int, default=20, help="runs per outcome for requests/run"
+    )
     parser.add_argument("--qps", type=float, default=200.0, help="client-side rate limit")
     args = parser.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
@@ -194,9 +236,15 @@ def main() -> None:
         samples.append(sample)
         print(f"  repeat {i + 1}: " + json.dumps({k: round(v, 2) for k, v in sample.items()}))
     med = {k: statistics.median(s[k] for s in samples) for k in samples[0]}
-    print(f"{args.runs} concurrent pod runs, median of {args.repeats} (client rate limit {args.qps:g} qps):")
-    print(f"  launcher RSS with all running   {med['rss_mib']:.1f} MiB (growth {med['rss_growth_mib']:.1f} MiB)")
-    print(f"  watch connections for all runs     {med['watch_connections']:.0f} (lists {med['lists']:.0f})")
+    print(
+        f"{args.runs} concurrent pod runs, median of {args.repeats} (client rate limit {args.qps:g} qps):"
+    )
+    print(
+        f"  launcher RSS with all running   {med['rss_mib']:.1f} MiB (growth {med['rss_growth_mib']:.1f} MiB)"
+    )
+    print(
+        f"  watch connections for all runs     {med['watch_connections']:.0f} (lists {med['lists']:.0f})"
+    )
     print(f"  time to create all Jobs         {med['start_s']:.2f} s")
     print(f"  time until all seen running     {med['all_running_s']:.2f} s")
     print(f"  time until all outcomes         {med['all_ended_s']:.2f} s after the deadline passed")

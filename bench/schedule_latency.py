@@ -56,7 +56,10 @@ async def one_round(url: str, jobs: int, workdir: Path) -> list[float]:
         launcher_id=f"bench-{uuid.uuid4().hex[:6]}",
     )
     launcher = Launcher(
-        store=store, catalog=catalog, executors=build_executors(settings), settings=settings,
+        store=store,
+        catalog=catalog,
+        executors=build_executors(settings),
+        settings=settings,
         hook=hook,
     )
     task = asyncio.create_task(launcher.run())
@@ -66,8 +69,12 @@ async def one_round(url: str, jobs: int, workdir: Path) -> list[float]:
     await task
     runs = await store.list_runs(RunFilter(limit=jobs * 2))
     await store.close()
-    queued = sorted((r.queued_at - r.scheduled_for).total_seconds() for r in runs if r.scheduled_for)
-    print(f"  accepted: p50 {pct(queued, 0.5) * 1000:.0f} ms, max {queued[-1] * 1000:.0f} ms after the slot")
+    queued = sorted(
+        (r.queued_at - r.scheduled_for).total_seconds() for r in runs if r.scheduled_for
+    )
+    print(
+        f"  accepted: p50 {pct(queued, 0.5) * 1000:.0f} ms, max {queued[-1] * 1000:.0f} ms after the slot"
+    )
     return sorted(
         (r.started_at - r.scheduled_for).total_seconds()
         for r in runs
@@ -97,7 +104,9 @@ def main() -> None:
                 f"round {i + 1}: {len(lags)} runs, start lag p50 {pct(lags, 0.5) * 1000:.0f} ms, "
                 f"p99 {pct(lags, 0.99) * 1000:.0f} ms, max {lags[-1] * 1000:.0f} ms"
             )
-    print(f"{args.db}, {jobs} jobs on one slot: p99 start lag {statistics.median(p99s) * 1000:.0f} ms (median of {rounds})")
+    print(
+        f"{args.db}, {jobs} jobs on one slot: p99 start lag {statistics.median(p99s) * 1000:.0f} ms (median of {rounds})"
+    )
 
 
 if __name__ == "__main__":

@@ -29,12 +29,30 @@ from runlane.ports import FixedClock
 from runlane.service.scheduler import Scheduler
 
 CRONS = [
-    "* * * * *", "*/5 * * * *", "0 * * * *", "15,45 * * * *", "0 */6 * * *", "30 2 * * *",
-    "0 9 * * 1-5", "45 21 * * *", "0 16 * * TUE", "0 0 1 * *", "0 12 * * 0,6", "*/30 8-18 * * *",
+    "* * * * *",
+    "*/5 * * * *",
+    "0 * * * *",
+    "15,45 * * * *",
+    "0 */6 * * *",
+    "30 2 * * *",
+    "0 9 * * 1-5",
+    "45 21 * * *",
+    "0 16 * * TUE",
+    "0 0 1 * *",
+    "0 12 * * 0,6",
+    "*/30 8-18 * * *",
 ]
 ZONES = [
-    "UTC", "America/Chicago", "Europe/Berlin", "Asia/Kolkata", "Australia/Lord_Howe",
-    "Asia/Kathmandu", "America/St_Johns", "Pacific/Auckland", "America/Havana", "Asia/Tokyo",
+    "UTC",
+    "America/Chicago",
+    "Europe/Berlin",
+    "Asia/Kolkata",
+    "Australia/Lord_Howe",
+    "Asia/Kathmandu",
+    "America/St_Johns",
+    "Pacific/Auckland",
+    "America/Havana",
+    "Asia/Tokyo",
 ]
 
 
@@ -97,9 +115,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         runs = [asyncio.run(scheduler_ticks(text, Path(tmp))) for _ in range(3)]
     print(f"jobs: {jobs}")
-    print(f"pure planner, every schedule planned: {statistics.median(pure) * 1000:.1f} ms CPU (median of 3)")
-    print(f"scheduler first tick (anchor all):    {statistics.median(r[0] for r in runs) * 1000:.1f} ms CPU")
-    print(f"scheduler steady tick (nothing due):  {statistics.median(r[1] for r in runs) * 1000:.1f} ms CPU")
+    print(
+        f"pure planner, every schedule planned: {statistics.median(pure) * 1000:.1f} ms CPU (median of 3)"
+    )
+    print(
+        f"scheduler first tick (anchor all):    {statistics.median(r[0] for r in runs) * 1000:.1f} ms CPU"
+    )
+    print(
+        f"scheduler steady tick (nothing due):  {statistics.median(r[1] for r in runs) * 1000:.1f} ms CPU"
+    )
 
 
 if __name__ == "__main__":

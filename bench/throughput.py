@@ -86,7 +86,9 @@ def one(
                 RUNLANE_CONCURRENCY=str(concurrency),
                 RUNLANE_LOG_LEVEL=log_level,
             )
-            subprocess.run([*runlane_cmd(), "db", "upgrade"], env=env, check=True, capture_output=True)
+            subprocess.run(
+                [*runlane_cmd(), "db", "upgrade"], env=env, check=True, capture_output=True
+            )
             enqueue_rate = asyncio.run(enqueue(url, work / "catalog.yaml", n))
             database = url.rsplit("/", 1)[1]
             proc: subprocess.Popen[bytes] | None = None
@@ -106,8 +108,19 @@ def one(
                     pg_before = postgres_cpu_seconds(database) if kind == "postgres" else {}
                     spy = (
                         subprocess.Popen(
-                            [py_spy(), "record", "--nonblocking", "--format", "raw", "--rate", "250",
-                             "-o", profile, "--pid", str(proc.pid)],
+                            [
+                                py_spy(),
+                                "record",
+                                "--nonblocking",
+                                "--format",
+                                "raw",
+                                "--rate",
+                                "250",
+                                "-o",
+                                profile,
+                                "--pid",
+                                str(proc.pid),
+                            ],
                             stdout=subprocess.DEVNULL,
                         )
                         if profile
@@ -153,16 +166,24 @@ def one(
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--db", choices=["sqlite", "postgres"], default="postgres")
     ap.add_argument("--runs", type=int, default=2000)
     ap.add_argument("--concurrency", type=int, default=16)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--profile", metavar="FILE",
-                    help="sample the launcher with py-spy (on PATH) into FILE, collapsed stacks")
+    ap.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="sample the launcher with py-spy (on PATH) into FILE, collapsed stacks",
+    )
     ap.add_argument("--quick", action="store_true", help="50 runs, once: checks the script works")
-    ap.add_argument("--log-level", default="warning",
-                    help="the launcher's RUNLANE_LOG_LEVEL (info logs a line per run, to a file)")
+    ap.add_argument(
+        "--log-level",
+        default="warning",
+        help="the launcher's RUNLANE_LOG_LEVEL (info logs a line per run, to a file)",
+    )
     args = ap.parse_args()
     if args.quick:
         args.runs, args.repeat = 50, 1
@@ -170,10 +191,14 @@ def main() -> None:
     for i in range(args.repeat):
         r = one(args.db, args.runs, args.concurrency, args.profile, args.log_level)
         results.append(r)
-        print(f"[{args.db} #{i + 1}] " + "  ".join(f"{k}={v:.2f}" for k, v in r.items()), flush=True)
+        print(
+            f"[{args.db} #{i + 1}] " + "  ".join(f"{k}={v:.2f}" for k, v in r.items()), flush=True
+        )
     keys = results[0].keys()
-    print(f"[{args.db} median of {len(results)}] " + "  ".join(
-        f"{k}={median([r[k] for r in results]):.2f}" for k in keys))
+    print(
+        f"[{args.db} median of {len(results)}] "
+        + "  ".join(f"{k}={median([r[k] for r in results]):.2f}" for k in keys)
+    )
 
 
 if __name__ == "__main__":

@@ -24,7 +24,12 @@ def runlane(
     a traceback."""
     proc = subprocess.run(
         [sys.executable, "-m", "runlane", *args],
-        env=env, cwd=cwd, capture_output=True, text=True, timeout=60, check=False,
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
     return proc

@@ -191,7 +191,16 @@ def test_end_to_end_with_a_real_launcher(
 
     runs = json.loads(runlane("runs", "--json", env=env).stdout)
     assert {r["job"] for r in runs} == {"hello", "fail"}
-    for key in ("id", "job", "status", "attempt", "dedupe_key", "trigger", "end_reason", "queued_at"):
+    for key in (
+        "id",
+        "job",
+        "status",
+        "attempt",
+        "dedupe_key",
+        "trigger",
+        "end_reason",
+        "queued_at",
+    ):
         assert key in runs[0]
     assert runs[0]["queued_at"].endswith("Z")
     assert "lease_token" not in runs[0]
@@ -203,17 +212,26 @@ def test_end_to_end_with_a_real_launcher(
 
     queued = json.loads(runlane("run", "long", "--json", env=env).stdout)
     deadline = time.monotonic() + 20
-    while json.loads(runlane("runs", "show", queued["id"], "--json", env=env).stdout)["status"] != "running":
+    while (
+        json.loads(runlane("runs", "show", queued["id"], "--json", env=env).stdout)["status"]
+        != "running"
+    ):
         assert time.monotonic() < deadline
     cancel = runlane("cancel", queued["id"], env=env)
     assert cancel.returncode == 0
     final = runlane("run", "hello", "--wait", env=env)  # the launcher is still healthy
     assert final.returncode == 0
     deadline = time.monotonic() + 20
-    while json.loads(runlane("runs", "show", queued["id"], "--json", env=env).stdout)["status"] != "cancelled":
+    while (
+        json.loads(runlane("runs", "show", queued["id"], "--json", env=env).stdout)["status"]
+        != "cancelled"
+    ):
         assert time.monotonic() < deadline
 
-    assert runlane("pause", "hello", "--until", "2h", "--reason", "maintenance", env=env).returncode == 0
+    assert (
+        runlane("pause", "hello", "--until", "2h", "--reason", "maintenance", env=env).returncode
+        == 0
+    )
     jobs = {j["job"]: j for j in json.loads(runlane("jobs", "--json", env=env).stdout)}
     assert jobs["hello"]["paused"] is True
     assert jobs["hello"]["paused_until"].endswith("Z")
@@ -249,7 +267,10 @@ def test_a_run_that_never_started_says_why_in_wait_and_logs(
     assert runlane("db", "upgrade", env=env).returncode == 0
     with (tmp_path / "serve.log").open("w") as log:
         serve = subprocess.Popen(
-            [sys.executable, "-m", "runlane", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "runlane", "serve"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         try:
             waited = runlane("run", "nocmd", "--wait", env=env)
@@ -284,14 +305,21 @@ def test_the_runs_table_at_80_columns_keeps_statuses_and_end_reasons_whole(
         assert runlane("run", job, "--wait", env=env).returncode == code
     started = json.loads(runlane("run", "long", "--json", env=env).stdout)
     deadline = time.monotonic() + 20
-    while json.loads(runlane("runs", "show", started["id"], "--json", env=env).stdout)["status"] != "running":
+    while (
+        json.loads(runlane("runs", "show", started["id"], "--json", env=env).stdout)["status"]
+        != "running"
+    ):
         assert time.monotonic() < deadline
     launcher.send_signal(signal.SIGTERM)  # ends `long` failure / launcher_shutdown
     assert launcher.wait(timeout=30) == 0
     runs = json.loads(runlane("runs", "--json", env=env).stdout)
     shown = {(r["status"], r["end_reason"]) for r in runs}
-    assert {("success", "exit"), ("failure", "exit"), ("timeout", "deadline"),
-            ("failure", "launcher_shutdown")} <= shown, shown
+    assert {
+        ("success", "exit"),
+        ("failure", "exit"),
+        ("timeout", "deadline"),
+        ("failure", "launcher_shutdown"),
+    } <= shown, shown
     proc = runlane("runs", env=dict(env, COLUMNS="80"))  # piped: the width is COLUMNS
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
@@ -309,7 +337,12 @@ def test_demo_runs_to_completion(tmp_path: Path) -> None:
     started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "runlane", "demo"],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=90, check=False,
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert time.monotonic() - started < 60

@@ -129,7 +129,9 @@ BAD_TIMES: list[tuple[Sequence[str], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("args", "fragment"), BAD_TIMES, ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+@pytest.mark.parametrize(
+    ("args", "fragment"), BAD_TIMES, ids=lambda v: " ".join(v) if isinstance(v, list) else None
+)
 def test_bad_times_and_ranges_are_one_line_and_exit_2(
     env: dict[str, str], tmp_path: Path, args: list[str], fragment: str
 ) -> None:
@@ -175,7 +177,9 @@ BAD_DATA: list[tuple[str, str]] = [
 ]
 
 
-@pytest.mark.parametrize(("data", "fragment"), BAD_DATA, ids=lambda v: v[:30] if isinstance(v, str) else None)
+@pytest.mark.parametrize(
+    ("data", "fragment"), BAD_DATA, ids=lambda v: v[:30] if isinstance(v, str) else None
+)
 def test_bad_event_data_is_refused_before_anything_is_written(
     env: dict[str, str], tmp_path: Path, data: str, fragment: str
 ) -> None:
@@ -216,7 +220,9 @@ def test_arguments_that_are_not_utf8_are_refused(
 # ------------------------------------------------------------------ files
 
 
-def test_init_and_docs_generate_report_file_problems_in_one_line(tmp_path: Path, env: dict[str, str]) -> None:
+def test_init_and_docs_generate_report_file_problems_in_one_line(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
     a_file = tmp_path / "x" / "catalog.yaml"
     a_file.parent.mkdir()
     a_file.write_text("")
@@ -273,8 +279,12 @@ def test_run_id_prefixes_ignore_case_and_say_when_too_short(env: dict[str, str])
 
 
 def test_unknown_ids_are_quoted_as_typed(env: dict[str, str]) -> None:
-    for args in (["runs", "show", "c5145cXYZ"], ["runs", "c5145cXYZ"], ["cancel", "c5145cXYZ"],
-                 ["logs", "c5145cXYZ"]):
+    for args in (
+        ["runs", "show", "c5145cXYZ"],
+        ["runs", "c5145cXYZ"],
+        ["cancel", "c5145cXYZ"],
+        ["logs", "c5145cXYZ"],
+    ):
         proc = runlane(*args, env=env)
         one_error_line(proc, "no run with id 'c5145cXYZ'")
         assert proc.returncode == 1
@@ -430,7 +440,10 @@ async def test_params_the_database_cannot_store_are_refused_at_the_accept_path(
         await store.upgrade()
         for from_strings in (True, False):
             request = RunRequest(
-                job="echo", trigger=Trigger.MANUAL, params={"s": value}, params_from_strings=from_strings
+                job="echo",
+                trigger=Trigger.MANUAL,
+                params={"s": value},
+                params_from_strings=from_strings,
             )
             with pytest.raises(ParamError, match=re.escape(fragment)):
                 await accept_run(store, catalog, request)
@@ -512,8 +525,11 @@ def test_list_limits_out_of_range_are_one_line_and_exit_2(
     assert runlane("db", "upgrade", env=env).returncode == 0
     assert runlane("chain", "run", "pair", env=env).returncode == 0
     proc = runlane(*args, env=env)
-    one_error_line(proc, f"{args[1]} {args[2]}" if args[1] == "--limit" else args[2],
-                   "expected a whole number from 1 to 10000")
+    one_error_line(
+        proc,
+        f"{args[1]} {args[2]}" if args[1] == "--limit" else args[2],
+        "expected a whole number from 1 to 10000",
+    )
     assert proc.returncode == 2
     assert proc.stdout == ""
     under_json = runlane(*args, "--json", env=env)

@@ -27,11 +27,14 @@ def check(tmp_path: Path, catalog: str) -> tuple[int, list[str]]:
 
 
 def test_a_job_listening_for_one_key_twice_is_a_catalog_error(tmp_path: Path) -> None:
-    assert check(tmp_path, LISTENS_TWICE) == (1, [
-        "catalog.yaml:6:36: job 'ev' listens for event key 'k.dup' twice (on_event[0] and "
-        "on_event[1]), so each such event would start it twice: keep one",
-        "error: catalog.yaml: 1 error",
-    ])
+    assert check(tmp_path, LISTENS_TWICE) == (
+        1,
+        [
+            "catalog.yaml:6:36: job 'ev' listens for event key 'k.dup' twice (on_event[0] and "
+            "on_event[1]), so each such event would start it twice: keep one",
+            "error: catalog.yaml: 1 error",
+        ],
+    )
 
 
 REQUIRED_PARAMS = """\
@@ -52,16 +55,19 @@ def test_a_job_with_required_params_that_a_trigger_starts_is_a_catalog_error(
 ) -> None:
     """Each trigger is named where it is written, with the params and the fix; a job with
     required params that only a person starts is fine."""
-    assert check(tmp_path, REQUIRED_PARAMS) == (1, [
-        "catalog.yaml:4:55: job 'scheduled' has required param 'week' (int), but its schedules start "
-        "it with no params: make it optional (week: int?)",
-        "catalog.yaml:5:55: job 'listening' has required param 'week' (int), but its on_event "
-        "listeners start it with no params (event data is not params): make it optional "
-        "(week: int?)",
-        "catalog.yaml:9:15: step 'stepped' of chain 'c' runs job 'stepped', which has required params "
-        "'week' (int), 'team' (str), but a chain step starts it with no params: make them "
-        "optional (week: int?, team: str?)",
-        "error: catalog.yaml: 3 errors",
-    ])
+    assert check(tmp_path, REQUIRED_PARAMS) == (
+        1,
+        [
+            "catalog.yaml:4:55: job 'scheduled' has required param 'week' (int), but its schedules start "
+            "it with no params: make it optional (week: int?)",
+            "catalog.yaml:5:55: job 'listening' has required param 'week' (int), but its on_event "
+            "listeners start it with no params (event data is not params): make it optional "
+            "(week: int?)",
+            "catalog.yaml:9:15: step 'stepped' of chain 'c' runs job 'stepped', which has required params "
+            "'week' (int), 'team' (str), but a chain step starts it with no params: make them "
+            "optional (week: int?, team: str?)",
+            "error: catalog.yaml: 3 errors",
+        ],
+    )
     fixed = REQUIRED_PARAMS.replace("week: int", "week: int?").replace("team: str,", "team: str?,")
     assert check(tmp_path, fixed) == (0, [])

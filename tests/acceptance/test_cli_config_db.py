@@ -53,13 +53,22 @@ def one_clean_line(proc: subprocess.CompletedProcess[str]) -> str:
 @pytest.mark.parametrize(
     ("url", "shown"),
     [
-        (f"postgresql://127.0.0.1:5432/x?password={SECRET}", "postgresql://127.0.0.1:5432/x?password=***"),
+        (
+            f"postgresql://127.0.0.1:5432/x?password={SECRET}",
+            "postgresql://127.0.0.1:5432/x?password=***",
+        ),
         (
             f"postgresql://h/x?sslmode=require&sslpassword={SECRET}&application_name=a",
             "postgresql://h/x?sslmode=require&sslpassword=***&application_name=a",
         ),
-        (f"postgresql://alice:{SECRET}@h/x?password={SECRET}", "postgresql://alice:***@h/x?password=***"),
-        (f"host=h dbname=x password={SECRET} sslpassword={SECRET}", "host=h dbname=x password=*** sslpassword=***"),
+        (
+            f"postgresql://alice:{SECRET}@h/x?password={SECRET}",
+            "postgresql://alice:***@h/x?password=***",
+        ),
+        (
+            f"host=h dbname=x password={SECRET} sslpassword={SECRET}",
+            "host=h dbname=x password=*** sslpassword=***",
+        ),
         (f"postgresql://a:{SECRET}@h1:5432,h2:5433/x", "postgresql://a:***@h1:5432,h2:5433/x"),
         (f"postgresql://a:{SECRET}@h:99999/x", "postgresql://a:***@h:99999/x"),
         (f"postgresql://a:{SECRET}@h:abc/x", "postgresql://a:***@h:abc/x"),
@@ -199,9 +208,10 @@ def test_reads_do_not_create_a_mistyped_sqlite_path(
 
 def test_an_empty_database_url_means_the_default(env: dict[str, str], tmp_path: Path) -> None:
     env["RUNLANE_DATABASE_URL"] = ""
-    assert json.loads(runlane("config", "--json", env=env, cwd=tmp_path).stdout)[
-        "database_url"
-    ] == "sqlite:///runlane.db"
+    assert (
+        json.loads(runlane("config", "--json", env=env, cwd=tmp_path).stdout)["database_url"]
+        == "sqlite:///runlane.db"
+    )
     proc = runlane("status", env=env, cwd=tmp_path)
     assert proc.returncode == 1
     assert one_clean_line(proc) == "error: no database at runlane.db — run `runlane db upgrade`"

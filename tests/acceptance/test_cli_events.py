@@ -46,7 +46,8 @@ def test_a_paused_or_snoozed_jobs_event_runs_are_recorded_skipped(tmp_path: Path
     assert emit_outcome(env, "k.p")["ev"] == (True, "queued", None)
     runs = json.loads(runlane("runs", "--job", "ev", "--json", env=env).stdout)
     assert sorted((r["status"], r["end_reason"]) for r in runs) == [
-        ("queued", None), *[("skipped", "paused")] * 3
+        ("queued", None),
+        *[("skipped", "paused")] * 3,
     ]
 
 

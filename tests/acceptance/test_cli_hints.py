@@ -26,9 +26,12 @@ jobs:
     command: [echo, hi]
 """
 # Another file, with a job the launchers' catalog does not have.
-BIG_CATALOG = CATALOG + """  big:
+BIG_CATALOG = (
+    CATALOG
+    + """  big:
     command: [echo, big]
 """
+)
 
 NO_LAUNCHER = "warning: no launcher is running; start one with `runlane serve`"
 
@@ -48,8 +51,13 @@ async def fake_launcher(env: dict[str, str], catalog_file: Path, launcher_id: st
         started = await store.now()
         await store.beat(
             Heartbeat(
-                launcher_id=launcher_id, host="elsewhere", pid=1, version="test",
-                started_at=started, catalog_digest=stamp.digest, catalog_loaded_at=started,
+                launcher_id=launcher_id,
+                host="elsewhere",
+                pid=1,
+                version="test",
+                started_at=started,
+                catalog_digest=stamp.digest,
+                catalog_loaded_at=started,
                 catalog_jobs=stamp.jobs,
             )
         )
@@ -84,10 +92,19 @@ async def test_run_without_wait_warns_when_no_launcher_runs(
 async def test_logs_follow_of_a_queued_run_warns_when_no_launcher_runs(
     env: dict[str, str],
 ) -> None:
-    run_id = json.loads((await asyncio.to_thread(runlane, "run", "echo", "--json", env=env)).stdout)["id"]
+    run_id = json.loads(
+        (await asyncio.to_thread(runlane, "run", "echo", "--json", env=env)).stdout
+    )["id"]
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "runlane", "logs", "--follow", run_id, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "runlane",
+        "logs",
+        "--follow",
+        run_id,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     assert proc.stderr is not None
     try:
@@ -114,7 +131,9 @@ async def test_the_warning_for_launchers_without_the_job_claims_no_file_they_did
     await fake_launcher(env, tmp_path / "catalog.yaml", "live-1")
     big = tmp_path / "big.yaml"
     big.write_text(BIG_CATALOG)
-    queued = await asyncio.to_thread(runlane, "run", "big", env={**env, "RUNLANE_CATALOG": str(big)})
+    queued = await asyncio.to_thread(
+        runlane, "run", "big", env={**env, "RUNLANE_CATALOG": str(big)}
+    )
     assert queued.returncode == 0, queued.stderr
     run_id = re.search(r"as run (\S+)", queued.stdout).group(1)  # type: ignore[union-attr]
     (warning,) = warnings(queued.stderr)
@@ -132,13 +151,16 @@ async def test_the_warning_for_launchers_without_the_job_claims_no_file_they_did
     ), warning
 
 
-TRIGGERED = CATALOG + """  heard:
+TRIGGERED = (
+    CATALOG
+    + """  heard:
     command: [echo, heard]
     on_event: [{key: k.x}]
 chains:
   pair:
     steps: {first: {job: echo}, second: {job: heard, after: [{step: first}]}}
 """
+)
 
 
 async def test_emit_and_chain_run_warn_when_no_launcher_runs(tmp_path: Path) -> None:
@@ -169,4 +191,6 @@ def test_doctor_says_a_missing_catalog_once(env: dict[str, str], tmp_path: Path)
     report = json.loads(
         runlane("doctor", "--json", env={**env, "RUNLANE_CATALOG": str(missing)}).stdout
     )
-    assert [f["message"] for f in report if f["check"] == "catalog"] == [f"{missing}: file not found"]
+    assert [f["message"] for f in report if f["check"] == "catalog"] == [
+        f"{missing}: file not found"
+    ]

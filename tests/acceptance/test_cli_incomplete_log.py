@@ -30,8 +30,10 @@ CHATTY = f"""  chatty:
 """
 # Says `ready`, leaves a file named by its run id in the directory it is given (its output is on
 # its way to the log), and sleeps until something ends it.
-NAP = "import os, sys, time; print('ready', flush=True); " \
+NAP = (
+    "import os, sys, time; print('ready', flush=True); "
     "open(os.path.join(sys.argv[1], os.environ['RUN_ID']), 'w').close(); time.sleep(60)"
+)
 
 
 @pytest.fixture
@@ -43,8 +45,10 @@ def env(tmp_path: Path) -> dict[str, str]:
     deadline: 3s
 """
     return cli_env(
-        tmp_path, CATALOG + CHATTY + naps,
-        RUNLANE_CLAIM_INTERVAL="100ms", RUNLANE_HEARTBEAT_INTERVAL="1s",
+        tmp_path,
+        CATALOG + CHATTY + naps,
+        RUNLANE_CLAIM_INTERVAL="100ms",
+        RUNLANE_HEARTBEAT_INTERVAL="1s",
         RUNLANE_SHUTDOWN_GRACE="2s",
     )
 
@@ -181,8 +185,10 @@ def test_a_run_ended_by_its_deadline_a_cancel_or_a_shutdown_still_shows_its_save
         wait_for(lambda: row(cancelled)["status"] == "cancelled", "cancelled run")
         wait_for(lambda: row(timed)["status"] == "timeout", "timed-out run")
     # The launcher has stopped: the run it was still supervising ended with it.
-    incomplete = "the log file {} is incomplete: writing it failed (Is a directory); " \
+    incomplete = (
+        "the log file {} is incomplete: writing it failed (Is a directory); "
         "the tail here is complete"
+    )
     ended = {
         timed: ("timeout", "deadline", ""),
         cancelled: ("cancelled", "cancelled", ""),

@@ -53,9 +53,12 @@ def dirs(tmp_path: Path) -> tuple[Path, Path]:
 @pytest.fixture
 def env(tmp_path: Path, database_url: str) -> dict[str, str]:
     return cli_env(
-        tmp_path, CATALOG,
-        RUNLANE_DATABASE_URL=database_url, RUNLANE_LOG_DIR="logs",
-        RUNLANE_CLAIM_INTERVAL="100ms", RUNLANE_HEARTBEAT_INTERVAL="1s",
+        tmp_path,
+        CATALOG,
+        RUNLANE_DATABASE_URL=database_url,
+        RUNLANE_LOG_DIR="logs",
+        RUNLANE_CLAIM_INTERVAL="100ms",
+        RUNLANE_HEARTBEAT_INTERVAL="1s",
         RUNLANE_SHUTDOWN_GRACE="2s",
     )
 
@@ -66,7 +69,10 @@ def launcher(env: dict[str, str], dirs: tuple[Path, Path], tmp_path: Path) -> It
     with (tmp_path / "serve.log").open("w") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "runlane", "serve"],
-            env=env, cwd=dirs[0], stdout=log, stderr=subprocess.STDOUT,
+            env=env,
+            cwd=dirs[0],
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
         try:
             yield
@@ -156,7 +162,10 @@ def test_following_from_another_directory_prints_the_output_as_it_is_written(
         args = ["logs", queue_gated(gate, env, b), "--follow"]
     proc = subprocess.Popen(
         [sys.executable, "-m", "runlane", *args],
-        env=env, cwd=b, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=env,
+        cwd=b,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     try:
         before_gate = output_until(proc, "live line\n")  # while the run waits on its gate

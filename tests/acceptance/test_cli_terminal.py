@@ -30,7 +30,9 @@ jobs:
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "hostile.py").write_text(HOSTILE + "\n")
-    (tmp_path / "catalog.yaml").write_text(CATALOG.replace("{script}", str(tmp_path / "hostile.py")))
+    (tmp_path / "catalog.yaml").write_text(
+        CATALOG.replace("{script}", str(tmp_path / "hostile.py"))
+    )
     return {
         **os.environ,
         "RUNLANE_DATABASE_URL": f"sqlite:///{tmp_path / 'runlane.db'}",
@@ -46,8 +48,9 @@ def env(tmp_path: Path) -> dict[str, str]:
 def run_id(env: dict[str, str], tmp_path: Path) -> Iterator[str]:
     assert runlane("db", "upgrade", env=env).returncode == 0
     with (tmp_path / "serve.log").open("w") as log:
-        serve = subprocess.Popen([PY, "-m", "runlane", "serve"], env=env, stdout=log,
-                                 stderr=subprocess.STDOUT)
+        serve = subprocess.Popen(
+            [PY, "-m", "runlane", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
         try:
             done = runlane("run", "esc", "--wait", "--json", env=env)
             assert done.returncode == 0, done.stdout
@@ -61,8 +64,9 @@ def on_a_terminal(*args: str, env: dict[str, str]) -> str:
     """Run `runlane ARGS` with stdout on a pseudo-terminal; what it wrote there."""
     master, slave = pty.openpty()
     try:
-        with subprocess.Popen([PY, "-m", "runlane", *args], env=env, stdout=slave,
-                              stderr=subprocess.PIPE) as proc:
+        with subprocess.Popen(
+            [PY, "-m", "runlane", *args], env=env, stdout=slave, stderr=subprocess.PIPE
+        ) as proc:
             os.close(slave)
             chunks = []
             while True:
@@ -99,8 +103,9 @@ def test_logs_on_a_terminal_escapes_and_raw_does_not(env: dict[str, str], run_id
 
 
 def test_logs_piped_are_byte_for_byte(env: dict[str, str], run_id: str) -> None:
-    piped = subprocess.run([PY, "-m", "runlane", "logs", run_id], env=env, capture_output=True,
-                           timeout=60, check=True)
+    piped = subprocess.run(
+        [PY, "-m", "runlane", "logs", run_id], env=env, capture_output=True, timeout=60, check=True
+    )
     assert piped.stdout == "\x1b[2J\x1b[31mRED\x1b]0;pwned\x07 done\rX\x9b\n".encode()
 
 

@@ -67,9 +67,17 @@ def test_schedule_table_json_and_markdown(env: dict[str, str]) -> None:
     )
     assert md.stdout.startswith("| UTC | Local | Kind | Name | Season | Fires |")
     # The range is [from, to): from and to exactly on the chain's weekly slot.
-    exact = json.loads(runlane(
-        "schedule", "--from", "2027-01-19T22:00Z", "--to", "2027-01-26T22:00Z", "--json", env=env
-    ).stdout)
+    exact = json.loads(
+        runlane(
+            "schedule",
+            "--from",
+            "2027-01-19T22:00Z",
+            "--to",
+            "2027-01-26T22:00Z",
+            "--json",
+            env=env,
+        ).stdout
+    )
     assert [r["slot"] for r in exact if r["name"] == "tuesday-weekly"] == ["2027-01-19T22:00:00Z"]
 
 
@@ -304,8 +312,8 @@ def test_a_run_of_a_removed_chain_is_listed_by_doctor_and_ended_by_cancel(
     (finding,) = [f for f in json.loads(doctor.stdout) if f["run_id"] == started["id"]]
     assert finding["level"] == "error"
     assert finding["message"].startswith(f"chain run {started['id']} (rm, running since ")
-    assert "chain 'rm' is not in the catalog; no launcher is running to end it" in (
-        finding["message"]
+    assert (
+        "chain 'rm' is not in the catalog; no launcher is running to end it" in (finding["message"])
     )
     assert f"`runlane cancel {started['id']}`" in finding["message"]
 
@@ -368,7 +376,9 @@ def test_a_snooze_that_has_ended_is_not_shown_as_a_pause(tmp_path: Path) -> None
     asyncio.run(snooze())
     jobs = {j["job"]: j for j in json.loads(runlane("jobs", "--json", env=env).stdout)}
     assert {k: jobs["woke"][k] for k in ("paused", "paused_until", "pause_reason")} == {
-        "paused": False, "paused_until": None, "pause_reason": None,
+        "paused": False,
+        "paused_until": None,
+        "pause_reason": None,
     }
     assert jobs["dozing"]["paused"] is True
     assert jobs["dozing"]["pause_reason"] == "deploy"

@@ -24,7 +24,10 @@ from tests.integration.conftest import CATALOG
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     return cli_env(
-        tmp_path, CATALOG, RUNLANE_CLAIM_INTERVAL="100ms", RUNLANE_HEARTBEAT_INTERVAL="1s",
+        tmp_path,
+        CATALOG,
+        RUNLANE_CLAIM_INTERVAL="100ms",
+        RUNLANE_HEARTBEAT_INTERVAL="1s",
         RUNLANE_SHUTDOWN_GRACE="2s",
     )
 
@@ -76,7 +79,9 @@ def test_serve_refuses_a_log_directory_it_cannot_write_in(env: dict[str, str]) -
 def serving(env: dict[str, str], tmp_path: Path) -> Iterator[None]:
     with (tmp_path / "serve.log").open("w") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runlane", "serve"], env=env, stdout=log,
+            [sys.executable, "-m", "runlane", "serve"],
+            env=env,
+            stdout=log,
             stderr=subprocess.STDOUT,
         )
         try:

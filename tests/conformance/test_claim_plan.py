@@ -88,7 +88,6 @@ async def test_a_claim_reads_only_the_runs_it_takes(harness: StoreHarness) -> No
     assert claimed[0][0] == LIMIT
 
 
-
 async def test_finishing_and_renewing_find_runs_by_primary_key(harness: StoreHarness) -> None:
     """run_log_running_lease_idx keeps an entry for every run finished since the last VACUUM
     (the old row version's), and for one within the lease TTL its expiry is still ahead. A batch
@@ -105,14 +104,22 @@ async def test_finishing_and_renewing_find_runs_by_primary_key(harness: StoreHar
         await store.finish_many([FinishRequest(c.lease, SUCCESS) for c in taken])
     running = await claim_all(store, limit=LIMIT)
     batch = [
-        {"id": c.run.id, "token": c.lease.token, "gen": c.lease.generation, "status": "success",
-         "end_reason": "exit", "exit_code": 0}
+        {
+            "id": c.run.id,
+            "token": c.lease.token,
+            "gen": c.lease.generation,
+            "status": "success",
+            "end_reason": "exit",
+            "exit_code": 0,
+        }
         for c in running
     ]
     statements = {
         "finish_many": {"batch": json.dumps(batch), "now": None},
         "renew": {
-            "now": None, "ttl": 30.0, "ids": [c.run.id for c in running],
+            "now": None,
+            "ttl": 30.0,
+            "ids": [c.run.id for c in running],
             "tokens": [c.lease.token for c in running],
             "gens": [c.lease.generation for c in running],
         },
@@ -133,8 +140,12 @@ async def test_finishing_and_renewing_find_runs_by_primary_key(harness: StoreHar
             indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
             assert indexes == {"run_log_pkey"}, (name, indexes)  # directly or through a bitmap
             read = [
-                (n["Node Type"], n["Actual Rows"] * n["Actual Loops"]
-                 + n.get("Rows Removed by Filter", 0) + n.get("Rows Removed by Index Recheck", 0))
+                (
+                    n["Node Type"],
+                    n["Actual Rows"] * n["Actual Loops"]
+                    + n.get("Rows Removed by Filter", 0)
+                    + n.get("Rows Removed by Index Recheck", 0),
+                )
                 for n in nodes
                 if n.get("Relation Name") == "run_log" and n["Node Type"] != "ModifyTable"
             ]
@@ -251,7 +262,9 @@ async def test_the_claim_connection_is_set_up_again_after_it_is_cut(harness: Sto
 
     async def setting_and_pid() -> tuple[str, int]:
         async with store._claim_conn() as conn:
-            cur = await conn.execute("SELECT current_setting('enable_bitmapscan'), pg_backend_pid()")
+            cur = await conn.execute(
+                "SELECT current_setting('enable_bitmapscan'), pg_backend_pid()"
+            )
             row = await cur.fetchone()
         assert row is not None
         return str(row[0]), int(row[1])

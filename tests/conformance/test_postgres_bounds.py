@@ -66,7 +66,9 @@ async def test_a_bounded_store_sets_its_bounds_and_keeps_those_the_url_sets(
     assert bounded["connect_timeout"] == "2"
 
     own = make_conninfo(
-        pg_scratch_url, options="-c statement_timeout=7s", tcp_user_timeout=9000,
+        pg_scratch_url,
+        options="-c statement_timeout=7s",
+        tcp_user_timeout=9000,
         connect_timeout=4,
     )
     async with opened(own, bound=2.0) as store:
@@ -77,7 +79,11 @@ async def test_a_bounded_store_sets_its_bounds_and_keeps_those_the_url_sets(
     # The CLI, the API and the SDK: the server's own settings, nothing added.
     async with opened(pg_scratch_url, bound=None) as store:
         plain = await settings_of(store)
-    assert (plain["statement_timeout"], plain["lock_timeout"], plain["TimeZone"]) == ("0", "0", "UTC")
+    assert (plain["statement_timeout"], plain["lock_timeout"], plain["TimeZone"]) == (
+        "0",
+        "0",
+        "UTC",
+    )
     assert "tcp_user_timeout" not in plain
 
 
@@ -101,7 +107,9 @@ async def test_a_statement_past_the_statement_timeout_is_unavailable_and_the_sto
     pg_scratch_url: str,
 ) -> None:
     async with opened(pg_scratch_url) as store:
-        with pytest.raises(DatabaseUnavailable, match=r"did not finish the statement: .*statement timeout"):
+        with pytest.raises(
+            DatabaseUnavailable, match=r"did not finish the statement: .*statement timeout"
+        ):
             await store._fetchone("SELECT pg_sleep(5) AS slept", {})
         assert await store.count_queued() >= 0  # the same connection, cancelled cleanly
 
@@ -113,7 +121,9 @@ async def test_a_silent_server_fails_each_call_within_the_bound_then_is_used_aga
     proxy = TcpProxy(str(info.get("host") or "127.0.0.1"), int(info.get("port") or 5432))
     await proxy.start()
     try:
-        async with opened(make_conninfo(pg_scratch_url, host="127.0.0.1", port=proxy.port)) as store:
+        async with opened(
+            make_conninfo(pg_scratch_url, host="127.0.0.1", port=proxy.port)
+        ) as store:
             proxy.black_hole()  # no error ever comes: the connections stay open, silent
             said = []
             for _ in range(2):  # the connection in hand, then the pool's wait for a new one

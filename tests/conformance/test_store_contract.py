@@ -473,7 +473,9 @@ async def test_renew_reports_held_and_lost_leases(harness: StoreHarness) -> None
     # The survivor's lease also expired, but nobody took it over: its owner may revive it
     # (same token and generation). The lease that was taken over stays lost.
     assert await store.renew([a.lease, b.lease, taken.lease], 30) == {taken.run.id, survivor.run.id}
-    assert (await store.get_run(survivor.run.id)).lease_expires_at == clock.at + timedelta(seconds=30)
+    assert (await store.get_run(survivor.run.id)).lease_expires_at == clock.at + timedelta(
+        seconds=30
+    )
     assert await store.renew([], 30) == set()
     assert survivor.run.id != taken.run.id
 
@@ -767,6 +769,7 @@ async def test_only_a_store_that_waits_for_wakeups_listens(harness: StoreHarness
     backend: PostgreSQL would wake it at every NOTIFY in the database. A launcher's store
     listens from its first wait, and that wait wakes at once, for a run committed before
     LISTEN took effect (its NOTIFY reached nobody)."""
+
     def listening() -> object:
         return harness.query(
             "SELECT count(*) FROM pg_stat_activity "
@@ -1006,7 +1009,9 @@ async def test_running_by_launcher_counts_running_runs_by_owner_and_executor(
     assert len(a) == 2
     assert sorted(c.run.executor for c in b) == ["inline", "pod"]
     assert await store.running_by_launcher() == {
-        "L1": {"inline": 2}, "L2": {b[1].run.executor: 1}, "": {"scope": 1}
+        "L1": {"inline": 2},
+        "L2": {b[1].run.executor: 1},
+        "": {"scope": 1},
     }
 
 
@@ -1018,15 +1023,23 @@ async def test_finish_many_saves_each_under_its_own_lease(harness: StoreHarness)
     stale = Lease(c.run.id, c.lease.owner, str(uuid.uuid4()), c.lease.generation)
     retry = new_run(attempt=2, retry_of=a.run.id, trigger=Trigger.RETRY)
     lost_retry = new_run(attempt=2, retry_of=c.run.id, trigger=Trigger.RETRY)
-    results = await store.finish_many([
-        FinishRequest(a.lease, FAILURE, retry=retry, external_id="101"),
-        FinishRequest(b.lease, SUCCESS),
-        FinishRequest(stale, FAILURE, retry=lost_retry),
-    ])
-    assert [r.status if r else None for r in results] == [RunStatus.FAILURE, RunStatus.SUCCESS, None]
+    results = await store.finish_many(
+        [
+            FinishRequest(a.lease, FAILURE, retry=retry, external_id="101"),
+            FinishRequest(b.lease, SUCCESS),
+            FinishRequest(stale, FAILURE, retry=lost_retry),
+        ]
+    )
+    assert [r.status if r else None for r in results] == [
+        RunStatus.FAILURE,
+        RunStatus.SUCCESS,
+        None,
+    ]
     assert [r.run_id if r else None for r in results] == [a.run.id, b.run.id, None]
     assert [r.end_reason if r else None for r in results] == [
-        FAILURE.end_reason, SUCCESS.end_reason, None
+        FAILURE.end_reason,
+        SUCCESS.end_reason,
+        None,
     ]
     assert (await store.get_run(a.run.id)).external_id == "101"
     assert (await store.get_run(retry.id)).retry_of == a.run.id

@@ -61,21 +61,37 @@ async def test_a_heartbeat_carries_the_catalog_its_launcher_runs(harness: StoreH
     digest = "sha256:" + "ab" * 32
     await store.beat(
         Heartbeat(
-            "L1", "host-a", 1, "0.1.0", T0,
-            catalog_digest=digest, catalog_loaded_at=loaded, catalog_jobs=("alpha", "beta"),
-            catalog_path="/etc/runlane/catalog.yaml", catalog_chains=("nightly",),
-            heartbeat_interval=60.0, log_dir="/srv/runlane/logs",
+            "L1",
+            "host-a",
+            1,
+            "0.1.0",
+            T0,
+            catalog_digest=digest,
+            catalog_loaded_at=loaded,
+            catalog_jobs=("alpha", "beta"),
+            catalog_path="/etc/runlane/catalog.yaml",
+            catalog_chains=("nightly",),
+            heartbeat_interval=60.0,
+            log_dir="/srv/runlane/logs",
         )
     )
     await store.beat(
         Heartbeat(
-            "L2", "host-b", 2, "0.1.0", T0,
-            catalog_digest=digest, catalog_jobs=(), catalog_chains=(),
+            "L2",
+            "host-b",
+            2,
+            "0.1.0",
+            T0,
+            catalog_digest=digest,
+            catalog_jobs=(),
+            catalog_chains=(),
         )
     )
     l1, l2 = await store.launchers()
     assert (l1.catalog_digest, l1.catalog_loaded_at, l1.catalog_jobs) == (
-        digest, loaded, ("alpha", "beta"),
+        digest,
+        loaded,
+        ("alpha", "beta"),
     )
     assert (l1.catalog_path, l1.catalog_chains) == ("/etc/runlane/catalog.yaml", ("nightly",))
     assert (l1.heartbeat_interval, l2.heartbeat_interval) == (60.0, None)
@@ -89,16 +105,30 @@ async def test_a_heartbeat_carries_the_catalog_its_launcher_runs(harness: StoreH
     newer = "sha256:" + "cd" * 32
     await store.beat(
         Heartbeat(
-            "L1", "host-a", 1, "0.1.0", T0,
-            catalog_digest=newer, catalog_loaded_at=clock.at, catalog_jobs=("gamma",),
-            catalog_path="/srv/other.yaml", catalog_chains=None, log_dir="/tmp/logs",
+            "L1",
+            "host-a",
+            1,
+            "0.1.0",
+            T0,
+            catalog_digest=newer,
+            catalog_loaded_at=clock.at,
+            catalog_jobs=("gamma",),
+            catalog_path="/srv/other.yaml",
+            catalog_chains=None,
+            log_dir="/tmp/logs",
         )
     )
     l1 = (await store.launchers())[0]
     assert (l1.catalog_digest, l1.catalog_loaded_at, l1.catalog_jobs) == (
-        newer, clock.at, ("gamma",),
+        newer,
+        clock.at,
+        ("gamma",),
     )
-    assert (l1.catalog_path, l1.catalog_chains, l1.log_dir) == ("/srv/other.yaml", None, "/tmp/logs")
+    assert (l1.catalog_path, l1.catalog_chains, l1.log_dir) == (
+        "/srv/other.yaml",
+        None,
+        "/tmp/logs",
+    )
 
 
 async def test_a_heartbeat_row_of_an_older_runlane_reads_as_catalog_unknown(
@@ -112,7 +142,10 @@ async def test_a_heartbeat_row_of_an_older_runlane_reads_as_catalog_unknown(
     )
     (old,) = await harness.store.launchers()
     assert (old.launcher_id, old.catalog_digest, old.catalog_loaded_at, old.catalog_jobs) == (
-        "old", None, None, None,
+        "old",
+        None,
+        None,
+        None,
     )
     assert (old.catalog_path, old.catalog_chains, old.heartbeat_interval) == (None, None, None)
     assert old.log_dir is None

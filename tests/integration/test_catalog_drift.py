@@ -90,8 +90,13 @@ def cli_env(settings: Settings, cli_catalog: Path) -> dict[str, str]:
 async def cli(env: dict[str, str], *args: str) -> tuple[int, str, str]:
     """`runlane ARGS` as a process, without blocking the loop the launcher runs on."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "runlane", *args, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "runlane",
+        *args,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     async with asyncio.timeout(60):
         out, err = await proc.communicate()
@@ -127,7 +132,10 @@ async def test_a_launchers_heartbeat_carries_the_catalog_it_loaded(
 
 
 async def test_status_says_which_launcher_runs_an_older_catalog(
-    cli_env: dict[str, str], catalog_file: Path, cli_catalog: Path, old_launcher: Launcher,
+    cli_env: dict[str, str],
+    catalog_file: Path,
+    cli_catalog: Path,
+    old_launcher: Launcher,
     tmp_path: Path,
 ) -> None:
     # The launcher read another file than the CLI's: the warning names both.
@@ -156,7 +164,9 @@ async def test_status_says_which_launcher_runs_an_older_catalog(
 
     # The file the launcher loaded, and the same catalog reformatted with a comment: current.
     same = tmp_path / "same.yaml"
-    same.write_text("# the same jobs, another layout\n" + CATALOG.replace("version: 1", "version:   1"))
+    same.write_text(
+        "# the same jobs, another layout\n" + CATALOG.replace("version: 1", "version:   1")
+    )
     for path in (catalog_file, same):
         code, out, _ = await cli(cli_env, "status", "--catalog", str(path))
         assert code == 0
@@ -170,7 +180,9 @@ async def test_status_says_which_launcher_runs_an_older_catalog(
     assert code == 0
     assert old_launcher.owner in out
     assert "missing.yaml: file not found: the launchers' catalogs are not compared" in out
-    code, out, _ = await cli(cli_env, "status", "--json", "--catalog", str(tmp_path / "missing.yaml"))
+    code, out, _ = await cli(
+        cli_env, "status", "--json", "--catalog", str(tmp_path / "missing.yaml")
+    )
     data = json.loads(out)
     assert data["catalog"]["catalog_digest"] is None
     assert data["launchers"][0]["catalog_current"] is None
@@ -220,7 +232,10 @@ async def test_run_warns_when_no_live_launcher_knows_the_job(
 
 
 async def test_run_wait_says_once_why_the_run_waits_and_ends_after_a_restart(
-    store: Store, catalog: Catalog, settings: Settings, cli_env: dict[str, str],
+    store: Store,
+    catalog: Catalog,
+    settings: Settings,
+    cli_env: dict[str, str],
     cli_catalog: Path,
 ) -> None:
     hook = Counted()
@@ -230,8 +245,15 @@ async def test_run_wait_says_once_why_the_run_waits_and_ends_after_a_restart(
     old_task = asyncio.create_task(old.run())
     await old.beat()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "runlane", "run", "fresh", "--wait", env=cli_env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "runlane",
+        "run",
+        "fresh",
+        "--wait",
+        env=cli_env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     assert proc.stdout is not None
     assert proc.stderr is not None
@@ -329,7 +351,10 @@ async def test_emit_and_chain_run_warn_when_the_launchers_run_an_older_catalog(
 
 
 async def test_a_restarted_launcher_starts_a_kept_run_at_once(
-    store: Store, catalog: Catalog, settings: Settings, cli_env: dict[str, str],
+    store: Store,
+    catalog: Catalog,
+    settings: Settings,
+    cli_env: dict[str, str],
     cli_catalog: Path,
 ) -> None:
     # The old launcher keeps the run for repair for the production 5 minutes; the restart that
@@ -398,8 +423,12 @@ async def test_a_kept_run_is_handed_to_a_live_launcher_that_has_the_job(
 
 
 async def test_doctor_tells_an_older_launcher_catalog_from_a_job_gone_from_the_file(
-    store: Store, catalog: Catalog, settings: Settings, cli_env: dict[str, str],
-    cli_catalog: Path, tmp_path: Path,
+    store: Store,
+    catalog: Catalog,
+    settings: Settings,
+    cli_env: dict[str, str],
+    cli_catalog: Path,
+    tmp_path: Path,
 ) -> None:
     hook = Counted()
     launcher = launcher_on(store, catalog, settings, hook=hook)
@@ -427,7 +456,9 @@ async def test_doctor_tells_an_older_launcher_catalog_from_a_job_gone_from_the_f
         ), repair["message"]
         assert repair["message"].endswith(f"; running without the job: {launcher.owner}")
         assert "not in the catalog" not in repair["message"]
-        stale = [f for f in findings if f["check"] == "launchers" and "differs from" in f["message"]]
+        stale = [
+            f for f in findings if f["check"] == "launchers" and "differs from" in f["message"]
+        ]
         assert [f["level"] for f in stale] == ["warning"]
         assert stale[0]["message"].startswith(
             f"launcher {launcher.owner} runs {settings.catalog_path} (loaded at "
@@ -440,7 +471,10 @@ async def test_doctor_tells_an_older_launcher_catalog_from_a_job_gone_from_the_f
         code, out, _ = await cli(cli_env, "doctor", "--catalog", str(settings.catalog_path))
         assert code == 1
         line = next(ln for ln in out.splitlines() if run_id in ln)
-        assert line.split(None, 2)[2] == f"run {run_id} (fresh, queued): job 'fresh' is not in the catalog"
+        assert (
+            line.split(None, 2)[2]
+            == f"run {run_id} (fresh, queued): job 'fresh' is not in the catalog"
+        )
         assert "differs from" not in out  # this file is the launcher's catalog
         assert "has changed since" not in out
     finally:
@@ -460,20 +494,25 @@ async def test_status_counts_running_runs_live_from_the_run_log(
 
     for _ in range(1005):
         await accept_run(store, catalog, RunRequest(job="hello", trigger=Trigger.CLI))
-    taken = await store.claim("L1", limit=2000, lease_ttl=600, executors=["inline"],
-                              executor_caps={})
+    taken = await store.claim(
+        "L1", limit=2000, lease_ttl=600, executors=["inline"], executor_caps={}
+    )
     assert len(taken) == 1005
     now = datetime.now(UTC)
     # L1's last beat predates its claims (it says 0); L2 holds nothing.
     for launcher_id in ("L1", "L2"):
-        await store.beat(Heartbeat(launcher_id, "host", 1, "0", now, running={"inline": 0},
-                                   heartbeat_interval=60.0))
+        await store.beat(
+            Heartbeat(
+                launcher_id, "host", 1, "0", now, running={"inline": 0}, heartbeat_interval=60.0
+            )
+        )
     code, out, err = await cli(cli_env, "status", "--json")
     assert code == 0, err
     data = json.loads(out)
     assert data["running"] == 1005
     assert {e["launcher_id"]: e["running"] for e in data["launchers"]} == {
-        "L1": {"inline": 1005}, "L2": {}
+        "L1": {"inline": 1005},
+        "L2": {},
     }
     code, out, _ = await cli(cli_env, "status")
     assert "running: 1005" in out.splitlines()[0]

@@ -250,8 +250,10 @@ async def test_a_chain_run_started_after_latest_waits_for_the_parents(
     assert before["slow"][0] in ("queued", "running")
     (tmp_path / "gate").write_text("open")
     await hooks.wait("chain_finished", run.id)
-    rows = {r.dedupe_key.rsplit("/", 1)[1]: r for r in await runner.store.list_runs(
-        RunFilter(chain_root_id=run.id))}
+    rows = {
+        r.dedupe_key.rsplit("/", 1)[1]: r
+        for r in await runner.store.list_runs(RunFilter(chain_root_id=run.id))
+    }
     assert rows["lineup"].status is RunStatus.SUCCESS
     assert rows["slow"].finished_at is not None
     assert rows["lineup"].queued_at >= rows["slow"].finished_at  # after its parent, not beside it
@@ -338,10 +340,20 @@ async def test_a_finished_step_advances_its_chain_without_waiting_for_the_tick(
     store: Store, catalog: Catalog, database_url: str, tmp_path: Path
 ) -> None:
     hooks = Hooks()
-    settings = Settings(database_url=database_url, log_dir=str(tmp_path / "logs"),
-                        claim_interval=0.05, launcher_id="nudge-test")
-    launcher = Launcher(store=store, catalog=catalog, executors=build_executors(settings),
-                        settings=settings, hook=hooks, trigger_interval=60.0)
+    settings = Settings(
+        database_url=database_url,
+        log_dir=str(tmp_path / "logs"),
+        claim_interval=0.05,
+        launcher_id="nudge-test",
+    )
+    launcher = Launcher(
+        store=store,
+        catalog=catalog,
+        executors=build_executors(settings),
+        settings=settings,
+        hook=hooks,
+        trigger_interval=60.0,
+    )
     task = asyncio.create_task(launcher.run())
     try:
 
@@ -384,8 +396,12 @@ async def test_a_chain_the_launcher_does_not_know_waits_for_one_that_does(
 
     def stale_launcher(settle: float) -> ChainRunner:
         return ChainRunner(
-            store, older, accept, launcher_id="stale",
-            catalog_digest=stamp_catalog(older).digest, unknown_settle=settle,
+            store,
+            older,
+            accept,
+            launcher_id="stale",
+            catalog_digest=stamp_catalog(older).digest,
+            unknown_settle=settle,
         )
 
     stale = stale_launcher(settle=0.0)
@@ -411,8 +427,13 @@ async def test_a_chain_the_launcher_does_not_know_waits_for_one_that_does(
     ) -> None:
         await store.beat(
             Heartbeat(
-                launcher_id="other", host="h", pid=1, version="test",
-                started_at=datetime.now(UTC), catalog_digest=digest, catalog_jobs=jobs,
+                launcher_id="other",
+                host="h",
+                pid=1,
+                version="test",
+                started_at=datetime.now(UTC),
+                catalog_digest=digest,
+                catalog_jobs=jobs,
                 catalog_chains=chains,
             )
         )
@@ -470,7 +491,6 @@ async def test_a_tick_advances_chain_runs_past_the_first_page(
         assert (await steps_of(runner, cid))["first"][0] == "queued"
 
 
-
 def without_chains(text: str, *names: str) -> str:
     """The catalog text without the blocks of the chains `names`."""
     kept: list[str] = []
@@ -501,8 +521,10 @@ async def test_a_run_of_a_chain_removed_from_the_catalog_file_ends_without_waiti
     added = await ChainRunner(store, catalog, accept).start("failing", trigger=Trigger.CLI)
 
     def text(value: str) -> str:
-        return value.replace("{dir}", str(tmp_path)).replace("{zone}", "UTC").replace(
-            "{latest}", "12:00"
+        return (
+            value.replace("{dir}", str(tmp_path))
+            .replace("{zone}", "UTC")
+            .replace("{latest}", "12:00")
         )
 
     # The launcher's catalog has neither chain; its file has `failing` (added since) only.
@@ -513,8 +535,12 @@ async def test_a_run_of_a_chain_removed_from_the_catalog_file_ends_without_waiti
 
     def restarted(settle: float) -> ChainRunner:
         return ChainRunner(
-            store, older, accept, launcher_id="restarted",
-            catalog_digest=stamp_catalog(older).digest, catalog_path=str(path),
+            store,
+            older,
+            accept,
+            launcher_id="restarted",
+            catalog_digest=stamp_catalog(older).digest,
+            catalog_path=str(path),
             unknown_settle=settle,
         )
 

@@ -77,9 +77,14 @@ async def launcher_on(url: str, catalog: Catalog, settings: Settings) -> AsyncIt
     store = store_from_url(url, db_timeout=BOUND)
     await store.open()
     events = Events()
-    launcher = Launcher(store=store, catalog=catalog, executors=build_executors(settings),
-                        settings=replace(settings, database_url=url, db_timeout=BOUND),
-                        hook=events, retry_base_seconds=0.05)
+    launcher = Launcher(
+        store=store,
+        catalog=catalog,
+        executors=build_executors(settings),
+        settings=replace(settings, database_url=url, db_timeout=BOUND),
+        hook=events,
+        retry_base_seconds=0.05,
+    )
     running = Running(launcher, asyncio.create_task(launcher.run()), events)
     try:
         yield events
@@ -107,7 +112,11 @@ def logged(entries: list[dict[str, Any]], event: str) -> Callable[[], bool]:
 
 
 async def test_a_database_gone_silent_mid_run_is_an_outage_within_the_bound(
-    pg_url: str, proxy: TcpProxy, direct: Store, catalog: Catalog, settings: Settings,
+    pg_url: str,
+    proxy: TcpProxy,
+    direct: Store,
+    catalog: Catalog,
+    settings: Settings,
     test_dir: Path,
 ) -> None:
     # The database stops answering while the run is in flight, its connections left open (a
@@ -155,9 +164,7 @@ async def test_a_row_lock_held_by_another_session_delays_the_save_until_released
                 await events.wait("started", run_id)
             operator = await psycopg.AsyncConnection.connect(pg_url)  # a transaction, held
             try:
-                await operator.execute(
-                    "UPDATE run_log SET note = note WHERE id = %s", (locked_id,)
-                )
+                await operator.execute("UPDATE run_log SET note = note WHERE id = %s", (locked_id,))
                 before = (await direct.get_run(other_id)).lease_expires_at
                 await wait_for(logged(entries, "lease.renew_locked"), within=BOUND + 5)
                 renewal = next(e for e in entries if e["event"] == "lease.renew_locked")
@@ -202,7 +209,12 @@ async def test_sigterm_stops_a_launcher_whose_database_is_silent_in_bounded_time
     log = test_dir / "serve.log"
     with log.open("wb") as out:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "runlane", "serve", env=env, stdout=out,
+            sys.executable,
+            "-m",
+            "runlane",
+            "serve",
+            env=env,
+            stdout=out,
             stderr=asyncio.subprocess.STDOUT,
         )
     try:

@@ -169,7 +169,9 @@ async def test_serve_freezes_what_its_start_up_allocated(sqlite_settings: Settin
             finished.set()
 
     async with open_runtime(sqlite_settings) as rt:
-        await accept_run(rt.store, rt.require_catalog(), RunRequest(job="hello", trigger=Trigger.CLI))
+        await accept_run(
+            rt.store, rt.require_catalog(), RunRequest(job="hello", trigger=Trigger.CLI)
+        )
     for freeze in (False, True):
         finished.clear()
         stop = asyncio.Event()

@@ -66,9 +66,9 @@ async def test_a_new_window_while_the_job_is_busy_records_a_skip_not_a_start(
         return await accept_run(store, catalog, request)
 
     first = await emit_event(store, catalog, accept, "rumor.signal_created", event_id="e1")
-    assert [(link.started, r.run.status) for link, r in zip(first.links, first.runs, strict=True)] == [
-        (True, RunStatus.QUEUED)
-    ]
+    assert [
+        (link.started, r.run.status) for link, r in zip(first.links, first.runs, strict=True)
+    ] == [(True, RunStatus.QUEUED)]
     clock.advance(2)  # 14:30:01: the next 30-minute window; the first run is still queued
     second = await emit_event(store, catalog, accept, "rumor.signal_created", event_id="e2")
     [link] = second.links

@@ -392,13 +392,15 @@ async def test_a_log_file_that_cannot_be_written_loses_no_tail_and_says_so(
     executor: InlineExecutor, log_dir: Path
 ) -> None:
     # A full disk: the run's log file is /dev/full, where every write fails with ENOSPC.
-    spec = make_spec(python(
-        """
+    spec = make_spec(
+        python(
+            """
         import sys
         for i in range(200):
             print(f"line {i}", flush=True)
         """
-    ))
+        )
+    )
     _on_a_full_disk(executor.log_path(spec.run_id, 1))
     errors: list[dict[str, object]] = []
     loop = asyncio.get_running_loop()
@@ -512,7 +514,8 @@ async def test_a_process_that_left_the_group_holding_the_pipe_does_not_hang_the_
     executor: InlineExecutor, stray_pids: list[int]
 ) -> None:
     # The child leaves the run's group (setsid) before the command exits, then holds the pipe.
-    spec = make_spec(python("""
+    spec = make_spec(
+        python("""
         import os, sys, time
         r, w = os.pipe()
         pid = os.fork()
@@ -523,7 +526,8 @@ async def test_a_process_that_left_the_group_holding_the_pipe_does_not_hang_the_
             os._exit(0)
         os.read(r, 1)
         print(pid, flush=True)
-    """))
+    """)
+    )
     started = time.monotonic()
     outcome = await finish(executor, await executor.start(spec), within=10)
     assert outcome.log_tail is not None

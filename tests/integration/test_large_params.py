@@ -46,7 +46,9 @@ def catalog_file(tmp_path: Path) -> Path:
     return path
 
 
-async def _run(store: Store, settings: Settings, catalog_file: Path, job: str, **params: str) -> str:
+async def _run(
+    store: Store, settings: Settings, catalog_file: Path, job: str, **params: str
+) -> str:
     request = RunRequest(job=job, trigger=Trigger.CLI, params=params)
     [run_id] = await run_to_end(store, load_catalog(catalog_file), settings, [request])
     return run_id

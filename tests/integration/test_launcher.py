@@ -128,7 +128,9 @@ async def test_overlap_forbid_refuses_a_person_and_skips_a_schedule(
         await accept(store, catalog, "single")
     assert info.value.active_run_id == first
     assert info.value.exit_code == 3
-    skipped = await accept(store, catalog, "single", trigger=Trigger.SCHEDULE, dedupe_key="single@slot")
+    skipped = await accept(
+        store, catalog, "single", trigger=Trigger.SCHEDULE, dedupe_key="single@slot"
+    )
     row = await store.get_run(skipped)
     assert (row.status, row.end_reason) == (RunStatus.SKIPPED, "overlap")
 
@@ -210,9 +212,9 @@ async def test_a_second_stop_ends_the_grace_period_at_once(
         await launcher.task
     run = await store.get_run(run_id)
     assert (run.status, run.end_reason) == (RunStatus.FAILURE, "launcher_shutdown")
-    assert [r.status for r in await store.list_runs(RunFilter(job="long")) if r.retry_of == run_id] == [
-        RunStatus.QUEUED
-    ]
+    assert [
+        r.status for r in await store.list_runs(RunFilter(job="long")) if r.retry_of == run_id
+    ] == [RunStatus.QUEUED]
 
 
 async def test_heartbeat_is_written(
@@ -231,7 +233,11 @@ async def test_pod_job_without_a_cluster_runs_inline_and_says_so(
     run_id = await accept(store, catalog, "kubejob")
     await launcher.events.wait("finished", run_id)
     run = await store.get_run(run_id)
-    assert (run.executor, run.status, run.note) == ("inline", RunStatus.SUCCESS, "no_cluster_fallback")
+    assert (run.executor, run.status, run.note) == (
+        "inline",
+        RunStatus.SUCCESS,
+        "no_cluster_fallback",
+    )
     assert "ran inline" in (run.log_tail or "")
 
 
@@ -239,8 +245,9 @@ async def test_pod_fallback_refuse_refuses_pod_jobs_without_a_cluster(
     store: Store, catalog: Catalog
 ) -> None:
     with pytest.raises(RunRefused, match="no cluster is configured"):
-        await accept_run(store, catalog, RunRequest(job="kubejob", trigger=Trigger.CLI),
-                         pod_fallback="refuse")
+        await accept_run(
+            store, catalog, RunRequest(job="kubejob", trigger=Trigger.CLI), pod_fallback="refuse"
+        )
     assert await store.list_runs(RunFilter(job="kubejob")) == []
 
 

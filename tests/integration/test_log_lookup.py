@@ -25,8 +25,17 @@ def a_run(
     status: RunStatus = RunStatus.RUNNING, *, owner: str | None = "L1", executor: str = "inline"
 ) -> Run:
     return Run(
-        id="r1", job="j", status=status, trigger="cli", dedupe_key="k", attempt=2,
-        executor=executor, overlap="allow", params={}, params_raw="{}", queued_at=T0,
+        id="r1",
+        job="j",
+        status=status,
+        trigger="cli",
+        dedupe_key="k",
+        attempt=2,
+        executor=executor,
+        overlap="allow",
+        params={},
+        params_raw="{}",
+        queued_at=T0,
         lease_owner=owner,
     )
 
@@ -58,7 +67,12 @@ async def runtime(tmp_path: Path, clock: FixedClock) -> AsyncIterator[Runtime]:
 async def beat(rt: Runtime, launcher_id: str, log_dir: Path | None, host: str = HERE) -> None:
     await rt.store.beat(
         Heartbeat(
-            launcher_id, host, 1, "test", T0, heartbeat_interval=1.0,
+            launcher_id,
+            host,
+            1,
+            "test",
+            T0,
+            heartbeat_interval=1.0,
             log_dir=None if log_dir is None else str(log_dir),
         )
     )

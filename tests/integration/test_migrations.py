@@ -184,7 +184,11 @@ def _runlane(database_url: str, tmp_path: Path, *args: str) -> subprocess.Comple
     env = dict(os.environ, RUNLANE_DATABASE_URL=database_url, RUNLANE_CATALOG=str(catalog))
     proc = subprocess.run(
         [sys.executable, "-m", "runlane", *args],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc
@@ -250,10 +254,14 @@ async def test_postgres_an_older_database_is_refused_then_upgraded(
 ) -> None:
     old_url, reference_url = pg_scratch
     with psycopg.connect(old_url, autocommit=True) as conn:
-        conn.execute(sqlcommon.load_queries("runlane.adapters.postgres")["bootstrap_migrations"].encode())
+        conn.execute(
+            sqlcommon.load_queries("runlane.adapters.postgres")["bootstrap_migrations"].encode()
+        )
         for migration in sqlcommon.load_migrations("runlane.adapters.postgres")[:old]:
             conn.execute(migration.sql.encode())
-            conn.execute("INSERT INTO schema_migrations (version) VALUES (%s)", (migration.version,))
+            conn.execute(
+                "INSERT INTO schema_migrations (version) VALUES (%s)", (migration.version,)
+            )
         conn.execute(OLD_BEAT.format(t="now()").encode())
     dbname = conninfo_to_dict(old_url)["dbname"]
     _check_upgrade_path(f"{PG_URL.rsplit('/', 1)[0]}/{dbname}", tmp_path, old, PG_VERSION)

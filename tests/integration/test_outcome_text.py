@@ -25,6 +25,7 @@ from .conftest import run_to_end
 def cli(job: str) -> RunRequest:
     return RunRequest(job=job, trigger=Trigger.CLI)
 
+
 PY = sys.executable
 CATALOG = f"""
 version: 1

@@ -63,12 +63,17 @@ def relative_log_settings(
 
 @pytest.mark.parametrize("size", [5, 120_000], ids=["small", "large"])
 async def test_a_job_that_changes_directory_reads_its_params(
-    store: Store, relative_log_settings: Settings, chdir_catalog: Path, tmp_path: Path,
+    store: Store,
+    relative_log_settings: Settings,
+    chdir_catalog: Path,
+    tmp_path: Path,
     size: int,
 ) -> None:
     value = "abc" + "x" * (size - 3)
     request = RunRequest(job="chdirjob", trigger=Trigger.CLI, params={"s": value})
-    [run_id] = await run_to_end(store, load_catalog(chdir_catalog), relative_log_settings, [request])
+    [run_id] = await run_to_end(
+        store, load_catalog(chdir_catalog), relative_log_settings, [request]
+    )
     run = await store.get_run(run_id)
     assert run.status is RunStatus.SUCCESS, (run.error_code, run.note, run.log_tail)
     seen = json.loads((run.log_tail or "").strip())

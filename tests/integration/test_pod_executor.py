@@ -82,7 +82,9 @@ def spec(
     )
 
 
-async def outcome_of(ex: PodExecutor, execution: Execution, within: float = 20.0) -> tuple[list[str], Outcome]:
+async def outcome_of(
+    ex: PodExecutor, execution: Execution, within: float = 20.0
+) -> tuple[list[str], Outcome]:
     kinds: list[str] = []
     async with asyncio.timeout(within):
         async for event in ex.events(execution):
@@ -111,12 +113,16 @@ async def finish(events: AsyncIterator[ExecutionEvent], within: float = 20.0) ->
     raise AssertionError("no finished event")
 
 
-async def stats_reach(watch: NamespaceWatch, predicate: Callable[[WatchStats], bool], within: float = 10.0) -> None:
+async def stats_reach(
+    watch: NamespaceWatch, predicate: Callable[[WatchStats], bool], within: float = 10.0
+) -> None:
     async with asyncio.timeout(within):
         await watch.wait_stats(predicate)
 
 
-async def fake_reaches(kube: KubeFake, predicate: Callable[[KubeState], bool], within: float = 10.0) -> None:
+async def fake_reaches(
+    kube: KubeFake, predicate: Callable[[KubeState], bool], within: float = 10.0
+) -> None:
     await asyncio.to_thread(kube.state.wait_for, predicate, within)
 
 
@@ -134,8 +140,12 @@ async def test_success_costs_one_create(kube: KubeFake, executor: PodExecutor) -
     assert outcome.exit_code == 0
     assert kinds[-1] == "finished"
     # The shared watch's list + watch are per namespace; what this run cost on its own:
-    per_run = [r for r in kube.state.requests
-               if "watch=true" not in r.query and not (r.method == "GET" and r.path.endswith(("/jobs", "/pods")))]
+    per_run = [
+        r
+        for r in kube.state.requests
+        if "watch=true" not in r.query
+        and not (r.method == "GET" and r.path.endswith(("/jobs", "/pods")))
+    ]
     assert [(r.method, r.path.rsplit("/", 1)[-1]) for r in per_run] == [("POST", "jobs")]
 
 
@@ -149,7 +159,12 @@ async def test_success_costs_one_create(kube: KubeFake, executor: PodExecutor) -
     ],
 )
 async def test_failures_are_classified(
-    kube: KubeFake, executor: PodExecutor, image: str, status: RunStatus, error_code: str, exit_code: int | None
+    kube: KubeFake,
+    executor: PodExecutor,
+    image: str,
+    status: RunStatus,
+    error_code: str,
+    exit_code: int | None,
 ) -> None:
     execution = await executor.start(spec(image, env={"FAKE_OUTPUT": "line one\nwhy it broke\n"}))
     _, outcome = await outcome_of(executor, execution)
@@ -264,7 +279,9 @@ async def test_start_twice_makes_one_job(kube: KubeFake, executor: PodExecutor) 
     assert outcome.status == RunStatus.CANCELLED
 
 
-async def test_lost_create_response_then_retry_adopts(kube: KubeFake, executor: PodExecutor) -> None:
+async def test_lost_create_response_then_retry_adopts(
+    kube: KubeFake, executor: PodExecutor
+) -> None:
     s = spec()
     kube.state.drop_create_response(1)
     with pytest.raises(TemporaryExecutorError):
@@ -273,18 +290,30 @@ async def test_lost_create_response_then_retry_adopts(kube: KubeFake, executor: 
     _, outcome = await outcome_of(executor, execution)
     assert outcome.status == RunStatus.SUCCESS
     assert len(kube.state.list("jobs", NS)) == 1
-    assert [r.status for r in kube.state.requests if r.method == "POST" and r.path.endswith("/jobs")][-1] == 409
+    assert [
+        r.status for r in kube.state.requests if r.method == "POST" and r.path.endswith("/jobs")
+    ][-1] == 409
 
 
 async def test_name_collision(kube: KubeFake, executor: PodExecutor) -> None:
     s = spec()
     name = job_name("demo", s.run_id, 1)
-    kube.state.create("jobs", {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "labels": {"app": "someone-else"}},
-        "spec": {"template": {"spec": {"restartPolicy": "Never",
-                                       "containers": [{"name": "c", "image": "fake/hang"}]}}},
-    })
+    kube.state.create(
+        "jobs",
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": name, "labels": {"app": "someone-else"}},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "c", "image": "fake/hang"}],
+                    }
+                }
+            },
+        },
+    )
     with pytest.raises(PermanentExecutorError) as err:
         await executor.start(s)
     assert err.value.code == "name_collision"
@@ -320,7 +349,9 @@ async def test_reattach_after_launcher_restart(kube: KubeFake) -> None:
 # ---------------------------------------------------------------------- cancel, deletion
 
 
-async def test_cancel_deletes_and_ends_cancelled_once_the_pod_is_gone(kube: KubeFake, executor: PodExecutor) -> None:
+async def test_cancel_deletes_and_ends_cancelled_once_the_pod_is_gone(
+    kube: KubeFake, executor: PodExecutor
+) -> None:
     s = spec("fake/hang", env={"FAKE_OUTPUT": "working\n"})
     execution = await executor.start(s)
     events = executor.events(execution)
@@ -383,7 +414,9 @@ async def _large_params(kube: KubeFake, executor: PodExecutor) -> None:
 
 
 async def test_one_shared_watch_for_many_runs(kube: KubeFake, executor: PodExecutor) -> None:
-    executions = await asyncio.gather(*(executor.start(spec("fake/hang", deadline=5)) for _ in range(20)))
+    executions = await asyncio.gather(
+        *(executor.start(spec("fake/hang", deadline=5)) for _ in range(20))
+    )
     streams = [executor.events(e) for e in executions]
     await asyncio.gather(*(until(s, "running") for s in streams))
     watch = executor.watches[NS]
@@ -441,7 +474,9 @@ async def test_dropped_watch_is_not_an_end(kube: KubeFake, executor: PodExecutor
     assert (await finish(events)).status == RunStatus.TIMEOUT
 
 
-async def test_resource_version_jump_after_api_server_restart(kube: KubeFake, executor: PodExecutor) -> None:
+async def test_resource_version_jump_after_api_server_restart(
+    kube: KubeFake, executor: PodExecutor
+) -> None:
     execution = await executor.start(spec("fake/hang", deadline=5))
     events = executor.events(execution)
     await until(events, "running")
@@ -454,7 +489,9 @@ async def test_resource_version_jump_after_api_server_restart(kube: KubeFake, ex
     assert (await finish(events)).status == RunStatus.TIMEOUT
 
 
-async def test_429_storm_on_create_honours_retry_after(kube: KubeFake, executor: PodExecutor) -> None:
+async def test_429_storm_on_create_honours_retry_after(
+    kube: KubeFake, executor: PodExecutor
+) -> None:
     await executor.ensure_allowed(NS)
     kube.state.fail_next(2, 429, retry_after=1, method="POST")
     loop = asyncio.get_running_loop()
@@ -502,8 +539,12 @@ async def test_watch_survives_5xx_and_429_on_list(kube: KubeFake, executor: PodE
 
 
 async def test_rbac_refuses_pod_runs_without_job_verbs() -> None:
-    allow = ["create,get,list,watch jobs.batch", "get,list,watch pods", "get pods/log",
-             "create selfsubjectaccessreviews.authorization.k8s.io"]
+    allow = [
+        "create,get,list,watch jobs.batch",
+        "get,list,watch pods",
+        "get pods/log",
+        "create selfsubjectaccessreviews.authorization.k8s.io",
+    ]
     with run_server(allow=allow) as fake:
         ex = make_executor(fake)
         try:
@@ -522,7 +563,9 @@ async def test_rbac_refuses_pod_runs_without_job_verbs() -> None:
 
 
 async def test_rbac_report_all_allowed(kube: KubeFake) -> None:
-    report = await rbac_report(environ={"KUBECONFIG": str(kube.kubeconfig_path), "KUBERNETES_NAMESPACE": NS})
+    report = await rbac_report(
+        environ={"KUBECONFIG": str(kube.kubeconfig_path), "KUBERNETES_NAMESPACE": NS}
+    )
     assert report
     assert all(ok for _, _, ok in report)
 

@@ -190,13 +190,22 @@ async def test_pod_runs_are_refused_without_rbac(
     with run_server(allow=["get,list,watch jobs.batch"]) as fake:
         config = KubeConfig.from_file(fake.kubeconfig_path).get()
         assert config is not None
-        pod = PodExecutor(api_client=KubeApi.from_config(config), environ={"KUBERNETES_NAMESPACE": "default"})
+        pod = PodExecutor(
+            api_client=KubeApi.from_config(config), environ={"KUBERNETES_NAMESPACE": "default"}
+        )
         events = Events()
-        launcher = Launcher(store=store, catalog=pod_catalog, settings=settings, hook=events,
-                            executors={"inline": InlineExecutor(settings.log_dir), "pod": pod})
+        launcher = Launcher(
+            store=store,
+            catalog=pod_catalog,
+            settings=settings,
+            hook=events,
+            executors={"inline": InlineExecutor(settings.log_dir), "pod": pod},
+        )
         task = asyncio.create_task(launcher.run())
         try:
-            run_id = await accept(store, pod_catalog, "fail")  # max_attempts 2, but a refusal is final
+            run_id = await accept(
+                store, pod_catalog, "fail"
+            )  # max_attempts 2, but a refusal is final
             await events.wait("finished", run_id)
         finally:
             launcher.stop()

@@ -108,7 +108,10 @@ async def test_params_up_to_the_limit_run_in_one_config_map(
     assert cm["data"]["params.json"] == s.env["RUNLANE_PARAMS"]  # params.json always goes
     assert "RUNLANE_PARAM_BLOB" not in cm["data"]  # no second copy of the big value
     assert sum(len(k) + len(v.encode()) for k, v in cm["data"].items()) <= 1024 * 1024
-    env = {e["name"] for e in kube.state.get("jobs", name)["spec"]["template"]["spec"]["containers"][0]["env"]}
+    env = {
+        e["name"]
+        for e in kube.state.get("jobs", name)["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
     assert "RUNLANE_PARAM_BLOB" not in env
     assert "RUNLANE_PARAM_SMALL" in env
     log = kube.state.logs(kube.state.pods_of(name)[0]["metadata"]["name"])
@@ -116,7 +119,9 @@ async def test_params_up_to_the_limit_run_in_one_config_map(
     assert lengths == {"blob": len(params["blob"]), "small": 1}  # the job reads it from params.json
 
 
-async def test_non_ascii_params_go_as_utf8_not_escapes(kube: KubeFake, executor: PodExecutor) -> None:
+async def test_non_ascii_params_go_as_utf8_not_escapes(
+    kube: KubeFake, executor: PodExecutor
+) -> None:
     params = {"text": "é" * 300_000}  # 600 KB as UTF-8, 1.8 MB as \\u escapes
     s = pod_spec(params)
     outcome = await outcome_of(executor, await executor.start(s))
@@ -126,7 +131,9 @@ async def test_non_ascii_params_go_as_utf8_not_escapes(kube: KubeFake, executor:
     assert json.loads(cm["data"]["params.json"]) == params
 
 
-async def test_a_single_param_that_fits_stays_a_file_too(kube: KubeFake, executor: PodExecutor) -> None:
+async def test_a_single_param_that_fits_stays_a_file_too(
+    kube: KubeFake, executor: PodExecutor
+) -> None:
     params = {"a": "x" * 200_000, "b": "y" * 150_000}
     s = pod_spec(params)
     outcome = await outcome_of(executor, await executor.start(s))
@@ -139,7 +146,9 @@ async def test_a_single_param_that_fits_stays_a_file_too(kube: KubeFake, executo
 # ---------------------------------------------------------------------- 2. no Job left behind
 
 
-async def test_a_failed_config_map_create_deletes_the_job(kube: KubeFake, executor: PodExecutor) -> None:
+async def test_a_failed_config_map_create_deletes_the_job(
+    kube: KubeFake, executor: PodExecutor
+) -> None:
     await executor.ensure_allowed(NS)
     deletes: list[Any] = []
     request = executor.api.request
@@ -239,7 +248,9 @@ async def test_a_job_gone_while_no_launcher_ran_is_not_launcher_lost(
 ) -> None:
     run_id = await accept_pod(store, pod_catalog, "hang")
     # A launcher claimed it, (maybe) started its Job, and died; the Job was deleted meanwhile.
-    [claimed] = await store.claim("dead-launcher", limit=1, lease_ttl=1.0, executors=["pod"], executor_caps={})
+    [claimed] = await store.claim(
+        "dead-launcher", limit=1, lease_ttl=1.0, executors=["pod"], executor_caps={}
+    )
     if seen_started:
         await store.set_external_id(claimed.lease, f"{NS}/{job_name('hang', run_id, 1)}")
     await asyncio.sleep(1.1)  # its lease expires
@@ -257,13 +268,18 @@ async def test_a_job_gone_while_no_launcher_ran_is_not_launcher_lost(
 
 # ---------------------------------------------------------------------- 4, 5, 7. doctor, KUBECONFIG
 
-JOB_VERBS = ["create,get,list,watch,delete jobs.batch", "create selfsubjectaccessreviews.authorization.k8s.io"]
+JOB_VERBS = [
+    "create,get,list,watch,delete jobs.batch",
+    "create selfsubjectaccessreviews.authorization.k8s.io",
+]
 
 
 async def kube_findings(settings: Any, store: Any) -> list[tuple[str, str]]:
     from runlane.service.doctor import diagnose
 
-    return [(f.level, f.message) for f in await diagnose(settings, store) if f.check == "kubernetes"]
+    return [
+        (f.level, f.message) for f in await diagnose(settings, store) if f.check == "kubernetes"
+    ]
 
 
 @pytest.fixture
@@ -299,7 +315,9 @@ async def test_doctor_says_pod_jobs_are_refused_without_a_cluster_and_refuse(
 ) -> None:
     from dataclasses import replace
 
-    assert await kube_findings(settings, store) == [("ok", "no cluster configured: pod jobs run inline")]
+    assert await kube_findings(settings, store) == [
+        ("ok", "no cluster configured: pod jobs run inline")
+    ]
     found = await kube_findings(replace(settings, pod_fallback="refuse"), store)
     assert len(found) == 1
     level, message = found[0]
@@ -336,7 +354,9 @@ async def test_a_mistyped_kubeconfig_refuses_pod_jobs_instead_of_running_them_in
     assert missing in str(err.value)
 
 
-def test_the_default_namespace_warning_is_logged_once(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_default_namespace_warning_is_logged_once(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from structlog.testing import capture_logs
 
     from runlane.adapters.kubernetes import config
@@ -371,8 +391,14 @@ async def test_logs_follow_right_after_run_waits_for_the_pod(
     assert seen == ["hello from the pod"]
     assert len(waits) == 1  # one line saying it waits, not one per look
     assert "waiting for the pod" in waits[0]
-    lists = [r for r in kube.state.requests if r.method == "GET" and r.path.endswith("/pods")
-             and "labelSelector" in r.query and "watch" not in r.query]
+    lists = [
+        r
+        for r in kube.state.requests
+        if r.method == "GET"
+        and r.path.endswith("/pods")
+        and "labelSelector" in r.query
+        and "watch" not in r.query
+    ]
     assert len(lists) < 20  # a bounded backoff, not a busy loop
 
 

@@ -23,19 +23,25 @@ def kube() -> Iterator[KubeFake]:
         yield fake
 
 
-async def stats_reach(watch: NamespaceWatch, predicate: Callable[[WatchStats], bool], within: float = 20.0) -> None:
+async def stats_reach(
+    watch: NamespaceWatch, predicate: Callable[[WatchStats], bool], within: float = 20.0
+) -> None:
     async with asyncio.timeout(within):
         await watch.wait_stats(predicate)
 
 
-async def fake_reaches(kube: KubeFake, predicate: Callable[[KubeState], bool], within: float = 20.0) -> None:
+async def fake_reaches(
+    kube: KubeFake, predicate: Callable[[KubeState], bool], within: float = 20.0
+) -> None:
     await asyncio.to_thread(kube.state.wait_for, predicate, within)
 
 
 async def _new_runs_end(executor: PodExecutor) -> None:
     ok = await executor.start(spec("fake/succeed"))
     bad = await executor.start(spec("fake/exit:3"))
-    (_, ok_outcome), (_, bad_outcome) = await asyncio.gather(outcome_of(executor, ok), outcome_of(executor, bad))
+    (_, ok_outcome), (_, bad_outcome) = await asyncio.gather(
+        outcome_of(executor, ok), outcome_of(executor, bad)
+    )
     assert ok_outcome.status == RunStatus.SUCCESS, ok_outcome
     assert (bad_outcome.status, bad_outcome.exit_code) == (RunStatus.FAILURE, 3), bad_outcome
 
@@ -90,7 +96,9 @@ async def test_fake_server_restarted_on_the_same_port(tmp_path: object) -> None:
         fresh = second.__enter__()
         await stats_reach(watch, lambda st: st.lists >= lists + 2, within=30)
         outcome = await finish(events, within=30)
-        assert (outcome.status, outcome.error_code) == (RunStatus.FAILURE, "deleted_externally"), outcome
+        assert (outcome.status, outcome.error_code) == (RunStatus.FAILURE, "deleted_externally"), (
+            outcome
+        )
         await fake_reaches(fresh, lambda st: st.open_watches == 2)
         await _new_runs_end(executor)
     finally:

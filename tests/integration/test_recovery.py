@@ -139,15 +139,20 @@ async def test_after_an_outage_a_launcher_leaves_expired_leases_alone_for_a_ttl(
     # saw: this one must give it a lease TTL to reconnect and revive its lease before taking
     # over a run that may well be alive (taking it at once killed healthy runs and re-ran them).
     run_id = await accept(store, catalog, "sleeper")
-    await store.claim("other-launcher", limit=1, lease_ttl=0.0, executors=["inline"],
-                      executor_caps={})
+    await store.claim(
+        "other-launcher", limit=1, lease_ttl=0.0, executors=["inline"], executor_caps={}
+    )
     outage = Outage(store)
     outage.down = True
     events = Events()
     ttl = 1.5
-    launcher = Launcher(store=outage, catalog=catalog, executors=build_executors(settings),  # type: ignore[arg-type]
-                        settings=replace(settings, lease_ttl=ttl, lease_renew_interval=0.5),
-                        hook=events)
+    launcher = Launcher(
+        store=outage,
+        catalog=catalog,
+        executors=build_executors(settings),  # type: ignore[arg-type]
+        settings=replace(settings, lease_ttl=ttl, lease_renew_interval=0.5),
+        hook=events,
+    )
     task = asyncio.create_task(launcher.run())
     try:
         await wait_for(lambda: outage.failures >= 1)
@@ -167,13 +172,21 @@ def _launcher_behind_an_outage(
     outage = Outage(store)
     events = Events()
     quick = replace(settings, lease_ttl=1.0, lease_renew_interval=0.3, shutdown_grace=0.5)
-    launcher = Launcher(store=outage, catalog=catalog, executors=build_executors(quick),  # type: ignore[arg-type]
-                        settings=quick, hook=events)
+    launcher = Launcher(
+        store=outage,
+        catalog=catalog,
+        executors=build_executors(quick),  # type: ignore[arg-type]
+        settings=quick,
+        hook=events,
+    )
     return outage, events, launcher, asyncio.create_task(launcher.run())
 
 
 async def test_an_outcome_the_database_missed_is_recorded_from_the_journal_not_rerun(
-    store: Store, catalog: Catalog, settings: Settings, test_dir: Path,
+    store: Store,
+    catalog: Catalog,
+    settings: Settings,
+    test_dir: Path,
     start_launcher: Callable[..., Running],
 ) -> None:
     # The run ends while the database is down, and its launcher is stopped before the database
@@ -236,7 +249,10 @@ async def test_an_outcome_saved_after_an_outage_keeps_the_time_the_run_ended(
 
 
 async def test_every_outcome_of_an_outage_is_journaled_not_only_the_first_batch(
-    store: Store, catalog: Catalog, settings: Settings, test_dir: Path,
+    store: Store,
+    catalog: Catalog,
+    settings: Settings,
+    test_dir: Path,
     start_launcher: Callable[..., Running],
 ) -> None:
     # Three runs end one after another during an outage. The first outcome's save is retried
@@ -245,8 +261,10 @@ async def test_every_outcome_of_an_outage_is_journaled_not_only_the_first_batch(
     # over records them lost and runs them again.
     outage, events, first, task = _launcher_behind_an_outage(store, catalog, settings)
     gates = {"a": 0, "b": 0, "c": 1}
-    ids = {g: await accept(store, catalog, "gated", params={"gate": g, "code": code})
-           for g, code in gates.items()}
+    ids = {
+        g: await accept(store, catalog, "gated", params={"gate": g, "code": code})
+        for g, code in gates.items()
+    }
     for run_id in ids.values():
         await events.wait("started", run_id)
     outage.down = True
@@ -267,8 +285,10 @@ async def test_every_outcome_of_an_outage_is_journaled_not_only_the_first_batch(
         assert (run.status, run.exit_code, run.end_reason) == (expected, gates[gate], "exit"), run
         assert "outcome journal" in (run.note or "")
         assert f"passed {gate}" in (run.log_tail or "")
-    attempts = sorted((r.params or {}).get("gate", "") + str(r.attempt)
-                      for r in await store.list_runs(RunFilter(job="gated")))
+    attempts = sorted(
+        (r.params or {}).get("gate", "") + str(r.attempt)
+        for r in await store.list_runs(RunFilter(job="gated"))
+    )
     assert attempts == ["a1", "b1", "c1", "c2"]  # the failure's retry, and nothing run again
 
 
@@ -310,8 +330,13 @@ async def test_an_outcome_saved_whose_answer_was_lost_is_not_called_a_lost_lease
     # untrue) and fire the lease_lost hook; the row already holds this launcher's own outcome.
     flaky = LostCommitAnswer(store)
     events = Events()
-    launcher = Launcher(store=flaky, catalog=catalog, executors=build_executors(settings),  # type: ignore[arg-type]
-                        settings=settings, hook=events)
+    launcher = Launcher(
+        store=flaky,
+        catalog=catalog,
+        executors=build_executors(settings),  # type: ignore[arg-type]
+        settings=settings,
+        hook=events,
+    )
     task = asyncio.create_task(launcher.run())
     try:
         run_id = await accept(store, catalog, "gate")
@@ -337,7 +362,9 @@ async def test_corrupt_state_is_kept_for_repair_and_listed_by_doctor(
     gone = await accept(store, catalog, "hello")
     bad = await accept(store, catalog, "hello")
     # The job disappears from the catalog; another run's params are corrupted behind our back.
-    catalog2 = catalog.model_copy(update={"jobs": {k: v for k, v in catalog.jobs.items() if k != "careful"}})
+    catalog2 = catalog.model_copy(
+        update={"jobs": {k: v for k, v in catalog.jobs.items() if k != "careful"}}
+    )
     if settings.database_url.startswith("sqlite"):
         import sqlite3
 
@@ -351,8 +378,13 @@ async def test_corrupt_state_is_kept_for_repair_and_listed_by_doctor(
             # jsonb cannot hold invalid JSON; a valid non-object is the corruption PostgreSQL allows
             conn.execute("UPDATE run_log SET params = '\"oops\"'::jsonb WHERE id = %s", (bad,))
     events = Events()
-    launcher = Launcher(store=store, catalog=catalog2, executors=build_executors(settings),
-                        settings=settings, hook=events)
+    launcher = Launcher(
+        store=store,
+        catalog=catalog2,
+        executors=build_executors(settings),
+        settings=settings,
+        hook=events,
+    )
     task = asyncio.create_task(launcher.run())
     ok = await accept(store, catalog2, "hello")
     await events.wait("finished", gone)
@@ -399,8 +431,12 @@ def serve_env(settings: Settings, test_dir: Path) -> dict[str, str]:
 @pytest.fixture
 def serve_proc(serve_env: dict[str, str], test_dir: Path) -> Iterator[subprocess.Popen[bytes]]:
     with (test_dir / "serve.log").open("wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "runlane", "serve"], env=serve_env,
-                                stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runlane", "serve"],
+            env=serve_env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         yield proc
         if proc.poll() is None:
             proc.send_signal(signal.SIGCONT)
@@ -426,9 +462,14 @@ async def test_a_stalled_launcher_is_fenced_out_and_kills_its_process(
 
     serve_proc.send_signal(signal.SIGSTOP)  # the launcher stalls past its lease
     events = Events()
-    other = Launcher(store=store, catalog=catalog, executors=build_executors(settings),
-                     settings=replace(settings, lease_ttl=1.5, lease_renew_interval=0.3),
-                     hook=events, retry_base_seconds=30.0)
+    other = Launcher(
+        store=store,
+        catalog=catalog,
+        executors=build_executors(settings),
+        settings=replace(settings, lease_ttl=1.5, lease_renew_interval=0.3),
+        hook=events,
+        retry_base_seconds=30.0,
+    )
     task = asyncio.create_task(other.run())
     try:
         await events.wait("finished", run_id)
@@ -441,7 +482,9 @@ async def test_a_stalled_launcher_is_fenced_out_and_kills_its_process(
         await wait_for(lambda: not pid_alive(child))  # its renewal fails: it kills its process
         after = await store.get_run(run_id)
         assert (after.status, after.end_reason, after.lease_owner) == (
-            taken.status, taken.end_reason, taken.lease_owner,
+            taken.status,
+            taken.end_reason,
+            taken.lease_owner,
         )
         assert after.finished_at == taken.finished_at  # no write from the stale lease landed
     finally:
@@ -463,8 +506,13 @@ async def test_database_outage_loses_no_outcome(
     await store.open()
     await store.upgrade()
     events = Events()
-    launcher = Launcher(store=store, catalog=catalog, executors=build_executors(settings),
-                        settings=replace(settings, database_url=proxied), hook=events)
+    launcher = Launcher(
+        store=store,
+        catalog=catalog,
+        executors=build_executors(settings),
+        settings=replace(settings, database_url=proxied),
+        hook=events,
+    )
     task = asyncio.create_task(launcher.run())
     try:
         run_id = await accept(store, catalog, "gate")
@@ -521,9 +569,13 @@ async def run_slowly_started(
     ended; and what the launcher's hook saw."""
     events = Events()
     inline = build_executors(settings)["inline"]
-    launcher = Launcher(store=store, catalog=catalog,
-                        executors={"inline": slow(inline, delay=1.3)},
-                        settings=settings, hook=events)
+    launcher = Launcher(
+        store=store,
+        catalog=catalog,
+        executors={"inline": slow(inline, delay=1.3)},
+        settings=settings,
+        hook=events,
+    )
     task = asyncio.create_task(launcher.run())
     try:
         run_id = await accept(store, catalog, "slow")  # deadline 1s
@@ -548,8 +600,10 @@ class SlowStartSayingMore(SlowStart):
     """A slow start whose execution ends with a note and a tail of its own (the inline
     executor's when it could not write the log file whole)."""
 
-    NOTE = "the log file x.1.log is incomplete: writing it failed (Is a directory); " \
+    NOTE = (
+        "the log file x.1.log is incomplete: writing it failed (Is a directory); "
         "the tail here is complete"
+    )
 
     async def _ended(self, execution: Execution) -> AsyncIterator[ExecutionEvent]:
         async for event in self.inner.events(execution):
@@ -571,8 +625,7 @@ async def test_a_run_ended_for_a_slow_start_keeps_what_its_execution_said(
     run, _ = await run_slowly_started(store, catalog, settings, SlowStartSayingMore)
     assert (run.status, run.end_reason) == (RunStatus.TIMEOUT, "deadline")
     assert run.note == (
-        "the deadline passed while the executor was starting the run; "
-        + SlowStartSayingMore.NOTE
+        "the deadline passed while the executor was starting the run; " + SlowStartSayingMore.NOTE
     )
     assert run.log_tail == "last words\n"
 
@@ -581,21 +634,27 @@ class FlakyReattach(SlowStart):
     """An executor whose provider is unreachable when a run is taken over."""
 
     async def reattach(self, spec: ExecutionSpec) -> Execution | None:
-        raise TemporaryExecutorError("API server unavailable (503)", error_code="api_unavailable",
-                                     retry_after=60)
+        raise TemporaryExecutorError(
+            "API server unavailable (503)", error_code="api_unavailable", retry_after=60
+        )
 
 
 async def test_a_provider_outage_during_takeover_releases_the_run(
     store: Store, catalog: Catalog, settings: Settings
 ) -> None:
     run_id = await accept(store, catalog, "sleeper")
-    await store.claim("dead-launcher", limit=1, lease_ttl=0.0, executors=["inline"],
-                      executor_caps={})
+    await store.claim(
+        "dead-launcher", limit=1, lease_ttl=0.0, executors=["inline"], executor_caps={}
+    )
     events = Events()
     inline = build_executors(settings)["inline"]
-    launcher = Launcher(store=store, catalog=catalog,
-                        executors={"inline": FlakyReattach(inline, delay=0)},
-                        settings=settings, hook=events)
+    launcher = Launcher(
+        store=store,
+        catalog=catalog,
+        executors={"inline": FlakyReattach(inline, delay=0)},
+        settings=settings,
+        hook=events,
+    )
     task = asyncio.create_task(launcher.run())
     try:
         await events.wait("finished", run_id)
@@ -617,8 +676,9 @@ async def test_doctor_reports_missing_kubernetes_permissions(
     assert [(f.level, f.message) for f in no_cluster] == [
         ("ok", "no cluster configured: pod jobs run inline")
     ]
-    fake = KubeFake(allow=["create jobs.batch", "get jobs.batch", "list jobs.batch",
-                           "watch jobs.batch"]).start()
+    fake = KubeFake(
+        allow=["create jobs.batch", "get jobs.batch", "list jobs.batch", "watch jobs.batch"]
+    ).start()
     try:
         monkeypatch.setenv("KUBECONFIG", str(fake.kubeconfig_path))
         found = [f for f in await diagnose(settings, store) if f.check == "kubernetes"]
@@ -666,8 +726,9 @@ class DeferredFirstStart(SlowStart):
         self.starts += 1
         if self.starts == 1:
             await self.go.wait()
-            raise TemporaryExecutorError("provider busy (test)", error_code="api_unavailable",
-                                         retry_after=0)
+            raise TemporaryExecutorError(
+                "provider busy (test)", error_code="api_unavailable", retry_after=0
+            )
         return await self.inner.start(spec)
 
 
@@ -681,8 +742,13 @@ async def test_a_renewal_of_an_older_lease_never_kills_the_run_claimed_again(
     held = HeldRenewal(store, run_id)
     inline = DeferredFirstStart(build_executors(settings)["inline"], held.entered)
     events = Events()
-    launcher = Launcher(store=held, catalog=catalog, executors={"inline": inline},  # type: ignore[arg-type]
-                        settings=replace(settings, lease_renew_interval=0.2), hook=events)
+    launcher = Launcher(
+        store=held,
+        catalog=catalog,
+        executors={"inline": inline},  # type: ignore[arg-type]
+        settings=replace(settings, lease_renew_interval=0.2),
+        hook=events,
+    )
     task = asyncio.create_task(launcher.run())
     try:
         await events.wait("started", run_id)  # the second claim's start

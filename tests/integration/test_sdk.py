@@ -389,15 +389,20 @@ async def test_a_run_that_changes_directory_records_its_children_in_the_launcher
     monkeypatch.chdir(home)
     monkeypatch.delenv("RUNLANE_DATABASE_URL", raising=False)
     settings = Settings(
-        database_url="sqlite:///runlane.db", catalog_path="catalog.yaml", log_dir="logs",
-        claim_interval=0.1, shutdown_grace=1.0,
+        database_url="sqlite:///runlane.db",
+        catalog_path="catalog.yaml",
+        log_dir="logs",
+        claim_interval=0.1,
+        shutdown_grace=1.0,
     )
     s = store_from_url(settings.database_url)
     await s.open()
     await s.upgrade()
     try:
         catalog = load_catalog(home / "catalog.yaml")
-        [run_id] = await run_to_end(s, catalog, settings, [RunRequest(job="cd", trigger=Trigger.CLI)])
+        [run_id] = await run_to_end(
+            s, catalog, settings, [RunRequest(job="cd", trigger=Trigger.CLI)]
+        )
         run = await s.get_run(run_id)
         assert run.status is RunStatus.SUCCESS, run.log_tail
         assert run.log_tail is not None
@@ -453,7 +458,10 @@ async def test_a_moment_the_database_is_busy_does_not_end_recording_for_the_proc
         subprocess.run,
         [sys.executable, str(job), db_url.removeprefix("sqlite:///")],
         env={**base, "RUNLANE_DATABASE_URL": db_url + "\n"},  # a stray newline is ignored too
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
@@ -478,13 +486,19 @@ async def test_a_database_url_with_a_stray_newline_still_records(
     await s.upgrade()
     try:
         script = tmp_path / "one.py"
-        script.write_text("from runlane.sdk import run_scope\n"
-                          "with run_scope('step') as s:\n    print(s.run_id, s.recorded)\n")
+        script.write_text(
+            "from runlane.sdk import run_scope\n"
+            "with run_scope('step') as s:\n    print(s.run_id, s.recorded)\n"
+        )
         base = {k: v for k, v in os.environ.items() if k not in SDK_ENV}
         done = await asyncio.to_thread(
-            subprocess.run, [sys.executable, str(script)],
+            subprocess.run,
+            [sys.executable, str(script)],
             env={**base, "RUNLANE_DATABASE_URL": database_url + "\n"},
-            capture_output=True, text=True, timeout=60, check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
         )
         assert done.returncode == 0, done.stderr
         run_id, recorded = done.stdout.split()

@@ -40,6 +40,9 @@ def job_body(name: str, image: str = "fake/succeed", **spec: object) -> dict[str
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": name, "labels": labels},
-        "spec": {"backoffLimit": 0, **spec,
-                 "template": {"spec": {"restartPolicy": "Never", "containers": [container]}}},
+        "spec": {
+            "backoffLimit": 0,
+            **spec,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
+        },
     }

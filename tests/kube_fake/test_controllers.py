@@ -14,7 +14,9 @@ from tests.kube_fake.http import Raw
 
 
 def _conds(obj: dict[str, Any]) -> list[tuple[str, str, str]]:
-    return [(c["type"], c["status"], c.get("reason", "")) for c in obj["status"].get("conditions") or []]
+    return [
+        (c["type"], c["status"], c.get("reason", "")) for c in obj["status"].get("conditions") or []
+    ]
 
 
 def _only_pod(kube: KubeFake, job: str) -> dict[str, Any]:
@@ -34,7 +36,9 @@ def _only_pod(kube: KubeFake, job: str) -> dict[str, Any]:
         ("fake/evicted", "Failed", ("Error", 137)),
     ],
 )
-def test_finishing_scripts(kube_fake: KubeFake, image: str, phase: str, terminated: tuple[str, int]) -> None:
+def test_finishing_scripts(
+    kube_fake: KubeFake, image: str, phase: str, terminated: tuple[str, int]
+) -> None:
     kube_fake.state.create("jobs", job_body("s", image=image))
     kube_fake.state.wait_for(lambda s: s.job_finished("s"))
     pod = _only_pod(kube_fake, "s")
@@ -49,8 +53,10 @@ def test_finishing_scripts(kube_fake: KubeFake, image: str, phase: str, terminat
         assert job["status"]["succeeded"] == 1
         assert "completionTime" in job["status"]
     else:
-        assert _conds(job) == [("FailureTarget", "True", "BackoffLimitExceeded"),
-                               ("Failed", "True", "BackoffLimitExceeded")]
+        assert _conds(job) == [
+            ("FailureTarget", "True", "BackoffLimitExceeded"),
+            ("Failed", "True", "BackoffLimitExceeded"),
+        ]
         assert job["status"]["failed"] == 1
         assert "completionTime" not in job["status"]
     if image == "fake/evicted":
@@ -70,7 +76,11 @@ def test_finishing_scripts(kube_fake: KubeFake, image: str, phase: str, terminat
 )
 def test_waiting_scripts(kube_fake: KubeFake, image: str, reason: str, event: str) -> None:
     kube_fake.state.create("jobs", job_body("w", image=image))
-    kube_fake.state.wait_for(lambda s: bool(s.pods_of("w")) and bool(s.pods_of("w")[0]["status"].get("containerStatuses")))
+    kube_fake.state.wait_for(
+        lambda s: (
+            bool(s.pods_of("w")) and bool(s.pods_of("w")[0]["status"].get("containerStatuses"))
+        )
+    )
     kube_fake.state.wait_idle()
     pod = _only_pod(kube_fake, "w")
     assert pod["status"]["phase"] == "Pending"
@@ -80,7 +90,9 @@ def test_waiting_scripts(kube_fake: KubeFake, image: str, reason: str, event: st
     assert event in {e["reason"] for e in kube_fake.state.events_for(pod["metadata"]["name"])}
     assert not kube_fake.state.job_finished("w")
     # pods/log answers 400 while the container waits
-    status, _, body = Raw(kube_fake.url).request("GET", f"/api/v1/namespaces/default/pods/{pod['metadata']['name']}/log")
+    status, _, body = Raw(kube_fake.url).request(
+        "GET", f"/api/v1/namespaces/default/pods/{pod['metadata']['name']}/log"
+    )
     assert status == 400
     assert "is waiting to start" in body["message"]
 
@@ -88,18 +100,37 @@ def test_waiting_scripts(kube_fake: KubeFake, image: str, reason: str, event: st
 def test_unschedulable_and_missing_secret(kube_fake: KubeFake) -> None:
     kube_fake.state.create("jobs", job_body("u", image="fake/unschedulable"))
     body = job_body("m")
-    body["spec"]["template"]["spec"]["containers"][0]["envFrom"] = [{"secretRef": {"name": "creds"}}]  # type: ignore[index]
+    body["spec"]["template"]["spec"]["containers"][0]["envFrom"] = [
+        {"secretRef": {"name": "creds"}}
+    ]  # type: ignore[index]
     kube_fake.state.create("jobs", body)
-    kube_fake.state.wait_for(lambda s: bool(s.pods_of("u")) and bool(s.pods_of("u")[0]["status"].get("conditions"))
-                             and bool(s.pods_of("m")) and bool(s.pods_of("m")[0]["status"].get("containerStatuses")))
+    kube_fake.state.wait_for(
+        lambda s: (
+            bool(s.pods_of("u"))
+            and bool(s.pods_of("u")[0]["status"].get("conditions"))
+            and bool(s.pods_of("m"))
+            and bool(s.pods_of("m")[0]["status"].get("containerStatuses"))
+        )
+    )
     kube_fake.state.wait_idle()
     pod = _only_pod(kube_fake, "u")
-    assert pod["status"]["conditions"] == [{**pod["status"]["conditions"][0], "type": "PodScheduled",
-                                            "status": "False", "reason": "Unschedulable"}]
+    assert pod["status"]["conditions"] == [
+        {
+            **pod["status"]["conditions"][0],
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+        }
+    ]
     assert "nodeName" not in pod["spec"]
-    assert [e["reason"] for e in kube_fake.state.events_for(pod["metadata"]["name"])] == ["FailedScheduling"]
+    assert [e["reason"] for e in kube_fake.state.events_for(pod["metadata"]["name"])] == [
+        "FailedScheduling"
+    ]
     waiting = _only_pod(kube_fake, "m")["status"]["containerStatuses"][0]["state"]["waiting"]
-    assert waiting == {"reason": "CreateContainerConfigError", "message": 'secret "creds" not found'}
+    assert waiting == {
+        "reason": "CreateContainerConfigError",
+        "message": 'secret "creds" not found',
+    }
 
 
 def test_legacy_condition_sequence(kube_fake_factory: Any) -> None:
@@ -113,7 +144,9 @@ def test_legacy_condition_sequence(kube_fake_factory: Any) -> None:
 
 
 def test_active_deadline_counts_pending_time(kube_fake: KubeFake) -> None:
-    kube_fake.state.create("jobs", job_body("d", image="fake/image-pull-backoff", activeDeadlineSeconds=30))
+    kube_fake.state.create(
+        "jobs", job_body("d", image="fake/image-pull-backoff", activeDeadlineSeconds=30)
+    )
     kube_fake.state.create("jobs", job_body("h", image="fake/hang", activeDeadlineSeconds=30))
     kube_fake.state.wait_for(lambda s: len(s.pods_of("d")) == 1 and len(s.pods_of("h")) == 1)
     kube_fake.state.wait_idle()
@@ -122,8 +155,14 @@ def test_active_deadline_counts_pending_time(kube_fake: KubeFake) -> None:
     kube_fake.state.wait_for(lambda s: s.job_finished("d") and s.job_finished("h"))
     for name in ("d", "h"):
         job = kube_fake.state.get("jobs", name)
-        assert _conds(job) == [("FailureTarget", "True", "DeadlineExceeded"), ("Failed", "True", "DeadlineExceeded")]
-        assert job["status"]["conditions"][0]["message"] == "Job was active longer than specified deadline"
+        assert _conds(job) == [
+            ("FailureTarget", "True", "DeadlineExceeded"),
+            ("Failed", "True", "DeadlineExceeded"),
+        ]
+        assert (
+            job["status"]["conditions"][0]["message"]
+            == "Job was active longer than specified deadline"
+        )
         assert job["status"]["failed"] == 1
     kube_fake.state.wait_for(lambda s: not s.pods_of("d") and not s.pods_of("h"))
 
@@ -154,8 +193,11 @@ def test_suspended_job_waits_without_pods_then_resumes(kube_fake: KubeFake) -> N
     assert "startTime" not in job["status"]
     assert kube_fake.state.pods_of("q") == []
     status, _, patched = Raw(kube_fake.url).request(
-        "PATCH", "/apis/batch/v1/namespaces/default/jobs/q", {"spec": {"suspend": False}},
-        {"Content-Type": "application/merge-patch+json"})
+        "PATCH",
+        "/apis/batch/v1/namespaces/default/jobs/q",
+        {"spec": {"suspend": False}},
+        {"Content-Type": "application/merge-patch+json"},
+    )
     assert status == 200
     assert patched["spec"]["suspend"] is False
     kube_fake.state.wait_for(lambda s: s.job_finished("q"))
@@ -167,25 +209,53 @@ def test_delete_propagation_policies_and_preconditions(kube_fake: KubeFake) -> N
     state = kube_fake.state
     for name in ("bg", "fg", "or"):
         job = state.create("jobs", job_body(name, image="fake/hang"))
-        state.create("configmaps", {"metadata": {"name": f"{name}-params", "ownerReferences": [
-            {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": job["metadata"]["uid"]}]},
-            "data": {"k": "v"}})
-    state.wait_for(lambda s: all(s.pods_of(n) and s.pods_of(n)[0]["status"].get("phase") == "Running"
-                                 for n in ("bg", "fg", "or")))
+        state.create(
+            "configmaps",
+            {
+                "metadata": {
+                    "name": f"{name}-params",
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "batch/v1",
+                            "kind": "Job",
+                            "name": name,
+                            "uid": job["metadata"]["uid"],
+                        }
+                    ],
+                },
+                "data": {"k": "v"},
+            },
+        )
+    state.wait_for(
+        lambda s: all(
+            s.pods_of(n) and s.pods_of(n)[0]["status"].get("phase") == "Running"
+            for n in ("bg", "fg", "or")
+        )
+    )
     # a wrong UID precondition is a 409 Conflict and deletes nothing
-    status, _, body = raw.request("DELETE", "/apis/batch/v1/namespaces/default/jobs/bg",
-                                  {"propagationPolicy": "Background", "preconditions": {"uid": "nope"}})
+    status, _, body = raw.request(
+        "DELETE",
+        "/apis/batch/v1/namespaces/default/jobs/bg",
+        {"propagationPolicy": "Background", "preconditions": {"uid": "nope"}},
+    )
     assert status == 409
     assert body["reason"] == "Conflict"
-    assert body["message"].startswith('Operation cannot be fulfilled on jobs.batch "bg": Precondition failed: UID')
+    assert body["message"].startswith(
+        'Operation cannot be fulfilled on jobs.batch "bg": Precondition failed: UID'
+    )
     uid = state.get("jobs", "bg")["metadata"]["uid"]
-    status, _, body = raw.request("DELETE", "/apis/batch/v1/namespaces/default/jobs/bg",
-                                  {"propagationPolicy": "Background", "preconditions": {"uid": uid}})
+    status, _, body = raw.request(
+        "DELETE",
+        "/apis/batch/v1/namespaces/default/jobs/bg",
+        {"propagationPolicy": "Background", "preconditions": {"uid": uid}},
+    )
     assert status == 200
     assert body["status"] == "Success"
     state.wait_for(lambda s: not s.pods_of("bg") and s.get("configmaps", "bg-params") is None)
 
-    status, _, body = raw.request("DELETE", "/apis/batch/v1/namespaces/default/jobs/fg", {"propagationPolicy": "Foreground"})
+    status, _, body = raw.request(
+        "DELETE", "/apis/batch/v1/namespaces/default/jobs/fg", {"propagationPolicy": "Foreground"}
+    )
     assert status == 200
     assert body["metadata"]["deletionTimestamp"]
     assert "foregroundDeletion" in body["metadata"]["finalizers"]
@@ -204,12 +274,21 @@ def test_delete_propagation_policies_and_preconditions(kube_fake: KubeFake) -> N
 
 def test_local_process_is_the_pod(kube_fake_factory: Any) -> None:
     kube = kube_fake_factory()
-    kube.state.create("configmaps", {"metadata": {"name": "payload"}, "data": {"params.json": '{"x": 1}'}})
-    body = job_body("loc", image="local", env={"GREETING": "hello"}, command=[
-        sys.executable, "-c",
-        "import os, pathlib, sys; print(os.environ['GREETING']); "
-        "print(pathlib.Path(os.environ['KUBE_FAKE_ROOT'], 'etc/params/params.json').read_text()); "
-        "sys.stdout.flush(); sys.exit(4)"])
+    kube.state.create(
+        "configmaps", {"metadata": {"name": "payload"}, "data": {"params.json": '{"x": 1}'}}
+    )
+    body = job_body(
+        "loc",
+        image="local",
+        env={"GREETING": "hello"},
+        command=[
+            sys.executable,
+            "-c",
+            "import os, pathlib, sys; print(os.environ['GREETING']); "
+            "print(pathlib.Path(os.environ['KUBE_FAKE_ROOT'], 'etc/params/params.json').read_text()); "
+            "sys.stdout.flush(); sys.exit(4)",
+        ],
+    )
     spec = body["spec"]["template"]["spec"]  # type: ignore[index]
     spec["volumes"] = [{"name": "p", "configMap": {"name": "payload"}}]
     spec["containers"][0]["volumeMounts"] = [{"name": "p", "mountPath": "/etc/params"}]
@@ -222,11 +301,30 @@ def test_local_process_is_the_pod(kube_fake_factory: Any) -> None:
 
 
 def test_follow_streams_a_running_local_log(kube_fake: KubeFake) -> None:
-    kube_fake.state.create("jobs", job_body("f", image="local", command=[
-        sys.executable, "-u", "-c", "import sys; print('one'); sys.stdin.read() if False else None; print('two')"]))
-    kube_fake.state.wait_for(lambda s: bool(s.pods_of("f")) and bool(s.pods_of("f")[0]["status"].get("containerStatuses"))
-                             and "waiting" not in s.pods_of("f")[0]["status"]["containerStatuses"][0]["state"], 20)
+    kube_fake.state.create(
+        "jobs",
+        job_body(
+            "f",
+            image="local",
+            command=[
+                sys.executable,
+                "-u",
+                "-c",
+                "import sys; print('one'); sys.stdin.read() if False else None; print('two')",
+            ],
+        ),
+    )
+    kube_fake.state.wait_for(
+        lambda s: (
+            bool(s.pods_of("f"))
+            and bool(s.pods_of("f")[0]["status"].get("containerStatuses"))
+            and "waiting" not in s.pods_of("f")[0]["status"]["containerStatuses"][0]["state"]
+        ),
+        20,
+    )
     pod = _only_pod(kube_fake, "f")["metadata"]["name"]
-    status, _, text = Raw(kube_fake.url).request("GET", f"/api/v1/namespaces/default/pods/{pod}/log?follow=true")
+    status, _, text = Raw(kube_fake.url).request(
+        "GET", f"/api/v1/namespaces/default/pods/{pod}/log?follow=true"
+    )
     assert status == 200
     assert text == "one\ntwo\n"

@@ -18,7 +18,9 @@ JOBS = "/apis/batch/v1/namespaces/default/jobs"
 
 def test_watch_without_rv_replays_state_and_timeout_ends_it(kube_fake: KubeFake) -> None:
     kube_fake.state.create("jobs", job_body("a", image="fake/hang"))
-    kube_fake.state.wait_for(lambda s: (s.get("jobs", "a") or {}).get("status", {}).get("ready") == 1)
+    kube_fake.state.wait_for(
+        lambda s: (s.get("jobs", "a") or {}).get("status", {}).get("ready") == 1
+    )
     kube_fake.state.wait_idle()  # else a late status write is a MODIFIED event in the stream
     status, events = Raw(kube_fake.url).watch_lines(f"{JOBS}?watch=true&timeoutSeconds=1")
     assert status == 200
@@ -33,8 +35,10 @@ def test_bookmarks_and_label_transitions(kube_fake_factory: Any) -> None:
     kube.state.create("configmaps", {"metadata": {"name": "c", "labels": {"sel": "yes"}}})
     kube.state.mutate("configmaps", "c", lambda o: o["metadata"]["labels"].update(sel="no"))
     kube.state.mutate("configmaps", "c", lambda o: o["metadata"]["labels"].update(sel="yes"))
-    path = (f"/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={rv}&labelSelector=sel%3Dyes"
-            "&allowWatchBookmarks=true&timeoutSeconds=1")
+    path = (
+        f"/api/v1/namespaces/default/configmaps?watch=true&resourceVersion={rv}&labelSelector=sel%3Dyes"
+        "&allowWatchBookmarks=true&timeoutSeconds=1"
+    )
     _, events = Raw(kube.url).watch_lines(path)
     kinds = [e["type"] for e in events]
     # leaving the selector is a DELETED, coming back an ADDED (as the watch cache does)
@@ -42,7 +46,9 @@ def test_bookmarks_and_label_transitions(kube_fake_factory: Any) -> None:
     bookmarks = [e for e in events if e["type"] == "BOOKMARK"]
     assert bookmarks
     assert set(bookmarks[0]["object"]) == {"kind", "apiVersion", "metadata"}
-    assert int(bookmarks[-1]["object"]["metadata"]["resourceVersion"]) >= int(events[2]["object"]["metadata"]["resourceVersion"])
+    assert int(bookmarks[-1]["object"]["metadata"]["resourceVersion"]) >= int(
+        events[2]["object"]["metadata"]["resourceVersion"]
+    )
 
 
 def test_expired_resource_version_in_stream_and_as_http(kube_fake: KubeFake) -> None:
@@ -66,7 +72,9 @@ def test_expire_and_end_open_watches(kube_fake: KubeFake) -> None:
     results: dict[str, Any] = {}
 
     def watch(key: str) -> None:
-        results[key] = raw.watch_lines(f"{JOBS}?watch=true&resourceVersion={kube_fake.state.resource_version}")
+        results[key] = raw.watch_lines(
+            f"{JOBS}?watch=true&resourceVersion={kube_fake.state.resource_version}"
+        )
 
     threads = [threading.Thread(target=watch, args=(k,)) for k in ("one", "two")]
     for t in threads:
@@ -147,22 +155,43 @@ def test_auth_rbac_and_ssar(kube_fake_factory: Any) -> None:
     kube = kube_fake_factory(allow=["get,list,watch jobs.batch"])
     raw = Raw(kube.url)
     assert raw.request("GET", JOBS, headers={"Authorization": "Bearer wrong"})[0] == 401
-    assert raw.request("GET", JOBS, headers={"Authorization": "Bearer runlane-fake-token"})[0] == 200
+    assert (
+        raw.request("GET", JOBS, headers={"Authorization": "Bearer runlane-fake-token"})[0] == 200
+    )
     status, _, body = raw.request("POST", JOBS, job_body("no"))
     assert status == 403
     assert body == {
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
         "message": 'jobs.batch is forbidden: User "runlane-fake" cannot create resource "jobs" in API group '
-                   '"batch" in the namespace "default"',
-        "reason": "Forbidden", "details": {"group": "batch", "kind": "jobs"}, "code": 403}
-    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-              "spec": {"resourceAttributes": {"namespace": "default", "verb": "watch", "group": "batch",
-                                              "resource": "jobs"}}}
-    status, _, body = raw.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review)
+        '"batch" in the namespace "default"',
+        "reason": "Forbidden",
+        "details": {"group": "batch", "kind": "jobs"},
+        "code": 403,
+    }
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {
+            "resourceAttributes": {
+                "namespace": "default",
+                "verb": "watch",
+                "group": "batch",
+                "resource": "jobs",
+            }
+        },
+    }
+    status, _, body = raw.request(
+        "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review
+    )
     assert status == 201
     assert body["status"]["allowed"] is True
     review["spec"]["resourceAttributes"]["verb"] = "delete"  # type: ignore[index]
-    _, _, body = raw.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review)
+    _, _, body = raw.request(
+        "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review
+    )
     assert body["status"]["allowed"] is False
 
 

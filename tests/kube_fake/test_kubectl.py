@@ -22,13 +22,17 @@ class Kubectl:
         self.argv = [path, "--kubeconfig", str(kube.kubeconfig_path), "--request-timeout=10s"]
 
     def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        done = subprocess.run([*self.argv, *args], capture_output=True, text=True, timeout=30, check=False)
+        done = subprocess.run(
+            [*self.argv, *args], capture_output=True, text=True, timeout=30, check=False
+        )
         if check and done.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {done.stderr}")
         return done
 
     def popen(self, *args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen([*self.argv, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [*self.argv, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
 
 
 @pytest.fixture
@@ -43,14 +47,20 @@ def _manifest(tmp_path: Path, body: dict[str, Any]) -> str:
 
 
 def test_create_get_list_logs_delete(kubectl: Kubectl, kube_fake: KubeFake, tmp_path: Path) -> None:
-    out = kubectl("create", "--validate=false", "-f",
-                  _manifest(tmp_path, job_body("kj", env={"FAKE_OUTPUT": "a\nb\nc\n"}, labels={"team": "t"})))
+    out = kubectl(
+        "create",
+        "--validate=false",
+        "-f",
+        _manifest(tmp_path, job_body("kj", env={"FAKE_OUTPUT": "a\nb\nc\n"}, labels={"team": "t"})),
+    )
     assert out.stdout.strip() == "job.batch/kj created"
     kubectl("create", "--validate=false", "-f", _manifest(tmp_path, job_body("other")))
     kube_fake.state.wait_for(lambda s: s.job_finished("kj") and s.job_finished("other"))
 
     assert kubectl("get", "jobs", "-l", "team=t", "-o", "name").stdout.split() == ["job.batch/kj"]
-    assert kubectl("get", "jobs", "-l", "team notin (t)", "-o", "name").stdout.split() == ["job.batch/other"]
+    assert kubectl("get", "jobs", "-l", "team notin (t)", "-o", "name").stdout.split() == [
+        "job.batch/other"
+    ]
     table = kubectl("get", "jobs").stdout
     assert "kj" in table
     assert "Complete" in table
@@ -68,7 +78,9 @@ def test_create_get_list_logs_delete(kubectl: Kubectl, kube_fake: KubeFake, tmp_
     missing = kubectl("get", "job", "nope", check=False)
     assert missing.returncode != 0
     assert 'jobs.batch "nope" not found' in missing.stderr
-    dup = kubectl("create", "--validate=false", "-f", _manifest(tmp_path, job_body("kj")), check=False)
+    dup = kubectl(
+        "create", "--validate=false", "-f", _manifest(tmp_path, job_body("kj")), check=False
+    )
     assert 'jobs.batch "kj" already exists' in dup.stderr
 
     assert 'job.batch "kj" deleted' in kubectl("delete", "job", "kj", "--cascade=background").stdout
@@ -113,8 +125,12 @@ def test_watch_sees_added_modified_deleted(kubectl: Kubectl, kube_fake: KubeFake
 def test_raw_watch_from_expired_resource_version(kubectl: Kubectl, kube_fake: KubeFake) -> None:
     kube_fake.state.create("jobs", job_body("x"))
     kube_fake.state.compact()
-    out = kubectl("get", "--raw", "/apis/batch/v1/namespaces/default/jobs?watch=true&resourceVersion=1",
-                  check=False)
+    out = kubectl(
+        "get",
+        "--raw",
+        "/apis/batch/v1/namespaces/default/jobs?watch=true&resourceVersion=1",
+        check=False,
+    )
     event = json.loads(out.stdout.splitlines()[0])
     assert event["type"] == "ERROR"
     assert event["object"]["code"] == 410

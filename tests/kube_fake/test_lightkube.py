@@ -34,7 +34,9 @@ def test_sync_crud_selectors_watch_and_cascade(kube_fake: KubeFake) -> None:
     got = client.get(Job, "lk")
     assert [c.type for c in got.status.conditions] == ["SuccessCriteriaMet", "Complete"]
     assert [j.metadata.name for j in client.list(Job, labels={"app": "runlane"})] == ["lk"]
-    assert [p.metadata.labels["job-name"] for p in client.list(Pod, labels={"job-name": "lk"})] == ["lk"]
+    assert [p.metadata.labels["job-name"] for p in client.list(Pod, labels={"job-name": "lk"})] == [
+        "lk"
+    ]
 
     rv = created.metadata.resourceVersion
     types = []
@@ -53,7 +55,9 @@ def test_sync_crud_selectors_watch_and_cascade(kube_fake: KubeFake) -> None:
 
 
 async def test_async_client_watch_and_410(kube_fake: KubeFake) -> None:
-    client = AsyncClient(config=KubeConfig.from_file(str(kube_fake.kubeconfig_path)), namespace="default")
+    client = AsyncClient(
+        config=KubeConfig.from_file(str(kube_fake.kubeconfig_path)), namespace="default"
+    )
     try:
         await client.create(from_dict(job_body("alk", image="fake/oom")))
         kube_fake.state.wait_for(lambda s: s.job_finished("alk"))

@@ -14,9 +14,20 @@ from tests.kube_fake.http import Raw
 def test_module_entry_point_serves_and_writes_kubeconfig(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runlane.testing.kube", "--port", "0", "--kubeconfig", str(kubeconfig),
-         "--legacy-conditions", "--allow", "get,list jobs.batch"],
-        stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "runlane.testing.kube",
+            "--port",
+            "0",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--legacy-conditions",
+            "--allow",
+            "get,list jobs.batch",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert proc.stdout is not None

@@ -49,10 +49,15 @@ def test_bad_label_selector_is_400(bad: str) -> None:
 
 
 def test_field_selectors() -> None:
-    ev = {"metadata": {"name": "e", "namespace": "default"}, "involvedObject": {"name": "p", "kind": "Pod"}}
+    ev = {
+        "metadata": {"name": "e", "namespace": "default"},
+        "involvedObject": {"name": "p", "kind": "Pod"},
+    }
     from runlane.testing.kube.store import EVENTS
 
-    assert fields_match(parse_field_selector("involvedObject.name=p,involvedObject.kind=Pod", EVENTS), ev)
+    assert fields_match(
+        parse_field_selector("involvedObject.name=p,involvedObject.kind=Pod", EVENTS), ev
+    )
     assert not fields_match(parse_field_selector("involvedObject.name!=p", EVENTS), ev)
     with pytest.raises(ApiError) as err:
         parse_field_selector("spec.nope=1", JOBS)
@@ -64,8 +69,11 @@ def test_resource_version_is_global_and_monotonic_and_history_expires() -> None:
     store = Store(history_limit=3)
     rvs = []
     for i in range(5):
-        obj = store.create(PODS, "default", {"metadata": {"name": f"p{i}"},
-                                             "spec": {"containers": [{"name": "c", "image": "i"}]}})
+        obj = store.create(
+            PODS,
+            "default",
+            {"metadata": {"name": f"p{i}"}, "spec": {"containers": [{"name": "c", "image": "i"}]}},
+        )
         rvs.append(int(obj["metadata"]["resourceVersion"]))
     assert rvs == sorted(rvs)
     assert len(set(rvs)) == 5
@@ -90,8 +98,14 @@ def test_generate_name_and_validation() -> None:
     assert cm["metadata"]["name"].startswith("cfg-")
     assert len(cm["metadata"]["name"]) == 9
     with pytest.raises(ApiError) as err:
-        store.create(PODS, "default", {"metadata": {"name": "p", "labels": {"k": "x" * 64}},
-                                       "spec": {"containers": [{"name": "c", "image": "i"}]}})
+        store.create(
+            PODS,
+            "default",
+            {
+                "metadata": {"name": "p", "labels": {"k": "x" * 64}},
+                "spec": {"containers": [{"name": "c", "image": "i"}]},
+            },
+        )
     assert err.value.code == 422
     assert "must be no more than 63 characters" in err.value.message
     with pytest.raises(ApiError) as err:

@@ -42,12 +42,21 @@ async def executor() -> AsyncIterator[PodExecutor]:
     await ex.aclose()
 
 
-def spec(command: list[str], *, image: str = IMAGE, deadline: float = 300.0, **kw: Any) -> ExecutionSpec:
+def spec(
+    command: list[str], *, image: str = IMAGE, deadline: float = 300.0, **kw: Any
+) -> ExecutionSpec:
     rid = kw.pop("run_id", None) or str(uuid.uuid4())
     return ExecutionSpec(
-        run_id=rid, job="real-cluster", attempt=kw.pop("attempt", 1), trigger="manual",
-        command=command, params={}, env={"RUN_ID": rid, "RUNLANE_PARAMS": "{}"},
-        deadline_seconds=deadline, kill_grace_seconds=2.0, profile={"image": image, **kw},
+        run_id=rid,
+        job="real-cluster",
+        attempt=kw.pop("attempt", 1),
+        trigger="manual",
+        command=command,
+        params={},
+        env={"RUN_ID": rid, "RUNLANE_PARAMS": "{}"},
+        deadline_seconds=deadline,
+        kill_grace_seconds=2.0,
+        profile={"image": image, **kw},
     )
 
 
@@ -79,7 +88,9 @@ async def test_deadline(executor: PodExecutor) -> None:
 
 
 async def test_invalid_image_fails_at_once(executor: PodExecutor) -> None:
-    done = await outcome(executor, await executor.start(spec(["true"], image="Bad:Image:")), within=60)
+    done = await outcome(
+        executor, await executor.start(spec(["true"], image="Bad:Image:")), within=60
+    )
     assert done.error_code == "invalid_image"
 
 
@@ -120,19 +131,33 @@ async def test_start_is_idempotent_and_collisions_refused(executor: PodExecutor)
 
     foreign = spec(["true"])
     name = job_name(foreign.job, foreign.run_id, 1)
-    await executor.api.request("POST", jobs_path(NS), body={
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "labels": {"app": "not-runlane"}},
-        "spec": {"ttlSecondsAfterFinished": 60, "template": {"spec": {
-            "restartPolicy": "Never", "containers": [{"name": "c", "image": IMAGE, "command": ["true"]}]}}},
-    })
+    await executor.api.request(
+        "POST",
+        jobs_path(NS),
+        body={
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": name, "labels": {"app": "not-runlane"}},
+            "spec": {
+                "ttlSecondsAfterFinished": 60,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "c", "image": IMAGE, "command": ["true"]}],
+                    }
+                },
+            },
+        },
+    )
     with pytest.raises(PermanentExecutorError) as err:
         await executor.start(foreign)
     assert err.value.code == "name_collision"
 
 
 async def _jobs_named(ex: PodExecutor, name: str) -> list[Any]:
-    answer = await ex.api.request("GET", jobs_path(NS), params={"fieldSelector": f"metadata.name={name}"})
+    answer = await ex.api.request(
+        "GET", jobs_path(NS), params={"fieldSelector": f"metadata.name={name}"}
+    )
     return list(answer.get("items") or [])
 
 

@@ -9,7 +9,9 @@ import pytest
 from runlane.service.stores import absolute_url
 
 
-def test_relative_sqlite_paths_become_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_relative_sqlite_paths_become_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     assert absolute_url("sqlite:///runlane.db") == f"sqlite:///{tmp_path / 'runlane.db'}"
     assert absolute_url("sqlite:///./d/../x.db") == f"sqlite:///{tmp_path / 'x.db'}"

@@ -21,10 +21,20 @@ jobs:
 
 
 def run(**kw: object) -> Run:
-    base = Run(id="r1", job="job", status=RunStatus.RUNNING, trigger="cli", dedupe_key="k",
-               attempt=2, executor="inline", overlap="allow",
-               params={"week": 7, "dry_run": True, "name": None}, params_raw="{}",
-               queued_at=datetime(2026, 1, 1, tzinfo=UTC), parent_run_id="p1")
+    base = Run(
+        id="r1",
+        job="job",
+        status=RunStatus.RUNNING,
+        trigger="cli",
+        dedupe_key="k",
+        attempt=2,
+        executor="inline",
+        overlap="allow",
+        params={"week": 7, "dry_run": True, "name": None},
+        params_raw="{}",
+        queued_at=datetime(2026, 1, 1, tzinfo=UTC),
+        parent_run_id="p1",
+    )
     return replace(base, **kw)  # type: ignore[arg-type]
 
 

@@ -109,13 +109,26 @@ def test_nobody_knows_a_job_only_when_every_live_launcher_is_known_to_lack_it() 
 
 
 def beat_of(
-    launcher_id: str, *, host: str = "here", path: str | None = None,
-    chains: tuple[str, ...] | None = None, digest: str | None = "sha256:" + "0" * 64,
+    launcher_id: str,
+    *,
+    host: str = "here",
+    path: str | None = None,
+    chains: tuple[str, ...] | None = None,
+    digest: str | None = "sha256:" + "0" * 64,
 ) -> Heartbeat:
     t = datetime(2026, 12, 1, 3, 0, tzinfo=UTC)
     return Heartbeat(
-        launcher_id, host, 1, "test", t, beat_at=t, catalog_digest=digest,
-        catalog_loaded_at=t, catalog_jobs=(), catalog_path=path, catalog_chains=chains,
+        launcher_id,
+        host,
+        1,
+        "test",
+        t,
+        beat_at=t,
+        catalog_digest=digest,
+        catalog_loaded_at=t,
+        catalog_jobs=(),
+        catalog_path=path,
+        catalog_chains=chains,
     )
 
 
@@ -137,7 +150,9 @@ def test_a_changed_catalog_is_named_by_the_file_the_launcher_read(tmp_path: Path
         f"from {via_link} here: restart it on the catalog it should run"
     )
     # An older runlane does not say which file: nothing is claimed about it.
-    assert "runs the catalog loaded at" in changed_message(beat_of("L1"), "catalog.yaml", host="here")
+    assert "runs the catalog loaded at" in changed_message(
+        beat_of("L1"), "catalog.yaml", host="here"
+    )
     # Heartbeat text cannot break the line or reach the terminal as control characters.
     odd = changed_message(beat_of("L\n1", host="h\x1b[2J", path="/x\ny"), "c.yaml", host="here")
     assert "\n" not in odd

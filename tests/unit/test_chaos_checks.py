@@ -19,9 +19,16 @@ T = datetime(2026, 11, 29, tzinfo=UTC)
 
 def row(key: str, attempt: int, status: str, **kw: Any) -> dict[str, Any]:
     base = {
-        "id": f"{key}-{attempt}", "job": "ok", "dedupe_key": key if attempt == 1 else f"{key}#{attempt}",
-        "attempt": attempt, "status": status, "max_attempts": 3, "error_code": None,
-        "started_at": T, "finished_at": T + timedelta(seconds=1), "deadline_seconds": 30.0,
+        "id": f"{key}-{attempt}",
+        "job": "ok",
+        "dedupe_key": key if attempt == 1 else f"{key}#{attempt}",
+        "attempt": attempt,
+        "status": status,
+        "max_attempts": 3,
+        "error_code": None,
+        "started_at": T,
+        "finished_at": T + timedelta(seconds=1),
+        "deadline_seconds": 30.0,
         "kill_grace_seconds": 1.0,
     }
     base.update(kw)
@@ -56,8 +63,15 @@ def test_ledger_catches_double_execution_and_phantom_success() -> None:
 
 
 def test_audit_catches_a_write_under_someone_elses_lease() -> None:
-    good = {"writer": "runlane-launcher:B", "old_status": "running", "new_status": "success",
-            "lease_owner": "B", "end_reason": "exit", "run_id": "r", "new_generation": 2}
+    good = {
+        "writer": "runlane-launcher:B",
+        "old_status": "running",
+        "new_status": "success",
+        "lease_owner": "B",
+        "end_reason": "exit",
+        "run_id": "r",
+        "new_generation": 2,
+    }
     stale = dict(good, writer="runlane-launcher:A")
     sweep = dict(stale, end_reason="orphaned")
     person = dict(stale, writer="runlane")
@@ -69,7 +83,6 @@ def test_the_drain_waits_for_the_end_of_the_crons_last_minute() -> None:
     # The crons fire in whole UTC minutes: a run log that is quiet at 12:01:40 is not drained
     # while the 12:01 minute still has slots to fire (a chain started then was never finished).
     start = datetime(2026, 11, 29, 12, 0, 50, tzinfo=UTC)
-    assert chaos_crons(start, 32) == ("*/2 0,1 * * * *",
-                                      "*/5 0,1 * * * *")
+    assert chaos_crons(start, 32) == ("*/2 0,1 * * * *", "*/5 0,1 * * * *")
     assert chaos_window_end(start, 32) == datetime(2026, 11, 29, 12, 2, tzinfo=UTC)
     assert chaos_window_end(start, 5) == datetime(2026, 11, 29, 12, 1, tzinfo=UTC)

@@ -22,8 +22,18 @@ def load(name: str) -> dict[str, Any]:
 
 def test_there_is_a_fixture_for_every_reason() -> None:
     codes = {load(c)["expect"].get("error_code") for c in CASES}
-    for code in ("oom_killed", "exit_code", "evicted", "image_pull", "invalid_image",
-                 "unschedulable", "config_error", "deadline", "start_error", "job_failed"):
+    for code in (
+        "oom_killed",
+        "exit_code",
+        "evicted",
+        "image_pull",
+        "invalid_image",
+        "unschedulable",
+        "config_error",
+        "deadline",
+        "start_error",
+        "job_failed",
+    ):
         assert code in codes
 
 
@@ -112,21 +122,51 @@ def test_ended_at_reads_the_completion_time_then_the_condition_then_the_pod() ->
 
     from runlane.core.k8s_classify import ended_at
 
-    done = {"status": {"completionTime": "2031-03-04T05:06:07Z", "conditions": [
-        {"type": "Complete", "status": "True", "lastTransitionTime": "2031-03-04T05:06:09Z"}]}}
+    done = {
+        "status": {
+            "completionTime": "2031-03-04T05:06:07Z",
+            "conditions": [
+                {"type": "Complete", "status": "True", "lastTransitionTime": "2031-03-04T05:06:09Z"}
+            ],
+        }
+    }
     assert ended_at(done, []) == datetime(2031, 3, 4, 5, 6, 7, tzinfo=UTC)
-    failed = {"status": {"conditions": [
-        {"type": "Failed", "status": "False", "lastTransitionTime": "2031-03-04T05:00:00Z"},
-        {"type": "FailureTarget", "status": "True", "lastTransitionTime": "2031-03-04T05:06:08Z"}]}}
+    failed = {
+        "status": {
+            "conditions": [
+                {"type": "Failed", "status": "False", "lastTransitionTime": "2031-03-04T05:00:00Z"},
+                {
+                    "type": "FailureTarget",
+                    "status": "True",
+                    "lastTransitionTime": "2031-03-04T05:06:08Z",
+                },
+            ]
+        }
+    }
     assert ended_at(failed, []) == datetime(2031, 3, 4, 5, 6, 8, tzinfo=UTC)
-    pod = {"metadata": {"creationTimestamp": "2031-03-04T05:00:00Z"}, "status": {
-        "containerStatuses": [
-            {"state": {"terminated": {"exitCode": 1, "finishedAt": "2031-03-04T05:06:05Z"}}},
-            {"state": {"terminated": {"exitCode": 0, "finishedAt": "2031-03-04T05:06:06.5Z"}}}]}}
-    older = {"metadata": {"creationTimestamp": "2031-03-04T04:00:00Z"}, "status": {
-        "containerStatuses": [{"state": {"terminated": {"finishedAt": "2031-03-04T06:00:00Z"}}}]}}
+    pod = {
+        "metadata": {"creationTimestamp": "2031-03-04T05:00:00Z"},
+        "status": {
+            "containerStatuses": [
+                {"state": {"terminated": {"exitCode": 1, "finishedAt": "2031-03-04T05:06:05Z"}}},
+                {"state": {"terminated": {"exitCode": 0, "finishedAt": "2031-03-04T05:06:06.5Z"}}},
+            ]
+        },
+    }
+    older = {
+        "metadata": {"creationTimestamp": "2031-03-04T04:00:00Z"},
+        "status": {
+            "containerStatuses": [{"state": {"terminated": {"finishedAt": "2031-03-04T06:00:00Z"}}}]
+        },
+    }
     # The Job says nothing (deleted before its condition was written): its newest pod does.
     assert ended_at(None, [older, pod]) == datetime(2031, 3, 4, 5, 6, 6, 500000, tzinfo=UTC)
-    garbled = {"status": {"completionTime": "yesterday", "conditions": [
-        {"type": "Complete", "status": "True", "lastTransitionTime": "2031-03-04T05:06:09"}]}}
+    garbled = {
+        "status": {
+            "completionTime": "yesterday",
+            "conditions": [
+                {"type": "Complete", "status": "True", "lastTransitionTime": "2031-03-04T05:06:09"}
+            ],
+        }
+    }
     assert ended_at(garbled, []) is None  # not a time, and one without a zone: nothing said

@@ -30,7 +30,10 @@ def render(folder: str) -> list[dict[str, Any]]:
         pytest.skip("kubectl not installed (Debian package kubernetes-client)")
     out = subprocess.run(
         [kubectl, "kustomize", str(DEPLOY / folder)],
-        capture_output=True, text=True, check=True, timeout=60,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     ).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]
 
@@ -49,7 +52,14 @@ def by_kind(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def test_launcher_deployment() -> None:
     objects = by_kind(render("base"))
-    assert set(objects) >= {"ServiceAccount", "Role", "RoleBinding", "Deployment", "Service", "ConfigMap"}
+    assert set(objects) >= {
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "Deployment",
+        "Service",
+        "ConfigMap",
+    }
     dep = objects["Deployment"]
     assert dep["spec"]["replicas"] == 1
     assert dep["spec"]["strategy"] == {"type": "Recreate"}

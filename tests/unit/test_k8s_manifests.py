@@ -41,17 +41,33 @@ def spec(**kw: Any) -> ExecutionSpec:
                 "serviceAccount": "reporter",
                 "volumes": [
                     "shared-data",
-                    {"name": "certs", "secret": "tls-certs", "mountPath": "/etc/certs", "readOnly": True},
+                    {
+                        "name": "certs",
+                        "secret": "tls-certs",
+                        "mountPath": "/etc/certs",
+                        "readOnly": True,
+                    },
                     {"name": "conf_files", "configMap": "report-conf"},
                 ],
-                "resources": {"requests": {"cpu": "250m", "memory": "4Gi"}, "limits": {"memory": "6Gi"}},
+                "resources": {
+                    "requests": {"cpu": "250m", "memory": "4Gi"},
+                    "limits": {"memory": "6Gi"},
+                },
                 "nodeSelector": {"role": "batch"},
                 "tolerations": [{"key": "batch", "operator": "Exists", "effect": "NoSchedule"}],
             },
         )
     ).model_dump()
-    env = kw.pop("env", {"RUN_ID": RUN, "RUN_TRIGGER": "manual", "RUN_PARENT_ID": "",
-                         "RUNLANE_PARAMS": '{"week":3}', "RUNLANE_PARAM_WEEK": "3"})
+    env = kw.pop(
+        "env",
+        {
+            "RUN_ID": RUN,
+            "RUN_TRIGGER": "manual",
+            "RUN_PARENT_ID": "",
+            "RUNLANE_PARAMS": '{"week":3}',
+            "RUNLANE_PARAM_WEEK": "3",
+        },
+    )
     return ExecutionSpec(
         run_id=kw.pop("run_id", RUN),
         job=kw.pop("job", "nightly.report"),
@@ -96,7 +112,10 @@ def test_job_from_profile_and_job() -> None:
     assert {"name": "RUN_ID", "value": RUN} in c["env"]
     assert {"name": "RUNLANE_PARAM_WEEK", "value": "3"} in c["env"]
     assert c["envFrom"] == [{"secretRef": {"name": "report-creds"}}]
-    assert c["resources"] == {"requests": {"cpu": "250m", "memory": "4Gi"}, "limits": {"memory": "6Gi"}}
+    assert c["resources"] == {
+        "requests": {"cpu": "250m", "memory": "4Gi"},
+        "limits": {"memory": "6Gi"},
+    }
     vols = {v["name"]: v for v in pod["volumes"]}
     mounts = {m["name"]: m for m in c["volumeMounts"]}
     assert vols["v0-shared-data"]["persistentVolumeClaim"]["claimName"] == "shared-data"
@@ -112,17 +131,24 @@ def test_job_from_profile_and_job() -> None:
 
 def test_minimal_profile_and_scratch() -> None:
     plan = build_job_plan(
-        spec(profile={"image": "busybox:1.36"}), namespace="default", launcher_env={}, scratch="256Mi"
+        spec(profile={"image": "busybox:1.36"}),
+        namespace="default",
+        launcher_env={},
+        scratch="256Mi",
     )
     validate(plan.job)
     pod = plan.job["spec"]["template"]["spec"]
     assert "serviceAccountName" not in pod
-    assert pod["volumes"] == [{"name": "scratch", "emptyDir": {"medium": "Memory", "sizeLimit": "256Mi"}}]
+    assert pod["volumes"] == [
+        {"name": "scratch", "emptyDir": {"medium": "Memory", "sizeLimit": "256Mi"}}
+    ]
     assert pod["containers"][0]["volumeMounts"] == [{"name": "scratch", "mountPath": "/scratch"}]
 
 
 def test_image_expansion() -> None:
-    assert expand_image("${REG}/core:${TAG}", {"REG": "r.example", "TAG": "2"}) == "r.example/core:2"
+    assert (
+        expand_image("${REG}/core:${TAG}", {"REG": "r.example", "TAG": "2"}) == "r.example/core:2"
+    )
     assert expand_image("busybox", {}) == "busybox"
     with pytest.raises(PermanentExecutorError) as err:
         expand_image("${REG}/core:${TAG}", {"REG": "x"})
@@ -138,8 +164,12 @@ def test_no_image_is_refused() -> None:
 
 def test_large_params_spill_into_an_owned_config_map() -> None:
     big = "x" * 200_000
-    env = {"RUN_ID": RUN, "RUNLANE_PARAMS": json.dumps({"blob": big}), "RUNLANE_PARAM_BLOB": big,
-           "RUNLANE_PARAM_WEEK": "3"}
+    env = {
+        "RUN_ID": RUN,
+        "RUNLANE_PARAMS": json.dumps({"blob": big}),
+        "RUNLANE_PARAM_BLOB": big,
+        "RUNLANE_PARAM_WEEK": "3",
+    }
     plan = build_job_plan(spec(env=env), namespace="jobs", launcher_env={"CORE_IMAGE": "i"})
     validate(plan.job)
     c = plan.job["spec"]["template"]["spec"]["containers"][0]

@@ -11,9 +11,19 @@ from runlane.core.runs import Run, RunStatus
 
 T0 = datetime(2031, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
 KEPT = Run(
-    id="r1", job="fresh", status=RunStatus.QUEUED, trigger="cli", dedupe_key="k", attempt=1,
-    executor="inline", overlap="allow", params={}, params_raw="{}", queued_at=T0,
-    error_code="unknown_job", not_before=T0,
+    id="r1",
+    job="fresh",
+    status=RunStatus.QUEUED,
+    trigger="cli",
+    dedupe_key="k",
+    attempt=1,
+    executor="inline",
+    overlap="allow",
+    params={},
+    params_raw="{}",
+    queued_at=T0,
+    error_code="unknown_job",
+    not_before=T0,
 )
 
 

@@ -140,10 +140,29 @@ def test_schedule_table_limit_keeps_the_earliest_slots_of_every_schedule() -> No
 
 # --- counted, not walked ------------------------------------------------------------------------
 
-PLAN_ZONES = ["UTC", "Europe/Berlin", "America/Chicago", "Australia/Lord_Howe", "America/Havana",
-              "Pacific/Apia", "Antarctica/Troll", "Europe/Dublin", "Asia/Kathmandu"]
-PLAN_EXPRS = ["* * * * *", "0 * * * *", "30 2 * * *", "*/7 1,2,3 * * *", "0 2-4/2 1-7 * 0",
-              "5 0 * * *", "* 2 * * *", "0 */3 * * *", "0 0 29 2 *", "45 1 * * SUN"]
+PLAN_ZONES = [
+    "UTC",
+    "Europe/Berlin",
+    "America/Chicago",
+    "Australia/Lord_Howe",
+    "America/Havana",
+    "Pacific/Apia",
+    "Antarctica/Troll",
+    "Europe/Dublin",
+    "Asia/Kathmandu",
+]
+PLAN_EXPRS = [
+    "* * * * *",
+    "0 * * * *",
+    "30 2 * * *",
+    "*/7 1,2,3 * * *",
+    "0 2-4/2 1-7 * 0",
+    "5 0 * * *",
+    "* 2 * * *",
+    "0 */3 * * *",
+    "0 0 29 2 *",
+    "45 1 * * SUN",
+]
 SECOND_EXPRS = ["*/20 * * * * *", "15 30 2 * * *", "10,20 59 1 * * 6", "* * 2 * * *"]
 
 
@@ -156,7 +175,7 @@ def reference_plan(
     slots = list(iter_slots(spec.cron, spec.tz, start, now))
     kept = [s for s in slots if spec.in_season(s)]
     old = [s for s in kept if s < on_time_from]
-    recorded = old[len(old) - min(len(old), most):]
+    recorded = old[len(old) - min(len(old), most) :]
     unrecorded = old[: len(old) - len(recorded)]
 
     def action(slot: datetime, on_time: bool) -> str:
@@ -189,8 +208,15 @@ def reference_plan(
     season=st.one_of(st.none(), st.tuples(st.integers(-3, 20), st.integers(0, 10))),
 )
 def test_the_plan_counts_old_slots_as_listing_them_would(
-    zone: str, expr: str, start: datetime, down: int, catch_up: float, fraction: int,
-    most: int, paused: str, season: tuple[int, int] | None,
+    zone: str,
+    expr: str,
+    start: datetime,
+    down: int,
+    catch_up: float,
+    fraction: int,
+    most: int,
+    paused: str,
+    season: tuple[int, int] | None,
 ) -> None:
     """Old slots are counted a day at a time and only the recorded ones listed: the plan must
     be exactly what listing every slot gives, across offset changes and seasons."""

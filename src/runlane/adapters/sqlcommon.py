@@ -100,9 +100,7 @@ def check_schema_version(found: int, needed: int) -> None:
 
 
 SECRET_KEYS = frozenset({"password", "sslpassword"})
-_KEYWORD_SECRET = re.compile(
-    r"(?i)(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s']\S*|'.*)"
-)
+_KEYWORD_SECRET = re.compile(r"(?i)(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s']\S*|'.*)")
 
 
 def mask_url(url: str) -> str:
@@ -152,7 +150,9 @@ def url_secrets(url: str) -> list[str]:
     else:
         for match in _KEYWORD_SECRET.finditer(url):
             found.add(match.group(2).strip("'"))
-    decoded = {urllib.parse.unquote(s) for s in found} | {urllib.parse.unquote_plus(s) for s in found}
+    decoded = {urllib.parse.unquote(s) for s in found} | {
+        urllib.parse.unquote_plus(s) for s in found
+    }
     return sorted({s for s in found | decoded if s}, key=len, reverse=True)
 
 
@@ -304,7 +304,8 @@ class RowReader:
                 3600.0 if (v := g("deadline_seconds")) is None else _to_float(v, "deadline_seconds")
             ),
             kill_grace_seconds=(
-                30.0 if (v := g("kill_grace_seconds")) is None
+                30.0
+                if (v := g("kill_grace_seconds")) is None
                 else _to_float(v, "kill_grace_seconds")
             ),
             external_id=None if (v := g("external_id")) is None else str(v),

@@ -707,8 +707,10 @@ def _bound(loc: Loc, *, lower: bool) -> str | None:
         return None
     constraints = found[1] + _unwrap_annotated(found[0])[1]
     # pydantic's Le, Lt, Ge, Gt (annotated-types), read by their one field each.
-    words = (("ge", "at least"), ("gt", "more than")) if lower else (
-        ("le", "at most"), ("lt", "less than")
+    words = (
+        (("ge", "at least"), ("gt", "more than"))
+        if lower
+        else (("le", "at most"), ("lt", "less than"))
     )
     for item in constraints:  # grows as it goes: a nested `Field(gt=0)` adds its own list
         if isinstance(item, FieldInfo):
@@ -924,7 +926,10 @@ def _check_triggered_params(data: Mapping[str, Any], report: _Report) -> None:
             continue
         for trigger, why in (
             ("schedules", "its schedules start it with no params"),
-            ("on_event", "its on_event listeners start it with no params (event data is not params)"),
+            (
+                "on_event",
+                "its on_event listeners start it with no params (event data is not params)",
+            ),
         ):
             if isinstance(body.get(trigger), list) and body[trigger]:
                 report.add(

@@ -77,9 +77,7 @@ _DURATION_SCHEMA = {
 Duration = Annotated[float, DURATION_CHECK, Field(ge=0), WithJsonSchema(_DURATION_SCHEMA)]
 """A duration in seconds, written `30s`, `10m`, `2h`, `1d` (or a number of seconds)."""
 
-PositiveDuration = Annotated[
-    float, DURATION_CHECK, Field(gt=0), WithJsonSchema(_DURATION_SCHEMA)
-]
+PositiveDuration = Annotated[float, DURATION_CHECK, Field(gt=0), WithJsonSchema(_DURATION_SCHEMA)]
 
 
 def _scalar_to_str(value: object) -> object:

@@ -243,9 +243,7 @@ def catalog_check(
     from runlane.errors import CatalogError
 
     if path is not None and catalog is not None:
-        raise BadInput(
-            f"the catalog is given twice ({path!r} and --catalog {catalog!r}): give one"
-        )
+        raise BadInput(f"the catalog is given twice ({path!r} and --catalog {catalog!r}): give one")
     path = path or catalog or Settings.from_env().catalog_path
     try:
         cat = load_catalog(path)
@@ -262,12 +260,14 @@ def catalog_check(
         1 for c in cat.chains.values() if c.schedule is not None
     )
     if as_json:
-        print_json({
-            "valid": True,
-            "jobs": len(cat.jobs),
-            "chains": len(cat.chains),
-            "schedules": schedules,
-        })
+        print_json(
+            {
+                "valid": True,
+                "jobs": len(cat.jobs),
+                "chains": len(cat.chains),
+                "schedules": schedules,
+            }
+        )
     else:
         out.print(
             f"{output.escape(path)}: ok — {plural(len(cat.jobs), 'job')}, "
@@ -295,7 +295,9 @@ def db_upgrade(database: DatabaseOpt = None) -> None:
         await rt.store.ensure_current()  # written by a newer runlane: refused, as `db status` does
         await rt.store.check_writable()  # "up to date" on a read-only database would mislead
         if applied:
-            out.print(f"applied migrations {', '.join(map(str, applied))}; schema is at version {version_now}")
+            out.print(
+                f"applied migrations {', '.join(map(str, applied))}; schema is at version {version_now}"
+            )
         else:
             out.print(f"schema is up to date (version {version_now})")
 
@@ -326,7 +328,9 @@ def db_status(database: DatabaseOpt = None) -> None:
 
 @app.command()
 @friendly
-def config(catalog: CatalogOpt = None, database: DatabaseOpt = None, as_json: JsonOpt = False) -> None:
+def config(
+    catalog: CatalogOpt = None, database: DatabaseOpt = None, as_json: JsonOpt = False
+) -> None:
     """Print the effective configuration (secrets masked)."""
     from runlane.service.config import ENV_NAMES
 
@@ -348,7 +352,9 @@ def make_directory(directory: Path) -> None:
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
-        raise fail(f"{directory} is not a directory (give the directory to write into)", 2) from None
+        raise fail(
+            f"{directory} is not a directory (give the directory to write into)", 2
+        ) from None
     except OSError as exc:
         raise fail(f"cannot create directory {directory}: {exc.strerror or exc}") from None
 
@@ -401,7 +407,9 @@ def run_cmd(
         list[str] | None, typer.Option("--param", "-p", help="NAME=VALUE, repeatable.")
     ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Follow the run to its end.")] = False,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Confirm a job with acts: true.")] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Confirm a job with acts: true.")
+    ] = False,
     as_json: JsonOpt = False,
     catalog: CatalogOpt = None,
     database: DatabaseOpt = None,
@@ -508,9 +516,7 @@ async def warn_if_launchers_are_behind(rt: Runtime, chain: str) -> None:
         err.print(f"[yellow]warning:[/] {output.escape(output.terminal_safe(message))}")
 
 
-def repair_notice(
-    run: Run, catalog_path: str, *, in_file: bool | None, known_live: bool
-) -> str:
+def repair_notice(run: Run, catalog_path: str, *, in_file: bool | None, known_live: bool) -> str:
     """What `run --wait` and `logs --follow` say, once, when a launcher keeps the run they
     follow for repair: what happened and what to do. They keep waiting.
 
@@ -742,7 +748,9 @@ def show_run(run_id: str, as_json: bool, database: str | None) -> None:
             return
         data = run_dict(run)
         tail = data.pop("log_tail", None)
-        data["params"] = json.dumps(run.params) if run.params is not None else f"(corrupt) {run.params_raw}"
+        data["params"] = (
+            json.dumps(run.params) if run.params is not None else f"(corrupt) {run.params_raw}"
+        )
         out.print(output.kv_table(data.items()))
         if tail:
             out.print("[bold]log tail[/]")
@@ -756,7 +764,9 @@ def show_run(run_id: str, as_json: bool, database: str | None) -> None:
 @friendly
 def logs_cmd(
     run_id: str,
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the run ends.")] = False,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing until the run ends.")
+    ] = False,
     raw: Annotated[
         bool,
         typer.Option("--raw", help="Print control characters as they are, even on a terminal."),
@@ -867,8 +877,12 @@ async def cancel_chain(rt: Runtime, text: str, who: str, as_json: bool) -> bool:
 @friendly
 def pause_cmd(
     job: str,
-    until: Annotated[str | None, typer.Option("--until", help="A duration (2h) or an ISO time.")] = None,
-    reason: Annotated[str | None, typer.Option("--reason", help="Why, for the people who look.")] = None,
+    until: Annotated[
+        str | None, typer.Option("--until", help="A duration (2h) or an ISO time.")
+    ] = None,
+    reason: Annotated[
+        str | None, typer.Option("--reason", help="Why, for the people who look.")
+    ] = None,
     catalog: CatalogOpt = None,
     database: DatabaseOpt = None,
 ) -> None:
@@ -904,7 +918,9 @@ def resume_cmd(job: str, catalog: CatalogOpt = None, database: DatabaseOpt = Non
 
 @app.command("jobs")
 @friendly
-def jobs_cmd(as_json: JsonOpt = False, catalog: CatalogOpt = None, database: DatabaseOpt = None) -> None:
+def jobs_cmd(
+    as_json: JsonOpt = False, catalog: CatalogOpt = None, database: DatabaseOpt = None
+) -> None:
     """List the catalog's jobs with their settings and pause state."""
     settings = settings_from(catalog, database)
 
@@ -943,7 +959,16 @@ def jobs_cmd(as_json: JsonOpt = False, catalog: CatalogOpt = None, database: Dat
         from rich.table import Table
 
         table = Table(header_style="bold")
-        for col in ("job", "executor", "overlap", "tries", "deadline", "schedules", "params", "state"):
+        for col in (
+            "job",
+            "executor",
+            "overlap",
+            "tries",
+            "deadline",
+            "schedules",
+            "params",
+            "state",
+        ):
             # Names and settings stay on one line; only schedules, params and state wrap.
             table.add_column(col, no_wrap=col not in ("schedules", "params", "state"))
         from runlane.core.durations import format_duration
@@ -976,7 +1001,9 @@ def _pause_state(row: dict[str, Any]) -> str:
 
 @app.command("status")
 @friendly
-def status_cmd(as_json: JsonOpt = False, catalog: CatalogOpt = None, database: DatabaseOpt = None) -> None:
+def status_cmd(
+    as_json: JsonOpt = False, catalog: CatalogOpt = None, database: DatabaseOpt = None
+) -> None:
     """Launchers (and whether each runs the catalog file as it is now), queue depth, anything
     stuck."""
     settings = settings_from(catalog, database)
@@ -1019,29 +1046,31 @@ def status_cmd(as_json: JsonOpt = False, catalog: CatalogOpt = None, database: D
             state = catalog_state(h, file_digest)
             if state == "changed" and not stale:
                 changed.append(changed_message(h, settings.catalog_path))
-            data["launchers"].append({
-                "launcher_id": h.launcher_id,
-                "host": h.host,
-                "pid": h.pid,
-                "version": h.version,
-                "started_at": output.iso(h.started_at),
-                "beat_at": output.iso(h.beat_at),
-                "last_seen_seconds": None if seen is None else round(seen, 3),
-                "stale": stale,
-                # A stale launcher's last counts are history, not the present: not shown.
-                "queue_depth": None if stale else h.queue_depth,
-                "running": None if stale else running.get(h.launcher_id, {}),
-                "catalog_digest": h.catalog_digest,
-                "catalog_loaded_at": output.iso(h.catalog_loaded_at),
-                "catalog_jobs": None if h.catalog_jobs is None else list(h.catalog_jobs),
-                "catalog_path": h.catalog_path,
-                "heartbeat_interval": h.heartbeat_interval,
-                "catalog_chains": None if h.catalog_chains is None else list(h.catalog_chains),
-                "log_dir": h.log_dir,
-                # True: runs the file as it is now; False: the file changed since it loaded
-                # it; null: cannot tell (the file does not load, or no digest reported).
-                "catalog_current": None if state == "unknown" else state == "current",
-            })
+            data["launchers"].append(
+                {
+                    "launcher_id": h.launcher_id,
+                    "host": h.host,
+                    "pid": h.pid,
+                    "version": h.version,
+                    "started_at": output.iso(h.started_at),
+                    "beat_at": output.iso(h.beat_at),
+                    "last_seen_seconds": None if seen is None else round(seen, 3),
+                    "stale": stale,
+                    # A stale launcher's last counts are history, not the present: not shown.
+                    "queue_depth": None if stale else h.queue_depth,
+                    "running": None if stale else running.get(h.launcher_id, {}),
+                    "catalog_digest": h.catalog_digest,
+                    "catalog_loaded_at": output.iso(h.catalog_loaded_at),
+                    "catalog_jobs": None if h.catalog_jobs is None else list(h.catalog_jobs),
+                    "catalog_path": h.catalog_path,
+                    "heartbeat_interval": h.heartbeat_interval,
+                    "catalog_chains": None if h.catalog_chains is None else list(h.catalog_chains),
+                    "log_dir": h.log_dir,
+                    # True: runs the file as it is now; False: the file changed since it loaded
+                    # it; null: cannot tell (the file does not load, or no digest reported).
+                    "catalog_current": None if state == "unknown" else state == "current",
+                }
+            )
         if as_json:
             print_json(data)
             return
@@ -1090,7 +1119,9 @@ def catalog_file_digest(path: str) -> tuple[str | None, str | None]:
 
 @app.command("doctor")
 @friendly
-def doctor_cmd(as_json: JsonOpt = False, catalog: CatalogOpt = None, database: DatabaseOpt = None) -> None:
+def doctor_cmd(
+    as_json: JsonOpt = False, catalog: CatalogOpt = None, database: DatabaseOpt = None
+) -> None:
     """Check the schema, catalog, launchers and runs that need repair (exit 1 on any error)."""
     from runlane.service.doctor import diagnose
 
@@ -1099,10 +1130,12 @@ def doctor_cmd(as_json: JsonOpt = False, catalog: CatalogOpt = None, database: D
     async def body(rt: Runtime) -> int:
         findings = await diagnose(settings, rt.store)
         if as_json:
-            print_json([
-                {"level": f.level, "check": f.check, "message": f.message, "run_id": f.run_id}
-                for f in findings
-            ])
+            print_json(
+                [
+                    {"level": f.level, "check": f.check, "message": f.message, "run_id": f.run_id}
+                    for f in findings
+                ]
+            )
         else:
             style = {"ok": "green", "warning": "yellow", "error": "red"}
             for f in findings:

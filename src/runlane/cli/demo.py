@@ -110,7 +110,9 @@ async def _tour(workdir: Path, time_limit: float) -> int:
         "  docs/concepts.md                        the words and the shape\n"
     )
     if mismatches or not ok:
-        out.print(f"[red]the tour did not end as expected: {', '.join(mismatches) or 'time limit'}[/]")
+        out.print(
+            f"[red]the tour did not end as expected: {', '.join(mismatches) or 'time limit'}[/]"
+        )
         return 1
     out.print("[green]tour complete[/]")
     return 0
@@ -122,8 +124,13 @@ async def _drive(rt: Runtime, time_limit: float) -> bool:
         if caption:
             out.print(f"[bold cyan]→[/] {escape(job)}: {escape(caption)}")
         result = await rt.accept(
-            RunRequest(job=job, trigger=Trigger.CLI, params=params, params_from_strings=True,
-                       requested_by="demo")
+            RunRequest(
+                job=job,
+                trigger=Trigger.CLI,
+                params=params,
+                params_from_strings=True,
+                requested_by="demo",
+            )
         )
         ids.append(result.run.id)
     # The overlap refusal and a bad param, through the same accept path a person uses.
@@ -132,8 +139,15 @@ async def _drive(rt: Runtime, time_limit: float) -> bool:
         ("greet", {"name": "ops", "times": "many"}, "greet with times=many"),
     ):
         try:
-            await rt.accept(RunRequest(job=job, trigger=Trigger.CLI, params=params,
-                                       params_from_strings=True, requested_by="demo"))
+            await rt.accept(
+                RunRequest(
+                    job=job,
+                    trigger=Trigger.CLI,
+                    params=params,
+                    params_from_strings=True,
+                    requested_by="demo",
+                )
+            )
             out.print(f"[red]unexpected: {what} was accepted[/]")
         except RunRefused as exc:
             out.print(f"[bold cyan]→[/] {escape(what)}: refused — [yellow]{escape(exc.message)}[/]")

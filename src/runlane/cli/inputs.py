@@ -116,7 +116,9 @@ def parse_time(text: str | None, default: datetime, flag: str) -> datetime:
         try:
             seconds = parse_duration(word[4:])
         except ValueError:
-            raise BadInput(f"{flag} {text!r}: {word[4:]!r} is not a duration such as 2h or 1d") from None
+            raise BadInput(
+                f"{flag} {text!r}: {word[4:]!r} is not a duration such as 2h or 1d"
+            ) from None
         at = _offset(default, seconds if word[3] == "+" else -seconds, flag, text)
         return _in_range(at, flag, text)
     if not word:
@@ -173,7 +175,9 @@ def check_days(days: float) -> float:
     return days
 
 
-def check_range(start: datetime, end: datetime, start_text: str | None, end_text: str | None) -> None:
+def check_range(
+    start: datetime, end: datetime, start_text: str | None, end_text: str | None
+) -> None:
     """`schedule --from/--to`: the end after the start, at most MAX_SCHEDULE_DAYS apart."""
     if end <= start:
         raise BadInput(f"--to {end_text!r} is not after --from {start_text or 'now'!r}")
@@ -193,9 +197,7 @@ def parse_data(text: str) -> dict[str, Any]:
     deep, without NaN or Infinity."""
     size = len(text.encode("utf-8", "surrogateescape"))
     if size > MAX_DATA_BYTES:
-        raise BadInput(
-            f"--data is {size} bytes; the limit is {MAX_DATA_BYTES} bytes (1 MiB)"
-        )
+        raise BadInput(f"--data is {size} bytes; the limit is {MAX_DATA_BYTES} bytes (1 MiB)")
     depth = _nesting(text) if text.count("[") + text.count("{") > MAX_DATA_DEPTH else 0
     if depth > MAX_DATA_DEPTH:
         raise BadInput(f"--data is nested {depth} levels deep; the limit is {MAX_DATA_DEPTH}")

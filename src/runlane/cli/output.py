@@ -111,8 +111,10 @@ def print_columns(header: Sequence[str], rows: Iterable[Sequence[str]]) -> None:
     Table costs ~0.7 ms a row. Cells must already be terminal-safe text."""
     table = [tuple(header), *(tuple(r) for r in rows)]
     widths = [max(map(len, column)) for column in zip(*table, strict=True)]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
-             for row in table]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in table
+    ]
     sys.stdout.write("\n".join(lines) + "\n")
     sys.stdout.flush()
 
@@ -151,8 +153,13 @@ def runs_table(runs: Sequence[Run], *, title: str | None = None) -> Table:
     statuses = [r.status.value for r in runs]
     reasons = [r.end_reason or r.error_code or "" for r in runs]
     table = Table(
-        title=title, show_lines=False, header_style="bold", box=box.SIMPLE_HEAD, show_edge=False,
-        pad_edge=False, collapse_padding=True,
+        title=title,
+        show_lines=False,
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
     )
     whole = {
         "id": 8,

@@ -245,8 +245,15 @@ def register(app: typer.Typer) -> None:
             from runlane.service.events import emit_event
 
             emitted = await emit_event(
-                rt.store, rt.require_catalog(), rt.accept, key, payload, event_id=event_id,
-                by_person=True, confirmed=yes, check=rt.check_accept,
+                rt.store,
+                rt.require_catalog(),
+                rt.accept,
+                key,
+                payload,
+                event_id=event_id,
+                by_person=True,
+                confirmed=yes,
+                check=rt.check_accept,
             )
             if as_json:
                 print_json(

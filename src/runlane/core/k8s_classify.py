@@ -203,7 +203,9 @@ def diagnose_pending_pod(pod: JsonObj) -> Diagnosis | None:
     for state in _container_states(pod):
         waiting = state.get("waiting")
         if waiting and waiting.get("reason"):
-            return Diagnosis("pending", reason=waiting.get("reason"), message=waiting.get("message"))
+            return Diagnosis(
+                "pending", reason=waiting.get("reason"), message=waiting.get("message")
+            )
     return Diagnosis("pending")
 
 

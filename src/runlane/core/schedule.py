@@ -98,7 +98,9 @@ DayFilter = Callable[[date], bool]
 """A test on a slot's local date (a chain's seasons): slots of dates it refuses are left out."""
 
 
-def _matching_days(c: _Compiled, first_day: int, last_day: int, day_ok: DayFilter | None) -> Iterator[int]:
+def _matching_days(
+    c: _Compiled, first_day: int, last_day: int, day_ok: DayFilter | None
+) -> Iterator[int]:
     """Days (counted from 1970-01-01) from `first_day` to `last_day` on which `c` fires and that
     `day_ok` accepts, ascending; months the expression excludes are skipped whole."""
     day = first_day
@@ -230,7 +232,9 @@ def _last_transition_before(zone: str, ts: int) -> tuple[int, int, int] | None:
 # --- slots --------------------------------------------------------------------------------------
 
 
-def _segments(c: _Compiled, zone: str, after: int, until: int) -> Iterator[tuple[int | None, int, int, int]]:
+def _segments(
+    c: _Compiled, zone: str, after: int, until: int
+) -> Iterator[tuple[int | None, int, int, int]]:
     """The time line (after, until] cut at the zone's offset changes: for each piece of constant
     UTC offset, `(gap, wall_from, wall_to, offset)`. Its slots are the matching wall times `w`
     with wall_from ≤ w < wall_to, at instant `w - offset`; `gap` (fixed hours, spring forward) is

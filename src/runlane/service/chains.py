@@ -305,7 +305,9 @@ class ChainRunner:
             self._unknown_warned.clear()
         self._unknown_warned.add(run.id)
         log.warning(
-            "chain.unknown_chain", chain=run.chain, chain_run_id=run.id,
+            "chain.unknown_chain",
+            chain=run.chain,
+            chain_run_id=run.id,
             hint=self._unknown_hint(run, in_file),
         )
 
@@ -346,7 +348,9 @@ class ChainRunner:
     async def _fail_unknown(self, run: ChainRun, *, removed: bool) -> None:
         if await self.store.finish_chain_run(run.id, "failure", "unknown_chain") is not None:
             log.warning(
-                "chain.unknown_chain_failed", chain=run.chain, chain_run_id=run.id,
+                "chain.unknown_chain_failed",
+                chain=run.chain,
+                chain_run_id=run.id,
                 reason=(
                     f"the chain is not in the catalog file {self.catalog_path} and no live "
                     "launcher has it"
@@ -422,8 +426,9 @@ class ChainRunner:
             stop = asyncio.ensure_future(stopping.wait())
             nudged = asyncio.ensure_future(self.nudge.wait())
             try:
-                await asyncio.wait({stop, nudged}, timeout=self.interval,
-                                   return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(
+                    {stop, nudged}, timeout=self.interval, return_when=asyncio.FIRST_COMPLETED
+                )
             finally:
                 stop.cancel()
                 nudged.cancel()

@@ -203,7 +203,9 @@ class Settings:
                 "expected one of debug, info, warning, error, critical"
             )
         if self.log_format not in LOG_FORMATS:
-            raise ConfigError(f"RUNLANE_LOG_FORMAT={self.log_format!r}: expected 'console' or 'json'")
+            raise ConfigError(
+                f"RUNLANE_LOG_FORMAT={self.log_format!r}: expected 'console' or 'json'"
+            )
         if self.spawn_threads < 1:
             raise ConfigError(f"RUNLANE_SPAWN_THREADS={self.spawn_threads!r}: must be at least 1")
         if not MIN_DB_TIMEOUT <= self.db_timeout <= MAX_DB_TIMEOUT:

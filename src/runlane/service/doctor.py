@@ -52,16 +52,24 @@ def _ago(delta: timedelta) -> str:
     return format_duration(max(0.0, delta.total_seconds()))
 
 
-async def stuck_runs(store: Store, *, waiting_after: timedelta = timedelta(minutes=5)) -> list[Stuck]:
+async def stuck_runs(
+    store: Store, *, waiting_after: timedelta = timedelta(minutes=5)
+) -> list[Stuck]:
     """Runs a person should look at: running past their deadline, running with nobody renewing
     the lease, or due in the queue for longer than `waiting_after`."""
     now = await store.now()
     found: list[Stuck] = []
     for run in await store.list_runs(RunFilter(status=RunStatus.RUNNING, limit=100_000)):
         if run.deadline_at is not None and now > run.deadline_at:
-            found.append(Stuck(run.id, run.job, "running", f"{_ago(now - run.deadline_at)} past its deadline"))
+            found.append(
+                Stuck(
+                    run.id, run.job, "running", f"{_ago(now - run.deadline_at)} past its deadline"
+                )
+            )
         elif run.lease_expires_at is not None and now > run.lease_expires_at:
-            found.append(Stuck(run.id, run.job, "running", "its launcher stopped renewing the lease"))
+            found.append(
+                Stuck(run.id, run.job, "running", "its launcher stopped renewing the lease")
+            )
     for run in await store.list_runs(RunFilter(status=RunStatus.QUEUED, limit=100_000)):
         due = run.not_before or run.queued_at
         if now - due > waiting_after:
@@ -87,7 +95,9 @@ async def diagnose(settings: Settings, store: Store) -> list[Finding]:
     catalog: Catalog | None = None
     try:
         catalog = load_catalog(settings.catalog_path)
-        findings.append(Finding("ok", "catalog", f"{settings.catalog_path}: {len(catalog.jobs)} jobs"))
+        findings.append(
+            Finding("ok", "catalog", f"{settings.catalog_path}: {len(catalog.jobs)} jobs")
+        )
     except CatalogError as exc:
         findings.append(Finding("error", "catalog", exc.message))
         # A file that cannot be read is its own only problem: said once, not twice.
@@ -101,14 +111,17 @@ async def diagnose(settings: Settings, store: Store) -> list[Finding]:
             seen = (
                 "never beat"
                 if h.beat_at is None
-                else f"last seen {_ago(now - h.beat_at)} "
-                f"ago ({iso_utc(h.beat_at)})"
+                else f"last seen {_ago(now - h.beat_at)} ago ({iso_utc(h.beat_at)})"
             )
-            findings.append(Finding("warning", "launchers", f"launcher {h.launcher_id} is stale: {seen}"))
+            findings.append(
+                Finding("warning", "launchers", f"launcher {h.launcher_id} is stale: {seen}")
+            )
     if fresh:
         findings.append(Finding("ok", "launchers", f"{len(fresh)} launcher(s) alive"))
     else:
-        findings.append(Finding("warning", "launchers", "no launcher is alive: nothing claims runs"))
+        findings.append(
+            Finding("warning", "launchers", "no launcher is alive: nothing claims runs")
+        )
     findings.extend(catalog_findings(fresh, catalog, settings.catalog_path))
 
     active = [
@@ -136,7 +149,12 @@ async def diagnose(settings: Settings, store: Store) -> list[Finding]:
         if reason is not None:
             repair += 1
             findings.append(
-                Finding(level, "repair", f"run {run.id} ({run.job}, {run.status.value}): {reason}", run.id)
+                Finding(
+                    level,
+                    "repair",
+                    f"run {run.id} ({run.job}, {run.status.value}): {reason}",
+                    run.id,
+                )
             )
         if (
             run.status is RunStatus.RUNNING
@@ -227,7 +245,9 @@ def _older_catalog(run: Run, fresh: list[Heartbeat], path: str) -> tuple[Level, 
             f"{reason}; launcher {knowing[0].launcher_id}, running now, has the job{next_try}"
         )
     lacking = launchers_lacking(run.job, fresh)
-    without = f"; running without the job: {', '.join(h.launcher_id for h in lacking)}" if lacking else ""
+    without = (
+        f"; running without the job: {', '.join(h.launcher_id for h in lacking)}" if lacking else ""
+    )
     return "error", (
         f"{reason}: restart the launcher (`runlane serve`) to apply the catalog (the restarted "
         f"launcher starts the run at once){without}"
@@ -277,21 +297,29 @@ async def kubernetes_findings(
         lacks = sorted({WITHOUT.get(p.label, "") for p in optional} - {""})
         optional_text = ", ".join(f"{p.verb} {p.label}" for p in optional)
         if required:
-            message = f"in {where} the launcher may not: {', '.join(required)} (pod runs are refused)"
+            message = (
+                f"in {where} the launcher may not: {', '.join(required)} (pod runs are refused)"
+            )
             if optional:
                 message += f"; nor: {optional_text}"
             found.append(Finding("error", "kubernetes", message))
         elif optional:
-            found.append(Finding(
-                "warning", "kubernetes",
-                f"in {where} the launcher may not: {optional_text} (pod runs work, with "
-                f"{'; '.join(lacks)})",
-            ))
+            found.append(
+                Finding(
+                    "warning",
+                    "kubernetes",
+                    f"in {where} the launcher may not: {optional_text} (pod runs work, with "
+                    f"{'; '.join(lacks)})",
+                )
+            )
         if unknown:
-            found.append(Finding(
-                "warning", "kubernetes",
-                f"in {where} the API server did not answer the review of: {', '.join(unknown)}",
-            ))
+            found.append(
+                Finding(
+                    "warning",
+                    "kubernetes",
+                    f"in {where} the API server did not answer the review of: {', '.join(unknown)}",
+                )
+            )
         if not (required or optional or unknown):
             found.append(Finding("ok", "kubernetes", f"RBAC in {where}: every verb allowed"))
     return found

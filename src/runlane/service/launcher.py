@@ -87,6 +87,7 @@ FINISH_COALESCE_SECONDS = 0.003
 # that, the launcher's own sighting is the more precise of the two.
 PROVIDER_END_TRUSTED_AFTER = 5.0
 
+
 def _seconds_since_wall(iso: object) -> float:
     """Seconds since an ISO-8601 time with its zone, by this machine's clock; 0 when unknown."""
     try:
@@ -350,7 +351,11 @@ class Launcher:
             )
 
         chains = ChainRunner(
-            self.store, self.catalog, accept, self.hook, self.trigger_interval,
+            self.store,
+            self.catalog,
+            accept,
+            self.hook,
+            self.trigger_interval,
             launcher_id=self.owner,
             catalog_digest=self._stamp().digest,
             catalog_path=self._catalog_path,
@@ -358,7 +363,11 @@ class Launcher:
         )
         self._chain_nudge = chains.nudge
         scheduler = Scheduler(
-            self.store, self.catalog, accept, chains.start_scheduled, self.hook,
+            self.store,
+            self.catalog,
+            accept,
+            chains.start_scheduled,
+            self.hook,
             self.trigger_interval,
         )
         return [
@@ -560,7 +569,10 @@ class Launcher:
                 # off from the database, for longer than the lease): what this one saw of the
                 # run is not recorded, so it is said here.
                 log.warning(
-                    "run.lease_lost", run_id=run.id, job=run.job, attempt=run.attempt,
+                    "run.lease_lost",
+                    run_id=run.id,
+                    job=run.job,
+                    attempt=run.attempt,
                     seen=None if outcome is None else outcome.status.value,
                     exit_code=None if outcome is None else outcome.exit_code,
                     hint="another launcher took the run over after this one's lease expired; "
@@ -775,9 +787,7 @@ class Launcher:
             )
         retry = None
         # A run somebody asked to cancel is never retried, whatever it ended with.
-        if run.cancel_requested_at is None and should_retry(
-            outcome, run.attempt, run.max_attempts
-        ):
+        if run.cancel_requested_at is None and should_retry(outcome, run.attempt, run.max_attempts):
             # Database time now, from the claim's database time and the loop's clock since: no
             # round trip, so an outcome is never held back from the finisher (and its journal)
             # by a database outage.
@@ -786,11 +796,16 @@ class Launcher:
             retry = replace(
                 retry,
                 not_before=db_now
-                + timedelta(seconds=retry_backoff_seconds(run.attempt, base=self.retry_base_seconds)),
+                + timedelta(
+                    seconds=retry_backoff_seconds(run.attempt, base=self.retry_base_seconds)
+                ),
             )
         external_id = sup.execution.external_id if sup.execution is not None else None
         request = FinishRequest(
-            sup.lease, outcome, retry=retry, external_id=external_id,
+            sup.lease,
+            outcome,
+            retry=retry,
+            external_id=external_id,
             ended_monotonic=sup.ended_monotonic,
         )
         final = await self._finish(request)
@@ -979,9 +994,15 @@ class Launcher:
             path = self._journal_path(run.id, run.attempt)
             ago = 0.0 if sup.ended_monotonic is None else time.monotonic() - sup.ended_monotonic
             record = {
-                "run_id": run.id, "attempt": run.attempt, "launcher": self.owner,
-                "status": o.status.value, "end_reason": o.end_reason, "exit_code": o.exit_code,
-                "error_code": o.error_code, "log_tail": o.log_tail, "note": o.note,
+                "run_id": run.id,
+                "attempt": run.attempt,
+                "launcher": self.owner,
+                "status": o.status.value,
+                "end_reason": o.end_reason,
+                "exit_code": o.exit_code,
+                "error_code": o.error_code,
+                "log_tail": o.log_tail,
+                "note": o.note,
                 "ended_at": (datetime.now(UTC) - timedelta(seconds=max(0.0, ago))).isoformat(),
             }
             tmp = path.with_suffix(".tmp")

@@ -39,12 +39,12 @@ if TYPE_CHECKING:
 log = structlog.get_logger("runlane.runtime")
 
 
-
 def _load_catalog(path: str) -> Catalog:
     # Imported here: the models cost ~0.2 s, which commands without a catalog should not pay.
     from runlane.catalog.loader import load_catalog
 
     return load_catalog(path)
+
 
 @dataclass
 class Runtime:
@@ -124,7 +124,9 @@ class Runtime:
         except NotFound:
             if len(prefix) < 6:
                 raise
-        matches = [r for r in await self.store.list_runs(RunFilter(limit=500)) if r.id.startswith(prefix)]
+        matches = [
+            r for r in await self.store.list_runs(RunFilter(limit=500)) if r.id.startswith(prefix)
+        ]
         if len(matches) == 1:
             return matches[0]
         if len(matches) > 1:
@@ -141,7 +143,10 @@ class Runtime:
         return await self.store.set_override(job, paused_until=paused_until, reason=reason, by=by)
 
     async def next_attempt(self, run: Run) -> Run | None:
-        if run.status not in (RunStatus.FAILURE, RunStatus.TIMEOUT) or run.attempt >= run.max_attempts:
+        if (
+            run.status not in (RunStatus.FAILURE, RunStatus.TIMEOUT)
+            or run.attempt >= run.max_attempts
+        ):
             return None
         for other in await self.store.list_runs(RunFilter(job=run.job, limit=200)):
             if other.retry_of == run.id:
@@ -183,7 +188,9 @@ async def pod_log_lines(
         if on_wait is not None:
             reason = f" ({last.error_code})" if last.error_code else ""
             note = f": {last.note}" if last.note else ""
-            on_wait(f"run {last.id} ended {last.status.value}{reason} while waiting for its pod{note}")
+            on_wait(
+                f"run {last.id} ended {last.status.value}{reason} while waiting for its pod{note}"
+            )
 
 
 def refuse_pods(catalog: Catalog, job: str) -> None:
@@ -260,7 +267,8 @@ def prepare_log_dir(log_dir: str) -> None:
 
     path = Path(log_dir).absolute()
     source = (
-        f"RUNLANE_LOG_DIR (default {DEFAULT_LOG_DIR})" if log_dir == DEFAULT_LOG_DIR
+        f"RUNLANE_LOG_DIR (default {DEFAULT_LOG_DIR})"
+        if log_dir == DEFAULT_LOG_DIR
         else f"RUNLANE_LOG_DIR={log_dir!r}"
     )
     directory = "the log directory" + ("" if Path(log_dir).is_absolute() else f" {path}")

@@ -310,8 +310,14 @@ async def explain_chain(store: Store, catalog: Catalog, chain: str, at: datetime
     specs = [s for s in schedule_specs(catalog) if s.kind == "chain" and s.target == chain]
     if not specs:
         return Explanation(
-            chain, at, None, None, "unscheduled",
-            [f"chain {chain!r} has no schedule: it runs when started by hand (`runlane chain run`)"],
+            chain,
+            at,
+            None,
+            None,
+            "unscheduled",
+            [
+                f"chain {chain!r} has no schedule: it runs when started by hand (`runlane chain run`)"
+            ],
         )
     best = _latest_slot(specs, at)
     if best is None:
@@ -342,7 +348,8 @@ async def explain_chain(store: Store, catalog: Catalog, chain: str, at: datetime
         )
         return Explanation(chain, at, slot, spec, "before_anchor", lines)
     lines.append(
-        f"chain run {run.id}: {run.status}" + (f" ({run.end_reason})" if run.end_reason else "")
+        f"chain run {run.id}: {run.status}"
+        + (f" ({run.end_reason})" if run.end_reason else "")
         + (" — ran past max_duration" if run.overrun else "")
     )
     verdict = {"missed": "missed", "paused": "paused"}.get(run.end_reason or "", "fired")
@@ -360,13 +367,16 @@ async def explain(store: Store, catalog: Catalog, job: str, at: datetime) -> Exp
     catalog.resolve(job)  # UnknownJob with a did-you-mean hint
     specs = [s for s in schedule_specs(catalog) if s.kind == "job" and s.target == job]
     chains = [
-        name for name in sorted(catalog.chains)
+        name
+        for name in sorted(catalog.chains)
         if any(catalog.chains[name].step_job(step) == job for step in catalog.chains[name].steps)
     ]
     if not specs and chains:
         parts = [await explain_chain(store, catalog, name, at) for name in chains]
-        lines = [f"job {job!r} has no schedule of its own; it runs as a step of "
-                 f"{', '.join(repr(c) for c in chains)}"]
+        lines = [
+            f"job {job!r} has no schedule of its own; it runs as a step of "
+            f"{', '.join(repr(c) for c in chains)}"
+        ]
         for part in parts:
             lines += [f"{part.job}: {part.verdict}"] + [f"  {line}" for line in part.lines]
         first = parts[0]

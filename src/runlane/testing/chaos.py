@@ -94,6 +94,7 @@ def chaos_crons(start: datetime, seconds: float) -> tuple[str, str]:
     field_ = ",".join(str(m) for m in minutes)
     return f"*/2 {field_} * * * *", f"*/5 {field_} * * * *"
 
+
 JOB_MIX = [("ok", 0.55), ("flaky", 0.3), ("slow", 0.05), ("serial", 0.1)]
 
 AUDIT_SQL = """
@@ -223,14 +224,18 @@ class Harness:
         # after it would start a run, or a chain, that the stopped launchers never finish).
         self.window_end = chaos_window_end(begun, self.cfg.duration * 0.8)
         (work / "catalog.yaml").write_text(
-            CATALOG.format(py=sys.executable, script=script, tick_cron=tick_cron,
-                           chain_cron=chain_cron)
+            CATALOG.format(
+                py=sys.executable, script=script, tick_cron=tick_cron, chain_cron=chain_cron
+            )
         )
         with psycopg.connect(self.cfg.admin_url, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{self.db_name}"')  # our own name, not input
         subprocess.run(
             [sys.executable, "-m", "runlane", "db", "upgrade"],
-            env=self.env(), check=True, capture_output=True, timeout=60,
+            env=self.env(),
+            check=True,
+            capture_output=True,
+            timeout=60,
         )
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute(AUDIT_SQL)
@@ -240,7 +245,9 @@ class Harness:
         self.logs.append(log)
         self.procs[slot] = subprocess.Popen(
             [sys.executable, "-m", "runlane", "serve"],
-            env=self.env(), stdout=log, stderr=subprocess.STDOUT,
+            env=self.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
 
     def teardown(self) -> None:
@@ -252,9 +259,10 @@ class Harness:
                 proc.wait(timeout=30)
         for log in self.logs:
             log.close()
-        with contextlib.suppress(psycopg.Error), psycopg.connect(
-            self.cfg.admin_url, autocommit=True
-        ) as conn:
+        with (
+            contextlib.suppress(psycopg.Error),
+            psycopg.connect(self.cfg.admin_url, autocommit=True) as conn,
+        ):
             conn.execute(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
 
     # ------------------------------------------------------------------ the run
@@ -277,8 +285,9 @@ class Harness:
             pace = max(0.0, (stop_at - time.monotonic()) / self.cfg.runs)
             for i in range(self.cfg.runs):
                 job = self.rnd.choices(jobs, weights)[0]
-                req = RunRequest(job=job, trigger=Trigger.CLI, dedupe_key=f"chaos-{i}",
-                                 requested_by="chaos")
+                req = RunRequest(
+                    job=job, trigger=Trigger.CLI, dedupe_key=f"chaos-{i}", requested_by="chaos"
+                )
                 while True:
                     try:
                         await accept_run(store, catalog, req)
@@ -328,7 +337,9 @@ class Harness:
             except psycopg.OperationalError:
                 pass
             await asyncio.sleep(0.5)
-        self.report.violations.append(f"runs still active after {self.cfg.drain_timeout:.0f}s of draining")
+        self.report.violations.append(
+            f"runs still active after {self.cfg.drain_timeout:.0f}s of draining"
+        )
 
     def stop_launchers(self) -> None:
         for slot, proc in self.procs.items():
@@ -367,13 +378,11 @@ class Harness:
         rep.audited_writes = len(audit)
         rep.statuses = Counter(r["status"] for r in runs)
         rep.first_attempts = len({r["dedupe_key"].split("#", 1)[0] for r in runs})
-        manual = len({
-            r["dedupe_key"].split("#", 1)[0] for r in runs if r["dedupe_key"].startswith("chaos-")
-        })
+        manual = len(
+            {r["dedupe_key"].split("#", 1)[0] for r in runs if r["dedupe_key"].startswith("chaos-")}
+        )
         if manual < self.cfg.runs:
-            rep.violations.append(
-                f"only {manual} of {self.cfg.runs} accepted runs are in the log"
-            )
+            rep.violations.append(f"only {manual} of {self.cfg.runs} accepted runs are in the log")
         lines = self.ledger.read_text().splitlines() if self.ledger.exists() else []
         rep.ledger_lines = len(lines)
         rep.violations += attempt_violations(runs)
@@ -440,7 +449,9 @@ def limit_violations(runs: list[Row], *, slack: float) -> list[str]:
             took = (r["finished_at"] - r["started_at"]).total_seconds()
             limit = r["deadline_seconds"] + r["kill_grace_seconds"] + slack
             if took > limit:
-                v.append(f"run {r['id']} ({r['job']}) took {took:.1f}s, past its limit {limit:.0f}s")
+                v.append(
+                    f"run {r['id']} ({r['job']}) took {took:.1f}s, past its limit {limit:.0f}s"
+                )
     return v
 
 

@@ -213,7 +213,9 @@ class PodExecutor:
             # The Job exists but cannot run as planned: never leave it behind, unsupervised
             # (its pod would wait for the ConfigMap volume forever).
             watch.unsubscribe(plan.name)
-            await self._delete(namespace, plan.name, (job.get("metadata") or {}).get("uid"), spec.run_id)
+            await self._delete(
+                namespace, plan.name, (job.get("metadata") or {}).get("uid"), spec.run_id
+            )
             raise
         except BaseException:
             watch.unsubscribe(plan.name)
@@ -297,7 +299,9 @@ class PodExecutor:
                             found = diagnose(job, pods)
                     # After our delete the pod's death may show as a failure first: that is
                     # the cancel. A success that came before the delete is kept.
-                    if found.final and not (run.cancel_requested and found.status != RunStatus.SUCCESS):
+                    if found.final and not (
+                        run.cancel_requested and found.status != RunStatus.SUCCESS
+                    ):
                         yield ExecutionEvent(
                             "finished", await self._final(run, found, pods), ended_at(job, pods)
                         )

@@ -39,8 +39,17 @@ def _meta(obj: Json) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
-_KEEP_META = ("name", "namespace", "uid", "resourceVersion", "creationTimestamp",
-              "deletionTimestamp", "labels", "annotations", "ownerReferences")
+_KEEP_META = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "labels",
+    "annotations",
+    "ownerReferences",
+)
 
 
 def _slim(obj: Json) -> Json:

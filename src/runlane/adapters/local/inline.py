@@ -109,8 +109,16 @@ class _BoundedLog:
     """
 
     __slots__ = (
-        "_closed", "_fd", "_last_written", "_max", "_path", "_tail_bytes", "dropped", "ring",
-        "write_error", "written",
+        "_closed",
+        "_fd",
+        "_last_written",
+        "_max",
+        "_path",
+        "_tail_bytes",
+        "dropped",
+        "ring",
+        "write_error",
+        "written",
     )
 
     def __init__(self, path: str, max_bytes: int, tail_bytes: int) -> None:
@@ -318,8 +326,7 @@ class _FdWatcher:
                 # so a callback that raises would otherwise starve every descriptor after it.
                 assert self._loop is not None
                 self._loop.call_exception_handler(
-                    {"message": f"error in a run's descriptor callback (fd {fd})",
-                     "exception": exc}
+                    {"message": f"error in a run's descriptor callback (fd {fd})", "exception": exc}
                 )
 
 

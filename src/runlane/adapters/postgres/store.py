@@ -65,6 +65,8 @@ _PACKAGE = "runlane.adapters.postgres"
 
 class _BatchLeaseExpired(Exception):
     """Raised inside a batched save to roll it back when a lease expired before COMMIT."""
+
+
 Q = sqlcommon.load_queries(_PACKAGE)
 MIGRATIONS = sqlcommon.load_migrations(_PACKAGE)
 CURRENT_SCHEMA_VERSION = MIGRATIONS[-1].version
@@ -85,7 +87,9 @@ _READ = RowReader(_decode_time)
 
 # The form PostgreSQL prints (every id and lease token the store hands out): checked without
 # building a uuid.UUID, ~0.3 us instead of ~2 us, twice for every outcome saved.
-_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}").fullmatch
+_CANONICAL_UUID = re.compile(
+    r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+).fullmatch
 
 
 def _is_uuid(value: str) -> bool:
@@ -742,8 +746,9 @@ class PostgresStore:
             return []  # nothing is due
         if not rows[0]["fast"]:
             return None
-        return _claimed([r for r in rows if r["id"] is not None], None, recovered=False,
-                        in_claim_order=True)
+        return _claimed(
+            [r for r in rows if r["id"] is not None], None, recovered=False, in_claim_order=True
+        )
 
     async def claim_abandoned(
         self, owner: str, *, limit: int, lease_ttl: float, executors: Collection[str]
@@ -858,7 +863,10 @@ class PostgresStore:
             for req in requests:
                 try:
                     run = await self.finish(
-                        req.lease, req.outcome, retry=req.retry, external_id=req.external_id,
+                        req.lease,
+                        req.outcome,
+                        retry=req.retry,
+                        external_id=req.external_id,
                         ended_monotonic=req.ended_monotonic,
                     )
                 except LeaseLost:
@@ -875,12 +883,20 @@ class PostgresStore:
             if not (_is_uuid(req.lease.run_id) and _is_uuid(req.lease.token)):
                 raise LeaseLost(f"lease on run {req.lease.run_id} is malformed")
             o = req.outcome
-            batch.append({
-                "id": req.lease.run_id, "token": req.lease.token, "gen": req.lease.generation,
-                "status": o.status.value, "end_reason": o.end_reason, "exit_code": o.exit_code,
-                "error_code": o.error_code, "log_tail": o.log_tail, "note": o.note,
-                "external_id": req.external_id,
-            })
+            batch.append(
+                {
+                    "id": req.lease.run_id,
+                    "token": req.lease.token,
+                    "gen": req.lease.generation,
+                    "status": o.status.value,
+                    "end_reason": o.end_reason,
+                    "exit_code": o.exit_code,
+                    "error_code": o.error_code,
+                    "log_tail": o.log_tail,
+                    "note": o.note,
+                    "external_id": req.external_id,
+                }
+            )
             ended.append(req.ended_monotonic)
 
         def params() -> dict[str, object]:
@@ -1080,7 +1096,9 @@ class PostgresStore:
                         else sqlcommon.dump_json(list(hb.catalog_chains))
                     ),
                     "catalog_jobs": (
-                        None if hb.catalog_jobs is None else sqlcommon.dump_json(list(hb.catalog_jobs))
+                        None
+                        if hb.catalog_jobs is None
+                        else sqlcommon.dump_json(list(hb.catalog_jobs))
                     ),
                 },
             )
@@ -1114,8 +1132,9 @@ class PostgresStore:
         if self._listener is None or self._listener.done():
             if self._pool is None:
                 raise StoreError("the PostgreSQL store is not open: call open() first")
-            ended, self._listener = self._listener, asyncio.create_task(
-                self._listen_forever(), name="runlane-postgres-listen"
+            ended, self._listener = (
+                self._listener,
+                asyncio.create_task(self._listen_forever(), name="runlane-postgres-listen"),
             )
             failure = None if ended is None or ended.cancelled() else ended.exception()
             if failure is not None:  # said once; the new listener is already starting

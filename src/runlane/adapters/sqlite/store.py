@@ -762,7 +762,9 @@ class SqliteStore:
             "running": sqlcommon.dump_json(dict(hb.running)),
             "catalog_digest": hb.catalog_digest,
             "catalog_loaded_at": _opt_time(hb.catalog_loaded_at),
-            "catalog_jobs": None if hb.catalog_jobs is None else sqlcommon.dump_json(list(hb.catalog_jobs)),
+            "catalog_jobs": None
+            if hb.catalog_jobs is None
+            else sqlcommon.dump_json(list(hb.catalog_jobs)),
             "catalog_path": hb.catalog_path,
             "heartbeat_interval": hb.heartbeat_interval,
             "log_dir": hb.log_dir,
@@ -783,7 +785,10 @@ class SqliteStore:
 
     async def prune_launchers(self, older_than: float) -> list[str]:
         now = self._now()
-        params = {"cutoff": format_time(now - timedelta(seconds=older_than)), "now": format_time(now)}
+        params = {
+            "cutoff": format_time(now - timedelta(seconds=older_than)),
+            "now": format_time(now),
+        }
         rows = await self._call(
             lambda c: _write(c, lambda w: _all(w.execute(Q["prune_launchers"], params)))
         )

@@ -51,7 +51,10 @@ class DeleteResult:
 
 
 def _is_true(obj: Obj, kind: str) -> bool:
-    return any(c.get("type") == kind and c.get("status") == "True" for c in obj.get("status", {}).get("conditions") or [])
+    return any(
+        c.get("type") == kind and c.get("status") == "True"
+        for c in obj.get("status", {}).get("conditions") or []
+    )
 
 
 def job_finished(job: Obj) -> bool:
@@ -61,11 +64,20 @@ def job_finished(job: Obj) -> bool:
 class Cluster:
     """Store + controllers + kubelet, driven by one background thread."""
 
-    def __init__(self, *, conditions: ConditionStyle = "modern", timing: Timing | None = None,
-                 run_local: bool = False, inherit_env: bool = True, history_limit: int = 100_000) -> None:
+    def __init__(
+        self,
+        *,
+        conditions: ConditionStyle = "modern",
+        timing: Timing | None = None,
+        run_local: bool = False,
+        inherit_env: bool = True,
+        history_limit: int = 100_000,
+    ) -> None:
         self.store = Store(history_limit=history_limit)
         self.conditions = conditions
-        self.kubelet = Kubelet(self, timing or Timing(), run_local=run_local, inherit_env=inherit_env)
+        self.kubelet = Kubelet(
+            self, timing or Timing(), run_local=run_local, inherit_env=inherit_env
+        )
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
         self._dirty_jobs: set[tuple[str, str]] = set()
@@ -99,7 +111,9 @@ class Cluster:
     def after(self, delay: float, fn: Callable[[], None]) -> None:
         """Run `fn` in the controller thread `delay` cluster-clock seconds from now."""
         with self.store.cond:
-            heapq.heappush(self._timers, (self.store.clock.now() + max(delay, 0.0), next(self._seq), fn))
+            heapq.heappush(
+                self._timers, (self.store.clock.now() + max(delay, 0.0), next(self._seq), fn)
+            )
             self.store.cond.notify_all()
 
     def advance(self, seconds: float) -> None:
@@ -196,31 +210,62 @@ class Cluster:
             self._dirty_jobs.add(key)
         if ev.type == "DELETED":
             self._gc.append((meta["uid"], "Background"))
-        elif ev.type == "MODIFIED" and meta.get("deletionTimestamp") and not meta.get("finalizers") and ev.rt is not PODS:
+        elif (
+            ev.type == "MODIFIED"
+            and meta.get("deletionTimestamp")
+            and not meta.get("finalizers")
+            and ev.rt is not PODS
+        ):
             self.after(0, lambda: self._remove_if_finalized(ev.rt, key[0], key[1]))
 
     def _remove_if_finalized(self, rt: ResourceType, ns: str, name: str) -> None:
         obj = self.store.find(rt, ns, name)
-        if obj is not None and obj["metadata"].get("deletionTimestamp") and not obj["metadata"].get("finalizers"):
+        if (
+            obj is not None
+            and obj["metadata"].get("deletionTimestamp")
+            and not obj["metadata"].get("finalizers")
+        ):
             self.store.remove(rt, ns, name)
 
     # --- events ----------------------------------------------------------------------------------
 
-    def record_event(self, rt: ResourceType, obj: Obj, kind: str, reason: str, message: str, component: str,
-                     *, field_path: str | None = None) -> None:
+    def record_event(
+        self,
+        rt: ResourceType,
+        obj: Obj,
+        kind: str,
+        reason: str,
+        message: str,
+        component: str,
+        *,
+        field_path: str | None = None,
+    ) -> None:
         meta = obj["metadata"]
         now = now_rfc3339(self.store.clock.now())
-        involved: Obj = {"kind": rt.kind, "namespace": meta.get("namespace"), "name": meta["name"],
-                         "uid": meta["uid"], "apiVersion": rt.api_version,
-                         "resourceVersion": meta.get("resourceVersion")}
+        involved: Obj = {
+            "kind": rt.kind,
+            "namespace": meta.get("namespace"),
+            "name": meta["name"],
+            "uid": meta["uid"],
+            "apiVersion": rt.api_version,
+            "resourceVersion": meta.get("resourceVersion"),
+        }
         if field_path:
             involved["fieldPath"] = field_path
         event: Obj = {
             "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}"},
-            "involvedObject": involved, "reason": reason, "message": message,
-            "source": {"component": component} | ({"host": "fake-node"} if component == "kubelet" else {}),
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1, "type": kind, "eventTime": None,
-            "reportingComponent": component, "reportingInstance": "fake-node" if component == "kubelet" else "",
+            "involvedObject": involved,
+            "reason": reason,
+            "message": message,
+            "source": {"component": component}
+            | ({"host": "fake-node"} if component == "kubelet" else {}),
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "type": kind,
+            "eventTime": None,
+            "reportingComponent": component,
+            "reportingInstance": "fake-node" if component == "kubelet" else "",
         }
         created = self.store.create(EVENTS, meta.get("namespace") or "default", event)
         self.last_event_name = str(created["metadata"]["name"])
@@ -251,25 +296,47 @@ class Cluster:
         labels = tmeta.setdefault("labels", {}) or {}
         tmeta["labels"] = labels
         if not spec.get("manualSelector"):
-            labels.update({"batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name,
-                           "controller-uid": uid, "job-name": name})
+            labels.update(
+                {
+                    "batch.kubernetes.io/controller-uid": uid,
+                    "batch.kubernetes.io/job-name": name,
+                    "controller-uid": uid,
+                    "job-name": name,
+                }
+            )
             spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
         tspec = template.get("spec")
         if isinstance(tspec, dict):
             _default_pod_spec(tspec)
         job["status"] = {}
 
-    def delete(self, rt: ResourceType, namespace: str | None, name: str, *,
-               propagation: Propagation | None = None, uid: str | None = None,
-               resource_version: str | None = None, grace_seconds: int | None = None) -> DeleteResult:
+    def delete(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        name: str,
+        *,
+        propagation: Propagation | None = None,
+        uid: str | None = None,
+        resource_version: str | None = None,
+        grace_seconds: int | None = None,
+    ) -> DeleteResult:
         with self.store.lock:
             obj = self.store.get(rt, namespace, name)
             meta = obj["metadata"]
             if uid is not None and uid != meta["uid"]:
-                raise conflict(rt, name, f"Precondition failed: UID in precondition: {uid}, UID in object meta: {meta['uid']}")
+                raise conflict(
+                    rt,
+                    name,
+                    f"Precondition failed: UID in precondition: {uid}, UID in object meta: {meta['uid']}",
+                )
             if resource_version is not None and resource_version != meta["resourceVersion"]:
-                raise conflict(rt, name, "Precondition failed: ResourceVersion in precondition: "
-                                         f"{resource_version}, ResourceVersion in object meta: {meta['resourceVersion']}")
+                raise conflict(
+                    rt,
+                    name,
+                    "Precondition failed: ResourceVersion in precondition: "
+                    f"{resource_version}, ResourceVersion in object meta: {meta['resourceVersion']}",
+                )
             warning = ORPHAN_WARNING if rt is JOBS and propagation is None else None
             # batch/v1 Jobs orphan their pods by default (kubernetes#20902); everything else cascades.
             policy: Propagation = propagation or ("Orphan" if rt is JOBS else "Background")
@@ -293,9 +360,17 @@ class Cluster:
                     self._gc.append((meta["uid"], "Orphan"))
                 self.store.cond.notify_all()
                 return DeleteResult(new, warning)
-            graceful = rt is PODS and obj.get("spec", {}).get("nodeName") and obj.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+            graceful = (
+                rt is PODS
+                and obj.get("spec", {}).get("nodeName")
+                and obj.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+            )
             if meta.get("finalizers") or graceful:
-                grace = grace_seconds if grace_seconds is not None else obj.get("spec", {}).get("terminationGracePeriodSeconds", 30)
+                grace = (
+                    grace_seconds
+                    if grace_seconds is not None
+                    else obj.get("spec", {}).get("terminationGracePeriodSeconds", 30)
+                )
 
                 def mark_deleting(o: Obj) -> None:
                     o["metadata"]["deletionTimestamp"] = now
@@ -314,8 +389,16 @@ class Cluster:
             details: Obj = {"name": name, "kind": rt.plural, "uid": meta["uid"]}
             if rt.group:
                 details["group"] = rt.group
-            return DeleteResult({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                                 "details": details}, warning)
+            return DeleteResult(
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "metadata": {},
+                    "status": "Success",
+                    "details": details,
+                },
+                warning,
+            )
 
     # --- garbage collector -----------------------------------------------------------------------
 
@@ -323,8 +406,13 @@ class Cluster:
         for rt, dep in self._owned_by(owner_uid):
             m = dep["metadata"]
             if policy == "Orphan":
+
                 def strip(o: Obj) -> None:
-                    refs = [r for r in o["metadata"].get("ownerReferences") or [] if r.get("uid") != owner_uid]
+                    refs = [
+                        r
+                        for r in o["metadata"].get("ownerReferences") or []
+                        if r.get("uid") != owner_uid
+                    ]
                     if refs:
                         o["metadata"]["ownerReferences"] = refs
                     else:
@@ -342,7 +430,9 @@ class Cluster:
 
     def _owned_by(self, uid: str) -> list[tuple[ResourceType, Obj]]:
         out = []
-        for rt, ns, name in sorted(self._dependents.get(uid, set()), key=lambda r: (r[0].plural, r[1], r[2])):
+        for rt, ns, name in sorted(
+            self._dependents.get(uid, set()), key=lambda r: (r[0].plural, r[1], r[2])
+        ):
             obj = self.store.find(rt, ns or None, name)
             if obj is not None:
                 out.append((rt, obj))
@@ -359,9 +449,16 @@ class Cluster:
                 o["metadata"].pop("finalizers", None)
 
         new = self.store.mutate(rt, m.get("namespace"), m["name"], drop)
-        done = rt is not PODS or new.get("status", {}).get("phase") in ("Succeeded", "Failed") \
+        done = (
+            rt is not PODS
+            or new.get("status", {}).get("phase") in ("Succeeded", "Failed")
             or not new.get("spec", {}).get("nodeName")
-        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers") and done:
+        )
+        if (
+            new["metadata"].get("deletionTimestamp")
+            and not new["metadata"].get("finalizers")
+            and done
+        ):
             self.store.remove(rt, m.get("namespace"), m["name"])
 
     def _finish_foreground(self, rt: ResourceType, ns: str, name: str) -> bool:
@@ -369,9 +466,14 @@ class Cluster:
         if obj is None:
             self._foreground.discard((rt, ns, name))
             return False
-        blocking = [d for _, d in self._owned_by(obj["metadata"]["uid"])
-                    if any(r.get("uid") == obj["metadata"]["uid"] and r.get("blockOwnerDeletion")
-                           for r in d["metadata"].get("ownerReferences") or [])]
+        blocking = [
+            d
+            for _, d in self._owned_by(obj["metadata"]["uid"])
+            if any(
+                r.get("uid") == obj["metadata"]["uid"] and r.get("blockOwnerDeletion")
+                for r in d["metadata"].get("ownerReferences") or []
+            )
+        ]
         if blocking:
             return False
         self._foreground.discard((rt, ns, name))
@@ -392,8 +494,12 @@ class Cluster:
                 return
             job_name = (m.get("labels") or {}).get("batch.kubernetes.io/job-name")
             job = self.store.find(JOBS, ns, job_name) if job_name else None
-            owner_gone = job is None or job["metadata"].get("deletionTimestamp") or \
-                job["metadata"]["uid"] != (m.get("labels") or {}).get("batch.kubernetes.io/controller-uid")
+            owner_gone = (
+                job is None
+                or job["metadata"].get("deletionTimestamp")
+                or job["metadata"]["uid"]
+                != (m.get("labels") or {}).get("batch.kubernetes.io/controller-uid")
+            )
             if TRACKING_FINALIZER in (m.get("finalizers") or []) and owner_gone:
                 self._drop_finalizer(PODS, pod, TRACKING_FINALIZER)
                 return
@@ -403,8 +509,12 @@ class Cluster:
         if terminal and TRACKING_FINALIZER in (m.get("finalizers") or []):
             labels = m.get("labels") or {}
             job = self.store.find(JOBS, ns, labels.get("batch.kubernetes.io/job-name", ""))
-            if job is None or job["metadata"]["uid"] != labels.get("batch.kubernetes.io/controller-uid"):
-                self._drop_finalizer(PODS, pod, TRACKING_FINALIZER)  # orphaned: nobody will count it
+            if job is None or job["metadata"]["uid"] != labels.get(
+                "batch.kubernetes.io/controller-uid"
+            ):
+                self._drop_finalizer(
+                    PODS, pod, TRACKING_FINALIZER
+                )  # orphaned: nobody will count it
 
     def pod_terminated(self, ns: str, name: str) -> None:
         self._dirty_pods.add((ns, name))
@@ -419,7 +529,11 @@ class Cluster:
         spec = job.get("spec", {})
         status = job.get("status") or {}
         now = self.store.clock.now()
-        pods = [p for k in sorted(self._pods_by_job.get(uid, set())) if (p := self.store.find(PODS, *k)) is not None]
+        pods = [
+            p
+            for k in sorted(self._pods_by_job.get(uid, set()))
+            if (p := self.store.find(PODS, *k)) is not None
+        ]
         if job_finished(job):
             self._release_pods(job, pods, count=False)
             self._schedule_ttl(job)
@@ -429,13 +543,19 @@ class Cluster:
         # Count terminal pods once, then release their tracking finalizer (as the real controller does).
         for pod in pods:
             phase = pod.get("status", {}).get("phase")
-            if phase in ("Succeeded", "Failed") and TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or []):
+            if phase in ("Succeeded", "Failed") and TRACKING_FINALIZER in (
+                pod["metadata"].get("finalizers") or []
+            ):
                 if phase == "Succeeded":
                     succeeded += 1
                 else:
                     failed += 1
                 self._drop_finalizer(PODS, pod, TRACKING_FINALIZER)
-        pods = [p for k in sorted(self._pods_by_job.get(uid, set())) if (p := self.store.find(PODS, *k)) is not None]
+        pods = [
+            p
+            for k in sorted(self._pods_by_job.get(uid, set()))
+            if (p := self.store.find(PODS, *k)) is not None
+        ]
         live = [p for p in pods if p.get("status", {}).get("phase") not in ("Succeeded", "Failed")]
         active = [p for p in live if not p["metadata"].get("deletionTimestamp")]
         terminating = [p for p in live if p["metadata"].get("deletionTimestamp")]
@@ -444,8 +564,14 @@ class Cluster:
         nowstr = now_rfc3339(now)
 
         def new_cond(kind: str, reason: str, message: str, state: str = "True") -> Obj:
-            return {"type": kind, "status": state, "lastProbeTime": nowstr, "lastTransitionTime": nowstr,
-                    "reason": reason, "message": message}
+            return {
+                "type": kind,
+                "status": state,
+                "lastProbeTime": nowstr,
+                "lastTransitionTime": nowstr,
+                "reason": reason,
+                "message": message,
+            }
 
         start_time = status.get("startTime")
         # Suspension (Kueue): no pods, a Suspended condition, the deadline clock stopped.
@@ -453,13 +579,27 @@ class Cluster:
             for p in active:
                 self.delete(PODS, ns, p["metadata"]["name"], propagation="Background")
             if not _is_true(job, "Suspended"):
-                conds = [c for c in conds if c.get("type") != "Suspended"] + [new_cond("Suspended", "JobSuspended", "Job suspended")]
-                self.record_event(JOBS, job, "Normal", "Suspended", "Job suspended", "job-controller")
-            self._write_status(job, conds=conds, succeeded=succeeded, failed=failed, active=0, ready=0,
-                               terminating=len(terminating), start_time=None)
+                conds = [c for c in conds if c.get("type") != "Suspended"] + [
+                    new_cond("Suspended", "JobSuspended", "Job suspended")
+                ]
+                self.record_event(
+                    JOBS, job, "Normal", "Suspended", "Job suspended", "job-controller"
+                )
+            self._write_status(
+                job,
+                conds=conds,
+                succeeded=succeeded,
+                failed=failed,
+                active=0,
+                ready=0,
+                terminating=len(terminating),
+                start_time=None,
+            )
             return
         if _is_true(job, "Suspended"):
-            conds = [c for c in conds if c.get("type") != "Suspended"] + [new_cond("Suspended", "JobResumed", "Job resumed", "False")]
+            conds = [c for c in conds if c.get("type") != "Suspended"] + [
+                new_cond("Suspended", "JobResumed", "Job resumed", "False")
+            ]
             self.record_event(JOBS, job, "Normal", "Resumed", "Job resumed", "job-controller")
             start_time = None
         if start_time is None:
@@ -468,23 +608,62 @@ class Cluster:
             if ads:
                 self.after(float(ads), lambda: self._dirty_jobs.add((ns, name)))
 
-        failure_target = next((c for c in conds if c.get("type") == "FailureTarget" and c.get("status") == "True"), None)
-        success_met = next((c for c in conds if c.get("type") == "SuccessCriteriaMet" and c.get("status") == "True"), None)
+        failure_target = next(
+            (c for c in conds if c.get("type") == "FailureTarget" and c.get("status") == "True"),
+            None,
+        )
+        success_met = next(
+            (
+                c
+                for c in conds
+                if c.get("type") == "SuccessCriteriaMet" and c.get("status") == "True"
+            ),
+            None,
+        )
         if failure_target is not None:
             if not live:
-                conds.append(new_cond("Failed", failure_target["reason"], failure_target["message"]))
-            self._write_status(job, conds=conds, succeeded=succeeded, failed=failed, active=0, ready=0,
-                               terminating=len(terminating), start_time=start_time)
+                conds.append(
+                    new_cond("Failed", failure_target["reason"], failure_target["message"])
+                )
+            self._write_status(
+                job,
+                conds=conds,
+                succeeded=succeeded,
+                failed=failed,
+                active=0,
+                ready=0,
+                terminating=len(terminating),
+                start_time=start_time,
+            )
             return
         if success_met is not None:
             if not live:
                 conds.append(new_cond("Complete", success_met["reason"], success_met["message"]))
-                self.record_event(JOBS, job, "Normal", "Completed", "Job completed", "job-controller")
-                self._write_status(job, conds=conds, succeeded=succeeded, failed=failed, active=0, ready=0,
-                                   terminating=0, start_time=start_time, completion_time=nowstr)
+                self.record_event(
+                    JOBS, job, "Normal", "Completed", "Job completed", "job-controller"
+                )
+                self._write_status(
+                    job,
+                    conds=conds,
+                    succeeded=succeeded,
+                    failed=failed,
+                    active=0,
+                    ready=0,
+                    terminating=0,
+                    start_time=start_time,
+                    completion_time=nowstr,
+                )
             else:
-                self._write_status(job, conds=conds, succeeded=succeeded, failed=failed, active=len(active),
-                                   ready=ready, terminating=len(terminating), start_time=start_time)
+                self._write_status(
+                    job,
+                    conds=conds,
+                    succeeded=succeeded,
+                    failed=failed,
+                    active=len(active),
+                    ready=ready,
+                    terminating=len(terminating),
+                    start_time=start_time,
+                )
             return
 
         ads = spec.get("activeDeadlineSeconds")
@@ -502,10 +681,26 @@ class Cluster:
                 conds.append(new_cond("FailureTarget", *failure))
             else:
                 conds.append(new_cond("Failed", *failure))
-            pods_now = [p for k in sorted(self._pods_by_job.get(uid, set())) if (p := self.store.find(PODS, *k)) is not None]
-            term = sum(1 for p in pods_now if p.get("status", {}).get("phase") not in ("Succeeded", "Failed"))
-            self._write_status(job, conds=conds, succeeded=succeeded, failed=failed, active=0, ready=0,
-                               terminating=term, start_time=start_time)
+            pods_now = [
+                p
+                for k in sorted(self._pods_by_job.get(uid, set()))
+                if (p := self.store.find(PODS, *k)) is not None
+            ]
+            term = sum(
+                1
+                for p in pods_now
+                if p.get("status", {}).get("phase") not in ("Succeeded", "Failed")
+            )
+            self._write_status(
+                job,
+                conds=conds,
+                succeeded=succeeded,
+                failed=failed,
+                active=0,
+                ready=0,
+                terminating=term,
+                start_time=start_time,
+            )
             return
         if succeeded >= completions:
             for p in active:
@@ -513,13 +708,32 @@ class Cluster:
             reason, message = "CompletionsReached", "Reached expected number of succeeded pods"
             if self.conditions == "modern":
                 conds.append(new_cond("SuccessCriteriaMet", reason, message))
-                self._write_status(job, conds=conds, succeeded=succeeded, failed=failed, active=0, ready=0,
-                                   terminating=len(terminating), start_time=start_time)
+                self._write_status(
+                    job,
+                    conds=conds,
+                    succeeded=succeeded,
+                    failed=failed,
+                    active=0,
+                    ready=0,
+                    terminating=len(terminating),
+                    start_time=start_time,
+                )
             else:
                 conds.append(new_cond("Complete", reason, message))
-                self.record_event(JOBS, job, "Normal", "Completed", "Job completed", "job-controller")
-                self._write_status(job, conds=conds, succeeded=succeeded, failed=failed, active=0, ready=0,
-                                   terminating=0, start_time=start_time, completion_time=nowstr)
+                self.record_event(
+                    JOBS, job, "Normal", "Completed", "Job completed", "job-controller"
+                )
+                self._write_status(
+                    job,
+                    conds=conds,
+                    succeeded=succeeded,
+                    failed=failed,
+                    active=0,
+                    ready=0,
+                    terminating=0,
+                    start_time=start_time,
+                    completion_time=nowstr,
+                )
             return
         want = min(int(spec.get("parallelism", 1)), completions - succeeded) - len(active)
         if spec.get("podReplacementPolicy") == "Failed":
@@ -529,8 +743,16 @@ class Cluster:
         for _ in range(max(want, 0)):
             pod = self._create_pod(job)
             active.append(pod)
-        self._write_status(job, conds=conds, succeeded=succeeded, failed=failed, active=len(active), ready=ready,
-                           terminating=len(terminating), start_time=start_time)
+        self._write_status(
+            job,
+            conds=conds,
+            succeeded=succeeded,
+            failed=failed,
+            active=len(active),
+            ready=ready,
+            terminating=len(terminating),
+            start_time=start_time,
+        )
 
     def _create_pod(self, job: Obj) -> Obj:
         m = job["metadata"]
@@ -540,10 +762,19 @@ class Cluster:
         # names.SimpleNameGenerator: the base is cut to 58 so `base + 5 random` stays within 63.
         pod: Obj = {
             "metadata": {
-                "generateName": base[:58], "labels": dict(tmeta.get("labels") or {}),
+                "generateName": base[:58],
+                "labels": dict(tmeta.get("labels") or {}),
                 "annotations": dict(tmeta.get("annotations") or {}),
-                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": m["name"], "uid": m["uid"],
-                                     "controller": True, "blockOwnerDeletion": True}],
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": m["name"],
+                        "uid": m["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
                 "finalizers": [TRACKING_FINALIZER],
             },
             "spec": template.get("spec") or {},
@@ -551,17 +782,37 @@ class Cluster:
         if not pod["metadata"]["annotations"]:
             del pod["metadata"]["annotations"]
         created = self.store.create(PODS, m["namespace"], pod, defaulter=_default_pod)
-        self.record_event(JOBS, job, "Normal", "SuccessfulCreate", f"Created pod: {created['metadata']['name']}",
-                          "job-controller")
+        self.record_event(
+            JOBS,
+            job,
+            "Normal",
+            "SuccessfulCreate",
+            f"Created pod: {created['metadata']['name']}",
+            "job-controller",
+        )
         return created
 
     def _release_pods(self, job: Obj, pods: list[Obj], *, count: bool) -> None:
         for pod in pods:
-            if pod.get("status", {}).get("phase") in ("Succeeded", "Failed") and TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or []):
+            if pod.get("status", {}).get("phase") in (
+                "Succeeded",
+                "Failed",
+            ) and TRACKING_FINALIZER in (pod["metadata"].get("finalizers") or []):
                 self._drop_finalizer(PODS, pod, TRACKING_FINALIZER)
 
-    def _write_status(self, job: Obj, *, conds: list[Obj], succeeded: int, failed: int, active: int, ready: int,
-                      terminating: int, start_time: str | None, completion_time: str | None = None) -> None:
+    def _write_status(
+        self,
+        job: Obj,
+        *,
+        conds: list[Obj],
+        succeeded: int,
+        failed: int,
+        active: int,
+        ready: int,
+        terminating: int,
+        start_time: str | None,
+        completion_time: str | None = None,
+    ) -> None:
         current = self.store.find(JOBS, job["metadata"]["namespace"], job["metadata"]["name"])
         if current is None or current["metadata"]["uid"] != job["metadata"]["uid"]:
             return
@@ -591,15 +842,29 @@ class Cluster:
         ttl = job.get("spec", {}).get("ttlSecondsAfterFinished")
         if ttl is None:
             return
-        finished_at = max((parse_rfc3339(c["lastTransitionTime"]) for c in job["status"].get("conditions") or []
-                           if c.get("type") in ("Complete", "Failed") and c.get("status") == "True"), default=None)
+        finished_at = max(
+            (
+                parse_rfc3339(c["lastTransitionTime"])
+                for c in job["status"].get("conditions") or []
+                if c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+            ),
+            default=None,
+        )
         if finished_at is None:
             return
-        ns, name, uid = job["metadata"]["namespace"], job["metadata"]["name"], job["metadata"]["uid"]
+        ns, name, uid = (
+            job["metadata"]["namespace"],
+            job["metadata"]["name"],
+            job["metadata"]["uid"],
+        )
 
         def expire() -> None:
             cur = self.store.find(JOBS, ns, name)
-            if cur is not None and cur["metadata"]["uid"] == uid and not cur["metadata"].get("deletionTimestamp"):
+            if (
+                cur is not None
+                and cur["metadata"]["uid"] == uid
+                and not cur["metadata"].get("deletionTimestamp")
+            ):
                 # The TTL-after-finished controller deletes with foreground propagation.
                 self.delete(JOBS, ns, name, propagation="Foreground", uid=uid)
 
@@ -621,7 +886,10 @@ def _default_pod_spec(spec: Obj) -> None:
             continue
         image = str(c.get("image") or "")
         tag = image.rsplit("/", 1)[-1]
-        c.setdefault("imagePullPolicy", "Always" if ":" not in tag or tag.endswith(":latest") else "IfNotPresent")
+        c.setdefault(
+            "imagePullPolicy",
+            "Always" if ":" not in tag or tag.endswith(":latest") else "IfNotPresent",
+        )
         c.setdefault("terminationMessagePath", "/dev/termination-log")
         c.setdefault("terminationMessagePolicy", "File")
         c.setdefault("resources", {})
@@ -642,8 +910,12 @@ def _qos(spec: Obj) -> str:
     res = [c.get("resources") or {} for c in spec.get("containers") or [] if isinstance(c, dict)]
     if not any(r.get("requests") or r.get("limits") for r in res):
         return "BestEffort"
-    if all(r.get("limits") and set(r.get("limits") or {}) >= {"cpu", "memory"}
-           and (r.get("requests") or r.get("limits")) == r.get("limits") for r in res):
+    if all(
+        r.get("limits")
+        and set(r.get("limits") or {}) >= {"cpu", "memory"}
+        and (r.get("requests") or r.get("limits")) == r.get("limits")
+        for r in res
+    ):
         return "Guaranteed"
     return "Burstable"
 

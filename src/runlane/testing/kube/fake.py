@@ -1,9 +1,9 @@
 """`KubeFake`: start the local Kubernetes API server, write a kubeconfig, inspect and break it.
 
-    with run_server() as kube:
-        client = ...(kube.kubeconfig_path)        # any client: lightkube, kubernetes, kubectl
-        kube.state.wait_for(lambda s: s.job_finished("my-job"))
-        kube.state.fail_next(3, 429, retry_after=1)
+with run_server() as kube:
+    client = ...(kube.kubeconfig_path)        # any client: lightkube, kubernetes, kubectl
+    kube.state.wait_for(lambda s: s.job_finished("my-job"))
+    kube.state.fail_next(3, 429, retry_after=1)
 """
 
 from __future__ import annotations
@@ -65,8 +65,13 @@ class KubeState:
         obj = self.store.find(resource_type(kind), namespace, name)
         return copy.deepcopy(obj) if obj is not None else None
 
-    def list(self, kind: str, namespace: str | None = "default", label_selector: str | None = None,
-             field_selector: str | None = None) -> builtins.list[Obj]:
+    def list(
+        self,
+        kind: str,
+        namespace: str | None = "default",
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> builtins.list[Obj]:
         items, _ = self.store.select(resource_type(kind), namespace, label_selector, field_selector)
         return copy.deepcopy(items)
 
@@ -135,17 +140,26 @@ class KubeState:
     def create(self, kind: str, body: Obj, namespace: str = "default") -> Obj:
         return copy.deepcopy(self.cluster.create(resource_type(kind), namespace, body))
 
-    def delete(self, kind: str, name: str, namespace: str = "default",
-               propagation: Propagation | None = "Background") -> None:
+    def delete(
+        self,
+        kind: str,
+        name: str,
+        namespace: str = "default",
+        propagation: Propagation | None = "Background",
+    ) -> None:
         self.cluster.delete(resource_type(kind), namespace, name, propagation=propagation)
 
-    def mutate(self, kind: str, name: str, fn: Callable[[Obj], None], namespace: str = "default") -> Obj:
+    def mutate(
+        self, kind: str, name: str, fn: Callable[[Obj], None], namespace: str = "default"
+    ) -> Obj:
         return copy.deepcopy(self.store.mutate(resource_type(kind), namespace, name, fn))
 
     def add_namespace(self, name: str) -> None:
         self.store.put_namespace(name)
 
-    def append_log(self, pod: str, text: str, namespace: str = "default", container: str | None = None) -> None:
+    def append_log(
+        self, pod: str, text: str, namespace: str = "default", container: str | None = None
+    ) -> None:
         obj = self.store.find(PODS, namespace, pod)
         if obj is None:
             raise KeyError(pod)
@@ -153,8 +167,17 @@ class KubeState:
         with self.store.cond:
             self.cluster.kubelet.append_log(obj["metadata"]["uid"], name, text)
 
-    def record_event(self, involved_kind: str, name: str, reason: str, message: str, *,
-                     namespace: str = "default", type_: str = "Warning", component: str = "kubelet") -> None:
+    def record_event(
+        self,
+        involved_kind: str,
+        name: str,
+        reason: str,
+        message: str,
+        *,
+        namespace: str = "default",
+        type_: str = "Warning",
+        component: str = "kubelet",
+    ) -> None:
         rt = resource_type(involved_kind)
         obj = self.store.find(rt, namespace, name)
         if obj is None:
@@ -164,10 +187,19 @@ class KubeState:
 
     # --- faults ------------------------------------------------------------------------------------
 
-    def fail_next(self, count: int = 1, status: int = 500, *, retry_after: int | None = None,
-                  method: str | None = None, path: str | None = None) -> None:
+    def fail_next(
+        self,
+        count: int = 1,
+        status: int = 500,
+        *,
+        retry_after: int | None = None,
+        method: str | None = None,
+        path: str | None = None,
+    ) -> None:
         """The next `count` matching requests fail with `status` (500, 503, 429 + Retry-After, 504…)."""
-        self.server.faults.fail_next(count, status, retry_after=retry_after, method=method, path=path)
+        self.server.faults.fail_next(
+            count, status, retry_after=retry_after, method=method, path=path
+        )
 
     def drop_create_response(self, count: int = 1, *, path: str | None = None) -> None:
         """Store the next `count` created objects but close the connection instead of answering."""
@@ -240,12 +272,26 @@ class KubeFake:
         watch_timeout: float | None = None,
         history_limit: int = 100_000,
     ) -> None:
-        self.cluster = Cluster(conditions=conditions, timing=timing, run_local=run_local, inherit_env=inherit_env,
-                               history_limit=history_limit)
+        self.cluster = Cluster(
+            conditions=conditions,
+            timing=timing,
+            run_local=run_local,
+            inherit_env=inherit_env,
+            history_limit=history_limit,
+        )
         for ns in namespaces:
             self.cluster.store.put_namespace(ns)
-        self.server = ApiServer(self.cluster, host=host, port=port, token=token, user=user, allow=allow,
-                                bookmark_interval=bookmark_interval, expired=expired, watch_timeout=watch_timeout)
+        self.server = ApiServer(
+            self.cluster,
+            host=host,
+            port=port,
+            token=token,
+            user=user,
+            allow=allow,
+            bookmark_interval=bookmark_interval,
+            expired=expired,
+            watch_timeout=watch_timeout,
+        )
         self.token = token
         self.user = user
         self.state = KubeState(self.cluster, self.server)
@@ -267,11 +313,21 @@ class KubeFake:
     def kubeconfig(self, namespace: str = "default") -> dict[str, Any]:
         user: dict[str, Any] = {"token": self.token} if self.token else {}
         return {
-            "apiVersion": "v1", "kind": "Config", "preferences": {},
+            "apiVersion": "v1",
+            "kind": "Config",
+            "preferences": {},
             "clusters": [{"name": "runlane-fake", "cluster": {"server": self.url}}],
             "users": [{"name": self.user, "user": user}],
-            "contexts": [{"name": "runlane-fake",
-                          "context": {"cluster": "runlane-fake", "user": self.user, "namespace": namespace}}],
+            "contexts": [
+                {
+                    "name": "runlane-fake",
+                    "context": {
+                        "cluster": "runlane-fake",
+                        "user": self.user,
+                        "namespace": namespace,
+                    },
+                }
+            ],
             "current-context": "runlane-fake",
         }
 
@@ -317,4 +373,3 @@ def run_server(**kwargs: Any) -> Iterator[KubeFake]:
 
 
 __all__ = ["DEFAULT_TOKEN", "KubeFake", "KubeState", "resource_type", "run_server"]
-

@@ -43,8 +43,19 @@ _IMAGE_REF = re.compile(
 )
 
 Behaviour = Literal[
-    "succeed", "exit", "oom", "sleep", "hang", "image_pull_backoff", "err_image_pull", "invalid_image",
-    "unschedulable", "config_error", "start_error", "evicted", "local",
+    "succeed",
+    "exit",
+    "oom",
+    "sleep",
+    "hang",
+    "image_pull_backoff",
+    "err_image_pull",
+    "invalid_image",
+    "unschedulable",
+    "config_error",
+    "start_error",
+    "evicted",
+    "local",
 ]
 
 
@@ -64,7 +75,7 @@ class Script:
             return Script("invalid_image")
         if not image.startswith("fake/"):
             return Script("local") if run_local else Script("succeed")
-        name, _, arg = image[len("fake/"):].partition(":")
+        name, _, arg = image[len("fake/") :].partition(":")
         if name == "exit":
             code = int(arg) if arg.isdigit() else 1
             return Script("succeed") if code == 0 else Script("exit", exit_code=code)
@@ -74,11 +85,20 @@ class Script:
             except ValueError:
                 return Script("hang")
         aliases: dict[str, Behaviour] = {
-            "succeed": "succeed", "success": "succeed", "oom": "oom", "oomkilled": "oom", "hang": "hang",
-            "image-pull-backoff": "image_pull_backoff", "imagepullbackoff": "image_pull_backoff",
-            "err-image-pull": "err_image_pull", "errimagepull": "err_image_pull",
-            "invalid-image": "invalid_image", "unschedulable": "unschedulable",
-            "config-error": "config_error", "start-error": "start_error", "evicted": "evicted",
+            "succeed": "succeed",
+            "success": "succeed",
+            "oom": "oom",
+            "oomkilled": "oom",
+            "hang": "hang",
+            "image-pull-backoff": "image_pull_backoff",
+            "imagepullbackoff": "image_pull_backoff",
+            "err-image-pull": "err_image_pull",
+            "errimagepull": "err_image_pull",
+            "invalid-image": "invalid_image",
+            "unschedulable": "unschedulable",
+            "config-error": "config_error",
+            "start-error": "start_error",
+            "evicted": "evicted",
         }
         return Script(aliases.get(name, "succeed"))
 
@@ -126,11 +146,22 @@ class PodRuntime:
     mount_event: str = ""  # the FailedMount event repeats aggregate into (count, lastTimestamp)
 
 
-def _ready_conditions(now: str, *, scheduled: bool, initialized: bool, ready: bool, reason: str = "",
-                      message: str = "") -> list[Obj]:
+def _ready_conditions(
+    now: str,
+    *,
+    scheduled: bool,
+    initialized: bool,
+    ready: bool,
+    reason: str = "",
+    message: str = "",
+) -> list[Obj]:
     def cond(kind: str, ok: bool, why: str = "", msg: str = "") -> Obj:
-        c: Obj = {"type": kind, "status": "True" if ok else "False", "lastProbeTime": None,
-                  "lastTransitionTime": now}
+        c: Obj = {
+            "type": kind,
+            "status": "True" if ok else "False",
+            "lastProbeTime": None,
+            "lastTransitionTime": now,
+        }
         if why and not ok:
             c["reason"] = why
         if msg and not ok:
@@ -149,7 +180,9 @@ def _ready_conditions(now: str, *, scheduled: bool, initialized: bool, ready: bo
 class Kubelet:
     """Drives every pod the store holds. Runs inside the cluster's controller thread (under its lock)."""
 
-    def __init__(self, cluster: Cluster, timing: Timing, *, run_local: bool, inherit_env: bool) -> None:
+    def __init__(
+        self, cluster: Cluster, timing: Timing, *, run_local: bool, inherit_env: bool
+    ) -> None:
         self.cluster = cluster
         self.store = cluster.store
         self.timing = timing
@@ -176,22 +209,40 @@ class Kubelet:
         fn(new.setdefault("status", {}))
         self.store.write(PODS, new)
 
-    def _event(self, rt: PodRuntime, kind: str, reason: str, message: str, component: str = "kubelet",
-               container: str | None = None) -> None:
+    def _event(
+        self,
+        rt: PodRuntime,
+        kind: str,
+        reason: str,
+        message: str,
+        component: str = "kubelet",
+        container: str | None = None,
+    ) -> None:
         pod = self._pod(rt)
         if pod is not None:
             path = f"spec.containers{{{container}}}" if container else None
             self.cluster.record_event(PODS, pod, kind, reason, message, component, field_path=path)
 
-    def _container_statuses(self, rt: PodRuntime, state_of: Callable[[ContainerRuntime], Obj],
-                            ready: bool = False, started: bool = False) -> list[Obj]:
+    def _container_statuses(
+        self,
+        rt: PodRuntime,
+        state_of: Callable[[ContainerRuntime], Obj],
+        ready: bool = False,
+        started: bool = False,
+    ) -> list[Obj]:
         out = []
         for c in rt.containers:
             status: Obj = {
-                "name": c.name, "image": c.image,
+                "name": c.name,
+                "image": c.image,
                 "imageID": f"docker.io/{c.image}@sha256:{hashlib.sha256(c.image.encode()).hexdigest()}"
-                if c.container_id else "",
-                "ready": ready, "restartCount": 0, "started": started, "state": state_of(c), "lastState": {},
+                if c.container_id
+                else "",
+                "ready": ready,
+                "restartCount": 0,
+                "started": started,
+                "state": state_of(c),
+                "lastState": {},
             }
             if c.container_id:
                 status["containerID"] = c.container_id
@@ -204,7 +255,11 @@ class Kubelet:
         meta = pod["metadata"]
         rt = PodRuntime(meta["uid"], meta["namespace"], meta["name"])
         for c in pod.get("spec", {}).get("containers") or []:
-            rt.containers.append(ContainerRuntime(c["name"], c["image"], Script.parse(c["image"], run_local=self.run_local)))
+            rt.containers.append(
+                ContainerRuntime(
+                    c["name"], c["image"], Script.parse(c["image"], run_local=self.run_local)
+                )
+            )
         self.pods[rt.uid] = rt
         self.cluster.after(self.timing.schedule, lambda: self._schedule(rt))
 
@@ -227,13 +282,23 @@ class Kubelet:
         now = self._now()
         if any(c.script.behaviour == "unschedulable" for c in rt.containers):
             rt.stage = "unschedulable"
-            msg = ("0/1 nodes are available: 1 Insufficient memory. preemption: 0/1 nodes are available: "
-                   "1 No preemption victims found for incoming pod.")
+            msg = (
+                "0/1 nodes are available: 1 Insufficient memory. preemption: 0/1 nodes are available: "
+                "1 No preemption victims found for incoming pod."
+            )
 
             def unsched(st: Obj) -> None:
                 st["phase"] = "Pending"
-                st["conditions"] = [{"type": "PodScheduled", "status": "False", "lastProbeTime": None,
-                                     "lastTransitionTime": now, "reason": "Unschedulable", "message": msg}]
+                st["conditions"] = [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "lastProbeTime": None,
+                        "lastTransitionTime": now,
+                        "reason": "Unschedulable",
+                        "message": msg,
+                    }
+                ]
 
             self._set_status(rt, unsched)
             self._event(rt, "Warning", "FailedScheduling", msg, "default-scheduler")
@@ -242,10 +307,21 @@ class Kubelet:
         new = copy.deepcopy(pod)
         new["spec"]["nodeName"] = NODE_NAME
         new.setdefault("status", {})["conditions"] = [
-            {"type": "PodScheduled", "status": "True", "lastProbeTime": None, "lastTransitionTime": now}]
+            {
+                "type": "PodScheduled",
+                "status": "True",
+                "lastProbeTime": None,
+                "lastTransitionTime": now,
+            }
+        ]
         self.store.write(PODS, new)
-        self._event(rt, "Normal", "Scheduled",
-                    f"Successfully assigned {rt.namespace}/{rt.name} to {NODE_NAME}", "default-scheduler")
+        self._event(
+            rt,
+            "Normal",
+            "Scheduled",
+            f"Successfully assigned {rt.namespace}/{rt.name} to {NODE_NAME}",
+            "default-scheduler",
+        )
         self._create_containers(rt)
 
     def _waiting(self, rt: PodRuntime, reasons: dict[str, tuple[str, str]]) -> None:
@@ -255,9 +331,14 @@ class Kubelet:
 
         def fn(st: Obj) -> None:
             st["phase"] = "Pending"
-            st["conditions"] = _ready_conditions(now, scheduled=True, initialized=True, ready=False,
-                                                 reason="ContainersNotReady",
-                                                 message=f"containers with unready status: [{names}]")
+            st["conditions"] = _ready_conditions(
+                now,
+                scheduled=True,
+                initialized=True,
+                ready=False,
+                reason="ContainersNotReady",
+                message=f"containers with unready status: [{names}]",
+            )
             st["hostIP"] = NODE_IP
             st["hostIPs"] = [{"ip": NODE_IP}]
             st["podIP"] = f"10.244.0.{int(rt.uid[:2], 16) + 2}"
@@ -293,33 +374,45 @@ class Kubelet:
             # manager: the container starts once the ConfigMap/Secret exists (runlane creates the
             # params ConfigMap just after its Job). One timer per waiting pod, no polling loop.
             self._failed_mount(rt, missing_volume)
-            rt.mount_backoff = min(rt.mount_backoff * 2 or self.timing.mount_retry, self.timing.mount_retry_max)
+            rt.mount_backoff = min(
+                rt.mount_backoff * 2 or self.timing.mount_retry, self.timing.mount_retry_max
+            )
             self.cluster.after(rt.mount_backoff, lambda: self._create_containers(rt, retry=True))
             return
         for c, spec in zip(rt.containers, pod["spec"]["containers"], strict=False):
             b = c.script.behaviour
             ref = f'"{c.image}"'
             if b == "invalid_image":
-                msg = f'Failed to apply default image tag {ref}: couldn\'t parse image reference {ref}: invalid reference format'
+                msg = f"Failed to apply default image tag {ref}: couldn't parse image reference {ref}: invalid reference format"
                 problems[c.name] = ("InvalidImageName", msg)
                 self._event(rt, "Warning", "InspectFailed", msg, container=c.name)
                 self._event(rt, "Warning", "Failed", "Error: InvalidImageName", container=c.name)
                 continue
-            config_error = self._config_error(rt.namespace, spec) if b != "config_error" else 'secret "fake-missing" not found'
+            config_error = (
+                self._config_error(rt.namespace, spec)
+                if b != "config_error"
+                else 'secret "fake-missing" not found'
+            )
             if config_error:
                 problems[c.name] = ("CreateContainerConfigError", config_error)
                 self._event(rt, "Warning", "Failed", f"Error: {config_error}", container=c.name)
                 continue
             if b in ("image_pull_backoff", "err_image_pull"):
-                msg = (f"Failed to pull image {ref}: failed to pull and unpack image \"docker.io/{c.image}:latest\": "
-                       "failed to resolve reference: pull access denied, repository does not exist or may "
-                       "require authorization")
+                msg = (
+                    f'Failed to pull image {ref}: failed to pull and unpack image "docker.io/{c.image}:latest": '
+                    "failed to resolve reference: pull access denied, repository does not exist or may "
+                    "require authorization"
+                )
                 self._event(rt, "Normal", "Pulling", f"Pulling image {ref}", container=c.name)
                 self._event(rt, "Warning", "Failed", msg, container=c.name)
                 self._event(rt, "Warning", "Failed", "Error: ErrImagePull", container=c.name)
                 if b == "image_pull_backoff":
-                    self._event(rt, "Normal", "BackOff", f"Back-off pulling image {ref}", container=c.name)
-                    self._event(rt, "Warning", "Failed", "Error: ImagePullBackOff", container=c.name)
+                    self._event(
+                        rt, "Normal", "BackOff", f"Back-off pulling image {ref}", container=c.name
+                    )
+                    self._event(
+                        rt, "Warning", "Failed", "Error: ImagePullBackOff", container=c.name
+                    )
                     problems[c.name] = ("ImagePullBackOff", f"Back-off pulling image {ref}")
                 else:
                     problems[c.name] = ("ErrImagePull", msg)
@@ -344,7 +437,10 @@ class Kubelet:
 
     def _missing_volume(self, pod: Obj) -> str:
         for vol in pod.get("spec", {}).get("volumes") or []:
-            for key, rtype, label in (("configMap", CONFIGMAPS, "configmap"), ("secret", SECRETS, "secret")):
+            for key, rtype, label in (
+                ("configMap", CONFIGMAPS, "configmap"),
+                ("secret", SECRETS, "secret"),
+            ):
                 src = vol.get(key)
                 if not isinstance(src, dict) or src.get("optional"):
                     continue
@@ -355,13 +451,23 @@ class Kubelet:
 
     def _config_error(self, namespace: str, spec: Obj) -> str:
         for src in spec.get("envFrom") or []:
-            for key, rtype, label in (("configMapRef", CONFIGMAPS, "configmap"), ("secretRef", SECRETS, "secret")):
+            for key, rtype, label in (
+                ("configMapRef", CONFIGMAPS, "configmap"),
+                ("secretRef", SECRETS, "secret"),
+            ):
                 ref = src.get(key)
-                if isinstance(ref, dict) and not ref.get("optional") and self.store.find(rtype, namespace, ref.get("name", "")) is None:
+                if (
+                    isinstance(ref, dict)
+                    and not ref.get("optional")
+                    and self.store.find(rtype, namespace, ref.get("name", "")) is None
+                ):
                     return f'{label} "{ref.get("name")}" not found'
         for env in spec.get("env") or []:
             vf = env.get("valueFrom") or {}
-            for key, rtype, label in (("configMapKeyRef", CONFIGMAPS, "configmap"), ("secretKeyRef", SECRETS, "secret")):
+            for key, rtype, label in (
+                ("configMapKeyRef", CONFIGMAPS, "configmap"),
+                ("secretKeyRef", SECRETS, "secret"),
+            ):
                 ref = vf.get(key)
                 if not isinstance(ref, dict) or ref.get("optional"):
                     continue
@@ -369,7 +475,7 @@ class Kubelet:
                 if obj is None:
                     return f'{label} "{ref.get("name")}" not found'
                 if ref.get("key") not in (obj.get("data") or {}):
-                    return f'couldn\'t find key {ref.get("key")} in {label.capitalize()} {namespace}/{ref.get("name")}'
+                    return f"couldn't find key {ref.get('key')} in {label.capitalize()} {namespace}/{ref.get('name')}"
         return ""
 
     def _start(self, rt: PodRuntime) -> None:
@@ -378,14 +484,24 @@ class Kubelet:
             return
         now = self._now()
         for c, spec in zip(rt.containers, pod["spec"]["containers"], strict=False):
-            c.container_id = "containerd://" + hashlib.sha256(f"{rt.uid}/{c.name}".encode()).hexdigest()
+            c.container_id = (
+                "containerd://" + hashlib.sha256(f"{rt.uid}/{c.name}".encode()).hexdigest()
+            )
             c.started_at = now
-            self._event(rt, "Normal", "Pulled", f'Container image "{c.image}" already present on machine', container=c.name)
+            self._event(
+                rt,
+                "Normal",
+                "Pulled",
+                f'Container image "{c.image}" already present on machine',
+                container=c.name,
+            )
             if c.script.behaviour == "start_error":
                 c.exit_code, c.exit_reason, c.done = 128, "StartError", True
-                c.exit_message = ('failed to create containerd task: failed to create shim task: OCI runtime create '
-                                  'failed: runc create failed: unable to start container process: exec: '
-                                  '"/entrypoint": stat /entrypoint: no such file or directory: unknown')
+                c.exit_message = (
+                    "failed to create containerd task: failed to create shim task: OCI runtime create "
+                    "failed: runc create failed: unable to start container process: exec: "
+                    '"/entrypoint": stat /entrypoint: no such file or directory: unknown'
+                )
                 self._event(rt, "Warning", "Failed", f"Error: {c.exit_message}", container=c.name)
                 continue
             self._event(rt, "Normal", "Created", f"Created container {c.name}", container=c.name)
@@ -406,13 +522,24 @@ class Kubelet:
         def running(st: Obj) -> None:
             all_running = not any(c.done for c in rt.containers)
             st["phase"] = "Running"
-            st["conditions"] = _ready_conditions(now, scheduled=True, initialized=True, ready=all_running,
-                                                 reason="ContainersNotReady")
+            st["conditions"] = _ready_conditions(
+                now,
+                scheduled=True,
+                initialized=True,
+                ready=all_running,
+                reason="ContainersNotReady",
+            )
 
             def state(c: ContainerRuntime) -> Obj:
-                return self._terminated_state(c) if c.done else {"running": {"startedAt": c.started_at}}
+                return (
+                    self._terminated_state(c)
+                    if c.done
+                    else {"running": {"startedAt": c.started_at}}
+                )
 
-            st["containerStatuses"] = self._container_statuses(rt, state, ready=all_running, started=all_running)
+            st["containerStatuses"] = self._container_statuses(
+                rt, state, ready=all_running, started=all_running
+            )
 
         self._set_status(rt, running)
 
@@ -445,7 +572,11 @@ class Kubelet:
             prefix = src.get("prefix") or ""
             for key, rtype in (("configMapRef", CONFIGMAPS), ("secretRef", SECRETS)):
                 ref = src.get(key)
-                obj = self.store.find(rtype, ns, ref.get("name", "")) if isinstance(ref, dict) else None
+                obj = (
+                    self.store.find(rtype, ns, ref.get("name", ""))
+                    if isinstance(ref, dict)
+                    else None
+                )
                 if obj is not None:
                     env.update({prefix + k: v for k, v in _data(obj).items()})
         for item in spec.get("env") or []:
@@ -455,7 +586,11 @@ class Kubelet:
             vf = item.get("valueFrom") or {}
             for key, rtype in (("configMapKeyRef", CONFIGMAPS), ("secretKeyRef", SECRETS)):
                 ref = vf.get(key)
-                obj = self.store.find(rtype, ns, ref.get("name", "")) if isinstance(ref, dict) else None
+                obj = (
+                    self.store.find(rtype, ns, ref.get("name", ""))
+                    if isinstance(ref, dict)
+                    else None
+                )
                 if obj is not None and isinstance(ref, dict) and ref.get("key") in _data(obj):
                     env[item["name"]] = _data(obj)[ref["key"]]
             field_ref = (vf.get("fieldRef") or {}).get("fieldPath")
@@ -467,9 +602,17 @@ class Kubelet:
 
     # --- local processes -----------------------------------------------------------------------
 
-    def _spawn(self, rt: PodRuntime, c: ContainerRuntime, pod: Obj, spec: Obj, env: dict[str, str]) -> None:
-        argv = [str(a) for a in (spec.get("command") or [])] + [str(a) for a in (spec.get("args") or [])]
-        full_env = dict(os.environ) if self.inherit_env else {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    def _spawn(
+        self, rt: PodRuntime, c: ContainerRuntime, pod: Obj, spec: Obj, env: dict[str, str]
+    ) -> None:
+        argv = [str(a) for a in (spec.get("command") or [])] + [
+            str(a) for a in (spec.get("args") or [])
+        ]
+        full_env = (
+            dict(os.environ)
+            if self.inherit_env
+            else {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        )
         full_env.update(env)
         full_env["HOSTNAME"] = rt.name
         # Volumes are materialised under one directory per pod (the real mount paths may not be
@@ -482,15 +625,22 @@ class Kubelet:
             return
         try:
             proc = subprocess.Popen(
-                argv, env=full_env, cwd=spec.get("workingDir") or str(root), stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                argv,
+                env=full_env,
+                cwd=spec.get("workingDir") or str(root),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         except OSError as exc:
             c.exit_code, c.exit_reason, c.done = 128, "StartError", True
             c.exit_message = f'exec: "{argv[0]}": {exc.strerror or exc}'
             return
         c.process = proc
-        threading.Thread(target=self._pump, args=(rt, c, proc), name=f"kube-fake-log-{rt.name}", daemon=True).start()
+        threading.Thread(
+            target=self._pump, args=(rt, c, proc), name=f"kube-fake-log-{rt.name}", daemon=True
+        ).start()
 
     def _pump(self, rt: PodRuntime, c: ContainerRuntime, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stdout is not None
@@ -524,12 +674,18 @@ class Kubelet:
                 src = vol.get(key)
                 if not isinstance(src, dict):
                     continue
-                obj = self.store.find(rtype, rt.namespace, src.get("name") or src.get("secretName") or "")
+                obj = self.store.find(
+                    rtype, rt.namespace, src.get("name") or src.get("secretName") or ""
+                )
                 if obj is None:
                     continue
                 data = _data(obj)
                 items = src.get("items")
-                pairs = [(i["key"], i.get("path", i["key"])) for i in items] if items else [(k, k) for k in data]
+                pairs = (
+                    [(i["key"], i.get("path", i["key"])) for i in items]
+                    if items
+                    else [(k, k) for k in data]
+                )
                 for k, path in pairs:
                     if k in data:
                         (target / path).parent.mkdir(parents=True, exist_ok=True)
@@ -544,8 +700,12 @@ class Kubelet:
     # --- termination ---------------------------------------------------------------------------
 
     def _terminated_state(self, c: ContainerRuntime) -> Obj:
-        t: Obj = {"exitCode": c.exit_code if c.exit_code is not None else 137, "reason": c.exit_reason or "Error",
-                  "startedAt": c.started_at or self._now(), "finishedAt": self._now()}
+        t: Obj = {
+            "exitCode": c.exit_code if c.exit_code is not None else 137,
+            "reason": c.exit_reason or "Error",
+            "startedAt": c.started_at or self._now(),
+            "finishedAt": self._now(),
+        }
         if c.container_id:
             t["containerID"] = c.container_id
         if c.exit_message:
@@ -565,19 +725,31 @@ class Kubelet:
         ok = all(c.exit_code == 0 for c in rt.containers) and not evicted and not reason
         if evicted:
             reason = "Evicted"
-            message = ("The node was low on resource: memory. Threshold quantity: 100Mi, available: 52Mi. Container "
-                       f"{rt.containers[0].name} was using 1843Mi, request is 0, has larger consumption of memory. ")
+            message = (
+                "The node was low on resource: memory. Threshold quantity: 100Mi, available: 52Mi. Container "
+                f"{rt.containers[0].name} was using 1843Mi, request is 0, has larger consumption of memory. "
+            )
             self._event(rt, "Warning", "Evicted", message)
 
         def fn(st: Obj) -> None:
             st["phase"] = "Succeeded" if ok else "Failed"
             why = "PodCompleted" if ok else "PodFailed"
-            st["conditions"] = _ready_conditions(now, scheduled=True, initialized=True, ready=False, reason=why)
+            st["conditions"] = _ready_conditions(
+                now, scheduled=True, initialized=True, ready=False, reason=why
+            )
             st["conditions"][0]["status"] = "False"
             if evicted:
-                st["conditions"].insert(0, {"type": "DisruptionTarget", "status": "True", "lastProbeTime": None,
-                                            "lastTransitionTime": now, "reason": "TerminationByKubelet",
-                                            "message": message})
+                st["conditions"].insert(
+                    0,
+                    {
+                        "type": "DisruptionTarget",
+                        "status": "True",
+                        "lastProbeTime": None,
+                        "lastTransitionTime": now,
+                        "reason": "TerminationByKubelet",
+                        "message": message,
+                    },
+                )
             if reason:
                 st["reason"] = reason
                 st["message"] = message
@@ -587,7 +759,9 @@ class Kubelet:
         if rt.killing:
             for c in rt.containers:
                 if c.container_id and c.exit_reason != "StartError":
-                    self._event(rt, "Normal", "Killing", f"Stopping container {c.name}", container=c.name)
+                    self._event(
+                        rt, "Normal", "Killing", f"Stopping container {c.name}", container=c.name
+                    )
         self.cluster.pod_terminated(rt.namespace, rt.name)
 
     def kill(self, pod: Obj, *, reason: str = "", message: str = "") -> None:
@@ -615,7 +789,10 @@ class Kubelet:
             rt.stage = "running"
             self._terminate(rt, reason=reason, message=message)
             return
-        grace = min(float(pod.get("spec", {}).get("terminationGracePeriodSeconds", 30)), self.timing.grace_cap)
+        grace = min(
+            float(pod.get("spec", {}).get("terminationGracePeriodSeconds", 30)),
+            self.timing.grace_cap,
+        )
         for c in live:
             self._signal(c, signal.SIGTERM)
         for c in rt.containers:
@@ -667,7 +844,9 @@ def _data(obj: Obj) -> dict[str, str]:
 
 def _expand(value: str, env: dict[str, str]) -> str:
     """`$(VAR)` references to earlier variables, as the kubelet expands them."""
-    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)), value)
+    return re.sub(
+        r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)), value
+    )
 
 
 __all__ = ["NODE_NAME", "Kubelet", "Script", "Timing"]

@@ -44,9 +44,17 @@ from runlane.testing.kube.store import (
     parse_label_selector,
 )
 
-KUBE_VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.0-runlane-fake", "gitCommit": "0" * 40,
-                "gitTreeState": "clean", "buildDate": "2024-08-13T00:00:00Z", "goVersion": "go1.22.5",
-                "compiler": "gc", "platform": "linux/amd64"}
+KUBE_VERSION = {
+    "major": "1",
+    "minor": "31",
+    "gitVersion": "v1.31.0-runlane-fake",
+    "gitCommit": "0" * 40,
+    "gitTreeState": "clean",
+    "buildDate": "2024-08-13T00:00:00Z",
+    "goVersion": "go1.22.5",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
 SSAR_GROUP = "authorization.k8s.io"
 
 
@@ -67,7 +75,9 @@ class Fault:
     path: str | None = None
 
     def matches(self, method: str, path: str) -> bool:
-        return (self.method is None or self.method.upper() == method) and (self.path is None or self.path in path)
+        return (self.method is None or self.method.upper() == method) and (
+            self.path is None or self.path in path
+        )
 
 
 @dataclass
@@ -79,8 +89,15 @@ class Faults:
     # Creates whose response is dropped after the object was stored: (remaining, path substring).
     dropped_creates: list[list[Any]] = field(default_factory=list)
 
-    def fail_next(self, count: int = 1, status: int = 500, *, retry_after: int | None = None,
-                  method: str | None = None, path: str | None = None) -> None:
+    def fail_next(
+        self,
+        count: int = 1,
+        status: int = 500,
+        *,
+        retry_after: int | None = None,
+        method: str | None = None,
+        path: str | None = None,
+    ) -> None:
         with self.lock:
             self.rules.append(Fault(status, count, retry_after, method, path))
 
@@ -117,15 +134,33 @@ def fault_error(fault: Fault) -> ApiError:
         details: Obj = {"causes": [{"reason": "RetryAfter"}]}
         if fault.retry_after is not None:
             details["retryAfterSeconds"] = fault.retry_after
-        return ApiError(429, "TooManyRequests", "Too many requests, please try again later.", details, headers)
+        return ApiError(
+            429, "TooManyRequests", "Too many requests, please try again later.", details, headers
+        )
     if fault.status == 503:
-        return ApiError(503, "ServiceUnavailable", "the server is currently unable to handle the request",
-                        None, headers)
+        return ApiError(
+            503,
+            "ServiceUnavailable",
+            "the server is currently unable to handle the request",
+            None,
+            headers,
+        )
     if fault.status == 504:
-        return ApiError(504, "Timeout", "Timeout: request did not complete within the allotted timeout", None, headers)
+        return ApiError(
+            504,
+            "Timeout",
+            "Timeout: request did not complete within the allotted timeout",
+            None,
+            headers,
+        )
     if fault.status == 500:
-        return ApiError(500, "InternalError", "Internal error occurred: injected fault",
-                        {"causes": [{"message": "injected fault"}]}, headers)
+        return ApiError(
+            500,
+            "InternalError",
+            "Internal error occurred: injected fault",
+            {"causes": [{"message": "injected fault"}]},
+            headers,
+        )
     return ApiError(fault.status, "Unknown", f"injected fault {fault.status}", None, headers)
 
 
@@ -134,7 +169,9 @@ class AccessRules:
     """What the token's user may do: rules `"VERB RESOURCE"`, e.g. `"create jobs.batch"`,
     `"get pods/log"`, `"list,watch pods"`, `"* configmaps"`, or `"*"` for everything."""
 
-    rules: list[tuple[frozenset[str], str]] = field(default_factory=lambda: [(frozenset({"*"}), "*")])
+    rules: list[tuple[frozenset[str], str]] = field(
+        default_factory=lambda: [(frozenset({"*"}), "*")]
+    )
 
     @classmethod
     def parse(cls, allow: Iterable[str] | None) -> AccessRules:
@@ -152,7 +189,9 @@ class AccessRules:
         return cls(rules)
 
     def allows(self, verb: str, group: str, resource: str, subresource: str = "") -> bool:
-        name = (f"{resource}.{group}" if group else resource) + (f"/{subresource}" if subresource else "")
+        name = (f"{resource}.{group}" if group else resource) + (
+            f"/{subresource}" if subresource else ""
+        )
         for verbs, res in self.rules:
             if ("*" in verbs or verb in verbs) and res in ("*", name):
                 return True
@@ -168,19 +207,44 @@ def _api_resources(group: str, version: str) -> Obj:
     for rt in RESOURCES:
         if rt.group != group or rt.version != version:
             continue
-        resources.append({"name": rt.plural, "singularName": rt.singular, "namespaced": rt.namespaced,
-                          "kind": rt.kind, "verbs": list(rt.verbs), **({"shortNames": list(rt.short_names)}
-                                                                      if rt.short_names else {}),
-                          **({"categories": ["all"]} if rt in (JOBS, PODS) else {})})
+        resources.append(
+            {
+                "name": rt.plural,
+                "singularName": rt.singular,
+                "namespaced": rt.namespaced,
+                "kind": rt.kind,
+                "verbs": list(rt.verbs),
+                **({"shortNames": list(rt.short_names)} if rt.short_names else {}),
+                **({"categories": ["all"]} if rt in (JOBS, PODS) else {}),
+            }
+        )
         for sub in rt.subresources:
             verbs = ["get"] if sub == "log" else ["get", "patch", "update"]
-            resources.append({"name": f"{rt.plural}/{sub}", "singularName": "", "namespaced": rt.namespaced,
-                              "kind": "Pod" if sub == "log" else rt.kind, "verbs": verbs})
+            resources.append(
+                {
+                    "name": f"{rt.plural}/{sub}",
+                    "singularName": "",
+                    "namespaced": rt.namespaced,
+                    "kind": "Pod" if sub == "log" else rt.kind,
+                    "verbs": verbs,
+                }
+            )
     if group == SSAR_GROUP:
-        resources.append({"name": "selfsubjectaccessreviews", "singularName": "selfsubjectaccessreview",
-                          "namespaced": False, "kind": "SelfSubjectAccessReview", "verbs": ["create"]})
-    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}" if group else version,
-            "resources": resources}
+        resources.append(
+            {
+                "name": "selfsubjectaccessreviews",
+                "singularName": "selfsubjectaccessreview",
+                "namespaced": False,
+                "kind": "SelfSubjectAccessReview",
+                "verbs": ["create"],
+            }
+        )
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}" if group else version,
+        "resources": resources,
+    }
 
 
 def _group(name: str) -> Obj:
@@ -188,7 +252,11 @@ def _group(name: str) -> Obj:
     return {"name": name, "versions": [gv], "preferredVersion": gv}
 
 
-API_GROUPS = {"kind": "APIGroupList", "apiVersion": "v1", "groups": [_group("batch"), _group(SSAR_GROUP)]}
+API_GROUPS = {
+    "kind": "APIGroupList",
+    "apiVersion": "v1",
+    "groups": [_group("batch"), _group(SSAR_GROUP)],
+}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -213,10 +281,22 @@ def _row(rt: ResourceType, obj: Obj, now: float) -> list[Any]:
     st = obj.get("status") or {}
     if rt is JOBS:
         conds = {c["type"] for c in st.get("conditions") or [] if c.get("status") == "True"}
-        status = ("Complete" if "Complete" in conds else "Failed" if "Failed" in conds else
-                  "Suspended" if "Suspended" in conds else "Running")
-        return [meta["name"], status, f"{st.get('succeeded', 0)}/{obj.get('spec', {}).get('completions', 1)}",
-                "", _age(meta.get("creationTimestamp"), now)]
+        status = (
+            "Complete"
+            if "Complete" in conds
+            else "Failed"
+            if "Failed" in conds
+            else "Suspended"
+            if "Suspended" in conds
+            else "Running"
+        )
+        return [
+            meta["name"],
+            status,
+            f"{st.get('succeeded', 0)}/{obj.get('spec', {}).get('completions', 1)}",
+            "",
+            _age(meta.get("creationTimestamp"), now),
+        ]
     if rt is PODS:
         statuses = st.get("containerStatuses") or []
         ready = sum(1 for s in statuses if s.get("ready"))
@@ -229,8 +309,13 @@ def _row(rt: ResourceType, obj: Obj, now: float) -> list[Any]:
                 shown = state["terminated"].get("reason") or shown
         if meta.get("deletionTimestamp"):
             shown = "Terminating"
-        return [meta["name"], f"{ready}/{len(obj.get('spec', {}).get('containers') or [])}", shown, 0,
-                _age(meta.get("creationTimestamp"), now)]
+        return [
+            meta["name"],
+            f"{ready}/{len(obj.get('spec', {}).get('containers') or [])}",
+            shown,
+            0,
+            _age(meta.get("creationTimestamp"), now),
+        ]
     return [meta["name"], _age(meta.get("creationTimestamp"), now)]
 
 
@@ -241,13 +326,34 @@ def _table(rt: ResourceType, items: list[Obj], rv: str, now: float) -> Obj:
         names = ["Name", "Ready", "Status", "Restarts", "Age"]
     else:
         names = ["Name", "Age"]
-    cols = [{"name": n, "type": "integer" if n == "Restarts" else "string", "format": "name" if n == "Name" else "",
-             "description": n, "priority": 0} for n in names]
-    rows = [{"cells": _row(rt, o, now),
-             "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": o["metadata"]}}
-            for o in items]
-    return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv},
-            "columnDefinitions": cols, "rows": rows}
+    cols = [
+        {
+            "name": n,
+            "type": "integer" if n == "Restarts" else "string",
+            "format": "name" if n == "Name" else "",
+            "description": n,
+            "priority": 0,
+        }
+        for n in names
+    ]
+    rows = [
+        {
+            "cells": _row(rt, o, now),
+            "object": {
+                "kind": "PartialObjectMetadata",
+                "apiVersion": "meta.k8s.io/v1",
+                "metadata": o["metadata"],
+            },
+        }
+        for o in items
+    ]
+    return {
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": {"resourceVersion": rv},
+        "columnDefinitions": cols,
+        "rows": rows,
+    }
 
 
 # --------------------------------------------------------------------------------------------------
@@ -298,11 +404,19 @@ def json_patch(target: Obj, ops: list[Obj]) -> Obj:
             elif kind == "test":
                 value = parent[int(key)] if isinstance(parent, list) else parent.get(key)
                 if value != op.get("value"):
-                    raise ApiError(422, "Invalid", f"the server rejected our request due to an error in our request: test failed at {op.get('path')}")
+                    raise ApiError(
+                        422,
+                        "Invalid",
+                        f"the server rejected our request due to an error in our request: test failed at {op.get('path')}",
+                    )
             else:
                 raise bad_request(f"Unexpected kind: {kind}")
         except (KeyError, IndexError, ValueError) as exc:
-            raise ApiError(422, "Invalid", f"the server rejected our request due to an error in our request: {exc}") from exc
+            raise ApiError(
+                422,
+                "Invalid",
+                f"the server rejected our request due to an error in our request: {exc}",
+            ) from exc
     return doc
 
 
@@ -332,10 +446,20 @@ class _Route:
 class ApiServer:
     """Owns the HTTP listener; the `Cluster` holds the objects and controllers."""
 
-    def __init__(self, cluster: Cluster, *, host: str = "127.0.0.1", port: int = 0, token: str | None = None,
-                 user: str = "runlane-fake", allow: Iterable[str] | None = None, bookmark_interval: float = 1.0,
-                 expired: Literal["stream", "http"] = "stream", watch_timeout: float | None = None,
-                 require_auth: bool = False) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        user: str = "runlane-fake",
+        allow: Iterable[str] | None = None,
+        bookmark_interval: float = 1.0,
+        expired: Literal["stream", "http"] = "stream",
+        watch_timeout: float | None = None,
+        require_auth: bool = False,
+    ) -> None:
         self.cluster = cluster
         self.store = cluster.store
         self.host = host
@@ -367,8 +491,12 @@ class ApiServer:
         return f"http://{self.host}:{self.port}"
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.1},
-                                        name="kube-fake-http", daemon=True)
+        self._thread = threading.Thread(
+            target=self.httpd.serve_forever,
+            kwargs={"poll_interval": 0.1},
+            name="kube-fake-http",
+            daemon=True,
+        )
         self._thread.start()
 
     def stop(self) -> None:
@@ -389,7 +517,9 @@ class ApiServer:
             self.store.cond.notify_all()
             return len(watchers)
 
-    def restart(self, jump: int = 1000, *, lose_state: bool = False, keep: socket.socket | None = None) -> None:
+    def restart(
+        self, jump: int = 1000, *, lose_state: bool = False, keep: socket.socket | None = None
+    ) -> None:
         """Drop every connection; the resourceVersion jumps by `jump` and the history is gone, or
         (`lose_state`) every object is gone and the resourceVersion goes backwards."""
         if lose_state:
@@ -483,7 +613,9 @@ class _HTTPServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
-    def __init__(self, addr: tuple[str, int], handler: type[BaseHTTPRequestHandler], api: ApiServer) -> None:
+    def __init__(
+        self, addr: tuple[str, int], handler: type[BaseHTTPRequestHandler], api: ApiServer
+    ) -> None:
         self.api = api
         super().__init__(addr, handler)
 
@@ -525,8 +657,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     # --- plumbing ----------------------------------------------------------------------------------
 
-    def _send(self, code: int, body: bytes, content_type: str = "application/json",
-              headers: dict[str, str] | None = None) -> None:
+    def _send(
+        self,
+        code: int,
+        body: bytes,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self._record(code)
         self.send_response(code)
         self.send_header("Content-Type", content_type)
@@ -562,7 +699,9 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         if length > MAX_OBJECT_BYTES:
             self.rfile.read(length)
-            raise ApiError(413, "RequestEntityTooLarge", "Request entity too large: limit is 3145728")
+            raise ApiError(
+                413, "RequestEntityTooLarge", "Request entity too large: limit is 3145728"
+            )
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             data = bytearray()
             while True:
@@ -598,7 +737,11 @@ class _Handler(BaseHTTPRequestHandler):
             auth = self.headers.get("Authorization")
             # kubectl/client-go never send credentials over plain http (clientcmd only merges auth info
             # for TLS), so a request without them is taken as the configured user; a wrong one is 401.
-            if api.token is not None and (auth is not None or api.require_auth) and auth != f"Bearer {api.token}":
+            if (
+                api.token is not None
+                and (auth is not None or api.require_auth)
+                and auth != f"Bearer {api.token}"
+            ):
                 raise ApiError(401, "Unauthorized", "Unauthorized")
             fault = api.faults.take(method, url.path)
             if fault is not None:
@@ -630,7 +773,9 @@ class _Handler(BaseHTTPRequestHandler):
 
                 return yaml.safe_load(raw)
             except Exception as exc:
-                raise bad_request(f"the body of the request was in an unknown format: {exc}") from exc
+                raise bad_request(
+                    f"the body of the request was in an unknown format: {exc}"
+                ) from exc
 
     def _authorize(self, verb: str, route: _Route) -> None:
         rt = route.rt
@@ -641,7 +786,9 @@ class _Handler(BaseHTTPRequestHandler):
         if not api.access.allows(verb, rt.group, rt.plural, sub):
             raise forbidden(rt, route.name, api.user, verb, route.namespace, sub)
 
-    def _dispatch(self, method: str, route: _Route, query: dict[str, str], raw: bytes, path: str) -> None:
+    def _dispatch(
+        self, method: str, route: _Route, query: dict[str, str], raw: bytes, path: str
+    ) -> None:
         api = self.server.api
         store = api.store
         if route.special:
@@ -653,40 +800,72 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "GET":
             verb = "get" if route.name else "watch" if watch else "list"
         else:
-            verb = {"POST": "create", "PUT": "update", "PATCH": "patch",
-                    "DELETE": "delete" if route.name else "deletecollection"}[method]
+            verb = {
+                "POST": "create",
+                "PUT": "update",
+                "PATCH": "patch",
+                "DELETE": "delete" if route.name else "deletecollection",
+            }[method]
         self._authorize(verb, route)
-        if route.namespace is not None and rt.namespaced and method != "POST" and \
-                store.find(NAMESPACES, None, route.namespace) is None and route.name is not None:
-            raise ApiError(404, "NotFound", f'{rt.qualified} "{route.name}" not found',
-                           {"name": route.name, "kind": rt.plural, **({"group": rt.group} if rt.group else {})})
+        if (
+            route.namespace is not None
+            and rt.namespaced
+            and method != "POST"
+            and store.find(NAMESPACES, None, route.namespace) is None
+            and route.name is not None
+        ):
+            raise ApiError(
+                404,
+                "NotFound",
+                f'{rt.qualified} "{route.name}" not found',
+                {
+                    "name": route.name,
+                    "kind": rt.plural,
+                    **({"group": rt.group} if rt.group else {}),
+                },
+            )
         if method == "GET" and route.sub == "log":
             self._log(route, query)
         elif method == "GET" and route.name:
             obj = store.get(rt, route.namespace, route.name)
             if self._wants_table():
-                self._json(200, _table(rt, [obj], obj["metadata"]["resourceVersion"], store.clock.now()))
+                self._json(
+                    200, _table(rt, [obj], obj["metadata"]["resourceVersion"], store.clock.now())
+                )
             else:
                 self._json(200, obj)
         elif method == "GET" and watch:
             self._watch(rt, route.namespace, query)
         elif method == "GET":
             self._check_list_rv(query)
-            items, rv = store.select(rt, route.namespace, query.get("labelSelector"), query.get("fieldSelector"))
+            items, rv = store.select(
+                rt, route.namespace, query.get("labelSelector"), query.get("fieldSelector")
+            )
             if self._wants_table():
                 self._json(200, _table(rt, items, str(rv), store.clock.now()))
                 return
-            stripped = [{k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in items]
-            self._json(200, {"kind": f"{rt.kind}List", "apiVersion": rt.api_version,
-                             "metadata": {"resourceVersion": str(rv)}, "items": stripped})
+            stripped = [
+                {k: v for k, v in o.items() if k not in ("kind", "apiVersion")} for o in items
+            ]
+            self._json(
+                200,
+                {
+                    "kind": f"{rt.kind}List",
+                    "apiVersion": rt.api_version,
+                    "metadata": {"resourceVersion": str(rv)},
+                    "items": stripped,
+                },
+            )
         elif method == "POST" and not route.name:
             body = self._body(raw)
             if not isinstance(body, dict):
                 raise bad_request("the body of the request was not an object")
             kind = body.get("kind")
             if kind and kind != rt.kind:
-                raise bad_request(f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
-                                  f'no kind "{kind}" is registered for version "{rt.api_version}"')
+                raise bad_request(
+                    f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
+                    f'no kind "{kind}" is registered for version "{rt.api_version}"'
+                )
             if query.get("dryRun"):
                 self._json(201, body)
                 return
@@ -702,16 +881,32 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, result.body, {"Warning": result.warning} if result.warning else None)
         elif method == "DELETE":
             opts = self._delete_options(raw, query)
-            items, rv = store.select(rt, route.namespace, query.get("labelSelector"), query.get("fieldSelector"))
+            items, rv = store.select(
+                rt, route.namespace, query.get("labelSelector"), query.get("fieldSelector")
+            )
             deleted = []
             for o in items:
                 with contextlib.suppress(ApiError):
-                    deleted.append(api.cluster.delete(rt, o["metadata"].get("namespace"), o["metadata"]["name"],
-                                                      **opts).body)
-            self._json(200, {"kind": f"{rt.kind}List", "apiVersion": rt.api_version,
-                             "metadata": {"resourceVersion": str(store.rv)}, "items": deleted})
+                    deleted.append(
+                        api.cluster.delete(
+                            rt, o["metadata"].get("namespace"), o["metadata"]["name"], **opts
+                        ).body
+                    )
+            self._json(
+                200,
+                {
+                    "kind": f"{rt.kind}List",
+                    "apiVersion": rt.api_version,
+                    "metadata": {"resourceVersion": str(store.rv)},
+                    "items": deleted,
+                },
+            )
         else:
-            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+            raise ApiError(
+                405,
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource",
+            )
 
     def _check_list_rv(self, query: dict[str, str]) -> None:
         """A list at (or not older than) a resourceVersion the store has not reached waits for it,
@@ -739,12 +934,20 @@ class _Handler(BaseHTTPRequestHandler):
             orphan = body.get("orphanDependents", query.get("orphanDependents") in ("true", "1"))
             policy = policy or ("Orphan" if orphan else "Background")
         if policy not in (None, "Orphan", "Background", "Foreground"):
-            raise ApiError(422, "Invalid", f'DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Unsupported '
-                                           f'value: "{policy}": supported values: "Foreground", "Background", "Orphan", "nil"')
+            raise ApiError(
+                422,
+                "Invalid",
+                f'DeleteOptions.meta.k8s.io "" is invalid: propagationPolicy: Unsupported '
+                f'value: "{policy}": supported values: "Foreground", "Background", "Orphan", "nil"',
+            )
         pre = body.get("preconditions") or {}
         grace = body.get("gracePeriodSeconds", query.get("gracePeriodSeconds"))
-        return {"propagation": policy, "uid": pre.get("uid"), "resource_version": pre.get("resourceVersion"),
-                "grace_seconds": int(grace) if grace is not None else None}
+        return {
+            "propagation": policy,
+            "uid": pre.get("uid"),
+            "resource_version": pre.get("resourceVersion"),
+            "grace_seconds": int(grace) if grace is not None else None,
+        }
 
     def _update(self, method: str, rt: ResourceType, route: _Route, raw: bytes) -> None:
         store = self.server.api.store
@@ -758,28 +961,47 @@ class _Handler(BaseHTTPRequestHandler):
                     if not isinstance(body, list):
                         raise bad_request("json patch must be a list of operations")
                     new = json_patch(current, body)
-                elif ctype in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+                elif ctype in (
+                    "application/merge-patch+json",
+                    "application/strategic-merge-patch+json",
+                ):
                     new = merge_patch(current, body)
                 else:
-                    raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
-                                                                "accepted media types include: application/json-patch+json, "
-                                                                "application/merge-patch+json, application/strategic-merge-patch+json")
-                expect_rv = (body.get("metadata") or {}).get("resourceVersion") if isinstance(body, dict) else None
+                    raise ApiError(
+                        415,
+                        "UnsupportedMediaType",
+                        "the body of the request was in an unknown format - "
+                        "accepted media types include: application/json-patch+json, "
+                        "application/merge-patch+json, application/strategic-merge-patch+json",
+                    )
+                expect_rv = (
+                    (body.get("metadata") or {}).get("resourceVersion")
+                    if isinstance(body, dict)
+                    else None
+                )
             else:
                 if not isinstance(body, dict):
                     raise bad_request("the body of the request was not an object")
                 new = copy.deepcopy(body)
                 expect_rv = (new.get("metadata") or {}).get("resourceVersion")
                 if not expect_rv:
-                    raise ApiError(422, "Invalid", f'{rt.kind} "{route.name}" is invalid: metadata.resourceVersion: '
-                                                   "Invalid value: 0x0: must be specified for an update")
+                    raise ApiError(
+                        422,
+                        "Invalid",
+                        f'{rt.kind} "{route.name}" is invalid: metadata.resourceVersion: '
+                        "Invalid value: 0x0: must be specified for an update",
+                    )
             if route.sub == "status":
                 # The status subresource changes status only.
                 merged = copy.deepcopy(current)
                 merged["status"] = new.get("status")
                 new = merged
             else:
-                new["status"] = copy.deepcopy(current.get("status")) if rt in (JOBS, PODS) else new.get("status")
+                new["status"] = (
+                    copy.deepcopy(current.get("status"))
+                    if rt in (JOBS, PODS)
+                    else new.get("status")
+                )
                 if new.get("status") is None:
                     new.pop("status", None)
                 if rt is JOBS:
@@ -788,15 +1010,35 @@ class _Handler(BaseHTTPRequestHandler):
                         if new_spec.get(key) != old_spec.get(key) and key in new_spec:
                             from runlane.testing.kube.store import invalid
 
-                            raise invalid(rt, route.name, [(f"spec.{key}", "FieldValueInvalid",
-                                                            f"Invalid value: {json.dumps(new_spec.get(key))}: field is immutable")])
+                            raise invalid(
+                                rt,
+                                route.name,
+                                [
+                                    (
+                                        f"spec.{key}",
+                                        "FieldValueInvalid",
+                                        f"Invalid value: {json.dumps(new_spec.get(key))}: field is immutable",
+                                    )
+                                ],
+                            )
             meta = new.setdefault("metadata", {})
-            for k in ("uid", "creationTimestamp", "namespace", "name", "deletionTimestamp", "generation"):
+            for k in (
+                "uid",
+                "creationTimestamp",
+                "namespace",
+                "name",
+                "deletionTimestamp",
+                "generation",
+            ):
                 if k in current["metadata"]:
                     meta[k] = current["metadata"][k]
             meta["resourceVersion"] = current["metadata"]["resourceVersion"]
             new["kind"], new["apiVersion"] = rt.kind, rt.api_version
-            if rt in (JOBS, PODS) and route.sub != "status" and new.get("spec") != current.get("spec"):
+            if (
+                rt in (JOBS, PODS)
+                and route.sub != "status"
+                and new.get("spec") != current.get("spec")
+            ):
                 meta["generation"] = int(current["metadata"].get("generation", 1)) + 1
             saved = store.write(rt, new, expect_rv=expect_rv)
         self._json(200, saved)
@@ -808,22 +1050,52 @@ class _Handler(BaseHTTPRequestHandler):
         kind = route.special
         if kind == "ssar":
             if method != "POST":
-                raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+                raise ApiError(
+                    405,
+                    "MethodNotAllowed",
+                    "the server does not allow this method on the requested resource",
+                )
             self._ssar(self._body(raw))
             return
         if method != "GET":
-            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+            raise ApiError(
+                405,
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource",
+            )
         if kind == "version":
             self._json(200, KUBE_VERSION)
         elif kind == "health":
             self._send(200, b"ok", "text/plain; charset=utf-8")
         elif kind == "root":
-            self._json(200, {"paths": ["/api", "/api/v1", "/apis", "/apis/batch", "/apis/batch/v1",
-                                       f"/apis/{SSAR_GROUP}", f"/apis/{SSAR_GROUP}/v1", "/healthz", "/version"]})
+            self._json(
+                200,
+                {
+                    "paths": [
+                        "/api",
+                        "/api/v1",
+                        "/apis",
+                        "/apis/batch",
+                        "/apis/batch/v1",
+                        f"/apis/{SSAR_GROUP}",
+                        f"/apis/{SSAR_GROUP}/v1",
+                        "/healthz",
+                        "/version",
+                    ]
+                },
+            )
         elif kind == "api":
             host = f"{api.host}:{api.port}"
-            self._json(200, {"kind": "APIVersions", "versions": ["v1"],
-                             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": host}]})
+            self._json(
+                200,
+                {
+                    "kind": "APIVersions",
+                    "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [
+                        {"clientCIDR": "0.0.0.0/0", "serverAddress": host}
+                    ],
+                },
+            )
         elif kind == "apis":
             self._json(200, API_GROUPS)
         elif kind == "group":
@@ -837,28 +1109,47 @@ class _Handler(BaseHTTPRequestHandler):
             raise bad_request("SelfSubjectAccessReview needs a spec")
         attrs = body["spec"].get("resourceAttributes")
         if isinstance(attrs, dict):
-            allowed = api.access.allows(str(attrs.get("verb", "")), str(attrs.get("group", "")),
-                                        str(attrs.get("resource", "")), str(attrs.get("subresource", "")))
+            allowed = api.access.allows(
+                str(attrs.get("verb", "")),
+                str(attrs.get("group", "")),
+                str(attrs.get("resource", "")),
+                str(attrs.get("subresource", "")),
+            )
         else:
-            allowed = True  # non-resource URLs (discovery, /version) are open to authenticated users
+            allowed = (
+                True  # non-resource URLs (discovery, /version) are open to authenticated users
+            )
         status: Obj = {"allowed": allowed}
         if allowed:
-            status["reason"] = f'RBAC: allowed by RoleBinding "runlane-fake" of Role "runlane-fake" to User "{api.user}"'
-        out = {"kind": "SelfSubjectAccessReview", "apiVersion": f"{SSAR_GROUP}/v1",
-               "metadata": {"creationTimestamp": None}, "spec": body["spec"], "status": status}
+            status["reason"] = (
+                f'RBAC: allowed by RoleBinding "runlane-fake" of Role "runlane-fake" to User "{api.user}"'
+            )
+        out = {
+            "kind": "SelfSubjectAccessReview",
+            "apiVersion": f"{SSAR_GROUP}/v1",
+            "metadata": {"creationTimestamp": None},
+            "spec": body["spec"],
+            "status": status,
+        }
         self._json(201, out)
 
     def _admin(self, method: str, path: str, query: dict[str, str]) -> None:
         """`/fake/...`: fault injection and inspection over HTTP, for the standalone server."""
         api = self.server.api
-        action = path[len("/fake/"):].strip("/")
+        action = path[len("/fake/") :].strip("/")
         result: Obj = {"ok": True}
         if action == "fail":
-            api.faults.fail_next(int(query.get("count", "1")), int(query.get("status", "500")),
-                                 retry_after=int(query["retryAfter"]) if "retryAfter" in query else None,
-                                 method=query.get("method") or None, path=query.get("path") or None)
+            api.faults.fail_next(
+                int(query.get("count", "1")),
+                int(query.get("status", "500")),
+                retry_after=int(query["retryAfter"]) if "retryAfter" in query else None,
+                method=query.get("method") or None,
+                path=query.get("path") or None,
+            )
         elif action == "drop-create":
-            api.faults.drop_create_response(int(query.get("count", "1")), path=query.get("path") or None)
+            api.faults.drop_create_response(
+                int(query.get("count", "1")), path=query.get("path") or None
+            )
         elif action == "end-watches":
             result["watches"] = api.end_watches(abort=query.get("abort") in ("1", "true"))
         elif action == "expire-watches":
@@ -868,8 +1159,11 @@ class _Handler(BaseHTTPRequestHandler):
         elif action == "compact":
             api.store.compact()
         elif action == "restart":
-            api.restart(int(query.get("jump", "1000")), lose_state=query.get("loseState") in ("1", "true"),
-                        keep=self.connection)
+            api.restart(
+                int(query.get("jump", "1000")),
+                lose_state=query.get("loseState") in ("1", "true"),
+                keep=self.connection,
+            )
             self.close_connection = True  # like any connection open across a restart
         elif action == "advance":
             api.cluster.advance(float(query.get("seconds", "0")))
@@ -889,7 +1183,9 @@ class _Handler(BaseHTTPRequestHandler):
         lreqs = parse_label_selector(query.get("labelSelector"))
         freqs = parse_field_selector(query.get("fieldSelector"), rt)
         bookmarks = query.get("allowWatchBookmarks") in ("true", "1")
-        timeout = float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else api.watch_timeout
+        timeout = (
+            float(query["timeoutSeconds"]) if query.get("timeoutSeconds") else api.watch_timeout
+        )
         deadline = time.monotonic() + timeout if timeout else None
         rv_param = query.get("resourceVersion") or ""
 
@@ -959,7 +1255,9 @@ class _Handler(BaseHTTPRequestHandler):
                         now = time.monotonic()
                         if deadline is not None and now >= deadline:
                             break
-                        if bookmarks and (now >= next_bookmark or api._bookmark_now != seen_bookmark):
+                        if bookmarks and (
+                            now >= next_bookmark or api._bookmark_now != seen_bookmark
+                        ):
                             break
                         wait = next_bookmark - now if bookmarks else 1.0
                         if deadline is not None:
@@ -986,8 +1284,14 @@ class _Handler(BaseHTTPRequestHandler):
                     return
                 now = time.monotonic()
                 if bookmarks and (forced or now >= next_bookmark):
-                    self._send_event("BOOKMARK", {"kind": rt.kind, "apiVersion": rt.api_version,
-                                                  "metadata": {"resourceVersion": str(current_rv)}})
+                    self._send_event(
+                        "BOOKMARK",
+                        {
+                            "kind": rt.kind,
+                            "apiVersion": rt.api_version,
+                            "metadata": {"resourceVersion": str(current_rv)},
+                        },
+                    )
                     next_bookmark = now + api.bookmark_interval
                 if deadline is not None and now >= deadline:
                     self._end_stream()
@@ -999,7 +1303,9 @@ class _Handler(BaseHTTPRequestHandler):
                 store.active_watches.pop(wid, None)
 
     def _send_event(self, kind: str, obj: Obj) -> None:
-        self._chunk(json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode() + b"\n")
+        self._chunk(
+            json.dumps({"type": kind, "object": obj}, separators=(",", ":")).encode() + b"\n"
+        )
 
     # --- logs --------------------------------------------------------------------------------------
 
@@ -1012,20 +1318,36 @@ class _Handler(BaseHTTPRequestHandler):
             names = [c["name"] for c in pod.get("spec", {}).get("containers") or []]
             container = query.get("container") or (names[0] if len(names) == 1 else "")
             if not container:
-                raise bad_request(f"a container name must be specified for pod {route.name}, choose one of: "
-                                  f"[{' '.join(names)}]")
+                raise bad_request(
+                    f"a container name must be specified for pod {route.name}, choose one of: "
+                    f"[{' '.join(names)}]"
+                )
             if container not in names:
                 raise bad_request(f"container {container} is not valid for pod {route.name}")
             if query.get("previous") in ("true", "1"):
-                raise bad_request(f'previous terminated container "{container}" in pod "{route.name}" not found')
+                raise bad_request(
+                    f'previous terminated container "{container}" in pod "{route.name}" not found'
+                )
             statuses = {s["name"]: s for s in pod.get("status", {}).get("containerStatuses") or []}
-            state = (statuses.get(container) or {}).get("state") or {"waiting": {"reason": "ContainerCreating"}}
+            state = (statuses.get(container) or {}).get("state") or {
+                "waiting": {"reason": "ContainerCreating"}
+            }
             if "waiting" in state:
                 reason = state["waiting"].get("reason", "ContainerCreating")
-                why = "image can't be pulled" if reason in ("ErrImagePull", "ImagePullBackOff") else reason
-                raise bad_request(f'container "{container}" in pod "{route.name}" is waiting to start: {why}')
+                why = (
+                    "image can't be pulled"
+                    if reason in ("ErrImagePull", "ImagePullBackOff")
+                    else reason
+                )
+                raise bad_request(
+                    f'container "{container}" in pod "{route.name}" is waiting to start: {why}'
+                )
             runtime = api.cluster.kubelet.runtime(pod["metadata"]["uid"])
-            c = next((c for c in runtime.containers if c.name == container), None) if runtime else None
+            c = (
+                next((c for c in runtime.containers if c.name == container), None)
+                if runtime
+                else None
+            )
             data = bytes(c.log) if c else b""
         tail = int(query["tailLines"]) if query.get("tailLines") else None
         limit = int(query["limitBytes"]) if query.get("limitBytes") else None

@@ -24,7 +24,9 @@ Propagation = Literal["Orphan", "Background", "Foreground"]
 
 # k8s.io/apimachinery/pkg/util/rand: no vowels (no words), no 0/1/3 (no look-alikes).
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
@@ -58,7 +60,16 @@ class ResourceType:
     namespaced: bool = True
     short_names: tuple[str, ...] = ()
     subresources: tuple[str, ...] = ()
-    verbs: tuple[str, ...] = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
+    verbs: tuple[str, ...] = (
+        "create",
+        "delete",
+        "deletecollection",
+        "get",
+        "list",
+        "patch",
+        "update",
+        "watch",
+    )
     # Field labels a fieldSelector may use besides metadata.name/metadata.namespace.
     field_labels: tuple[str, ...] = ()
     singular: str = ""
@@ -74,27 +85,67 @@ class ResourceType:
 
 
 JOBS = ResourceType(
-    "jobs", "Job", "batch", "v1", short_names=(), subresources=("status",),
-    field_labels=("status.successful",), singular="job",
+    "jobs",
+    "Job",
+    "batch",
+    "v1",
+    short_names=(),
+    subresources=("status",),
+    field_labels=("status.successful",),
+    singular="job",
 )
 PODS = ResourceType(
-    "pods", "Pod", "", "v1", short_names=("po",), subresources=("status", "log"),
-    field_labels=("spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
-                  "status.phase", "status.podIP", "status.nominatedNodeName"),
+    "pods",
+    "Pod",
+    "",
+    "v1",
+    short_names=("po",),
+    subresources=("status", "log"),
+    field_labels=(
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "status.phase",
+        "status.podIP",
+        "status.nominatedNodeName",
+    ),
     singular="pod",
 )
-CONFIGMAPS = ResourceType("configmaps", "ConfigMap", "", "v1", short_names=("cm",), singular="configmap")
+CONFIGMAPS = ResourceType(
+    "configmaps", "ConfigMap", "", "v1", short_names=("cm",), singular="configmap"
+)
 SECRETS = ResourceType("secrets", "Secret", "", "v1", singular="secret", field_labels=("type",))
 EVENTS = ResourceType(
-    "events", "Event", "", "v1", short_names=("ev",),
-    field_labels=("involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
-                  "involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion",
-                  "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type"),
+    "events",
+    "Event",
+    "",
+    "v1",
+    short_names=("ev",),
+    field_labels=(
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
+    ),
     singular="event",
 )
 NAMESPACES = ResourceType(
-    "namespaces", "Namespace", "", "v1", namespaced=False, short_names=("ns",),
-    verbs=("create", "delete", "get", "list", "patch", "update", "watch"), field_labels=("status.phase",),
+    "namespaces",
+    "Namespace",
+    "",
+    "v1",
+    namespaced=False,
+    short_names=("ns",),
+    verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
+    field_labels=("status.phase",),
     singular="namespace",
 )
 RESOURCES: tuple[ResourceType, ...] = (JOBS, PODS, CONFIGMAPS, SECRETS, EVENTS, NAMESPACES)
@@ -167,12 +218,17 @@ def not_found(rt: ResourceType, name: str) -> ApiError:
 
 def already_exists(rt: ResourceType, name: str, *, terminating: bool = False) -> ApiError:
     prefix = "object is being deleted: " if terminating else ""
-    return ApiError(409, "AlreadyExists", f'{prefix}{rt.qualified} "{name}" already exists', _details(rt, name))
+    return ApiError(
+        409, "AlreadyExists", f'{prefix}{rt.qualified} "{name}" already exists', _details(rt, name)
+    )
 
 
 def conflict(rt: ResourceType, name: str, why: str) -> ApiError:
     return ApiError(
-        409, "Conflict", f'Operation cannot be fulfilled on {rt.qualified} "{name}": {why}', _details(rt, name)
+        409,
+        "Conflict",
+        f'Operation cannot be fulfilled on {rt.qualified} "{name}": {why}',
+        _details(rt, name),
     )
 
 
@@ -199,13 +255,27 @@ def too_large(requested: int, current: int) -> ApiError:
     """What the apiserver answers a watch or list from a resourceVersion it has not reached (it lost
     its state, or the client came from another cluster): `storage.NewTooLargeResourceVersionError`,
     a 504 Timeout whose cause client-go's reflector looks for before it lists from scratch."""
-    return ApiError(504, "Timeout", f"Timeout: Too large resource version: {requested}, current: {current}",
-                    {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
-                     "retryAfterSeconds": 1})
+    return ApiError(
+        504,
+        "Timeout",
+        f"Timeout: Too large resource version: {requested}, current: {current}",
+        {
+            "causes": [
+                {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
+            ],
+            "retryAfterSeconds": 1,
+        },
+    )
 
 
-def forbidden(rt: ResourceType, name: str | None, user: str, verb: str, namespace: str | None,
-              subresource: str = "") -> ApiError:
+def forbidden(
+    rt: ResourceType,
+    name: str | None,
+    user: str,
+    verb: str,
+    namespace: str | None,
+    subresource: str = "",
+) -> ApiError:
     what = f"{rt.plural}/{subresource}" if subresource else rt.plural
     subject = f'{rt.qualified} "{name}"' if name else rt.qualified
     where = f' in the namespace "{namespace}"' if namespace else " at the cluster scope"
@@ -261,7 +331,9 @@ def parse_label_selector(text: str | None) -> list[Requirement]:
     for raw in _split_top(text):
         part = raw.strip()
         if not part:
-            raise bad_request(f"unable to parse requirement: found '', expected: identifier (in {text!r})")
+            raise bad_request(
+                f"unable to parse requirement: found '', expected: identifier (in {text!r})"
+            )
         m = _SET_REQ.match(part)
         if m:
             values = frozenset(v.strip() for v in m.group(3).split(",") if v.strip())
@@ -269,10 +341,18 @@ def parse_label_selector(text: str | None) -> list[Requirement]:
             reqs.append(Requirement(_check_key(m.group(1), text), op, values))
         elif "!=" in part:
             k, v = part.split("!=", 1)
-            reqs.append(Requirement(_check_key(k.strip(), text), "!=", frozenset({_check_value(v.strip(), text)})))
+            reqs.append(
+                Requirement(
+                    _check_key(k.strip(), text), "!=", frozenset({_check_value(v.strip(), text)})
+                )
+            )
         elif "=" in part:
             k, v = part.split("==", 1) if "==" in part else part.split("=", 1)
-            reqs.append(Requirement(_check_key(k.strip(), text), "=", frozenset({_check_value(v.strip(), text)})))
+            reqs.append(
+                Requirement(
+                    _check_key(k.strip(), text), "=", frozenset({_check_value(v.strip(), text)})
+                )
+            )
         elif part.startswith("!"):
             reqs.append(Requirement(_check_key(part[1:].strip(), text), "!"))
         else:
@@ -288,7 +368,9 @@ def _check_key(key: str, text: str) -> str:
 
 def _check_value(value: str, text: str) -> str:
     if len(value) > 63 or not _LABEL_VALUE.match(value):
-        raise bad_request(f"unable to parse requirement: invalid label value: {value!r} (in {text!r})")
+        raise bad_request(
+            f"unable to parse requirement: invalid label value: {value!r} (in {text!r})"
+        )
     return value
 
 
@@ -331,7 +413,7 @@ def parse_field_selector(text: str | None, rt: ResourceType) -> list[FieldRequir
             raise bad_request(f"invalid selector: '{text}'; can't understand '{part}'")
         k = k.strip()
         if k not in allowed:
-            raise bad_request(f'field label not supported: {k}')
+            raise bad_request(f"field label not supported: {k}")
         reqs.append(FieldRequirement(k, equal, v.strip()))
     return reqs
 
@@ -355,7 +437,9 @@ def fields_match(reqs: list[FieldRequirement], obj: Obj) -> bool:
 # Validation
 
 
-def _validate_labels(rt: ResourceType, name: str, labels: Any, field_path: str) -> list[tuple[str, str, str]]:
+def _validate_labels(
+    rt: ResourceType, name: str, labels: Any, field_path: str
+) -> list[tuple[str, str, str]]:
     causes: list[tuple[str, str, str]] = []
     if labels is None:
         return causes
@@ -363,26 +447,56 @@ def _validate_labels(rt: ResourceType, name: str, labels: Any, field_path: str) 
         return [(field_path, "FieldValueInvalid", "Invalid value: labels must be a map")]
     for k, v in labels.items():
         if not _label_key_ok(str(k)):
-            causes.append((field_path, "FieldValueInvalid", f'Invalid value: "{k}": name part must be a valid label key'))
+            causes.append(
+                (
+                    field_path,
+                    "FieldValueInvalid",
+                    f'Invalid value: "{k}": name part must be a valid label key',
+                )
+            )
         sv = str(v)
         if len(sv) > 63:
-            causes.append((field_path, "FieldValueInvalid", f'Invalid value: "{sv}": must be no more than 63 characters'))
+            causes.append(
+                (
+                    field_path,
+                    "FieldValueInvalid",
+                    f'Invalid value: "{sv}": must be no more than 63 characters',
+                )
+            )
         elif not _LABEL_VALUE.match(sv):
-            causes.append((field_path, "FieldValueInvalid", f'Invalid value: "{sv}": {_LABEL_VALUE_MSG}'))
+            causes.append(
+                (field_path, "FieldValueInvalid", f'Invalid value: "{sv}": {_LABEL_VALUE_MSG}')
+            )
     return causes
 
 
 def validate_name(rt: ResourceType, name: str) -> list[tuple[str, str, str]]:
     if not name:
-        return [("metadata.name", "FieldValueRequired", "Required value: name or generateName is required")]
+        return [
+            (
+                "metadata.name",
+                "FieldValueRequired",
+                "Required value: name or generateName is required",
+            )
+        ]
     if rt in (NAMESPACES,):
         if len(name) > 63 or not _DNS1123_LABEL.match(name):
-            return [("metadata.name", "FieldValueInvalid", f'Invalid value: "{name}": {_LABEL_MSG}')]
+            return [
+                ("metadata.name", "FieldValueInvalid", f'Invalid value: "{name}": {_LABEL_MSG}')
+            ]
         return []
     if len(name) > 253:
-        return [("metadata.name", "FieldValueInvalid", f'Invalid value: "{name}": must be no more than 253 characters')]
+        return [
+            (
+                "metadata.name",
+                "FieldValueInvalid",
+                f'Invalid value: "{name}": must be no more than 253 characters',
+            )
+        ]
     if not _DNS1123_SUBDOMAIN.match(name):
-        return [("metadata.name", "FieldValueInvalid", f'Invalid value: "{name}": {_SUBDOMAIN_MSG}')]
+        return [
+            ("metadata.name", "FieldValueInvalid", f'Invalid value: "{name}": {_SUBDOMAIN_MSG}')
+        ]
     return []
 
 
@@ -401,7 +515,9 @@ def _validate_pod_spec(spec: Any, path: str) -> list[tuple[str, str, str]]:
         if not cname:
             causes.append((f"{cpath}.name", "FieldValueRequired", "Required value"))
         elif len(cname) > 63 or not _DNS1123_LABEL.match(cname):
-            causes.append((f"{cpath}.name", "FieldValueInvalid", f'Invalid value: "{cname}": {_LABEL_MSG}'))
+            causes.append(
+                (f"{cpath}.name", "FieldValueInvalid", f'Invalid value: "{cname}": {_LABEL_MSG}')
+            )
         elif cname in seen:
             causes.append((f"{cpath}.name", "FieldValueDuplicate", f'Duplicate value: "{cname}"'))
         else:
@@ -423,31 +539,75 @@ def validate(rt: ResourceType, obj: Obj) -> None:
         tspec = template.get("spec")
         # The Job name is copied into the pod template's `batch.kubernetes.io/job-name` label.
         if len(name) > 63 and not causes:
-            causes.append(("spec.template.labels", "FieldValueInvalid",
-                           f'Invalid value: "{name}": must be no more than 63 characters'))
-        causes += _validate_labels(rt, name, (template.get("metadata") or {}).get("labels"),
-                                   "spec.template.metadata.labels")
+            causes.append(
+                (
+                    "spec.template.labels",
+                    "FieldValueInvalid",
+                    f'Invalid value: "{name}": must be no more than 63 characters',
+                )
+            )
+        causes += _validate_labels(
+            rt,
+            name,
+            (template.get("metadata") or {}).get("labels"),
+            "spec.template.metadata.labels",
+        )
         causes += _validate_pod_spec(tspec, "spec.template.spec")
         restart = (tspec or {}).get("restartPolicy") if isinstance(tspec, dict) else None
         if restart not in ("Never", "OnFailure"):
             if restart is None:
-                causes.append(("spec.template.spec.restartPolicy", "FieldValueRequired",
-                               'Required value: valid values: "OnFailure", "Never"'))
+                causes.append(
+                    (
+                        "spec.template.spec.restartPolicy",
+                        "FieldValueRequired",
+                        'Required value: valid values: "OnFailure", "Never"',
+                    )
+                )
             else:
-                causes.append(("spec.template.spec.restartPolicy", "FieldValueNotSupported",
-                               f'Unsupported value: "{restart}": supported values: "OnFailure", "Never"'))
-        for key in ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished", "completions", "parallelism"):
+                causes.append(
+                    (
+                        "spec.template.spec.restartPolicy",
+                        "FieldValueNotSupported",
+                        f'Unsupported value: "{restart}": supported values: "OnFailure", "Never"',
+                    )
+                )
+        for key in (
+            "backoffLimit",
+            "activeDeadlineSeconds",
+            "ttlSecondsAfterFinished",
+            "completions",
+            "parallelism",
+        ):
             v = spec.get(key)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < (1 if key == "activeDeadlineSeconds" else 0)):
-                bound = "greater than 0" if key == "activeDeadlineSeconds" else "greater than or equal to 0"
-                causes.append((f"spec.{key}", "FieldValueInvalid", f"Invalid value: {v}: must be {bound}"))
+            if v is not None and (
+                not isinstance(v, int)
+                or isinstance(v, bool)
+                or v < (1 if key == "activeDeadlineSeconds" else 0)
+            ):
+                bound = (
+                    "greater than 0"
+                    if key == "activeDeadlineSeconds"
+                    else "greater than or equal to 0"
+                )
+                causes.append(
+                    (f"spec.{key}", "FieldValueInvalid", f"Invalid value: {v}: must be {bound}")
+                )
     elif rt is PODS:
         causes += _validate_pod_spec(obj.get("spec"), "spec")
     elif rt in (CONFIGMAPS, SECRETS):
-        size = sum(len(str(k)) + len(str(v)) for part in ("data", "binaryData", "stringData")
-                   for k, v in (obj.get(part) or {}).items())
+        size = sum(
+            len(str(k)) + len(str(v))
+            for part in ("data", "binaryData", "stringData")
+            for k, v in (obj.get(part) or {}).items()
+        )
         if size > MAX_CONFIGMAP_BYTES:
-            causes.append(("", "FieldValueTooLong", f"Too long: must have at most {MAX_CONFIGMAP_BYTES} bytes"))
+            causes.append(
+                (
+                    "",
+                    "FieldValueTooLong",
+                    f"Too long: must have at most {MAX_CONFIGMAP_BYTES} bytes",
+                )
+            )
     if causes:
         raise invalid(rt, name, causes)
 
@@ -514,7 +674,13 @@ class Store:
 
     # --- low level -----------------------------------------------------------------------------
 
-    def _emit(self, kind: Literal["ADDED", "MODIFIED", "DELETED"], rt: ResourceType, obj: Obj, old: Obj | None) -> None:
+    def _emit(
+        self,
+        kind: Literal["ADDED", "MODIFIED", "DELETED"],
+        rt: ResourceType,
+        obj: Obj,
+        old: Obj | None,
+    ) -> None:
         ev = WatchEvent(self.rv, kind, rt, obj, old)
         self.history.append(ev)
         if len(self.history) > self.history_limit:
@@ -537,12 +703,23 @@ class Store:
         with self.lock:
             if (("", name)) in self.objects[NAMESPACES]:
                 return
-            self._insert(NAMESPACES, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name},
-                                            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}})
+            self._insert(
+                NAMESPACES,
+                None,
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": name},
+                    "spec": {"finalizers": ["kubernetes"]},
+                    "status": {"phase": "Active"},
+                },
+            )
 
     def _insert(self, rt: ResourceType, namespace: str | None, obj: Obj) -> Obj:
         meta = obj.setdefault("metadata", {})
-        meta.setdefault("uid", str(uuid.uuid4()))  # a Job's defaulter sets it early for its selector
+        meta.setdefault(
+            "uid", str(uuid.uuid4())
+        )  # a Job's defaulter sets it early for its selector
         meta["creationTimestamp"] = now_rfc3339(self.clock.now())
         if rt.namespaced:
             meta["namespace"] = namespace
@@ -577,8 +754,11 @@ class Store:
         freqs = parse_field_selector(field_selector, rt)
         with self.lock:
             items = [
-                o for (ns, _), o in self.objects[rt].items()
-                if (namespace is None or ns == namespace) and labels_match(lreqs, o) and fields_match(freqs, o)
+                o
+                for (ns, _), o in self.objects[rt].items()
+                if (namespace is None or ns == namespace)
+                and labels_match(lreqs, o)
+                and fields_match(freqs, o)
             ]
             items.sort(key=lambda o: (o["metadata"].get("namespace") or "", o["metadata"]["name"]))
             return items, self.rv
@@ -586,26 +766,42 @@ class Store:
     def owned_by(self, uid: str) -> list[tuple[ResourceType, Obj]]:
         with self.lock:
             return [
-                (rt, o) for rt, objs in self.objects.items() for o in objs.values()
+                (rt, o)
+                for rt, objs in self.objects.items()
+                for o in objs.values()
                 if any(ref.get("uid") == uid for ref in o["metadata"].get("ownerReferences") or [])
             ]
 
     # --- writes --------------------------------------------------------------------------------
 
-    def create(self, rt: ResourceType, namespace: str | None, body: Obj,
-               defaulter: Callable[[Obj], None] | None = None) -> Obj:
+    def create(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        body: Obj,
+        defaulter: Callable[[Obj], None] | None = None,
+    ) -> Obj:
         obj = copy.deepcopy(body)
         obj["apiVersion"] = rt.api_version
         obj["kind"] = rt.kind
         meta = obj.setdefault("metadata", {})
         if not isinstance(meta, dict):
             raise bad_request("metadata must be an object")
-        for server_field in ("uid", "resourceVersion", "creationTimestamp", "deletionTimestamp",
-                             "deletionGracePeriodSeconds", "selfLink", "managedFields"):
+        for server_field in (
+            "uid",
+            "resourceVersion",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "selfLink",
+            "managedFields",
+        ):
             meta.pop(server_field, None)
         if rt.namespaced:
             if meta.get("namespace") and meta["namespace"] != namespace:
-                raise bad_request("the namespace of the provided object does not match the namespace sent on the request")
+                raise bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
         else:
             meta.pop("namespace", None)
         if rt in (JOBS, PODS):
@@ -625,7 +821,9 @@ class Store:
             name = meta["name"]
             existing = self.objects[rt].get(self.key(rt, namespace, name))
             if existing is not None:
-                raise already_exists(rt, name, terminating=bool(existing["metadata"].get("deletionTimestamp")))
+                raise already_exists(
+                    rt, name, terminating=bool(existing["metadata"].get("deletionTimestamp"))
+                )
             return self._insert(rt, namespace, obj)
 
     def write(self, rt: ResourceType, obj: Obj, *, expect_rv: str | None = None) -> Obj:
@@ -637,8 +835,12 @@ class Store:
             if old is None:
                 raise not_found(rt, meta["name"])
             if expect_rv and expect_rv != old["metadata"]["resourceVersion"]:
-                raise conflict(rt, meta["name"], "the object has been modified; please apply your changes "
-                                                 "to the latest version and try again")
+                raise conflict(
+                    rt,
+                    meta["name"],
+                    "the object has been modified; please apply your changes "
+                    "to the latest version and try again",
+                )
             if obj == old:
                 return old  # a no-op write does not bump the resourceVersion, as in the apiserver
             meta["resourceVersion"] = self._bump()
@@ -646,7 +848,9 @@ class Store:
             self._emit("MODIFIED", rt, obj, old)
             return obj
 
-    def mutate(self, rt: ResourceType, namespace: str | None, name: str, fn: Callable[[Obj], None]) -> Obj:
+    def mutate(
+        self, rt: ResourceType, namespace: str | None, name: str, fn: Callable[[Obj], None]
+    ) -> Obj:
         """Copy, change with `fn`, write. The usual way controllers update objects."""
         with self.lock:
             new = copy.deepcopy(self.get(rt, namespace, name))
@@ -709,7 +913,9 @@ class Store:
             self.history.clear()
             self.oldest_rv = self.rv
 
-    def iter_all(self, rts: Iterable[ResourceType] | None = None) -> Iterator[tuple[ResourceType, Obj]]:
+    def iter_all(
+        self, rts: Iterable[ResourceType] | None = None
+    ) -> Iterator[tuple[ResourceType, Obj]]:
         with self.lock:
             for rt in rts or RESOURCES:
                 yield from ((rt, o) for o in list(self.objects[rt].values()))
