@@ -1,3 +1,0 @@
-"""runlane memory package."""
-
-from __future__ import annotations
