@@ -34,6 +34,7 @@ class ValidSections:
 
 
 def check_name(kind: str, name: str, loc: Loc, report: ProblemReport) -> None:
+    """A problem at the key `loc` unless `name` is a valid name for a `kind` (job, step, …)."""
     if not is_valid_name(name):
         report.add(
             loc,

@@ -94,6 +94,8 @@ def number_too_large(loc: Loc, digits: int | None, *, negative: bool) -> str:
 
 
 def report_validation_errors(exc: ValidationError, prefix: Loc, report: ProblemReport) -> None:
+    """Each pydantic error of `exc` as a problem, at its node under `prefix`; values the YAML
+    reader could not read were reported already and are left out."""
     for error in exc.errors(include_url=False):
         loc, message, on_key = _translate(error, prefix)
         if loc not in report.unread:
@@ -101,6 +103,7 @@ def report_validation_errors(exc: ValidationError, prefix: Loc, report: ProblemR
 
 
 def dotted(loc: Loc) -> str:
+    """`jobs.sync.schedules[0].cron`: a location as the messages name it."""
     out = ""
     for part in loc:
         if isinstance(part, int):
@@ -111,6 +114,7 @@ def dotted(loc: Loc) -> str:
 
 
 def got(value: object) -> str:
+    """`got 3`, `got a list`: the value found, shortened, for a message."""
     if value is None:
         return "got nothing"
     if isinstance(value, bool):
@@ -199,11 +203,13 @@ def _translate(error: ErrorDetails, prefix: Loc) -> tuple[Loc, str, bool]:
 
 
 def field_names(model: type[BaseModel]) -> list[str]:
+    """The names a model's fields are written with in the YAML (aliases), reserved ones left out."""
     names = [info.alias or name for name, info in model.model_fields.items()]
     return [n for n in names if n not in RESERVED_FIELDS]
 
 
 def unknown_field(name: str, where: str, allowed: list[str]) -> str:
+    """`unknown field X in WHERE` with the closest allowed name, or the list of allowed ones."""
     hint = ""
     close = difflib.get_close_matches(name, allowed, n=1)
     if close:
@@ -292,6 +298,7 @@ def _unwrap_annotated(tp: Any) -> tuple[Any, list[Any]]:
 
 
 def did_you_mean(name: str, known: set[str]) -> str:
+    """` (did you mean 'x'?)` for a name close to one of `known`, else what is known."""
     close = difflib.get_close_matches(name, sorted(known), n=1)
     if close:
         return f" (did you mean {close[0]!r}?)"

@@ -242,6 +242,8 @@ def _printable_int(value: object) -> bool:
 
 
 def read_yaml(text: str, report: ProblemReport) -> Any:
+    """The document as plain data (None when it cannot be read), each node's position kept in
+    `report`; syntax errors, unreadable values and oversized documents become problems."""
     loader: _CatalogYamlLoader | None = None
     try:
         loader = _CatalogYamlLoader(text)  # the reader refuses control characters right here
