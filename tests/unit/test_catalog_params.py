@@ -69,7 +69,7 @@ def test_bad_param_spec(text: object, fragment: str) -> None:
 
 def test_from_strings_parses_every_type() -> None:
     got = coerce_params(
-        LINEUP,
+        LINEUP.params,
         {
             "week": "-3",
             "dry_run": "YES",
@@ -77,6 +77,7 @@ def test_from_strings_parses_every_type() -> None:
             "note": " keep spaces ",
             "mode": "full",
         },
+        job_name=LINEUP.name,
         from_strings=True,
     )
     assert got == {
@@ -95,7 +96,10 @@ def test_from_strings_parses_every_type() -> None:
 )
 def test_bool_words(word: str, value: bool) -> None:
     assert (
-        coerce_params(LINEUP, {"week": "1", "dry_run": word}, from_strings=True)["dry_run"] is value
+        coerce_params(
+            LINEUP.params, {"week": "1", "dry_run": word}, job_name=LINEUP.name, from_strings=True
+        )["dry_run"]
+        is value
     )
 
 
@@ -121,19 +125,23 @@ def test_bool_words(word: str, value: bool) -> None:
 )
 def test_from_strings_errors(raw: dict[str, object], message: str) -> None:
     with pytest.raises(ParamError) as info:
-        coerce_params(LINEUP, raw, from_strings=True)
+        coerce_params(LINEUP.params, raw, job_name=LINEUP.name, from_strings=True)
     assert message in str(info.value)
 
 
 def test_a_one_letter_param_in_the_wrong_case_gets_a_hint() -> None:
     with pytest.raises(ParamError) as info:
-        coerce_params(CATALOG.resolve("short"), {"C": "1"}, from_strings=True)
+        coerce_params(
+            CATALOG.resolve("short").params, {"C": "1"}, job_name="short", from_strings=True
+        )
     assert "unknown param 'C' (did you mean 'c'?)" in str(info.value)
 
 
 def test_all_problems_are_reported_together() -> None:
     with pytest.raises(ParamError) as info:
-        coerce_params(LINEUP, {"wek": "1", "mode": "x"}, from_strings=True)
+        coerce_params(
+            LINEUP.params, {"wek": "1", "mode": "x"}, job_name=LINEUP.name, from_strings=True
+        )
     text = str(info.value)
     assert "unknown param 'wek'" in text
     assert "param 'mode' must be one of fast, full" in text
@@ -142,15 +150,16 @@ def test_all_problems_are_reported_together() -> None:
 
 
 def test_a_job_without_params_refuses_any() -> None:
-    assert coerce_params(PLAIN, {}, from_strings=True) == {}
+    assert coerce_params(PLAIN.params, {}, job_name=PLAIN.name, from_strings=True) == {}
     with pytest.raises(ParamError, match="unknown param 'x': this job takes no params"):
-        coerce_params(PLAIN, {"x": "1"}, from_strings=True)
+        coerce_params(PLAIN.params, {"x": "1"}, job_name=PLAIN.name, from_strings=True)
 
 
 def test_json_values_must_have_the_json_type() -> None:
     got = coerce_params(
-        LINEUP,
+        LINEUP.params,
         {"week": 3, "dry_run": False, "budget": 2, "note": "n", "mode": "fast"},
+        job_name=LINEUP.name,
         from_strings=False,
     )
     assert got == {"week": 3, "dry_run": False, "budget": 2.0, "note": "n", "mode": "fast"}
@@ -158,7 +167,9 @@ def test_json_values_must_have_the_json_type() -> None:
 
 
 def test_json_integral_float_is_an_int() -> None:
-    assert coerce_params(LINEUP, {"week": 4.0}, from_strings=False) == {"week": 4}
+    assert coerce_params(
+        LINEUP.params, {"week": 4.0}, job_name=LINEUP.name, from_strings=False
+    ) == {"week": 4}
 
 
 @pytest.mark.parametrize(
@@ -177,7 +188,7 @@ def test_json_integral_float_is_an_int() -> None:
 )
 def test_json_errors(raw: dict[str, object], message: str) -> None:
     with pytest.raises(ParamError) as info:
-        coerce_params(LINEUP, raw, from_strings=False)
+        coerce_params(LINEUP.params, raw, job_name=LINEUP.name, from_strings=False)
     assert message in str(info.value)
 
 
@@ -190,26 +201,36 @@ def test_a_whole_number_longer_than_python_reads_is_refused_in_one_line() -> Non
         (10**5000, False, "got a longer one"),
     ]:
         with pytest.raises(ParamError) as info:
-            coerce_params(LINEUP, {"week": raw}, from_strings=from_strings)
+            coerce_params(
+                LINEUP.params, {"week": raw}, job_name=LINEUP.name, from_strings=from_strings
+            )
         assert str(info.value) == (
             f"job 'lineup': param 'week' must be an int of at most 4300 digits, {got}"
         )
-    assert coerce_params(LINEUP, {"week": "9" * 4300}, from_strings=True) == {"week": 10**4300 - 1}
+    assert coerce_params(
+        LINEUP.params, {"week": "9" * 4300}, job_name=LINEUP.name, from_strings=True
+    ) == {"week": 10**4300 - 1}
     with pytest.raises(ParamError) as info:  # as a float: beyond any, not an OverflowError
-        coerce_params(LINEUP, {"week": 1, "budget": 10**5000}, from_strings=False)
+        coerce_params(
+            LINEUP.params, {"week": 1, "budget": 10**5000}, job_name=LINEUP.name, from_strings=False
+        )
     assert "param 'budget' must be a float, got a number of more than 4300 digits" in str(
         info.value
     )
 
 
 def test_json_null_leaves_an_optional_param_out() -> None:
-    assert coerce_params(LINEUP, {"week": 1, "note": None}, from_strings=False) == {"week": 1}
+    assert coerce_params(
+        LINEUP.params, {"week": 1, "note": None}, job_name=LINEUP.name, from_strings=False
+    ) == {"week": 1}
 
 
 def test_params_larger_than_the_limit_are_refused_with_the_size() -> None:
     big = "x" * MAX_PARAMS_BYTES
     with pytest.raises(PayloadTooLarge) as info:
-        coerce_params(LINEUP, {"week": "1", "note": big}, from_strings=True)
+        coerce_params(
+            LINEUP.params, {"week": "1", "note": big}, job_name=LINEUP.name, from_strings=True
+        )
     size = len(f'{{"note":"{big}","week":1}}'.encode())
     assert f"params are {size} bytes" in str(info.value)
     assert "1 MiB" in str(info.value)
@@ -218,7 +239,10 @@ def test_params_larger_than_the_limit_are_refused_with_the_size() -> None:
 def test_params_just_under_the_limit_pass() -> None:
     overhead = len('{"note":"","week":1}')
     got = coerce_params(
-        LINEUP, {"week": 1, "note": "x" * (MAX_PARAMS_BYTES - overhead)}, from_strings=False
+        LINEUP.params,
+        {"week": 1, "note": "x" * (MAX_PARAMS_BYTES - overhead)},
+        job_name=LINEUP.name,
+        from_strings=False,
     )
     assert len(got["note"]) == MAX_PARAMS_BYTES - overhead
 

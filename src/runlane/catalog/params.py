@@ -9,12 +9,9 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal, cast
 
 from runlane.errors import ParamError, PayloadTooLarge
-
-if TYPE_CHECKING:
-    from runlane.catalog.models import ResolvedJob
 
 MAX_PARAMS_BYTES = 1024 * 1024
 """The largest a run's params may be, measured as compact JSON (UTF-8)."""
@@ -79,16 +76,16 @@ class ParamSpec:
 
 
 def coerce_params(
-    job: ResolvedJob, raw: Mapping[str, object], *, from_strings: bool
+    specs: Mapping[str, ParamSpec], raw: Mapping[str, object], *, job_name: str, from_strings: bool
 ) -> dict[str, Any]:
-    """Check `raw` against the job's param allowlist and return the typed values.
+    """Check `raw` against a job's param allowlist `specs` (`ResolvedJob.params`) and return the
+    typed values; `job_name` names the job in the messages.
 
     `from_strings=True` parses text as a person types it on the command line (`-p week=3`);
     otherwise the values are JSON values and must already have the right JSON type (a bool is
     never an int). Optional params left out (or JSON null) are simply absent from the result.
     Raises ParamError naming every problem at once, or PayloadTooLarge above MAX_PARAMS_BYTES.
     """
-    specs = job.params
     problems: list[str] = []
     result: dict[str, Any] = {}
     ill_typed: set[str] = set()
@@ -109,13 +106,13 @@ def coerce_params(
         if not spec.optional and name not in result and name not in ill_typed:
             problems.append(f"missing required param {name!r} ({spec})")
     if problems:
-        raise ParamError(f"job {job.name!r}: " + "; ".join(problems))
+        raise ParamError(f"job {job_name!r}: " + "; ".join(problems))
     size = len(
         json.dumps(result, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
     )
     if size > MAX_PARAMS_BYTES:
         raise PayloadTooLarge(
-            f"job {job.name!r}: params are {size} bytes as JSON; the limit is {MAX_PARAMS_BYTES} "
+            f"job {job_name!r}: params are {size} bytes as JSON; the limit is {MAX_PARAMS_BYTES} "
             "bytes (1 MiB)"
         )
     return result

@@ -120,7 +120,10 @@ def prepare_run(
         )
     check_param_text(job.name, request.params or {})
     params: dict[str, Any] = coerce_params(
-        job, request.params or {}, from_strings=request.params_from_strings
+        job.params,
+        request.params or {},
+        job_name=job.name,
+        from_strings=request.params_from_strings,
     )
     executor, note = choose_executor(job, available_executors, pod_fallback)
     queue_ttl = request.queue_ttl_seconds
