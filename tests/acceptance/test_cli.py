@@ -33,6 +33,16 @@ def runlane(
     )
 
 
+def wait_for_status(run_id: str, status: str, env: dict[str, str]) -> None:
+    """Until `runlane runs show` says the run is in `status` (polled without a pause)."""
+
+    def shown() -> bool:
+        answer = runlane("runs", "show", run_id, "--json", env=env).stdout
+        return bool(json.loads(answer)["status"] == status)
+
+    eventually_sync(shown, f"run {run_id} {status}", within=20, poll=0)
+
+
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "catalog.yaml").write_text(CATALOG)
@@ -212,28 +222,12 @@ def test_end_to_end_with_a_real_launcher(
     assert "boom" in logs.stdout
 
     queued = json.loads(runlane("run", "long", "--json", env=env).stdout)
-    eventually_sync(
-        lambda: (
-            json.loads(runlane("runs", "show", queued["id"], "--json", env=env).stdout)["status"]
-            == "running"
-        ),
-        f"run {queued['id']} running",
-        within=20,
-        poll=0,
-    )
+    wait_for_status(queued["id"], "running", env)
     cancel = runlane("cancel", queued["id"], env=env)
     assert cancel.returncode == 0
     final = runlane("run", "hello", "--wait", env=env)  # the launcher is still healthy
     assert final.returncode == 0
-    eventually_sync(
-        lambda: (
-            json.loads(runlane("runs", "show", queued["id"], "--json", env=env).stdout)["status"]
-            == "cancelled"
-        ),
-        f"run {queued['id']} cancelled",
-        within=20,
-        poll=0,
-    )
+    wait_for_status(queued["id"], "cancelled", env)
 
     assert (
         runlane("pause", "hello", "--until", "2h", "--reason", "maintenance", env=env).returncode
@@ -311,15 +305,7 @@ def test_the_runs_table_at_80_columns_keeps_statuses_and_end_reasons_whole(
     for job, code in (("hello", 0), ("fail", 1), ("slow", 1)):
         assert runlane("run", job, "--wait", env=env).returncode == code
     started = json.loads(runlane("run", "long", "--json", env=env).stdout)
-    eventually_sync(
-        lambda: (
-            json.loads(runlane("runs", "show", started["id"], "--json", env=env).stdout)["status"]
-            == "running"
-        ),
-        f"run {started['id']} running",
-        within=20,
-        poll=0,
-    )
+    wait_for_status(started["id"], "running", env)
     launcher.send_signal(signal.SIGTERM)  # ends `long` failure / launcher_shutdown
     assert launcher.wait(timeout=30) == 0
     runs = json.loads(runlane("runs", "--json", env=env).stdout)
