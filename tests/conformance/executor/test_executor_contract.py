@@ -18,6 +18,8 @@ from .conftest import Behaviour, ExecutorHarness
 
 WITHIN = 10.0  # no test waits longer for an execution's end
 
+pytestmark = pytest.mark.timeout(30)  # a hard stop for a hang no wait above bounds
+
 HANG = Behaviour(hang=True)
 
 
