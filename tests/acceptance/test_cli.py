@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import CATALOG
+from tests.support.waiting import eventually_sync
 
 
 def runlane(
@@ -30,6 +31,16 @@ def runlane(
         timeout=timeout,
         check=False,
     )
+
+
+def wait_for_status(run_id: str, status: str, env: dict[str, str]) -> None:
+    """Until `runlane runs show` says the run is in `status` (polled without a pause)."""
+
+    def shown() -> bool:
+        answer = runlane("runs", "show", run_id, "--json", env=env).stdout
+        return bool(json.loads(answer)["status"] == status)
+
+    eventually_sync(shown, f"run {run_id} {status}", within=20, poll=0)
 
 
 @pytest.fixture
@@ -211,22 +222,12 @@ def test_end_to_end_with_a_real_launcher(
     assert "boom" in logs.stdout
 
     queued = json.loads(runlane("run", "long", "--json", env=env).stdout)
-    deadline = time.monotonic() + 20
-    while (
-        json.loads(runlane("runs", "show", queued["id"], "--json", env=env).stdout)["status"]
-        != "running"
-    ):
-        assert time.monotonic() < deadline
+    wait_for_status(queued["id"], "running", env)
     cancel = runlane("cancel", queued["id"], env=env)
     assert cancel.returncode == 0
     final = runlane("run", "hello", "--wait", env=env)  # the launcher is still healthy
     assert final.returncode == 0
-    deadline = time.monotonic() + 20
-    while (
-        json.loads(runlane("runs", "show", queued["id"], "--json", env=env).stdout)["status"]
-        != "cancelled"
-    ):
-        assert time.monotonic() < deadline
+    wait_for_status(queued["id"], "cancelled", env)
 
     assert (
         runlane("pause", "hello", "--until", "2h", "--reason", "maintenance", env=env).returncode
@@ -304,12 +305,7 @@ def test_the_runs_table_at_80_columns_keeps_statuses_and_end_reasons_whole(
     for job, code in (("hello", 0), ("fail", 1), ("slow", 1)):
         assert runlane("run", job, "--wait", env=env).returncode == code
     started = json.loads(runlane("run", "long", "--json", env=env).stdout)
-    deadline = time.monotonic() + 20
-    while (
-        json.loads(runlane("runs", "show", started["id"], "--json", env=env).stdout)["status"]
-        != "running"
-    ):
-        assert time.monotonic() < deadline
+    wait_for_status(started["id"], "running", env)
     launcher.send_signal(signal.SIGTERM)  # ends `long` failure / launcher_shutdown
     assert launcher.wait(timeout=30) == 0
     runs = json.loads(runlane("runs", "--json", env=env).stdout)

@@ -9,8 +9,7 @@ import resource
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import pytest
 
 from tests.acceptance.cli_process import cli_env, runlane
 from tests.integration.conftest import CATALOG, PY
+from tests.support.waiting import eventually_sync
 
 # The launcher's own file size limit (RLIMIT_FSIZE) stands in for a full disk: a write past it
 # fails with EFBIG, so the log file stops at exactly this many bytes, mid-line. No mount, no root.
@@ -153,14 +153,6 @@ def test_a_log_file_that_was_never_written_never_prints_nothing(
     assert (gone.returncode, gone.stdout, gone.stderr) == (0, tail, none + "\n")
 
 
-def wait_for(check: Callable[[], bool], what: str, seconds: float = 30.0) -> None:
-    """Poll `check`, which the launcher will make true, for at most `seconds`."""
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, f"no {what} after {seconds:g} s"
-        time.sleep(0.1)
-
-
 def test_a_run_ended_by_its_deadline_a_cancel_or_a_shutdown_still_shows_its_saved_tail(
     env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -180,10 +172,16 @@ def test_a_run_ended_by_its_deadline_a_cancel_or_a_shutdown_still_shows_its_save
     timed, cancelled, shut = queue("short-nap"), queue("nap"), queue("nap")
     with serving(env, tmp_path, limited=False):
         for run_id in (timed, cancelled, shut):
-            wait_for((tmp_path / run_id).exists, f"output from run {run_id}")
+            eventually_sync(
+                (tmp_path / run_id).exists, f"output from run {run_id}", within=30, poll=0.1
+            )
         assert runlane("cancel", cancelled, env=env).returncode == 0
-        wait_for(lambda: row(cancelled)["status"] == "cancelled", "cancelled run")
-        wait_for(lambda: row(timed)["status"] == "timeout", "timed-out run")
+        eventually_sync(
+            lambda: row(cancelled)["status"] == "cancelled", "cancelled run", within=30, poll=0.1
+        )
+        eventually_sync(
+            lambda: row(timed)["status"] == "timeout", "timed-out run", within=30, poll=0.1
+        )
     # The launcher has stopped: the run it was still supervising ended with it.
     incomplete = (
         "the log file {} is incomplete: writing it failed (Is a directory); "

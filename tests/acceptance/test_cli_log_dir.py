@@ -12,13 +12,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.acceptance.cli_process import cli_env, postgres_database, runlane
 from tests.integration.conftest import PY
+from tests.support.waiting import eventually_sync
 
 LINES = 8000  # 12 bytes each after the gate: 96 KB, more than the 64 KB tail saved with a run
 CATALOG = f"""version: 1
@@ -82,15 +83,6 @@ def launcher(env: dict[str, str], dirs: tuple[Path, Path], tmp_path: Path) -> It
     assert "Traceback" not in (tmp_path / "serve.log").read_text()
 
 
-def wait_for(check: Callable[[], bool], what: str, seconds: float = 30.0) -> None:
-    """Poll `check` until it holds (what another process does in its own time); fail after
-    `seconds`."""
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, f"not within {seconds:.0f} s: {what}"
-        time.sleep(0.02)  # the poll's interval, not a wait for the condition
-
-
 def output_until(proc: subprocess.Popen[bytes], text: str, seconds: float = 30.0) -> bytes:
     """What `proc` printed on stdout up to and including `text`, read as it comes (bounded)."""
     assert proc.stdout is not None
@@ -129,7 +121,9 @@ def test_logs_from_another_directory_shows_the_live_output_then_the_whole_file(
     gate = tmp_path / "gate"
     run_id = queue_gated(gate, env, b)
     written = a / "logs" / f"{run_id}.1.log"  # where the launcher writes it, not under b
-    wait_for(lambda: written.is_file() and "live line" in written.read_text(), "the live line")
+    eventually_sync(
+        lambda: written.is_file() and "live line" in written.read_text(), "the live line", within=30
+    )
     assert not (b / "logs").exists()
 
     # The heartbeat says where: the launcher's log directory, made absolute in its directory.
@@ -142,7 +136,7 @@ def test_logs_from_another_directory_shows_the_live_output_then_the_whole_file(
     assert status_of(run_id, env, b) == "running"  # it was live, not a tail saved at the end
 
     gate.write_text("open")
-    wait_for(lambda: status_of(run_id, env, b) == "success", "the run to end")
+    eventually_sync(lambda: status_of(run_id, env, b) == "success", "the run to end", within=30)
     # The launcher still runs: the whole file, not the last 64 KB saved with the run.
     done = runlane("logs", run_id, env=env, cwd=b)
     assert done.returncode == 0, done.stderr

@@ -1,57 +1,24 @@
 """Store conformance fixtures: every contract test runs against SQLite and PostgreSQL.
 
-PostgreSQL comes from `RUNLANE_TEST_POSTGRES_URL` (default: the local `test` database). A fresh
-scratch database is created per session and dropped at the end; tables are truncated between
-tests. An unreachable server skips the PostgreSQL cases locally and fails them in CI.
+PostgreSQL is the session's scratch database (`pg_scratch_url`, tests/conftest.py): every table
+but the migrations' is truncated between tests. An unreachable server skips the PostgreSQL cases
+locally and fails them in CI.
 """
 
 from __future__ import annotations
 
-import os
-import secrets
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
 from runlane.adapters.postgres import PostgresStore
 from runlane.adapters.sqlite import SqliteStore
 from runlane.ports import Clock, Store
-
-PG_URL = os.environ.get("RUNLANE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-TABLES = ("run_log", "job_overrides", "launcher_heartbeat", "outbox")
-
-
-def postgres_unreachable(reason: str) -> None:
-    """Skip locally; in CI a missing PostgreSQL service is a failure, not a skip."""
-    message = f"PostgreSQL at {PG_URL} is unreachable: {reason}"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(message)
-    pytest.skip(message)
-
-
-@pytest.fixture(scope="session")
-def pg_scratch_url() -> Iterator[str]:
-    try:
-        admin = psycopg.connect(PG_URL, autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as exc:
-        postgres_unreachable(str(exc).strip().splitlines()[0])
-        raise  # unreachable: skip/fail raise
-    name = f"runlane_test_{secrets.token_hex(4)}"
-    with admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield make_conninfo(PG_URL, dbname=name)
-    finally:
-        with psycopg.connect(PG_URL, autocommit=True) as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+from tests.support.postgres import truncate_all
 
 
 @dataclass
@@ -113,12 +80,7 @@ async def harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         query = _sqlite_query(path)
     else:
         url: str = request.getfixturevalue("pg_scratch_url")
-        with psycopg.connect(url, autocommit=True) as conn:
-            exists = conn.execute("SELECT to_regclass('run_log') IS NOT NULL").fetchone()
-            if exists is not None and exists[0]:
-                conn.execute(
-                    sql.SQL("TRUNCATE {}").format(sql.SQL(", ").join(map(sql.Identifier, TABLES)))
-                )
+        truncate_all(url)
 
         async def make_store(clock: Clock | None = None, outbox: bool = False) -> Store:
             store = PostgresStore(url, clock=clock, outbox=outbox, pool_max=4)

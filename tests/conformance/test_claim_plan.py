@@ -24,6 +24,7 @@ from runlane.errors import DatabaseUnavailable
 from runlane.ports import FinishRequest
 from tests.conformance.conftest import StoreHarness
 from tests.conformance.test_store_contract import SUCCESS, claim_all, new_run
+from tests.support.waiting import eventually
 
 BACKLOG = 1000  # runs waiting
 HISTORY = 1000  # finished runs before them, as in any run log that has been used
@@ -237,13 +238,16 @@ async def test_a_fast_claim_waits_for_a_two_step_claim_instead_of_skipping_its_r
         await other.execute(PG_QUERIES["claim_lock"])
         await other.execute("SELECT id FROM run_log WHERE status = 'queued' FOR UPDATE")
         claim = asyncio.create_task(claim_all(store))
-        deadline = asyncio.get_running_loop().time() + 10.0
-        while not harness.query(
-            "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted", {}
-        ):
+
+        async def claim_waits() -> bool:
             assert not claim.done(), await claim  # returned without waiting
-            assert asyncio.get_running_loop().time() < deadline, "the claim never waited"
-            await asyncio.sleep(0.01)
+            return bool(
+                harness.query(
+                    "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted", {}
+                )
+            )
+
+        await eventually(claim_waits, "the claim waiting on the advisory lock", poll=0.01)
         assert not claim.done()
         await other.commit()  # it admitted none of them
         claimed = await asyncio.wait_for(claim, 10.0)

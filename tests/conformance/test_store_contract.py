@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +21,7 @@ from runlane.core.runs import (
 )
 from runlane.errors import InvalidTransition, LeaseLost, NotFound, OverlapRefused, StoreError
 from runlane.ports import FinishRequest, FixedClock, Heartbeat, RunFilter, Store
+from tests.support.waiting import eventually
 
 if TYPE_CHECKING:
     from conftest import StoreHarness
@@ -746,15 +746,6 @@ async def settled(store: Store, dialect: str) -> Store:
     return store
 
 
-async def eventually(check: Callable[[], bool]) -> None:
-    """Poll `check` (for up to 5 s) until it holds: for what another process does in its own
-    time (a closed connection's backend exits after the close returns)."""
-    deadline = asyncio.get_running_loop().time() + 5.0
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, "still not true after 5 s"
-        await asyncio.sleep(0.02)
-
-
 async def test_wait_for_wakeup_after_accept_and_timeout(harness: StoreHarness) -> None:
     store = await settled(await harness.make_store(), harness.dialect)
     assert not await store.wait_for_wakeup(0.05)
@@ -791,7 +782,8 @@ async def test_only_a_store_that_waits_for_wakeups_listens(harness: StoreHarness
     await writer.accept(new_run())
     assert await launcher.wait_for_wakeup(10.0)
     await launcher.close()
-    await eventually(lambda: listening() == 0)
+    # The closed connection's backend exits after the close returns, in its own time.
+    await eventually(lambda: listening() == 0, "no backend listening", within=5)
 
 
 @pytest.mark.postgres
@@ -819,7 +811,7 @@ async def test_a_refused_listen_is_retried_and_close_still_closes_everything(
     monkeypatch.setitem(pg.Q, "listen_wakeup", "LISTEN runlane_wakeup")
     assert await launcher.wait_for_wakeup(10.0)  # listening again: the wake-up of LISTEN
     await launcher.close()
-    await eventually(lambda: backends() == before)
+    await eventually(lambda: backends() == before, f"{before} backends again", within=5)
 
 
 @pytest.mark.postgres

@@ -4,16 +4,14 @@ launcher running in the background whose hook turns events into awaitables (no s
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import uuid
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from runlane.catalog import Catalog, load_catalog
@@ -23,6 +21,9 @@ from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
 from runlane.service.runtime import build_executors
 from runlane.service.stores import store_from_url
+from tests.support.postgres import PG_URL, scratch_database, truncate_all
+
+__all__ = ["CATALOG", "PG_URL", "PY"]  # tests.acceptance imports these from here
 
 PY = sys.executable
 
@@ -69,32 +70,12 @@ jobs:
     max_attempts: 2
 """
 
-PG_URL = os.environ.get("RUNLANE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-
-
-def _pg_available() -> str | None:
-    try:
-        with psycopg.connect(PG_URL, connect_timeout=3):
-            return None
-    except psycopg.Error as exc:
-        return str(exc)
-
 
 @pytest.fixture(scope="session")
-def pg_database() -> Any:
+def pg_database() -> Iterator[str]:
     """A scratch PostgreSQL database for this session (dropped at the end)."""
-    reason = _pg_available()
-    if reason is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"PostgreSQL is required in CI: {reason}")
-        pytest.skip(f"PostgreSQL not reachable: {reason}")
-    name = f"runlane_launcher_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')  # name is ours, not input
-    base = PG_URL.rsplit("/", 1)[0]
-    yield f"{base}/{name}"
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_database("runlane_launcher") as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -102,12 +83,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'runlane.db'}"
     url: str = request.getfixturevalue("pg_database")
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(
-            "DO $$ DECLARE t text; BEGIN FOR t IN SELECT tablename FROM pg_tables "
-            "WHERE schemaname = 'public' AND tablename <> 'schema_migrations' LOOP "
-            "EXECUTE format('TRUNCATE %I', t); END LOOP; END $$"
-        )
+    truncate_all(url)
     return url
 
 

@@ -28,6 +28,7 @@ from runlane.service.launcher import Launcher
 from runlane.service.runtime import build_executors
 from runlane.service.stores import store_from_url
 from tests.support.tcp_proxy import TcpProxy
+from tests.support.waiting import eventually
 
 from .conftest import Events, Running
 
@@ -98,15 +99,6 @@ async def accept_gated(store: Store, catalog: Catalog, gate: str, code: int) -> 
     return (await accept_run(store, catalog, request)).run.id
 
 
-async def wait_for(predicate: Callable[[], bool], within: float) -> None:
-    """Poll a condition the system under test will make true (bounded)."""
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.02)
-
-
 def logged(entries: list[dict[str, Any]], event: str) -> Callable[[], bool]:
     return lambda: any(e["event"] == event for e in entries)
 
@@ -131,9 +123,13 @@ async def test_a_database_gone_silent_mid_run_is_an_outage_within_the_bound(
             # The save gives up after the bound and the outage handling takes over: the
             # outcome is journaled, and the claim loop says the database is unavailable.
             journal = Path(settings.log_dir) / f"{run_id}.1.outcome.json"
-            await wait_for(journal.exists, within=BOUND + 5)
+            await eventually(journal.exists, "the outcome journaled", within=BOUND + 5)
             assert time.monotonic() - ended < BOUND + 3
-            await wait_for(logged(entries, "launcher.database_unavailable"), within=BOUND + 5)
+            await eventually(
+                logged(entries, "launcher.database_unavailable"),
+                "launcher.database_unavailable logged",
+                within=BOUND + 5,
+            )
             unavailable = next(e for e in entries if e["event"] == "launcher.database_unavailable")
             assert unavailable["error"].endswith(f"did not answer in {BOUND:g} s")
             assert (await direct.get_run(run_id)).status is RunStatus.RUNNING
@@ -166,7 +162,11 @@ async def test_a_row_lock_held_by_another_session_delays_the_save_until_released
             try:
                 await operator.execute("UPDATE run_log SET note = note WHERE id = %s", (locked_id,))
                 before = (await direct.get_run(other_id)).lease_expires_at
-                await wait_for(logged(entries, "lease.renew_locked"), within=BOUND + 5)
+                await eventually(
+                    logged(entries, "lease.renew_locked"),
+                    "lease.renew_locked logged",
+                    within=BOUND + 5,
+                )
                 renewal = next(e for e in entries if e["event"] == "lease.renew_locked")
                 assert renewal["runs"] == [locked_id]
                 other = await direct.get_run(other_id)
@@ -174,7 +174,11 @@ async def test_a_row_lock_held_by_another_session_delays_the_save_until_released
                 assert other.lease_expires_at is not None
                 assert other.lease_expires_at > before  # renewed while the lock was held
                 (test_dir / "locked").write_text("open")
-                await wait_for(logged(entries, "store.write_conflict_retry"), within=BOUND + 5)
+                await eventually(
+                    logged(entries, "store.write_conflict_retry"),
+                    "store.write_conflict_retry logged",
+                    within=BOUND + 5,
+                )
                 conflict = next(e for e in entries if e["event"] == "store.write_conflict_retry")
                 assert "lock timeout" in conflict["error"]
                 assert ("finished", locked_id) not in events.log
@@ -218,14 +222,19 @@ async def test_sigterm_stops_a_launcher_whose_database_is_silent_in_bounded_time
             stderr=asyncio.subprocess.STDOUT,
         )
     try:
-        deadline = time.monotonic() + 30
-        while not await direct.launchers():  # it runs: its heartbeat is there
+
+        async def beating() -> bool:  # it runs: its heartbeat is there
             assert proc.returncode is None, log.read_text()
-            assert time.monotonic() < deadline, "the launcher did not start"
-            await asyncio.sleep(0.05)
+            return bool(await direct.launchers())
+
+        await eventually(beating, "the launcher's first heartbeat", within=30)
         proxy.black_hole()
         # Its calls hang now (claims, heartbeats), each until the bound says so in its log.
-        await wait_for(lambda: "did not answer in 1 s" in log.read_text(), within=BOUND + 10)
+        await eventually(
+            lambda: "did not answer in 1 s" in log.read_text(),
+            "'did not answer in 1 s' in the launcher's log",
+            within=BOUND + 10,
+        )
         proc.send_signal(signal.SIGTERM)
         # The calls in flight end within the bound (the consumer's) or are cancelled (the
         # other loops'); the pools' close waits for a connection attempt in progress at most.

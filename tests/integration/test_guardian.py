@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,8 +22,9 @@ import pytest
 from runlane.adapters.local.guardian import Guardian, guardian_argv
 from runlane.adapters.local.inline import InlineExecutor
 from runlane.core.runs import RunStatus
+from tests.support.waiting import eventually_sync
 
-from .test_inline_executor import alive, finish, make_spec, wait_gone
+from .test_inline_executor import alive, finish, make_spec
 
 PY = sys.executable
 
@@ -125,22 +125,12 @@ def launchers() -> Iterator[list[Launcher]]:
 
 def read_pids(path: Path, count: int, within: float = 10) -> list[int]:
     """The first `count` numbers a run wrote to its log (bounded polling for the file)."""
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
+
+    def listed() -> list[int] | None:
         words = path.read_text().split() if path.exists() else []
-        if len(words) > count:  # the pids, then "ready"
-            return [int(w) for w in words[:count]]
-        time.sleep(0.01)
-    raise AssertionError(f"{path} never listed {count} pids")
+        return [int(w) for w in words[:count]] if len(words) > count else None  # pids, "ready"
 
-
-def wait_for(predicate: object, within: float = 10) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.01)
-    raise AssertionError("condition not met in time")
+    return eventually_sync(listed, f"{path} listing {count} pids", within=within, poll=0.01)
 
 
 GROUP = [
@@ -164,8 +154,8 @@ def test_launcher_death_kills_the_run_and_its_grandchildren(
     assert all(alive(pid) for pid in (leader, *grandchildren))
     launcher.kill()
     for pid in (leader, *grandchildren):
-        assert wait_gone(pid), f"{pid} outlived its launcher"
-    assert wait_gone(guardian_pid), "the guardian stayed after doing its job"
+        eventually_sync(lambda pid=pid: not alive(pid), f"{pid} gone with its launcher")
+    eventually_sync(lambda: not alive(guardian_pid), "the guardian gone after doing its job")
 
 
 @pytest.mark.parametrize("watch", ["pidfd", "lazy"])
@@ -179,10 +169,12 @@ def test_a_killed_guardian_is_replaced_with_every_live_group(
     old_guardian, _, _ = launcher.guardian()
     assert old_guardian is not None
     os.kill(old_guardian, signal.SIGKILL)
-    assert wait_gone(old_guardian)
+    eventually_sync(lambda: not alive(old_guardian), f"process {old_guardian} gone")
     if watch == "pidfd":
         # Replaced at once, with no spawn to prompt it.
-        wait_for(lambda: launcher.guardian()[0] not in (None, old_guardian))
+        eventually_sync(
+            lambda: launcher.guardian()[0] not in (None, old_guardian), "a new guardian", poll=0.01
+        )
         new_guardian, starts, groups = launcher.guardian()
         assert (starts, groups) == (2, [first])
     _, second = launcher.start(["sleep", "61"])  # lazy: the broken pipe gets it replaced here
@@ -192,8 +184,10 @@ def test_a_killed_guardian_is_replaced_with_every_live_group(
     assert (starts, sorted(groups)) == (2, sorted([first, second]))
     assert alive(first)  # a replaced guardian kills nothing
     launcher.kill()
-    assert wait_gone(first), "the run started before the guardian was replaced survived"
-    assert wait_gone(second)
+    eventually_sync(
+        lambda: not alive(first), "the run started before the guardian was replaced gone"
+    )
+    eventually_sync(lambda: not alive(second), f"process {second} gone")
 
 
 def test_a_reaped_run_is_unregistered(
@@ -212,7 +206,7 @@ def test_a_reaped_run_is_unregistered(
     guardian_pid, _, groups = launcher.guardian()
     assert guardian_pid is not None
     assert groups == []
-    assert wait_gone(leftover), "the run's background child outlived the run"
+    eventually_sync(lambda: not alive(leftover), "the run's background child gone with the run")
 
 
 def test_the_guardian_kills_only_groups_still_registered(stray_pids: list[int]) -> None:
@@ -256,8 +250,10 @@ def test_launcher_death_is_seen_even_if_the_pipe_stays_open(stray_pids: list[int
         stray_pids.extend([run, holder])
         launcher.kill()
         launcher.wait(timeout=10)
-        assert wait_gone(run), "the guardian missed its launcher's death"
-        assert wait_gone(guardian_pid)
+        eventually_sync(
+            lambda: not alive(run), "the run gone with its launcher (the guardian saw the death)"
+        )
+        eventually_sync(lambda: not alive(guardian_pid), f"process {guardian_pid} gone")
         assert alive(holder)
     finally:
         if launcher.poll() is None:

@@ -14,7 +14,7 @@ import textwrap
 import time
 import uuid
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +28,7 @@ from runlane.adapters.local.inline import (
 from runlane.core.runs import Outcome, RunStatus
 from runlane.errors import PermanentExecutorError
 from runlane.ports import Execution, ExecutionSpec
+from tests.support.waiting import eventually, eventually_sync
 
 PY = sys.executable
 
@@ -93,23 +94,6 @@ def alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def wait_gone(pid: int, timeout: float = 10) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not alive(pid):
-            return True
-        time.sleep(0.02)
-    return False
-
-
-async def wait_until(condition: Callable[[], bool], within: float = 10) -> None:
-    """Poll `condition`, which the process under test will make true, for at most `within` s."""
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 @pytest.fixture
@@ -339,7 +323,9 @@ async def test_deadline_kills_the_whole_group(
     outcome = await finish(executor, execution)
     assert outcome.status is RunStatus.TIMEOUT
     for pid in grandchildren:
-        assert wait_gone(pid, timeout=5), f"grandchild {pid} survived the deadline"
+        eventually_sync(
+            lambda pid=pid: not alive(pid), f"grandchild {pid} gone after the deadline", within=5
+        )
 
 
 async def test_cancel_terms_and_is_idempotent(executor: InlineExecutor) -> None:
@@ -442,7 +428,7 @@ async def test_a_run_ended_early_keeps_the_note_that_its_log_file_is_incomplete(
     execution = await executor.start(spec)
     events = executor.events(execution)
     assert (await anext(events)).kind == "running"
-    await wait_until(printed.exists)
+    await eventually(printed.exists, f"{printed} written")
     if ending == "cancel":
         await executor.cancel(execution, grace=5)
     elif ending == "kill_now":
@@ -506,7 +492,7 @@ async def test_what_the_command_leaves_in_its_group_ends_with_it(
     stray_pids.append(left)
     assert outcome.status is RunStatus.SUCCESS
     assert outcome.note is None  # the pipe closed: nothing was cut
-    assert wait_gone(left, timeout=5), f"background child {left} outlived its run"
+    eventually_sync(lambda: not alive(left), f"background child {left} gone with its run", within=5)
     assert time.monotonic() - started < 5
 
 
@@ -615,7 +601,11 @@ def test_child_dies_with_its_launcher(
         assert alive(child_pid)
         launcher.kill()
         launcher.wait(timeout=10)
-        assert wait_gone(child_pid, timeout=10), f"{mode}: child {child_pid} outlived its launcher"
+        eventually_sync(
+            lambda: not alive(child_pid),
+            f"{mode}: child {child_pid} gone with its launcher",
+            within=10,
+        )
     finally:
         if launcher.poll() is None:
             launcher.kill()
@@ -661,7 +651,8 @@ async def test_without_pidfd_a_waiter_thread_reports_the_exit(
     text = await wait_for_output(ex.log_path(spec.run_id, 1), "ready")
     timed_out = await finish(ex, execution)
     assert timed_out.status is RunStatus.TIMEOUT
-    assert wait_gone(int(text.split()[0]), timeout=5)
+    child = int(text.split()[0])
+    eventually_sync(lambda: not alive(child), f"process {child} gone", within=5)
     ex.close()
 
 

@@ -24,7 +24,7 @@ from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
 from runlane.testing.kube import KubeFake, run_server
 from tests.integration.conftest import Events
-from tests.integration.test_recovery import wait_for
+from tests.support.waiting import eventually
 
 PY = sys.executable
 
@@ -141,19 +141,21 @@ async def test_a_failing_pod_run_keeps_its_log_tail_and_retries(
     assert run.error_code == "exit_code"
     assert run.log_tail is not None
     assert "boom" in run.log_tail
-    retry = await asyncio.wait_for(_retry_of(store, run_id), 30)
+    retry = await eventually(
+        lambda: _retry_of(store, run_id), f"a final retry of {run_id}", within=30, poll=0.1
+    )
     assert retry.attempt == 2
     assert retry.external_id != run.external_id  # a new attempt is a new Job
 
 
 async def _retry_of(store: Store, run_id: str) -> Any:
+    """The retry of `run_id` once it has ended, else None."""
     from runlane.ports import RunFilter
 
-    while True:
-        for other in await store.list_runs(RunFilter(job="fail", limit=10)):
-            if other.retry_of == run_id and other.status.is_final:
-                return other
-        await asyncio.sleep(0.1)
+    for other in await store.list_runs(RunFilter(job="fail", limit=10)):
+        if other.retry_of == run_id and other.status.is_final:
+            return other
+    return None
 
 
 async def test_start_timeout_through_the_launcher(
@@ -305,9 +307,7 @@ async def test_a_pod_run_that_ended_while_no_launcher_watched_keeps_its_end_time
         job = kube.state.get("jobs", name)
         return None if job is None else ended_at(job, [])
 
-    await wait_for(lambda: completed() is not None)
-    completion = completed()
-    assert completion is not None
+    completion = await eventually(completed, f"the Job {name} completed", within=20)
     looked = datetime.now(UTC)
     second, events, _ = launch(**quick)
     # Trusted at any age here; by default only past a few seconds (clock skew, whole seconds).

@@ -11,6 +11,7 @@ import json
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -246,14 +247,24 @@ async def launcher_with_pods(
 async def test_a_job_gone_while_no_launcher_ran_is_not_launcher_lost(
     kube: KubeFake, store: Any, pod_catalog: Any, settings: Any, seen_started: bool
 ) -> None:
-    run_id = await accept_pod(store, pod_catalog, "hang")
-    # A launcher claimed it, (maybe) started its Job, and died; the Job was deleted meanwhile.
-    [claimed] = await store.claim(
-        "dead-launcher", limit=1, lease_ttl=1.0, executors=["pod"], executor_caps={}
-    )
-    if seen_started:
-        await store.set_external_id(claimed.lease, f"{NS}/{job_name('hang', run_id, 1)}")
-    await asyncio.sleep(1.1)  # its lease expires
+    from runlane.ports import FixedClock
+    from runlane.service.stores import store_from_url
+
+    # Two seconds ago (the clock of its store pinned then) it was accepted, and a launcher
+    # claimed it for one second, (maybe) started its Job, and died: its lease has expired, and
+    # the Job was deleted meanwhile.
+    then = FixedClock(datetime.now(UTC) - timedelta(seconds=2))
+    dead = store_from_url(settings.database_url, clock=then)
+    await dead.open()
+    try:
+        run_id = await accept_pod(dead, pod_catalog, "hang")
+        [claimed] = await dead.claim(
+            "dead-launcher", limit=1, lease_ttl=1.0, executors=["pod"], executor_caps={}
+        )
+        if seen_started:
+            await dead.set_external_id(claimed.lease, f"{NS}/{job_name('hang', run_id, 1)}")
+    finally:
+        await dead.close()
     async with launcher_with_pods(kube, store, pod_catalog, settings) as events:
         await events.wait("finished", run_id)
     run = await store.get_run(run_id)

@@ -31,6 +31,7 @@ from runlane.service.launcher import Launcher
 from runlane.service.runtime import build_executors
 from runlane.service.stores import store_from_url
 from tests.support.tcp_proxy import TcpProxy
+from tests.support.waiting import eventually
 
 from .conftest import Events, Running
 
@@ -57,15 +58,6 @@ def pid_alive(pid: int) -> bool:
         if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
             return False
     return True
-
-
-async def wait_for(predicate: Callable[[], bool], within: float = 20.0) -> None:
-    """Poll a condition the system under test will make true (bounded)."""
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.05)
 
 
 async def test_runs_of_a_dead_launcher_end_launcher_lost_and_are_retried(
@@ -155,7 +147,7 @@ async def test_after_an_outage_a_launcher_leaves_expired_leases_alone_for_a_ttl(
     )
     task = asyncio.create_task(launcher.run())
     try:
-        await wait_for(lambda: outage.failures >= 1)
+        await eventually(lambda: outage.failures >= 1, "a store call failing", within=20)
         outage.down = False
         back = time.monotonic()
         await events.wait("claimed", run_id)
@@ -197,7 +189,8 @@ async def test_an_outcome_the_database_missed_is_recorded_from_the_journal_not_r
     journal = Path(settings.log_dir) / f"{run_id}.1.outcome.json"
     outage.down = True
     (test_dir / "gate").write_text("open")
-    await wait_for(journal.exists)  # the outcome could not be saved: it is journaled
+    # The outcome could not be saved: it is journaled.
+    await eventually(journal.exists, "the outcome journaled", within=20)
     first.stop()
     async with asyncio.timeout(30):
         await task
@@ -231,9 +224,11 @@ async def test_an_outcome_saved_after_an_outage_keeps_the_time_the_run_ended(
         await events.wait("started", run_id)
         outage.down = True
         (test_dir / "gate").write_text("open")
-        await wait_for((Path(settings.log_dir) / f"{run_id}.1.outcome.json").exists)  # ended
+        journal = Path(settings.log_dir) / f"{run_id}.1.outcome.json"
+        await eventually(journal.exists, "the run ended (its outcome journaled)", within=20)
         seen = outage.failures
-        await wait_for(lambda: outage.failures >= seen + 3)  # the save is retried, and waits
+        # The save is retried, and waits.
+        await eventually(lambda: outage.failures >= seen + 3, "three more failed saves", within=20)
         back = datetime.now(UTC)
         outage.down = False
         await events.wait("finished", run_id)
@@ -271,7 +266,8 @@ async def test_every_outcome_of_an_outage_is_journaled_not_only_the_first_batch(
     for gate, run_id in ids.items():
         (test_dir / gate).write_text("open")
         journal = Path(settings.log_dir) / f"{run_id}.1.outcome.json"
-        await wait_for(journal.exists)  # journaled while the database is still down
+        # Journaled while the database is still down.
+        await eventually(journal.exists, "the outcome journaled", within=20)
     first.stop()
     async with asyncio.timeout(30):
         await task
@@ -454,7 +450,9 @@ async def test_a_stalled_launcher_is_fenced_out_and_kills_its_process(
 ) -> None:
     run_id = await accept(store, catalog, "sleeper")
     pidfile = test_dir / f"{run_id}.1.pid"
-    await wait_for(lambda: pidfile.exists() and pidfile.read_text() != "")
+    await eventually(
+        lambda: pidfile.exists() and pidfile.read_text() != "", "the run's pid file", within=20
+    )
     child = int(pidfile.read_text())
     before = await store.get_run(run_id)
     assert before.status is RunStatus.RUNNING
@@ -479,7 +477,8 @@ async def test_a_stalled_launcher_is_fenced_out_and_kills_its_process(
         assert taken.lease_generation == before.lease_generation + 1
 
         serve_proc.send_signal(signal.SIGCONT)  # it wakes up believing it still holds the run
-        await wait_for(lambda: not pid_alive(child))  # its renewal fails: it kills its process
+        # Its renewal fails: it kills its process.
+        await eventually(lambda: not pid_alive(child), f"process {child} killed", within=20)
         after = await store.get_run(run_id)
         assert (after.status, after.end_reason, after.lease_owner) == (
             taken.status,
@@ -520,7 +519,11 @@ async def test_database_outage_loses_no_outcome(
         log_file = Path(settings.log_dir) / f"{run_id}.1.log"
         await proxy.cut()  # the database goes away while the run is in flight
         (test_dir / "gate").write_text("open")
-        await wait_for(lambda: log_file.exists() and "gate passed" in log_file.read_text())
+        await eventually(
+            lambda: log_file.exists() and "gate passed" in log_file.read_text(),
+            "'gate passed' in the run's log",
+            within=20,
+        )
         assert not events.seen[("finished", run_id)].is_set()  # the outcome could not be written
         with capture_logs() as logged:
             await proxy.restore()

@@ -18,6 +18,7 @@ import pytest
 from runlane.testing.kube import KubeFake
 from tests.kube_fake.conftest import job_body
 from tests.kube_fake.http import Raw
+from tests.support.waiting import eventually_sync
 
 JOBS = "/apis/batch/v1/namespaces/default/jobs"
 CMS = "/api/v1/namespaces/default/configmaps"
@@ -52,34 +53,43 @@ def _events(raw: Raw, pod: str, reason: str) -> list[dict[str, Any]]:
     return [e for e in body["items"] if e["reason"] == reason]
 
 
-def _until(predicate: Any, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def test_a_config_map_created_after_the_job_is_mounted_on_retry(kube_fake: KubeFake) -> None:
     raw = Raw(kube_fake.url)
     status, _, _ = raw.request("POST", JOBS, _job_mounting("late", "late-params"))
     assert status == 201
-    _until(
+    eventually_sync(
         lambda: (
             len(kube_fake.state.pods_of("late")) == 1
             and _events(raw, _pod(raw, "late")["metadata"]["name"], "FailedMount")
-        )
+        ),
+        "a FailedMount event on the pod of `late`",
+        within=15,
+        poll=0.05,
     )
     pod = _pod(raw, "late")
     assert pod["status"]["phase"] == "Pending"
     assert (
         pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ContainerCreating"
     )
-    time.sleep(1.0)  # like runlane's executor: the ConfigMap follows the Job (it is owned by it)
+    # Like runlane's executor, the ConfigMap follows the Job (it is owned by it), a while later:
+    # cluster time passes (no sleep) and the mount is retried, failing again.
+    kube_fake.state.advance(1.0)
+    eventually_sync(
+        lambda: _events(raw, pod["metadata"]["name"], "FailedMount")[0]["count"] >= 2,
+        "the mount retried",
+        within=15,
+        poll=0.05,
+    )
     status, _, _ = raw.request(
         "POST", CMS, {"metadata": {"name": "late-params"}, "data": {"params.json": "{}"}}
     )
     assert status == 201
-    _until(lambda: kube_fake.state.job_condition("late") == "Complete", timeout=15)
+    eventually_sync(
+        lambda: kube_fake.state.job_condition("late") == "Complete",
+        "`late` Complete",
+        within=15,
+        poll=0.05,
+    )
     pod = _pod(raw, "late")
     assert pod["status"]["phase"] == "Succeeded"
     name = pod["metadata"]["name"]

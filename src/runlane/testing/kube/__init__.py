@@ -1,5 +1,9 @@
 """A faithful local Kubernetes API server for tests, `runlane.testing.kube`.
 
+For runlane's own tests and benchmarks of pod runs (`PodExecutor`, the launcher, `runlane doctor`)
+and for anyone who needs a Kubernetes API on loopback in a test: it runs in-process (a thread) or
+standalone, needs no cluster, container runtime or network, and is never used by runlane at run time.
+
 It speaks the real REST API on loopback (discovery, batch/v1 Jobs, v1 Pods, ConfigMaps, Secrets,
 Events, Namespaces, list + watch with bookmarks and 410 Expired, pods/log, SelfSubjectAccessReview),
 runs a Job controller, garbage collector, TTL controller and a fake kubelet, and lets tests inject

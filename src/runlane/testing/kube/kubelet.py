@@ -27,12 +27,18 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
-from runlane.testing.kube.store import CONFIGMAPS, EVENTS, PODS, SECRETS, Obj, now_rfc3339
-
-if TYPE_CHECKING:
-    from runlane.testing.kube.cluster import Cluster
+from runlane.testing.kube.store import (
+    CONFIGMAPS,
+    EVENTS,
+    PODS,
+    SECRETS,
+    Obj,
+    ResourceType,
+    Store,
+    now_rfc3339,
+)
 
 NODE_NAME = "fake-node"
 NODE_IP = "10.0.0.10"
@@ -177,11 +183,35 @@ def _ready_conditions(
     ]
 
 
+class NodeHost(Protocol):
+    """What the kubelet needs of the cluster it runs in (`cluster.Cluster` is one): the store,
+    timers on the cluster clock, events, and a way to say a pod's containers ended."""
+
+    store: Store
+    last_event_name: str  # the name of the event `record_event` wrote last
+
+    def after(self, delay: float, fn: Callable[[], None]) -> None: ...
+
+    def record_event(
+        self,
+        rt: ResourceType,
+        obj: Obj,
+        kind: str,
+        reason: str,
+        message: str,
+        component: str,
+        *,
+        field_path: str | None = None,
+    ) -> None: ...
+
+    def pod_terminated(self, ns: str, name: str) -> None: ...
+
+
 class Kubelet:
     """Drives every pod the store holds. Runs inside the cluster's controller thread (under its lock)."""
 
     def __init__(
-        self, cluster: Cluster, timing: Timing, *, run_local: bool, inherit_env: bool
+        self, cluster: NodeHost, timing: Timing, *, run_local: bool, inherit_env: bool
     ) -> None:
         self.cluster = cluster
         self.store = cluster.store

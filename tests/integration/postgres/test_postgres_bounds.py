@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import psycopg
 import pytest
@@ -17,6 +17,7 @@ from runlane.adapters.postgres import PostgresStore
 from runlane.errors import DatabaseConflict, DatabaseUnavailable
 from tests.conformance.test_store_contract import claim_all, new_run
 from tests.support.tcp_proxy import TcpProxy
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.postgres
 
@@ -45,14 +46,6 @@ async def settings_of(store: PostgresStore) -> dict[str, str]:
         params = conn.info.get_parameters()
     assert row is not None
     return {"statement_timeout": row[0], "lock_timeout": row[1], "TimeZone": row[2], **params}
-
-
-async def within(seconds: float, predicate: Callable[[], bool]) -> None:
-    """Poll a condition the system under test will make true (bounded)."""
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 async def test_a_bounded_store_sets_its_bounds_and_keeps_those_the_url_sets(
@@ -135,14 +128,15 @@ async def test_a_silent_server_fails_each_call_within_the_bound_then_is_used_aga
             where = f"PostgreSQL at 127.0.0.1:{proxy.port}/{info['dbname']}"
             assert said[0] == f"{where} did not answer in 1 s"
             proxy.forward()
-            answered: list[int] = []
-            deadline = time.monotonic() + 10
-            while not answered:  # the pool connects anew, after a backoff
-                assert time.monotonic() < deadline, "the store did not come back"
+
+            async def answers() -> bool:  # the pool connects anew, after a backoff
                 try:
-                    answered.append(await store.count_queued())
+                    await store.count_queued()
                 except DatabaseUnavailable:
-                    await asyncio.sleep(0.05)
+                    return False
+                return True
+
+            await eventually(answers, "the store back", poll=0.05)
     finally:
         await proxy.close()
 
@@ -161,10 +155,12 @@ async def test_migrations_are_not_bounded(pg_scratch_url: str) -> None:
                     row = probe.execute(waiting).fetchone()
                 return row is not None and row[0] > 0
 
-            await within(5, upgrade_waits)
+            await eventually(upgrade_waits, "the upgrade waiting on the migration lock", within=5)
             since = time.monotonic()
             # Past the lock timeout (a quarter of the bound) and the bound itself: still waiting.
-            await within(BOUND + 2, lambda: time.monotonic() - since > BOUND + 0.5)
+            await eventually(
+                lambda: time.monotonic() - since > BOUND + 0.5, "past the bound", within=BOUND + 2
+            )
             assert not upgrade.done()
             other.rollback()
         assert await asyncio.wait_for(upgrade, 10) == []

@@ -1,0 +1,139 @@
+"""The launcher against the scripted executor (runlane.testing.fakes) on a real SQLite store: what
+it does with start errors, cancel requests and outcomes, without spawning anything."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from runlane.catalog import Catalog
+from runlane.core.runs import RunStatus, Trigger
+from runlane.errors import PermanentExecutorError, TemporaryExecutorError
+from runlane.ports import RunFilter, Store
+from runlane.service.accept import RunRequest, accept_run
+from runlane.service.config import Settings
+from runlane.service.launcher import Launcher
+from runlane.testing.fakes import Script, ScriptedExecutor, exited
+from tests.support.waiting import eventually
+
+from .conftest import Events, Running
+
+
+@pytest.fixture
+def database_url(tmp_path: Path) -> str:
+    """SQLite only: what is under test is the launcher, not the store."""
+    return f"sqlite:///{tmp_path / 'runlane.db'}"
+
+
+@pytest.fixture
+def executor() -> ScriptedExecutor:
+    return ScriptedExecutor()
+
+
+@pytest.fixture
+async def launcher(
+    store: Store, catalog: Catalog, settings: Settings, executor: ScriptedExecutor
+) -> AsyncIterator[Running]:
+    """A launcher whose every job (the catalog's are inline) runs on the scripted executor."""
+    events = Events()
+    launcher = Launcher(
+        store=store,
+        catalog=catalog,
+        executors={"inline": executor},
+        settings=settings,
+        hook=events,
+        retry_base_seconds=0.05,
+    )
+    running = Running(launcher, asyncio.create_task(launcher.run()), events)
+    yield running
+    if not running.task.done():
+        await running.stop()
+
+
+async def accept(store: Store, catalog: Catalog, job: str) -> str:
+    result = await accept_run(store, catalog, RunRequest(job=job, trigger=Trigger.CLI))
+    return result.run.id
+
+
+async def test_a_temporary_start_error_releases_the_run_with_a_retry_time(
+    store: Store, catalog: Catalog, executor: ScriptedExecutor, launcher: Running
+) -> None:
+    busy = TemporaryExecutorError("the cluster is busy", error_code="busy", retry_after=60)
+    executor.script(Script(start_errors=(busy,)), job="hello")
+    run_id = await accept(store, catalog, "hello")
+    await launcher.events.wait("finished", run_id)  # its supervision ended: released
+    run = await store.get_run(run_id)
+    assert (run.status, run.error_code, run.lease_owner) == (RunStatus.QUEUED, "busy", None)
+    assert run.note == "the cluster is busy"
+    now = await store.now()
+    assert run.not_before is not None
+    assert now + timedelta(seconds=50) < run.not_before <= now + timedelta(seconds=60)
+    assert [c.run_id for c in executor.calls_to("start")] == [run_id]
+    assert executor.started(run_id) == 0
+
+
+async def test_a_released_run_is_started_again_once_its_retry_time_comes(
+    store: Store, catalog: Catalog, executor: ScriptedExecutor, launcher: Running
+) -> None:
+    busy = TemporaryExecutorError("the cluster is busy", error_code="busy", retry_after=0.05)
+    executor.script(Script(start_errors=(busy,)), job="hello")
+    run_id = await accept(store, catalog, "hello")
+    await eventually(lambda: executor.started(run_id) == 1, "the second start")
+
+    async def ended() -> bool:
+        return (await store.get_run(run_id)).status not in (RunStatus.QUEUED, RunStatus.RUNNING)
+
+    await eventually(ended, "the run's outcome recorded")
+    run = await store.get_run(run_id)
+    assert (run.status, run.exit_code, run.attempt) == (RunStatus.SUCCESS, 0, 1)
+    assert len(executor.calls_to("start")) == 2
+
+
+async def test_a_permanent_start_error_ends_the_run_with_the_reason(
+    store: Store, catalog: Catalog, executor: ScriptedExecutor, launcher: Running
+) -> None:
+    refused = PermanentExecutorError("no such image: demo:9", error_code="bad_image")
+    executor.script(Script(start_errors=(refused,)), job="flaky")  # max_attempts 3
+    run_id = await accept(store, catalog, "flaky")
+    await launcher.events.wait("finished", run_id)
+    run = await store.get_run(run_id)
+    assert (run.status, run.end_reason, run.error_code) == (
+        RunStatus.FAILURE,
+        "start_failed",
+        "bad_image",
+    )
+    assert run.note == "no such image: demo:9"
+    assert executor.started(run_id) == 0
+    assert [r.id for r in await store.list_runs(RunFilter(job="flaky"))] == [run_id]  # not retried
+
+
+async def test_a_cancel_request_reaches_the_executor(
+    store: Store, catalog: Catalog, executor: ScriptedExecutor, launcher: Running
+) -> None:
+    executor.script(Script(outcome=None, output="working\n"), job="long")  # until cancelled
+    run_id = await accept(store, catalog, "long")
+    await launcher.events.wait("started", run_id)
+    await store.request_cancel(run_id, by="test")
+    await launcher.events.wait("finished", run_id)
+    [cancel] = executor.calls_to("cancel")
+    assert (cancel.run_id, cancel.attempt, cancel.grace) == (run_id, 1, 1.0)  # kill_grace: 1s
+    run = await store.get_run(run_id)
+    assert (run.status, run.end_reason) == (RunStatus.CANCELLED, "cancelled")
+    assert run.external_id == f"scripted/{run_id}/1"  # a remote execution's id is recorded
+
+
+async def test_the_outcome_the_executor_reports_is_recorded(
+    store: Store, catalog: Catalog, executor: ScriptedExecutor, launcher: Running
+) -> None:
+    executor.script(Script(outcome=None, states=("pending", "running")), job="hello")
+    run_id = await accept(store, catalog, "hello")
+    await launcher.events.wait("started", run_id)
+    assert executor.spec_of(run_id).env["RUN_ID"] == run_id
+    executor.release(run_id, exited(3, "boom\n"))
+    await launcher.events.wait("finished", run_id)
+    run = await store.get_run(run_id)
+    assert (run.status, run.exit_code, run.log_tail) == (RunStatus.FAILURE, 3, "boom\n")
