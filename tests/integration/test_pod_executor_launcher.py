@@ -284,7 +284,7 @@ async def test_a_pod_run_that_ended_while_no_launcher_watched_keeps_its_end_time
     # cluster's completionTime, to the second), not when the next launcher came to look.
     from datetime import UTC, datetime
 
-    from runlane.core.k8s_classify import ended_at
+    from runlane.adapters.kubernetes.diagnose import ended_at
 
     gate = tmp_path / "gate"
     monkeypatch.setenv("TALKER_GATE", str(gate))

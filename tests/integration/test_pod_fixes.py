@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from runlane.adapters.kubernetes.executor import PodExecutor
+from runlane.adapters.kubernetes.names import job_name, params_config_map_name
 from runlane.catalog.params import MAX_PARAMS_BYTES
-from runlane.core.k8s_names import job_name, params_config_map_name
 from runlane.core.runs import Outcome, RunStatus
 from runlane.errors import PermanentExecutorError
 from runlane.ports import Execution, ExecutionSpec
