@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from runlane.adapters.local.executor import InlineExecutor
 from runlane.adapters.local.guardian import Guardian, guardian_argv
-from runlane.adapters.local.inline import InlineExecutor
 from runlane.core.runs import RunStatus
 
 from .test_inline_executor import alive, finish, make_spec, wait_gone
@@ -31,7 +31,7 @@ PY = sys.executable
 LAUNCHER = """
 import asyncio, json, sys
 from runlane.adapters.local import guardian
-from runlane.adapters.local.inline import InlineExecutor
+from runlane.adapters.local.executor import InlineExecutor
 from runlane.ports import ExecutionSpec
 
 if sys.argv[2] == "lazy":  # no pidfd watch: a dead guardian is replaced on the next spawn

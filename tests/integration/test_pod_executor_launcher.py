@@ -15,7 +15,7 @@ from lightkube.config.kubeconfig import KubeConfig
 
 from runlane.adapters.kubernetes.api import KubeApi
 from runlane.adapters.kubernetes.executor import PodExecutor
-from runlane.adapters.local.inline import InlineExecutor
+from runlane.adapters.local.executor import InlineExecutor
 from runlane.catalog import Catalog, load_catalog
 from runlane.core.runs import RunStatus, Trigger
 from runlane.ports import Store

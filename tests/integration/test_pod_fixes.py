@@ -218,7 +218,7 @@ async def accept_pod(store: Any, catalog: Any, job: str) -> str:
 async def launcher_with_pods(
     kube: KubeFake, store: Any, catalog: Any, settings: Any, **kw: Any
 ) -> AsyncIterator[Any]:
-    from runlane.adapters.local.inline import InlineExecutor
+    from runlane.adapters.local.executor import InlineExecutor
     from runlane.service.launcher import Launcher
     from tests.integration.conftest import Events
 
