@@ -74,8 +74,8 @@ class Launcher:
         self._hurry = asyncio.Event()  # a second stop: end the inline runs' grace period now
         self._tasks: list[asyncio.Task[Any]] = []
         # Monotonic time each periodic look of the consumer was last taken.
-        self._last_expire = self._last_orphan_check = self._last_cancel_poll = 0.0
-        self._last_recover = 0.0
+        self._last_expire = self._last_orphan_check = 0.0
+        self._last_cancel_poll = self._last_recover = 0.0
         self._backlog = False  # the last claim filled every free slot: more runs may be due
         self._claim_batch_min = max(1, settings.concurrency // 2)
         journal = OutcomeJournal(settings.log_dir, self.owner)
