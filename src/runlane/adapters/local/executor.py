@@ -193,7 +193,7 @@ class InlineExecutor:
                 ) from exc
         # Params too large for the environment (E2BIG past 128 KiB in one variable) go to files
         # in a private directory; RUNLANE_PARAMS_FILE names the JSON one (the SDK reads it).
-        # Per-run paths as plain strings: two pathlib joins cost ~10 us a run on the loop thread.
+        # Per-run paths as plain strings: pathlib joins are slow on the loop thread.
         base = f"{self._log_prefix}{spec.run_id}.{spec.attempt}"
         params_dir = base + ".params"
         run_env, spilled = split_env(spec.env, params_dir)

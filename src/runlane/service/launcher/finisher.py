@@ -35,7 +35,7 @@ from runlane.errors import (
 from runlane.ports import FinishedRun, FinishRequest, Store
 from runlane.service.launcher.journal import OutcomeJournal
 from runlane.service.launcher.leases import LeaseWrites
-from runlane.service.launcher.supervised import Supervised, loop_time
+from runlane.service.launcher.supervised import Supervised, Tunables, loop_time
 
 log = structlog.get_logger("runlane.launcher")
 
@@ -89,9 +89,9 @@ class Finisher:
         lease_writes: LeaseWrites,
         journal: OutcomeJournal,
         active: Mapping[str, Supervised],
+        tunables: Tunables,
         *,
         lease_ttl: float,
-        retry_base_seconds: float,
     ) -> None:
         self._store = store
         self._lease_writes = lease_writes
@@ -99,7 +99,7 @@ class Finisher:
         self._journal_done = journal.done
         self._active = active
         self._lease_ttl = lease_ttl
-        self._retry_base_seconds = retry_base_seconds
+        self._tunables = tunables
         self.chain_nudge: asyncio.Event | None = None  # set when a chain's step ends
         self.database_down = False  # from a failed database call until a write lands
         self.takeover_after = 0.0
@@ -181,7 +181,9 @@ class Finisher:
                 retry,
                 not_before=db_now
                 + timedelta(
-                    seconds=retry_backoff_seconds(run.attempt, base=self._retry_base_seconds)
+                    seconds=retry_backoff_seconds(
+                        run.attempt, base=self._tunables.retry_base_seconds
+                    )
                 ),
             )
         external_id = sup.execution.external_id if sup.execution is not None else None

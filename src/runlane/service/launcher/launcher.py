@@ -85,8 +85,8 @@ class Launcher:
             lease_writes,
             journal,
             self._active,
+            self,
             lease_ttl=settings.lease_ttl,
-            retry_base_seconds=self.retry_base_seconds,
         )
         self._leases = LeaseKeeper(
             lease_writes,
@@ -106,12 +106,11 @@ class Launcher:
             self._active,
             self._wake,
             self.hook,
+            self,
             owner=self.owner,
             # A relative SQLite path made absolute, so the SDK in a run that changes directory
             # records child rows in this database, not another.
             run_database_url=absolute_url(settings.database_url),
-            repair_retry_seconds=self.repair_retry_seconds,
-            provider_end_trusted_after=self.provider_end_trusted_after,
             launcher_stale_after=settings.launcher_stale_after,
         )
 
@@ -270,7 +269,7 @@ class Launcher:
         settings = self.settings
         executors = list(self.executors)
         finisher = self._finisher
-        supervise = self._supervisor.take
+        supervise = self._supervisor.supervise
         emit = self._supervisor.emit
         while not self._stopping.is_set():
             self._wake.clear()

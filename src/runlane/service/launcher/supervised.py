@@ -5,9 +5,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from runlane.core.runs import Claimed, Lease
 from runlane.ports import Execution, Executor
+
+
+class Tunables(Protocol):
+    """The launcher's tunable fields, read where they are used: they may change on a live
+    launcher (tests do that)."""
+
+    @property
+    def retry_base_seconds(self) -> float: ...
+    @property
+    def repair_retry_seconds(self) -> float: ...
+    @property
+    def provider_end_trusted_after(self) -> float: ...
 
 
 def loop_time() -> float:

@@ -24,7 +24,7 @@ from runlane.service.launcher.finisher import Finisher
 from runlane.service.launcher.journal import OutcomeJournal, seconds_since_wall
 from runlane.service.launcher.signals import CLAIMED, FINISHED, LEASE_LOST, STARTED, LauncherHook
 from runlane.service.launcher.spec import JobPlan, execution_spec
-from runlane.service.launcher.supervised import Supervised, loop_time
+from runlane.service.launcher.supervised import Supervised, Tunables, loop_time
 
 log = structlog.get_logger("runlane.launcher")
 
@@ -34,8 +34,9 @@ UNKNOWN_JOB_HANDOFF_SECONDS = 2.0
 
 
 class Supervisor:
-    """Runs `supervise(sup)` as each claimed run's task (`take`): the execution's outcome goes to the
-    finisher; corrupt stored state and a provider that cannot be reached give the run back."""
+    """Supervises each claimed run in a task of its own (`supervise`): the execution's outcome goes
+    to the finisher; corrupt stored state and a provider that cannot be reached give the run
+    back to the queue."""
 
     def __init__(
         self,
@@ -47,11 +48,10 @@ class Supervisor:
         active: MutableMapping[str, Supervised],
         wake: asyncio.Event,
         hook: LauncherHook | None,
+        tunables: Tunables,
         *,
         owner: str,
         run_database_url: str,
-        repair_retry_seconds: float,
-        provider_end_trusted_after: float,
         launcher_stale_after: float,
     ) -> None:
         self._store = store
@@ -63,8 +63,7 @@ class Supervisor:
         self._hook = hook
         self._owner = owner
         self._run_database_url = run_database_url
-        self._repair_retry_seconds = repair_retry_seconds
-        self._provider_end_trusted_after = provider_end_trusted_after
+        self._tunables = tunables
         self._launcher_stale_after = launcher_stale_after
         self._record = finisher.record
         self._write_until_landed = finisher.write_until_landed
@@ -74,19 +73,20 @@ class Supervisor:
         self._jobs: dict[str, JobPlan] = {}
 
     def emit(self, signal: str, run_id: str) -> None:
+        """Tell the hook, if any (`LauncherSignal`)."""
         if self._hook is not None:
             self._hook(signal, run_id)
 
-    def take(self, claimed: Claimed) -> None:
+    def supervise(self, claimed: Claimed) -> None:
         """Supervise a run this launcher just claimed (or took over), in a task of its own."""
         sup = Supervised(
             claimed=claimed, lease=claimed.lease, executor=self._executors[claimed.run.executor]
         )
         self._active[claimed.run.id] = sup
-        sup.task = asyncio.create_task(self.supervise(sup), name=f"run-{claimed.run.id}")
+        sup.task = asyncio.create_task(self._supervise(sup), name=f"run-{claimed.run.id}")
         self.emit(CLAIMED, claimed.run.id)
 
-    async def supervise(self, sup: Supervised) -> None:
+    async def _supervise(self, sup: Supervised) -> None:
         """The run's whole supervision: its outcome recorded (or the run given back), then its
         slot and lease let go."""
         run = sup.claimed.run
@@ -243,7 +243,7 @@ class Supervisor:
                 outcome = event.outcome
                 if event.ended_at is not None:
                     ago = seconds_since_wall(event.ended_at.isoformat())
-                    if ago > self._provider_end_trusted_after:
+                    if ago > self._tunables.provider_end_trusted_after:
                         sup.ended_monotonic = time.monotonic() - ago
         if outcome is None:  # an executor bug; never leave the run without a status
             outcome = Outcome(RunStatus.FAILURE, EndReason.ORPHANED, error_code="no_outcome")
@@ -263,7 +263,7 @@ class Supervisor:
         run goes back to the queue with a diagnostic code and is looked at again later (its queue
         TTL still applies). `runlane doctor` lists such runs."""
         run = sup.claimed.run
-        retry_after = self._repair_retry_seconds
+        retry_after = self._tunables.repair_retry_seconds
         if error_code == "unknown_job" and await self._another_launcher_knows(run.job):
             # Another launcher, started since the catalog changed, has the job: give the run
             # back for it to take soon, not after the repair interval. Not an error here.
