@@ -19,7 +19,7 @@ import uuid
 
 from _common import median
 
-from runlane.adapters.local.inline import InlineExecutor
+from runlane.adapters.local.executor import InlineExecutor
 from runlane.core.runs import RunStatus
 from runlane.ports import ExecutionSpec
 

@@ -25,7 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from runlane.adapters.local.inline import InlineExecutor, PdeathsigMode
+from runlane.adapters.local.executor import InlineExecutor
+from runlane.adapters.local.pdeathsig import PdeathsigMode
 from runlane.ports import ExecutionSpec
 
 

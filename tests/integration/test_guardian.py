@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from runlane.adapters.local.executor import InlineExecutor
 from runlane.adapters.local.guardian import Guardian, guardian_argv
-from runlane.adapters.local.inline import InlineExecutor
 from runlane.core.runs import RunStatus
 from tests.support.waiting import eventually_sync
 
@@ -31,7 +31,7 @@ PY = sys.executable
 LAUNCHER = """
 import asyncio, json, sys
 from runlane.adapters.local import guardian
-from runlane.adapters.local.inline import InlineExecutor
+from runlane.adapters.local.executor import InlineExecutor
 from runlane.ports import ExecutionSpec
 
 if sys.argv[2] == "lazy":  # no pidfd watch: a dead guardian is replaced on the next spawn

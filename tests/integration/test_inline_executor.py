@@ -19,12 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from runlane.adapters.local.inline import (
-    InlineExecutor,
-    PdeathsigMode,
-    follow_log,
-    setpriv_supports_pdeathsig,
-)
+from runlane.adapters.local.executor import InlineExecutor
+from runlane.adapters.local.logfile import follow_log
+from runlane.adapters.local.pdeathsig import PdeathsigMode, setpriv_supports_pdeathsig
 from runlane.core.runs import Outcome, RunStatus
 from runlane.errors import PermanentExecutorError
 from runlane.ports import Execution, ExecutionSpec
@@ -569,7 +566,7 @@ async def test_follow_log_streams_until_the_run_ends(executor: InlineExecutor) -
 
 LAUNCHER = """
 import asyncio, sys
-from runlane.adapters.local.inline import InlineExecutor
+from runlane.adapters.local.executor import InlineExecutor
 from runlane.ports import ExecutionSpec
 
 async def main():
@@ -686,12 +683,12 @@ async def test_a_failing_descriptor_callback_does_not_starve_the_others() -> Non
     """The executor watches every run's pipe and pidfd through one level-triggered epoll set,
     polled in the same order each time: a callback that raises (and leaves its descriptor
     readable) is reported like asyncio reports a reader's error, and the rest still run."""
-    from runlane.adapters.local.inline import _FdWatcher
+    from runlane.adapters.local.fdwatch import FdWatcher
 
     loop = asyncio.get_running_loop()
     reported: list[dict[str, object]] = []
     loop.set_exception_handler(lambda _loop, context: reported.append(context))
-    watcher = _FdWatcher()
+    watcher = FdWatcher()
     a_read, a_write = os.pipe()
     b_read, b_write = os.pipe()
     b_called = asyncio.Event()

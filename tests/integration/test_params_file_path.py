@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runlane.adapters.local.inline import InlineExecutor
+from runlane.adapters.local.executor import InlineExecutor
 from runlane.catalog import load_catalog
 from runlane.core.runs import RunStatus, Trigger
 from runlane.ports import Store

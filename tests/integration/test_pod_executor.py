@@ -16,9 +16,9 @@ from lightkube.config.kubeconfig import KubeConfig
 
 from runlane.adapters.kubernetes.api import KubeApi
 from runlane.adapters.kubernetes.executor import PodExecutor
+from runlane.adapters.kubernetes.names import job_name
 from runlane.adapters.kubernetes.rbac import rbac_report
 from runlane.adapters.kubernetes.watch import NamespaceWatch, WatchStats
-from runlane.core.k8s_names import job_name
 from runlane.core.runs import Outcome, RunStatus
 from runlane.errors import PermanentExecutorError, TemporaryExecutorError
 from runlane.ports import Execution, ExecutionEvent, ExecutionSpec

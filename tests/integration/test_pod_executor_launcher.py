@@ -15,7 +15,7 @@ from lightkube.config.kubeconfig import KubeConfig
 
 from runlane.adapters.kubernetes.api import KubeApi
 from runlane.adapters.kubernetes.executor import PodExecutor
-from runlane.adapters.local.inline import InlineExecutor
+from runlane.adapters.local.executor import InlineExecutor
 from runlane.catalog import Catalog, load_catalog
 from runlane.core.runs import RunStatus, Trigger
 from runlane.ports import Store
@@ -286,7 +286,7 @@ async def test_a_pod_run_that_ended_while_no_launcher_watched_keeps_its_end_time
     # cluster's completionTime, to the second), not when the next launcher came to look.
     from datetime import UTC, datetime
 
-    from runlane.core.k8s_classify import ended_at
+    from runlane.adapters.kubernetes.diagnose import ended_at
 
     gate = tmp_path / "gate"
     monkeypatch.setenv("TALKER_GATE", str(gate))

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from runlane.adapters.kubernetes.executor import PodExecutor
+from runlane.adapters.kubernetes.names import job_name, params_config_map_name
 from runlane.catalog.params import MAX_PARAMS_BYTES
-from runlane.core.k8s_names import job_name, params_config_map_name
 from runlane.core.runs import Outcome, RunStatus
 from runlane.errors import PermanentExecutorError
 from runlane.ports import Execution, ExecutionSpec
@@ -219,7 +219,7 @@ async def accept_pod(store: Any, catalog: Any, job: str) -> str:
 async def launcher_with_pods(
     kube: KubeFake, store: Any, catalog: Any, settings: Any, **kw: Any
 ) -> AsyncIterator[Any]:
-    from runlane.adapters.local.inline import InlineExecutor
+    from runlane.adapters.local.executor import InlineExecutor
     from runlane.service.launcher import Launcher
     from tests.integration.conftest import Events
 

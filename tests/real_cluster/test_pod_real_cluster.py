@@ -18,8 +18,8 @@ import pytest
 
 from runlane.adapters.kubernetes.api import jobs_path
 from runlane.adapters.kubernetes.executor import PodExecutor
+from runlane.adapters.kubernetes.names import job_name
 from runlane.adapters.kubernetes.rbac import rbac_report
-from runlane.core.k8s_names import job_name
 from runlane.core.runs import Outcome, RunStatus
 from runlane.errors import PermanentExecutorError
 from runlane.ports import Execution, ExecutionSpec

@@ -8,19 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from runlane.adapters.local.inline import (
-    _BoundedLog,
-    _spawn_error,
-    _tail_text,
-    follow_log,
-    read_log_tail,
-    signal_error_code,
-)
+from runlane.adapters.local.logfile import BoundedLog, follow_log, read_log_tail, tail_text
+from runlane.adapters.local.process import signal_error_code, spawn_error
 from runlane.errors import PermanentExecutorError, TemporaryExecutorError
 
 
 def test_under_the_limit_the_file_is_the_output(tmp_path: Path) -> None:
-    log = _BoundedLog(tmp_path / "a.log", max_bytes=100, tail_bytes=10)
+    log = BoundedLog(tmp_path / "a.log", max_bytes=100, tail_bytes=10)
     log.feed(b"hello\n")
     log.feed(b"world\n")
     log.close()
@@ -29,7 +23,7 @@ def test_under_the_limit_the_file_is_the_output(tmp_path: Path) -> None:
 
 
 def test_over_the_limit_the_file_keeps_head_marker_and_tail(tmp_path: Path) -> None:
-    log = _BoundedLog(tmp_path / "a.log", max_bytes=10, tail_bytes=4)
+    log = BoundedLog(tmp_path / "a.log", max_bytes=10, tail_bytes=4)
     for chunk in (b"0123456", b"789abcdef", b"ghijklmnop"):
         log.feed(chunk)
     log.close()
@@ -42,7 +36,7 @@ def test_over_the_limit_the_file_keeps_head_marker_and_tail(tmp_path: Path) -> N
 
 
 def test_tail_shorter_than_dropped_part_keeps_only_dropped_bytes(tmp_path: Path) -> None:
-    log = _BoundedLog(tmp_path / "a.log", max_bytes=4, tail_bytes=10)
+    log = BoundedLog(tmp_path / "a.log", max_bytes=4, tail_bytes=10)
     log.feed(b"abc\ndef")  # 3 bytes dropped; the ring also holds bytes already written
     log.close()
     assert (tmp_path / "a.log").read_bytes() == (
@@ -52,7 +46,7 @@ def test_tail_shorter_than_dropped_part_keeps_only_dropped_bytes(tmp_path: Path)
 
 
 def test_close_is_idempotent(tmp_path: Path) -> None:
-    log = _BoundedLog(tmp_path / "a.log", max_bytes=4, tail_bytes=4)
+    log = BoundedLog(tmp_path / "a.log", max_bytes=4, tail_bytes=4)
     log.close()
     log.close()
 
@@ -68,7 +62,7 @@ def test_close_is_idempotent(tmp_path: Path) -> None:
     ],
 )
 def test_tail_text(data: bytes, lines: int, expected: str) -> None:
-    assert _tail_text(data, lines) == expected
+    assert tail_text(data, lines) == expected
 
 
 def test_signal_error_code() -> None:
@@ -88,7 +82,7 @@ def test_signal_error_code() -> None:
     ],
 )
 def test_spawn_errors_are_classified(err: int, kind: type[Exception], code: str) -> None:
-    error = _spawn_error("tool", OSError(err, "boom"))
+    error = spawn_error("tool", OSError(err, "boom"))
     assert isinstance(error, kind)
     assert getattr(error, "code", None) == code
     assert "'tool'" in str(error)

@@ -8,7 +8,12 @@ from typing import Any
 
 import pytest
 
-from runlane.core.k8s_classify import diagnose, diagnose_deleted, is_suspended, true_condition
+from runlane.adapters.kubernetes.diagnose import (
+    diagnose,
+    diagnose_deleted,
+    is_suspended,
+    true_condition,
+)
 from runlane.core.runs import RunStatus
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "k8s"
@@ -85,7 +90,7 @@ def test_pods_are_read_newest_first() -> None:
 
 
 def test_invalid_image_is_not_retryable() -> None:
-    from runlane.core.k8s_classify import Diagnosis
+    from runlane.adapters.kubernetes.diagnose import Diagnosis
 
     d = Diagnosis("failed", RunStatus.FAILURE, "start_failed", error_code="invalid_image")
     assert d.outcome().retryable is False
@@ -120,7 +125,7 @@ def test_job_without_pods_but_ready_is_running() -> None:
 def test_ended_at_reads_the_completion_time_then_the_condition_then_the_pod() -> None:
     from datetime import UTC, datetime
 
-    from runlane.core.k8s_classify import ended_at
+    from runlane.adapters.kubernetes.diagnose import ended_at
 
     done = {
         "status": {

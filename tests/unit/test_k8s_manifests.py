@@ -18,8 +18,8 @@ from runlane.adapters.kubernetes.manifests import (
     expand_image,
     split_env,
 )
+from runlane.adapters.kubernetes.names import is_dns1123_label
 from runlane.catalog.models import Profile
-from runlane.core.k8s_names import is_dns1123_label
 from runlane.errors import PermanentExecutorError
 from runlane.ports import ExecutionSpec
 

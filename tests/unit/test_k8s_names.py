@@ -7,7 +7,7 @@ import string
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runlane.core.k8s_names import (
+from runlane.adapters.kubernetes.names import (
     is_dns1123_label,
     is_label_value,
     job_name,

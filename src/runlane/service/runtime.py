@@ -301,8 +301,8 @@ def build_executors(
     """The launcher's executors. `pod` joins when a cluster is configured; its start timeout is
     the catalog's `global.start_timeout` (read from `settings.catalog_path` when not given)."""
     from runlane.adapters.kubernetes.config import cluster_configured, cluster_problem
-    from runlane.adapters.local import inline
-    from runlane.adapters.local.inline import InlineExecutor
+    from runlane.adapters.local import executor as inline
+    from runlane.adapters.local.executor import InlineExecutor
 
     inline.SPAWN_THREADS = settings.spawn_threads
     prepare_log_dir(settings.log_dir)

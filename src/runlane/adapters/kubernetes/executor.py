@@ -5,13 +5,18 @@
   by a retry therefore never makes a second Job. Params too large for the environment go into a
   ConfigMap owned by the Job.
 - `events` reads the namespace's shared watch (watch.py) through a per-run queue of nudges and
-  the pure classifier (`core.k8s_classify`); it never polls and never opens a watch of its own.
+  the pure classifier (diagnose.py); it never polls and never opens a watch of its own.
 - Pending past `start_timeout`, or a pending reason that never resolves (InvalidImageName), or
   a Job the cluster failed to stop at its deadline: pod events (and the log tail) are saved,
   then the Job is deleted (Background propagation, UID precondition).
 - `cancel` saves the log tail, deletes the Job; the run ends `cancelled` once its pod is gone.
 - Closing the executor (launcher shutdown) stops the watches and never deletes a Job: the next
   launcher reattaches.
+
+Over 600 lines on purpose: it is one Executor over one Job, and every helper below is a call that
+Executor makes on the API with the run's state at hand. What is separable is already apart:
+classifying what the cluster says (diagnose.py), names and manifests (names.py, manifests.py), the
+shared watch (watch.py), log reads (logs.py), permissions (rbac.py).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from runlane.adapters.kubernetes.api import (
     pods_path,
 )
 from runlane.adapters.kubernetes.config import load_cluster_config, resolve_namespace
+from runlane.adapters.kubernetes.diagnose import Diagnosis, diagnose, diagnose_deleted, ended_at
 from runlane.adapters.kubernetes.manifests import (
     CONTAINER,
     DEFAULT_TTL_SECONDS,
@@ -42,10 +48,9 @@ from runlane.adapters.kubernetes.manifests import (
     belongs_to,
     build_job_plan,
 )
+from runlane.adapters.kubernetes.names import job_name
 from runlane.adapters.kubernetes.rbac import Permission, check_permissions, missing_required
 from runlane.adapters.kubernetes.watch import NamespaceWatch
-from runlane.core.k8s_classify import Diagnosis, diagnose, diagnose_deleted, ended_at
-from runlane.core.k8s_names import job_name
 from runlane.core.runs import EndReason, Outcome, RunStatus
 from runlane.errors import ConfigError, PermanentExecutorError, TemporaryExecutorError
 from runlane.ports import Execution, ExecutionEvent, ExecutionSpec

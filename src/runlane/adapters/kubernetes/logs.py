@@ -10,7 +10,7 @@ from typing import Any
 from runlane.adapters.kubernetes.api import ApiStatus, Json, KubeApi, close_quietly, pods_path
 from runlane.adapters.kubernetes.config import load_cluster_config, resolve_namespace
 from runlane.adapters.kubernetes.manifests import CONTAINER
-from runlane.core.k8s_names import job_name
+from runlane.adapters.kubernetes.names import job_name
 from runlane.errors import NotFound, TemporaryExecutorError
 
 # `--follow` before the pod runs: look again after 0.5 s, doubling up to 5 s.

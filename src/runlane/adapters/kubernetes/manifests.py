@@ -11,12 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from runlane.adapters.kubernetes.names import job_name, label_value, params_config_map_name, slug
 from runlane.core import envsplit
 from runlane.core.envsplit import ENV_BUDGET_BYTES as ENV_BUDGET_BYTES  # re-exported
 from runlane.core.envsplit import PARAMS_FILE_ENV as PARAMS_FILE_ENV
 from runlane.core.envsplit import PARAMS_FILE_KEY as PARAMS_FILE_KEY
 from runlane.core.envsplit import env_size as env_size
-from runlane.core.k8s_names import job_name, label_value, params_config_map_name, slug
 from runlane.errors import PermanentExecutorError
 from runlane.ports import ExecutionSpec
 

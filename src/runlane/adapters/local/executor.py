@@ -1,0 +1,355 @@
+"""The inline executor: a run as a local subprocess in its own process group, with a bounded log.
+
+Not asyncio's subprocess API: its 3.11 child watcher starts a thread per child. Exit is watched
+with a pidfd on the event loop and output is read from a non-blocking pipe, so one launcher can
+keep thousands of short runs a minute moving on one thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from pathlib import Path
+
+from runlane.adapters.local.fdwatch import FdWatcher
+from runlane.adapters.local.guardian import Guardian, GuardianError, guardian_argv
+from runlane.adapters.local.logfile import read_log_tail
+from runlane.adapters.local.pdeathsig import (
+    PdeathsigMode,
+    prctl_pdeathsig,
+    setpriv_supports_pdeathsig,
+)
+from runlane.adapters.local.process import Child, Spawner, Termination, check_command
+from runlane.core.envsplit import split_env
+from runlane.core.runs import EndReason, RunStatus
+from runlane.errors import PermanentExecutorError, TemporaryExecutorError
+from runlane.ports import Execution, ExecutionEvent, ExecutionSpec
+
+# Only where spawns use Popen on worker threads (no os.posix_spawn): spawns wait for the child
+# to exec (vfork), so several can be in progress at once. RUNLANE_SPAWN_THREADS is read and
+# checked by Settings; runlane.service.runtime.build_executors sets this from it.
+SPAWN_THREADS = 6
+
+
+class InlineExecutor:
+    """Runs each run's command as a local subprocess (the `inline` executor).
+
+    - `start(spec)` spawns `spec.command` as an argv list (never a shell) in a new process group,
+      stdin `/dev/null`, stdout and stderr merged into `<log_dir>/<run_id>.<attempt>.log`
+      (bounded: `log_max_bytes`, then only the last `tail_bytes` are kept), environment = the
+      launcher's plus `spec.env`. Idempotent while the (run_id, attempt) is running here.
+      `external_id` is the pid. The run dies with the launcher: `pdeathsig_mode` says how.
+    - `pdeathsig`: `guardian` (the default on Linux) registers each run's process group with a
+      small helper process (`runlane.adapters.local.guardian`) that SIGKILLs every registered
+      group when the launcher dies — grandchildren too — and keeps the plain vfork spawn path;
+      `setpriv` (argv prefixed with `setpriv --pdeathsig KILL --`) and `prctl` (a `preexec_fn`)
+      have the kernel SIGKILL the direct child only, at about half the spawn rate; `none`.
+    - `events(execution)` yields `running`, then one `finished` with the `Outcome`.
+    - The deadline (`spec.deadline_seconds`, loop clock, from start) and `cancel` send SIGTERM to
+      the group, then SIGKILL after the grace; descendants left when the leader exits that way
+      are SIGKILLed with it.
+    - `kill_now(execution, end_reason=...)` SIGKILLs the group at once and ends the run
+      `cancelled` with the given reason (for a lost lease); `shutdown(grace)` ends every live
+      run `cancelled`/`launcher_shutdown` and waits for them.
+    - `reattach(spec)` finds only this executor's own live children: an inline process dies with
+      its launcher, so there is nothing to find after a takeover.
+    - `running_count()` / `running()` serve the heartbeat.
+
+    All methods must be called from the event loop thread: the kernel's parent-death signal fires
+    when the *thread* that spawned a child exits, so spawning from a short-lived worker thread
+    would kill the child as soon as that thread ended; and the guardian's pipe has one writer.
+    """
+
+    name = "inline"
+
+    def __init__(
+        self,
+        log_dir: str | Path,
+        *,
+        log_max_bytes: int = 10 * 1024 * 1024,
+        tail_bytes: int = 65536,
+        tail_lines: int = 100,
+        pdeathsig: PdeathsigMode = "auto",
+    ) -> None:
+        # Absolute, once: the paths a run is given (RUNLANE_PARAMS_FILE) must still name the
+        # same files after the job changes directory, and per-run paths stay plain string
+        # concatenation. Not resolve(): a symlinked log directory keeps the name it was given.
+        self.log_dir = Path(log_dir).absolute()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self._log_prefix = os.path.join(self.log_dir, "")  # noqa: PTH118 - str, for speed
+        self.log_max_bytes = log_max_bytes
+        self.tail_bytes = tail_bytes
+        self.tail_lines = tail_lines
+        # Live runs by (run id, attempt), as the Execution each start returned: its `handle` is
+        # the Child. The child holds no reference back, so a finished run's objects are freed
+        # by reference counting as soon as the launcher lets go of its Execution, instead of
+        # waiting as a reference cycle for the cyclic collector (8 objects a run).
+        self._live: dict[tuple[str, int], Execution] = {}
+        self.watcher = FdWatcher()
+        self._closed = False
+        # The launcher's environment, read once: copying os.environ per run (encode/decode of
+        # every variable) costs more than the rest of starting a run in Python.
+        self._base_env = dict(os.environ)
+        self._setpriv: str | None = None
+        self._preexec: Callable[[], None] | None = None
+        self._guardian: Guardian | None = None
+        # Best first: the guardian keeps the plain vfork spawn; setpriv (exec in place, spawned
+        # with vfork) is cheaper than fork() + prctl; prctl is for where setpriv is missing.
+        if pdeathsig == "guardian" or (pdeathsig == "auto" and sys.platform.startswith("linux")):
+            argv = guardian_argv()
+            if argv is not None:
+                self._guardian = Guardian(argv)  # its process starts on the first spawn
+            elif pdeathsig == "guardian":
+                raise PermanentExecutorError(
+                    "no Python interpreter to run the guardian with", error_code="config_error"
+                )
+        if self._guardian is None and pdeathsig in ("auto", "setpriv"):
+            self._setpriv = setpriv_supports_pdeathsig()
+            if self._setpriv is None and pdeathsig == "setpriv":
+                raise PermanentExecutorError(
+                    "setpriv with --pdeathsig is not available", error_code="config_error"
+                )
+        if self._guardian is None and self._setpriv is None and pdeathsig in ("auto", "prctl"):
+            self._preexec = prctl_pdeathsig()
+        self.pdeathsig_mode: str = (
+            "guardian"
+            if self._guardian
+            else "setpriv"
+            if self._setpriv
+            else "prctl"
+            if self._preexec
+            else "none"
+        )
+        # Without a preexec_fn, runs start with os.posix_spawn on the loop thread, the cheapest
+        # way (docs/performance.md). Popen stays for the preexec_fn (prctl) mode and where there
+        # is no posix_spawn; there, in modes without a parent-death signal, spawns go to a few
+        # worker threads. PDEATHSIG modes must spawn on the loop thread (the signal fires when
+        # the spawning *thread* exits).
+        self._spawner = Spawner(
+            log_max_bytes=log_max_bytes,
+            tail_bytes=tail_bytes,
+            setpriv=self._setpriv,
+            preexec=self._preexec,
+        )
+        self._spawn = self._spawner.spawn
+        self._posix_spawn_ok = self._spawner.posix_spawn_ok
+        self._spawn_pool: ThreadPoolExecutor | None = None
+        # Starts in progress on the spawn pool (the only start path with an await in it), so a
+        # second start of the same attempt waits for the first instead of spawning again.
+        self._starting: dict[tuple[str, int], asyncio.Future[Execution]] = {}
+        if self._setpriv is None and self._preexec is None and not self._posix_spawn_ok:
+            self._spawn_pool = ThreadPoolExecutor(
+                max_workers=SPAWN_THREADS, thread_name_prefix="runlane-spawn"
+            )
+
+    # -- the Executor port --------------------------------------------------------------------
+
+    async def start(self, spec: ExecutionSpec) -> Execution:
+        key = (spec.run_id, spec.attempt)
+        live = self._live.get(key)
+        if live is not None:
+            return live
+        if self._spawn_pool is None:
+            # Spawned on this thread with no await in between: no second start of the same
+            # attempt can begin before this one has registered it in `_live`.
+            return await self._start(spec, key)
+        pending = self._starting.get(key)
+        if pending is not None:  # the same attempt is being started right now: one process
+            return await asyncio.shield(pending)
+        future: asyncio.Future[Execution] = asyncio.get_running_loop().create_future()
+        self._starting[key] = future
+        try:
+            execution = await self._start(spec, key)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: only concurrent callers re-raise it
+            raise
+        finally:
+            del self._starting[key]
+        future.set_result(execution)
+        return execution
+
+    async def _start(self, spec: ExecutionSpec, key: tuple[str, int]) -> Execution:
+        if not spec.command:
+            raise PermanentExecutorError("the job has an empty command", error_code="invalid_spec")
+        if "/" in spec.run_id or spec.run_id.startswith("."):
+            raise PermanentExecutorError(
+                f"run id {spec.run_id!r} cannot name a log file", error_code="invalid_spec"
+            )
+        guardian = self._guardian
+        if guardian is not None:
+            try:
+                guardian.ensure()  # started lazily; replaced here if it died
+            except GuardianError as exc:
+                raise TemporaryExecutorError(
+                    f"cannot guard a new run: {exc}", error_code="spawn_failed"
+                ) from exc
+        # Params too large for the environment (E2BIG past 128 KiB in one variable) go to files
+        # in a private directory; RUNLANE_PARAMS_FILE names the JSON one (the SDK reads it).
+        # Per-run paths as plain strings: pathlib joins are slow on the loop thread.
+        base = f"{self._log_prefix}{spec.run_id}.{spec.attempt}"
+        params_dir = base + ".params"
+        run_env, spilled = split_env(spec.env, params_dir)
+        if spilled:
+            _write_params_dir(Path(params_dir), spilled)
+        env = {**self._base_env, **run_env}
+        program = spec.command[0]
+        if self._setpriv is not None:
+            # setpriv reports a missing command as exit 127 after its own exec; check first so
+            # the run fails with a clear, permanent reason instead.
+            check_command(program, env.get("PATH"))
+            argv = [self._setpriv, "--pdeathsig", "KILL", "--", *spec.command]
+        else:
+            argv = list(spec.command)
+        log_path = base + ".log"  # = self.log_path(spec.run_id, spec.attempt)
+        spawn = partial(self._spawn, argv, env, log_path)
+        try:
+            if self._spawn_pool is not None:
+                read_fd, proc, log = await asyncio.get_running_loop().run_in_executor(
+                    self._spawn_pool, spawn
+                )
+            else:
+                # On the event-loop thread (never a worker thread with PDEATHSIG: it fires when
+                # the spawning thread exits, not the process).
+                read_fd, proc, log = spawn()
+        except BaseException:
+            if spilled:
+                shutil.rmtree(params_dir, ignore_errors=True)
+            raise
+        if guardian is not None:
+            # The child is its own group leader (process_group=0), so pgid == pid. Until this
+            # write lands a launcher death would leave this one run unguarded.
+            try:
+                guardian.register(proc.pid)
+            except GuardianError as exc:
+                guardian.groups.discard(proc.pid)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                os.close(read_fd)
+                log.close()
+                if spilled:
+                    shutil.rmtree(params_dir, ignore_errors=True)
+                raise TemporaryExecutorError(
+                    f"cannot guard a new run: {exc}", error_code="spawn_failed"
+                ) from exc
+        os.set_blocking(read_fd, False)
+        child = Child(self, spec, proc, read_fd, log, log_path, guardian)
+        child.params_dir = Path(params_dir) if spilled else None
+        execution = Execution(spec.run_id, spec.attempt, str(proc.pid), handle=child)
+        self._live[key] = execution
+        child.watch()
+        return execution
+
+    async def reattach(self, spec: ExecutionSpec) -> Execution | None:
+        return self._live.get((spec.run_id, spec.attempt))
+
+    async def events(self, execution: Execution) -> AsyncIterator[ExecutionEvent]:
+        child = _child_of(execution)
+        yield ExecutionEvent("running")
+        outcome = await asyncio.shield(child.finished)
+        yield ExecutionEvent("finished", outcome)
+
+    async def cancel(self, execution: Execution, *, grace: float) -> None:
+        """SIGTERM the group, SIGKILL after `grace`; the run ends `cancelled`. Idempotent; a
+        finished execution is left alone. Returns at once: `events` reports the end."""
+        _child_of(execution).terminate(Termination(RunStatus.CANCELLED, EndReason.CANCELLED), grace)
+
+    async def logs(self, execution: Execution, *, tail_bytes: int = 65536) -> str:
+        return read_log_tail(_child_of(execution).log_path, tail_bytes)
+
+    # -- for the service ----------------------------------------------------------------------
+
+    def kill_now(
+        self,
+        execution: Execution,
+        *,
+        end_reason: str = EndReason.CANCELLED,
+        note: str | None = None,
+    ) -> None:
+        """SIGKILL the group at once; the run ends `cancelled` with `end_reason` (e.g.
+        `lease_lost`), replacing any reason a deadline or cancel set before."""
+        _child_of(execution).kill(Termination(RunStatus.CANCELLED, end_reason, note=note))
+
+    async def shutdown(self, grace: float) -> None:
+        """End every live run (`cancelled`, `launcher_shutdown`): SIGTERM, SIGKILL after
+        `grace`, and wait until each has been reaped and its log closed."""
+        children = [_child_of(execution) for execution in self._live.values()]
+        for child in children:
+            child.terminate(
+                Termination(RunStatus.CANCELLED, EndReason.LAUNCHER_SHUTDOWN),
+                grace,
+            )
+        if children:
+            await asyncio.gather(*(asyncio.shield(c.finished) for c in children))
+        if self._guardian is not None and not self._live:
+            self._guardian.close()  # nothing is registered now; the next spawn starts another
+
+    def running_count(self) -> int:
+        return len(self._live)
+
+    def running(self) -> list[Execution]:
+        return list(self._live.values())
+
+    def log_path(self, run_id: str, attempt: int) -> Path:
+        return self.log_dir / f"{run_id}.{attempt}.log"
+
+    @property
+    def guardian_pid(self) -> int | None:
+        """The pid of the guardian process, while one runs."""
+        return self._guardian.pid if self._guardian is not None else None
+
+    def close(self) -> None:
+        """Release the executor's own file descriptors and stop its guardian (after `shutdown`:
+        runs still live then are killed by the guardian on its way out)."""
+        if self._guardian is not None:
+            self._guardian.close()
+        if self._spawn_pool is not None:
+            self._spawn_pool.shutdown(wait=False)
+        self._spawner.close()
+        self._closed = True
+        if not self._live:  # else when the last live run has been seen to end (forget)
+            self.watcher.close()
+
+    def forget(self, child: Child) -> None:
+        key = (child.spec.run_id, child.spec.attempt)
+        live = self._live.get(key)
+        if live is not None and live.handle is child:
+            del self._live[key]
+        if self._closed and not self._live:
+            self.watcher.close()
+        if child.params_dir is not None:
+            shutil.rmtree(child.params_dir, ignore_errors=True)
+
+
+def _child_of(execution: Execution) -> Child:
+    child = execution.handle
+    if not isinstance(child, Child):
+        raise PermanentExecutorError(
+            f"run {execution.run_id} was not started by this inline executor",
+            error_code="invalid_spec",
+        )
+    return child
+
+
+def _write_params_dir(path: Path, files: dict[str, str]) -> None:
+    """The spilled params as files in a fresh directory only this user can read."""
+    try:
+        shutil.rmtree(path, ignore_errors=True)  # a leftover of a killed launcher
+        path.mkdir(mode=0o700)
+        for name, content in files.items():
+            fd = os.open(path / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(content)
+    except OSError as exc:
+        shutil.rmtree(path, ignore_errors=True)
+        raise TemporaryExecutorError(
+            f"cannot write the params files in {path}: {exc.strerror}", error_code="spawn_failed"
+        ) from exc

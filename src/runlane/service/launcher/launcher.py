@@ -1,0 +1,385 @@
+"""The launcher: claims queued runs and hands each to a supervisor task, around the finisher,
+the lease keeper and the heartbeat it owns.
+
+One asyncio process runs these loops:
+- consumer: expire stale queued runs, claim due ones up to the free capacity, recover runs whose
+  lease expired, end the executions someone asked to cancel, start one supervisor task per
+  claimed run (supervisor.py);
+- finisher: saves the outcomes in batches (finisher.py);
+- lease keeper: renews the leases of every supervised run (leases.py);
+- heartbeat: one `launcher_heartbeat` row, every `heartbeat_interval` (heartbeat.py);
+- the scheduler and the chain advancer, unless `triggers` is off.
+
+Shutdown (SIGTERM/SIGINT): stop claiming, give running inline runs `shutdown_grace`, then end
+them as `failure` / `launcher_shutdown` (retried if attempts remain). Pod and Slurm executions are
+never ended by a shutdown: the next launcher reattaches to them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from runlane.catalog import Catalog
+from runlane.errors import DatabaseUnavailable, StoreError
+from runlane.ports import Executor, Store
+from runlane.service.config import Settings
+from runlane.service.launcher.finisher import Finisher
+from runlane.service.launcher.heartbeat import HeartbeatWriter
+from runlane.service.launcher.journal import OutcomeJournal
+from runlane.service.launcher.leases import LeaseKeeper, LeaseWrites
+from runlane.service.launcher.signals import EXPIRED, ORPHANED, LauncherHook
+from runlane.service.launcher.supervised import Supervised
+from runlane.service.launcher.supervisor import Supervisor
+from runlane.service.stores import absolute_url
+
+log = structlog.get_logger("runlane.launcher")
+
+CLAIM_COALESCE_SECONDS = 0.01
+# A provider's own end time (a pod run's Job completion time, to the second, by the cluster's
+# clock) is recorded as the run's end only when it is this much older than the launcher's
+# sighting: then the run ended while no launcher watched (a restart, a takeover). Closer than
+# that, the launcher's own sighting is the more precise of the two.
+PROVIDER_END_TRUSTED_AFTER = 5.0
+
+
+@dataclass
+class Launcher:
+    """The launcher process's loops around one store, one catalog and its executors."""
+
+    store: Store
+    catalog: Catalog
+    executors: Mapping[str, Executor]
+    settings: Settings
+    hook: LauncherHook | None = None
+    executor_caps: Mapping[str, int] = field(default_factory=dict)
+    retry_base_seconds: float = 5.0
+    triggers: bool = True  # run the scheduler and chain loops (service/scheduler.py, chains.py)
+    trigger_interval: float = 1.0
+    repair_retry_seconds: float = 300.0
+    provider_end_trusted_after: float = PROVIDER_END_TRUSTED_AFTER
+
+    def __post_init__(self) -> None:
+        settings = self.settings
+        self.owner = settings.launcher_id
+        self._active: dict[str, Supervised] = {}  # the runs this launcher holds a lease on
+        self._wake = asyncio.Event()  # a slot is free, or runs may be due: claim now
+        self._stopping = asyncio.Event()
+        self._hurry = asyncio.Event()  # a second stop: end the inline runs' grace period now
+        self._tasks: list[asyncio.Task[Any]] = []
+        # Monotonic time each periodic look of the consumer was last taken.
+        self._last_expire = self._last_orphan_check = 0.0
+        self._last_cancel_poll = self._last_recover = 0.0
+        self._backlog = False  # the last claim filled every free slot: more runs may be due
+        self._claim_batch_min = max(1, settings.concurrency // 2)
+        journal = OutcomeJournal(settings.log_dir, self.owner)
+        lease_writes = LeaseWrites(self.store, settings.lease_ttl)
+        self._finisher = Finisher(
+            self.store,
+            lease_writes,
+            journal,
+            self._active,
+            self,
+            lease_ttl=settings.lease_ttl,
+        )
+        self._leases = LeaseKeeper(
+            lease_writes,
+            self._active,
+            self._finisher.unsaved,
+            renew_interval=settings.lease_renew_interval,
+            database_failed=self._finisher.database_failed,
+            database_answered=self._finisher.database_answered,
+        )
+        self._heartbeat = HeartbeatWriter(self.store, self.catalog, settings, self._active)
+        self._supervisor = Supervisor(
+            self.store,
+            self.catalog,
+            self.executors,
+            self._finisher,
+            journal,
+            self._active,
+            self._wake,
+            self.hook,
+            self,
+            owner=self.owner,
+            # A relative SQLite path made absolute, so the SDK in a run that changes directory
+            # records child rows in this database, not another.
+            run_database_url=absolute_url(settings.database_url),
+            launcher_stale_after=settings.launcher_stale_after,
+        )
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def running_count(self) -> int:
+        return len(self._active)
+
+    def stop(self) -> None:
+        """Ask the launcher to shut down gracefully (what SIGTERM/SIGINT do). Asked again
+        while it shuts down, it ends the running inline runs at once instead of waiting out
+        the grace period (their outcomes are still saved)."""
+        if self._stopping.is_set() and not self._hurry.is_set():
+            log.warning("launcher.stop_now", running=len(self._active))
+            self._hurry.set()
+        self._stopping.set()
+        self._wake.set()
+
+    async def beat(self) -> None:
+        """Write this launcher's heartbeat row now."""
+        await self._heartbeat.beat()
+
+    async def run(self) -> None:
+        """Run until `stop()`; then shut down gracefully and return."""
+        log.info(
+            "launcher.start",
+            launcher=self.owner,
+            executors=sorted(self.executors),
+            concurrency=self.settings.concurrency,
+        )
+        self._tasks = [
+            asyncio.create_task(self._wakeup_pump(), name="runlane-wakeup"),
+            asyncio.create_task(self._finisher.run(), name="runlane-finisher"),
+            asyncio.create_task(self._leases.run(), name="runlane-leases"),
+            asyncio.create_task(self._heartbeat.run(), name="runlane-heartbeat"),
+        ]
+        if self.triggers:
+            self._tasks.extend(self._start_trigger_loops())
+        try:
+            # Beat first: a launcher that hands a run of a job it does not know to "a live
+            # launcher that has it" must see this one before the runs below are due.
+            with contextlib.suppress(StoreError):
+                await self.beat()
+            await self._retry_repairs_now()
+            await self._consume_loop()
+        finally:
+            await self._shutdown()
+
+    async def _retry_repairs_now(self) -> None:
+        """Runs a launcher kept for repair because it did not know their job (its catalog was
+        older) are due at once if this launcher knows the job: the restart that applies a
+        catalog change starts them, rather than their next repair look minutes later."""
+        try:
+            ids = await self.store.retry_repairs_now("unknown_job", self.catalog.job_names())
+        except StoreError as exc:  # DatabaseUnavailable included: they are due later anyway
+            log.warning("launcher.repair_retry_failed", error=str(exc))
+            return
+        if ids:
+            log.info("launcher.repairs_due_now", runs=len(ids), error_code="unknown_job")
+            self._wake.set()
+
+    def _start_trigger_loops(self) -> list[asyncio.Task[None]]:
+        """The scheduler and the chain advancer; both write runs through the one accept path."""
+        from runlane.service.accept import RunRequest, accept_run
+        from runlane.service.chains import ChainRunner
+        from runlane.service.scheduler import Scheduler
+
+        async def accept(request: RunRequest) -> Any:
+            return await accept_run(
+                self.store,
+                self.catalog,
+                request,
+                available_executors=tuple(self.executors),
+                pod_fallback=self.settings.pod_fallback,
+            )
+
+        chains = ChainRunner(
+            self.store,
+            self.catalog,
+            accept,
+            self.hook,
+            self.trigger_interval,
+            launcher_id=self.owner,
+            catalog_digest=self._heartbeat.stamp().digest,
+            catalog_path=self._heartbeat.catalog_path,
+            stale_after=self.settings.launcher_stale_after,
+        )
+        self._finisher.chain_nudge = chains.nudge
+        scheduler = Scheduler(
+            self.store,
+            self.catalog,
+            accept,
+            chains.start_scheduled,
+            self.hook,
+            self.trigger_interval,
+        )
+        return [
+            asyncio.create_task(scheduler.run(self._stopping), name="runlane-scheduler"),
+            asyncio.create_task(chains.run(self._stopping), name="runlane-chains"),
+        ]
+
+    async def _shutdown(self) -> None:
+        log.info("launcher.stopping", launcher=self.owner, running=len(self._active))
+        # A pod (or any remote) execution goes on without us and is never deleted at shutdown:
+        # stop watching it at once, unless its outcome is being saved. The next launcher
+        # reattaches to it when its lease expires. Inline runs get the grace period below.
+        for sup in list(self._active.values()):
+            if sup.task is not None and sup.executing and sup.executor.name != "inline":
+                sup.task.cancel()
+        pending = [s.task for s in self._active.values() if s.task is not None]
+        if pending:
+            still = await self._wait_unless_hurried(pending, self.settings.shutdown_grace)
+            for sup in list(self._active.values()):
+                if sup.execution is not None and sup.executor.name == "inline":
+                    sup.shutdown = True
+                    await sup.cancel_execution(grace=1.0)
+            if still:
+                await asyncio.wait(still, timeout=self.settings.shutdown_grace + 5.0)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if not self._finisher.database_down:
+            # (A database that does not answer would hold the stop up for another bound; the
+            # row then ages out: shown stale, pruned by the other launchers.)
+            with contextlib.suppress(StoreError):
+                await self.store.remove_launcher(self.owner)
+        log.info("launcher.stopped", launcher=self.owner)
+
+    async def _wait_unless_hurried(
+        self, tasks: list[asyncio.Task[None]], grace: float
+    ) -> set[asyncio.Task[None]]:
+        """Wait up to `grace` seconds for `tasks`, less if `stop()` is asked again; the unfinished."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        still = set(tasks)
+        while still and not self._hurry.is_set():
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            hurry = asyncio.create_task(self._hurry.wait())
+            try:
+                done, _ = await asyncio.wait(
+                    [*still, hurry], timeout=left, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                hurry.cancel()
+            still -= done
+        return still
+
+    # ------------------------------------------------------------------ consumer
+
+    async def _consume_loop(self) -> None:
+        settings = self.settings
+        executors = list(self.executors)
+        finisher = self._finisher
+        supervise = self._supervisor.supervise
+        emit = self._supervisor.emit
+        while not self._stopping.is_set():
+            self._wake.clear()
+            claimed_any = False
+            try:
+                now = time.monotonic()
+                if now - self._last_expire >= settings.expire_interval:
+                    self._last_expire = now
+                    for run in await self.store.expire_queued():
+                        log.info("run.expired", run_id=run.id, job=run.job)
+                        emit(EXPIRED, run.id)
+                if now - self._last_orphan_check >= settings.orphan_check_interval:
+                    self._last_orphan_check = now
+                    for run in await self.store.sweep_orphans(grace=settings.orphan_grace):
+                        log.warning("run.orphaned", run_id=run.id, job=run.job)
+                        emit(ORPHANED, run.id)
+                if now - self._last_cancel_poll >= settings.claim_interval:
+                    self._last_cancel_poll = now
+                    await self._poll_cancels()
+                free = self._free_slots()
+                if (
+                    free > 0
+                    and now - self._last_recover >= settings.claim_interval
+                    and now >= finisher.takeover_after
+                ):
+                    self._last_recover = now
+                    recovered = await self.store.claim_abandoned(
+                        self.owner, limit=free, lease_ttl=settings.lease_ttl, executors=executors
+                    )
+                    for claimed in recovered:
+                        supervise(claimed)
+                    free -= len(recovered)
+                if 0 < free < self._claim_batch_min and self._backlog:
+                    # Runs are waiting and slots free up one by one: gather a few before one
+                    # claim takes them all (a claim is a transaction; one per run costs more
+                    # than the few milliseconds this waits).
+                    free = await self._gather_free_slots()
+                if free > 0:
+                    batch = await self.store.claim(
+                        self.owner,
+                        limit=free,
+                        lease_ttl=settings.lease_ttl,
+                        executors=executors,
+                        executor_caps=self.executor_caps,
+                    )
+                    finisher.database_answered()
+                    for c in batch:
+                        supervise(c)
+                    claimed_any = len(batch) == free
+                    self._backlog = claimed_any
+            except DatabaseUnavailable as exc:
+                log.warning("launcher.database_unavailable", error=str(exc))
+                finisher.database_failed()
+                await self._sleep_or_stop(min(5.0, settings.claim_interval * 2))
+                continue
+            except StoreError as exc:
+                log.error("launcher.claim_failed", error=str(exc), error_code=exc.code)
+                await self._sleep_or_stop(settings.claim_interval)
+                continue
+            if claimed_any:
+                continue  # the batch was full: there may be more due right now
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(settings.claim_interval):
+                    await self._wake.wait()
+
+    async def _gather_free_slots(self) -> int:
+        """Wait up to CLAIM_COALESCE_SECONDS for `_claim_batch_min` free slots; return the
+        number free."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CLAIM_COALESCE_SECONDS
+        free = self._free_slots()
+        while free < self._claim_batch_min and not self._stopping.is_set():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self._wake.wait()
+            free = self._free_slots()
+        return free
+
+    def _free_slots(self) -> int:
+        """Concurrency counts executions, not outcomes waiting to be saved."""
+        return self.settings.concurrency - sum(1 for s in self._active.values() if s.executing)
+
+    async def _sleep_or_stop(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._stopping.wait()
+
+    async def _wakeup_pump(self) -> None:
+        """Turn the store's wake-ups (LISTEN/NOTIFY on PostgreSQL) into the consumer's event."""
+        # Checks `_stopping` too: on 3.11 `asyncio.wait_for` can swallow a cancel that arrives
+        # just as the wake-up fires (gh-86296), and shutdown must not depend on that race.
+        while not self._stopping.is_set():
+            try:
+                if await self.store.wait_for_wakeup(max(self.settings.claim_interval, 1.0)):
+                    self._wake.set()
+            except StoreError as exc:
+                # The poll still finds new runs (claim_interval); only the prompt start is lost.
+                log.warning("launcher.wakeups_failed", error=str(exc))
+                await self._sleep_or_stop(1.0)
+
+    async def _poll_cancels(self) -> None:
+        """End the executions someone asked to cancel."""
+        if not self._active:
+            return
+        for run_id in await self.store.cancel_requests(self.owner):
+            sup = self._active.get(run_id)
+            if sup is not None and sup.execution is not None:
+                log.info("run.cancelling", run_id=run_id)
+                await sup.cancel_execution(grace=sup.claimed.run.kill_grace_seconds)

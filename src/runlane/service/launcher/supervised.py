@@ -1,0 +1,53 @@
+"""A run this launcher holds a lease on, as every part of the launcher sees it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from runlane.core.runs import Claimed, Lease
+from runlane.ports import Execution, Executor
+
+
+class Tunables(Protocol):
+    """The launcher's tunable fields, read where they are used: they may change on a live
+    launcher (tests do that)."""
+
+    @property
+    def retry_base_seconds(self) -> float: ...
+    @property
+    def repair_retry_seconds(self) -> float: ...
+    @property
+    def provider_end_trusted_after(self) -> float: ...
+
+
+def loop_time() -> float:
+    """Monotonic time of the running event loop."""
+    return asyncio.get_running_loop().time()
+
+
+@dataclass(slots=True)
+class Supervised:
+    """A run this launcher holds a lease on."""
+
+    claimed: Claimed
+    lease: Lease
+    executor: Executor
+    execution: Execution | None = None
+    lost: bool = False
+    shutdown: bool = False
+    cancel_sent: bool = False
+    executing: bool = True  # False once the execution ended and only its outcome is pending
+    task: asyncio.Task[None] | None = None
+    claimed_at: float = field(default_factory=lambda: loop_time())
+    ended_monotonic: float | None = None  # time.monotonic() when the execution ended
+
+    async def cancel_execution(self, *, grace: float) -> None:
+        """Ask the executor to end the execution, once; its end still arrives as an event."""
+        if self.execution is None or self.cancel_sent:
+            return
+        self.cancel_sent = True
+        with contextlib.suppress(Exception):
+            await self.executor.cancel(self.execution, grace=grace)
