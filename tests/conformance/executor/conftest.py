@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import pytest
 
 from runlane.adapters.kubernetes.executor import PodExecutor
-from runlane.adapters.local.inline import InlineExecutor
+from runlane.adapters.local.executor import InlineExecutor
 from runlane.ports import Execution, ExecutionSpec, Executor
 from runlane.testing.fakes import Script, ScriptedExecutor, exited
 from runlane.testing.kube import KubeFake, run_server
