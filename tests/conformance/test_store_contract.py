@@ -21,7 +21,8 @@ from runlane.core.runs import (
     Trigger,
 )
 from runlane.errors import InvalidTransition, LeaseLost, NotFound, OverlapRefused, StoreError
-from runlane.ports import FinishRequest, FixedClock, Heartbeat, RunFilter, Store
+from runlane.ports import FinishRequest, Heartbeat, RunFilter, Store
+from runlane.testing.clock import FixedClock
 
 if TYPE_CHECKING:
     from conftest import StoreHarness
