@@ -30,6 +30,7 @@ from runlane.ports.clock import Clock, SystemClock
 from runlane.ports.executor import Execution, ExecutionEvent, ExecutionSpec, Executor
 from runlane.ports.notifier import Notification, Notifier
 from runlane.ports.store import (
+    ChainLog,
     ChainRuns,
     ChainStore,
     EventHistory,
@@ -51,6 +52,7 @@ from runlane.ports.store import (
 
 __all__ = [
     "Bus",
+    "ChainLog",
     "ChainRun",
     "ChainRuns",
     "ChainStore",

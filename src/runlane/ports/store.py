@@ -24,8 +24,9 @@ Contract shared by every role, for every adapter (the conformance suite in
 Who uses which role (the narrowest the caller needs):
 - the launcher: `RunLog`, `Leases`, `Sweeps`, `Launchers`, `Wakeups` (`LauncherStore`);
 - the scheduler: `Schedules`, `Overrides`, `RunLog` (`SchedulerStore`);
-- the chain runner: `ChainRuns`, `RunLog`, `Overrides`, `Launchers` (`ChainStore`);
-- event emission: `Events`, `Overrides`, `RunLog` (`EventStore`);
+- the chain runner: `ChainRuns`, `RunLog`, `Overrides`, `Launchers` (`ChainStore`); a chain
+  run's cancel: `ChainRuns`, `RunLog` (`ChainLog`); `explain`: `ExplainStore`;
+- event emission: `Events`, `Overrides` (`EventStore`);
 - the accept path: `RunLog`; faces (CLI, later API/UI/MCP): reads of every role plus
   `Overrides`, `RunLog.request_cancel` and `Schema`.
 
@@ -434,12 +435,17 @@ class SchedulerStore(Schedules, Overrides, RunLog, Protocol):
     """What `service.scheduler.Scheduler` needs."""
 
 
-class ChainStore(ChainRuns, RunLog, Overrides, Launchers, Protocol):
+class ChainLog(ChainRuns, RunLog, Protocol):
+    """Chain runs and their steps: what `service.chains.cancel_chain_run` needs."""
+
+
+class ChainStore(ChainLog, Overrides, Launchers, Protocol):
     """What `service.chains.ChainRunner` needs (`Launchers`: its "no launcher runs it" note)."""
 
 
-class EventStore(Events, Overrides, RunLog, Protocol):
-    """What `service.events.emit_event` needs."""
+class EventStore(Events, Overrides, Protocol):
+    """What `service.events.emit_event` needs (its runs are accepted through its caller's
+    accept function)."""
 
 
 class ExplainStore(Schedules, Overrides, ChainRuns, RunLog, Protocol):
@@ -471,6 +477,7 @@ class Store(
 
 
 __all__ = [
+    "ChainLog",
     "ChainRuns",
     "ChainStore",
     "EventHistory",

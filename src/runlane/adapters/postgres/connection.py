@@ -8,10 +8,13 @@ import asyncio
 import contextlib
 import math
 import os
+import re
 import socket
 import time
+import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -23,8 +26,10 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from runlane.adapters.postgres.statements import Q
 from runlane.adapters.sql.base import wait_for_event
+from runlane.adapters.sql.rows import RowReader, aware_utc
 from runlane.core.secrets import mask_url
 from runlane.errors import DatabaseConflict, DatabaseUnavailable, StoreError
+from runlane.ports.clock import Clock, SystemClock
 
 _Conn = AsyncConnection[Any]
 _SESSION_UTC = Q["session_utc"].encode()  # bytes: sent as they are, no conversion per connection
@@ -145,6 +150,34 @@ class _BoundedConnection(AsyncConnection[Any]):
         await super().cancel_safe(timeout=min(timeout, CANCEL_REQUEST_TIMEOUT))
 
 
+def _decode_time(value: object) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return aware_utc(value)
+    raise ValueError(f"not a timestamp: {value!r}")
+
+
+_READ = RowReader(_decode_time)
+
+
+# The form PostgreSQL prints (every id and lease token the store hands out): checked without
+# building a uuid.UUID, ~0.3 us instead of ~2 us, twice for every outcome saved.
+_CANONICAL_UUID = re.compile(
+    r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+).fullmatch
+
+
+def _is_uuid(value: str) -> bool:
+    if _CANONICAL_UUID(value) is not None:
+        return True
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
 class PostgresConnections:
     """The connection side of `PostgresStore`: its pools (one for calls, one for claims), the
     bound on each call, and the wake-up listener. A base class, not a member, so a call costs
@@ -154,11 +187,13 @@ class PostgresConnections:
         self,
         url: str,
         *,
+        clock: Clock | None = None,
         pool_max: int = 8,
         application_name: str = "runlane",
         timeout: float | None = None,
     ) -> None:
         self._url = url
+        self._clock: Clock = clock or SystemClock()
         # Shown in pg_stat_activity; a launcher passes its id, so operators (and the chaos
         # suite's audit trigger) can tell which launcher wrote what.
         self._application_name = application_name[:63]
@@ -418,6 +453,10 @@ class PostgresConnections:
                     self._claim_pool = pool
         async with self._use(pool) as conn:
             yield conn
+
+    def _now(self) -> datetime | None:
+        """The time parameter of every statement: None (the database's clock) unless pinned."""
+        return self._clock.now_or_none()
 
     async def _fetchone(self, sql: str, params: Mapping[str, object]) -> DictRow | None:
         async with self._conn() as conn:

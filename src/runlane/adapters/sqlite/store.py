@@ -2,21 +2,27 @@
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-import urllib.parse
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from runlane.adapters.sql import base
-from runlane.adapters.sql.base import SqlStoreBase, wait_for_event
-from runlane.adapters.sql.migrations import Migration, check_schema_version, load_migrations
-from runlane.adapters.sql.queries import load_queries, with_shared
-from runlane.adapters.sql.rows import Row, RowReader, aware_utc, dump_json
+from runlane.adapters.sql.migrations import Migration, check_schema_version
+from runlane.adapters.sql.rows import RowReader, dump_json
+from runlane.adapters.sqlite.connection import (
+    _READ,
+    DictRow,
+    SqliteConnection,
+    _all,
+    _one,
+    _opt_time,
+    _write,
+    format_time,
+    split_statements,
+)
+from runlane.adapters.sqlite.statements import CURRENT_SCHEMA_VERSION, MIGRATIONS, Q
 from runlane.core.accept_rules import (
     ORPHANED_NOTE,
     cancel_refusal,
@@ -49,32 +55,7 @@ from runlane.ports import (
     FinishedRun,
     FinishRequest,
     NewChainRun,
-    SystemClock,
 )
-
-_PACKAGE = "runlane.adapters.sqlite"
-Q = with_shared(load_queries(_PACKAGE), "named")
-# `finish` for a batch: only what the launcher reads back (the whole row is ~35 conversions).
-Q["finish_brief"] = Q["finish"].replace("RETURNING *", "RETURNING status, end_reason")
-if Q["finish_brief"] == Q["finish"]:  # pragma: no cover - caught by any finish test
-    raise RuntimeError("the SQLite finish query no longer ends in RETURNING *")
-MIGRATIONS = load_migrations(_PACKAGE)
-CURRENT_SCHEMA_VERSION = MIGRATIONS[-1].version
-# Run on every new connection, in this order.
-CONNECTION_PRAGMAS = (
-    "pragma_journal_wal",
-    "pragma_synchronous_normal",
-    "pragma_busy_timeout",
-    "pragma_foreign_keys_off",
-)
-
-T = TypeVar("T")
-DictRow = dict[str, object]
-
-
-def format_time(value: datetime) -> str:
-    """Fixed-width UTC text: text comparison in SQL is then time comparison."""
-    return aware_utc(value).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _ended_at(now: datetime, ended_monotonic: float | None) -> str:
@@ -83,191 +64,16 @@ def _ended_at(now: datetime, ended_monotonic: float | None) -> str:
     return format_time(now - timedelta(seconds=ago) if ago else now)
 
 
-def _opt_time(value: datetime | None) -> str | None:
-    return None if value is None else format_time(value)
-
-
-def _decode_time(value: object) -> datetime | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return aware_utc(value)
-    return aware_utc(datetime.fromisoformat(str(value)))
-
-
-_READ = RowReader(_decode_time)
-
-
-def _row(row: sqlite3.Row) -> DictRow:
-    return dict(zip(row.keys(), row, strict=True))
-
-
-def _one(cur: sqlite3.Cursor) -> DictRow | None:
-    row: sqlite3.Row | None = cur.fetchone()
-    return None if row is None else _row(row)
-
-
-def _all(cur: sqlite3.Cursor) -> list[DictRow]:
-    rows: list[sqlite3.Row] = cur.fetchall()
-    return [_row(r) for r in rows]
-
-
-def split_statements(script: str) -> list[str]:
-    """The statements of a SQL script, split where SQLite itself says a statement is complete."""
-    statements: list[str] = []
-    buffer = ""
-    for line in script.splitlines(keepends=True):
-        buffer += line
-        if sqlite3.complete_statement(buffer):
-            statements.append(buffer.strip())
-            buffer = ""
-    rest = "\n".join(ln for ln in buffer.splitlines() if not ln.strip().startswith("--"))
-    if rest.strip():
-        raise ValueError(f"incomplete SQL statement at the end of a script: {rest.strip()[:80]!r}")
-    return statements
-
-
-def _write(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
-    """Run `work` in one write transaction. BEGIN IMMEDIATE takes the write lock up front, so
-    checks made inside cannot be invalidated by another writer before COMMIT."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        result = work(conn)
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-    return result
-
-
-class SqliteStore(SqlStoreBase):
+class SqliteStore(SqliteConnection):
     """`runlane.ports.Store` on a SQLite file (stdlib `sqlite3`, one worker thread)."""
 
     dialect = "sqlite"
-    _read = _READ
 
     def __init__(
         self, path: str, *, clock: Clock | None = None, outbox: bool = False, create: bool = True
     ) -> None:
-        self.path = path
-        # False: a missing file is an error ("no database at PATH"), never created by a read.
-        self._create = create
-        self._clock: Clock = clock or SystemClock()
+        super().__init__(path, clock=clock, create=create)
         self._outbox = outbox
-        self._conn: sqlite3.Connection | None = None
-        # One thread for every call: the event loop never waits on fsync, and calls are
-        # serialised the way one sqlite3 connection needs.
-        self._executor: ThreadPoolExecutor | None = None
-        self._wakeup = asyncio.Event()
-
-    # --- plumbing -------------------------------------------------------------------------------
-
-    def _connect(self) -> sqlite3.Connection:
-        in_memory = self.path == ":memory:" or self.path.startswith("file:")
-        if not self._create and not in_memory and not Path(self.path).exists():
-            raise StoreError(f"no database at {self.path} — run `runlane db upgrade`")
-        try:
-            if self._create or in_memory:
-                conn = sqlite3.connect(
-                    self.path, isolation_level=None, check_same_thread=False, timeout=5.0
-                )
-            else:
-                # mode=rw: a file removed since the check above is not created either.
-                uri = f"file:{urllib.parse.quote(str(Path(self.path).absolute()))}?mode=rw"
-                conn = sqlite3.connect(
-                    uri, isolation_level=None, check_same_thread=False, timeout=5.0, uri=True
-                )
-        except sqlite3.Error as exc:
-            if not self._create and not Path(self.path).exists():
-                raise StoreError(f"no database at {self.path} — run `runlane db upgrade`") from None
-            raise DatabaseUnavailable(
-                f"cannot open SQLite database at {self.path}: {exc}"
-            ) from None
-        try:
-            conn.row_factory = sqlite3.Row
-            for name in CONNECTION_PRAGMAS:
-                conn.execute(Q[name])
-        except sqlite3.Error as exc:
-            conn.close()
-            raise DatabaseUnavailable(
-                f"cannot open SQLite database at {self.path}: {exc}"
-            ) from None
-        return conn
-
-    async def open(self) -> None:
-        if self._conn is not None:
-            return
-        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runlane-sqlite")
-        try:
-            self._conn = await asyncio.get_running_loop().run_in_executor(executor, self._connect)
-        except BaseException:
-            executor.shutdown(wait=False)
-            raise
-        self._executor = executor
-
-    async def close(self) -> None:
-        conn, executor = self._conn, self._executor
-        self._conn, self._executor = None, None
-        if conn is not None and executor is not None:
-            await asyncio.get_running_loop().run_in_executor(executor, conn.close)
-        if executor is not None:
-            executor.shutdown(wait=True)
-
-    async def _call(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        conn, executor = self._conn, self._executor
-        if conn is None or executor is None:
-            raise StoreError("the SQLite store is not open: call open() first")
-
-        def guarded() -> T:
-            try:
-                return work(conn)
-            except sqlite3.OperationalError as exc:
-                if "locked" in str(exc) or "busy" in str(exc):
-                    raise DatabaseUnavailable(
-                        f"SQLite database at {self.path} is busy: {exc}"
-                    ) from exc
-                raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
-            except sqlite3.Error as exc:
-                raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
-
-        return await asyncio.get_running_loop().run_in_executor(executor, guarded)
-
-    def _now(self) -> datetime:
-        return aware_utc(self._clock.now())
-
-    # --- the primitives of SqlStoreBase ---------------------------------------------------------
-
-    async def _read_one(self, name: str, params: Mapping[str, object]) -> Row | None:
-        sql = Q[name]
-        return await self._call(lambda c: _one(c.execute(sql, params)))
-
-    async def _read_all(self, name: str, params: Mapping[str, object]) -> list[Row]:
-        sql = Q[name]
-        return await self._call(lambda c: list[Row](_all(c.execute(sql, params))))
-
-    async def _write_one(self, name: str, params: Mapping[str, object]) -> Row | None:
-        sql = Q[name]
-        return await self._call(lambda c: _write(c, lambda w: _one(w.execute(sql, params))))
-
-    async def _write_all(self, name: str, params: Mapping[str, object]) -> list[Row]:
-        sql = Q[name]
-        return await self._call(
-            lambda c: _write(c, lambda w: list[Row](_all(w.execute(sql, params))))
-        )
-
-    async def _write_many(self, name: str, params: Sequence[Mapping[str, object]]) -> None:
-        sql = Q[name]
-        await self._call(lambda c: _write(c, lambda w: w.executemany(sql, params).close()))
-
-    async def _execute(self, name: str, params: Mapping[str, object]) -> None:
-        sql = Q[name]
-        await self._call(lambda c: c.execute(sql, params).close())
-
-    def _param_time(self, value: datetime | None) -> object:
-        return _opt_time(value)
-
-    def _param_now(self) -> object:
-        return format_time(self._now())
 
     # --- schema ---------------------------------------------------------------------------------
 
@@ -729,11 +535,6 @@ class SqliteStore(SqlStoreBase):
             raise StoreError(
                 f"database not writable: SQLite database at {self.path}: {cause}"
             ) from None
-
-    async def wait_for_wakeup(self, max_wait: float) -> bool:
-        """Woken by this store's own accepts, releases and finishes; runs written by other
-        processes are found by the caller's periodic poll."""
-        return await wait_for_event(self._wakeup, max_wait)
 
     # --- triggers: schedule state, chain runs, events ---------------------------------------------
 
