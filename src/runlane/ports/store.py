@@ -197,10 +197,11 @@ class Leases(Protocol):
     async def claim_abandoned(
         self, owner: str, *, limit: int, lease_ttl: float, executors: Collection[str]
     ) -> list[Claimed]:
-        """Take over up to `limit` `running` runs of `executors` whose lease expired (their
-        launcher died or stalled): new owner and token, generation + 1, expiry = now +
-        `lease_ttl`, `started_at` and `deadline_at` kept; `Claimed.recovered` is True. The old
-        owner's fenced writes fail from then on."""
+        """Take over up to `limit` leased `running` runs of `executors` whose lease expired
+        (their launcher died or stalled), the longest expired first: new owner and token,
+        generation + 1, expiry = now + `lease_ttl`, `started_at` and `deadline_at` kept;
+        `Claimed.recovered` is True. The old owner's fenced writes fail from then on. A running
+        row without a lease (an SDK child) is never taken: `Sweeps.sweep_orphans` ends it."""
         ...
 
     async def renew(self, leases: Sequence[Lease], lease_ttl: float) -> set[str]:

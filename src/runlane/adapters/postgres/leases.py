@@ -32,6 +32,8 @@ class PostgresLeases(PostgresConnections):
     def _insert_params(
         self, new: NewRun, status: RunStatus, end_reason: str | None
     ) -> dict[str, object]:
+        """`insert_run`'s parameters for `new` (accept, and the retry row a finish writes);
+        `StoreError` for an id that is not a UUID (the column would refuse it)."""
         for label, value in (
             ("id", new.id),
             ("parent_run_id", new.parent_run_id),

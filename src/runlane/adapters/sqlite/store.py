@@ -1,4 +1,5 @@
-"""The run log on SQLite: the embedded default (one file, WAL, one writer at a time)."""
+"""The run log on SQLite: the embedded default (one file, WAL, one writer at a time). The
+statements of every role; the connection, transactions and wake-ups are `connection.py`."""
 
 from __future__ import annotations
 
