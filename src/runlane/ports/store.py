@@ -348,7 +348,8 @@ class ChainRuns(Protocol):
 
     async def create_chain_run(self, new: NewChainRun) -> tuple[ChainRun, bool]:
         """Insert a chain run, idempotent by `dedupe_key`: `(existing, False)` when it exists.
-        `started_at` = now; `deadline_at` = now + `max_duration_seconds` (None: no deadline)."""
+        `started_at` = now; `deadline_at` = now + `max_duration_seconds` (None: no deadline);
+        one recorded `skipped` (a missed or paused slot) is finished at once."""
         ...
 
     async def get_chain_run(self, chain_run_id: str) -> ChainRun:
