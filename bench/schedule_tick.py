@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from runlane.adapters.sqlite import SqliteStore
 from runlane.catalog import parse_catalog_text
 from runlane.core.schedule import ScheduleSpec, plan_schedule
-from runlane.ports import FixedClock
 from runlane.service.scheduler import Scheduler
+from runlane.testing.clock import FixedClock
 
 CRONS = [
     "* * * * *",

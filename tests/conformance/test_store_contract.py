@@ -20,7 +20,8 @@ from runlane.core.runs import (
     Trigger,
 )
 from runlane.errors import InvalidTransition, LeaseLost, NotFound, OverlapRefused, StoreError
-from runlane.ports import FinishRequest, FixedClock, Heartbeat, RunFilter, Store
+from runlane.ports import FinishRequest, Heartbeat, RunFilter, Store
+from runlane.testing.clock import FixedClock
 from tests.support.waiting import eventually
 
 if TYPE_CHECKING:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from runlane.ports import FixedClock, Heartbeat
+from runlane.ports import Heartbeat
+from runlane.testing.clock import FixedClock
 from tests.conformance.conftest import StoreHarness
 
 T0 = datetime(2031, 3, 4, 5, 6, 7, 123456, tzinfo=UTC)

@@ -11,7 +11,8 @@ import pytest
 
 from runlane.core.runs import NewRun, RunStatus, Trigger
 from runlane.errors import NotFound
-from runlane.ports import EventLink, FixedClock, NewChainRun
+from runlane.ports import EventLink, NewChainRun
+from runlane.testing.clock import FixedClock
 
 if TYPE_CHECKING:
     from conftest import StoreHarness

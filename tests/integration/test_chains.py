@@ -20,7 +20,7 @@ from runlane.adapters.postgres import PostgresStore
 from runlane.adapters.sqlite import SqliteStore
 from runlane.catalog import Catalog, parse_catalog_text
 from runlane.core.runs import RunStatus, Trigger
-from runlane.ports import FixedClock, Heartbeat, NewChainRun, RunFilter, Store
+from runlane.ports import Heartbeat, NewChainRun, RunFilter, Store
 from runlane.service import chains as chains_module
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.catalog_stamp import stamp_catalog
@@ -30,6 +30,7 @@ from runlane.service.events import emit_event
 from runlane.service.launcher import Launcher
 from runlane.service.runtime import build_executors
 from runlane.service.stores import store_from_url
+from runlane.testing.clock import FixedClock
 
 PY = sys.executable
 GATE = "import os, time, pathlib\\ngate = pathlib.Path(os.environ['RUNLANE_TEST_DIR'], 'gate')\\nwhile not gate.exists(): time.sleep(0.02)"

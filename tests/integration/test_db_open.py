@@ -17,11 +17,12 @@ import pytest
 from runlane.adapters.sqlite import SqliteStore
 from runlane.catalog import Catalog
 from runlane.errors import StoreError
-from runlane.ports import FixedClock, Heartbeat, Store
+from runlane.ports import Heartbeat, Store
 from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
 from runlane.service.runtime import build_executors, open_runtime, serve
 from runlane.service.stores import store_from_url
+from runlane.testing.clock import FixedClock
 
 T0 = datetime(2031, 3, 4, 5, 6, 7, tzinfo=UTC)
 

@@ -15,9 +15,10 @@ from runlane.adapters.postgres import PostgresStore
 from runlane.adapters.sqlite import SqliteStore
 from runlane.catalog import Catalog, parse_catalog_text
 from runlane.core.runs import RunStatus
-from runlane.ports import FixedClock, Store
+from runlane.ports import Store
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.events import emit_event
+from runlane.testing.clock import FixedClock
 
 CATALOG = """
 version: 1

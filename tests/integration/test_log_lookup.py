@@ -13,9 +13,10 @@ import pytest
 
 from runlane.adapters.sqlite import SqliteStore
 from runlane.core.runs import Run, RunStatus
-from runlane.ports import FixedClock, Heartbeat
+from runlane.ports import Heartbeat
 from runlane.service.config import Settings
 from runlane.service.runtime import Runtime
+from runlane.testing.clock import FixedClock
 
 T0 = datetime(2031, 3, 4, 5, 6, 7, tzinfo=UTC)
 HERE = socket.gethostname()

@@ -16,9 +16,10 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from runlane.adapters import sqlcommon
 from runlane.adapters.postgres import CURRENT_SCHEMA_VERSION as PG_VERSION
 from runlane.adapters.postgres import PostgresStore
+from runlane.adapters.sql.migrations import load_migrations, load_reference_schema
+from runlane.adapters.sql.queries import load_queries
 from runlane.adapters.sqlite import CURRENT_SCHEMA_VERSION as SQLITE_VERSION
 from runlane.adapters.sqlite import SqliteStore
 from runlane.errors import SchemaOutOfDate
@@ -74,7 +75,7 @@ async def test_sqlite_migrations_match_the_reference_schema(tmp_path: Path) -> N
     reference = tmp_path / "reference.db"
     conn = sqlite3.connect(reference)
     try:
-        conn.executescript(sqlcommon.load_reference_schema("runlane.adapters.sqlite"))
+        conn.executescript(load_reference_schema("runlane.adapters.sqlite"))
     finally:
         conn.close()
     assert sqlite_schema(reference) == first
@@ -168,7 +169,7 @@ async def test_postgres_migrations_match_the_reference_schema(pg_scratch: list[s
         await store.close()
 
     with psycopg.connect(reference_url, autocommit=True) as conn:
-        conn.execute(sqlcommon.load_reference_schema("runlane.adapters.postgres").encode())
+        conn.execute(load_reference_schema("runlane.adapters.postgres").encode())
     assert pg_schema(reference_url) == first
     assert any(row[0] == "run_log" for row in first["columns"])  # type: ignore[attr-defined]
 
@@ -219,8 +220,8 @@ async def test_sqlite_an_older_database_is_refused_then_upgraded(tmp_path: Path,
     path = tmp_path / "old.db"
     conn = sqlite3.connect(path)
     try:
-        conn.execute(sqlcommon.load_queries("runlane.adapters.sqlite")["bootstrap_migrations"])
-        for migration in sqlcommon.load_migrations("runlane.adapters.sqlite")[:old]:
+        conn.execute(load_queries("runlane.adapters.sqlite")["bootstrap_migrations"])
+        for migration in load_migrations("runlane.adapters.sqlite")[:old]:
             conn.executescript(migration.sql)
             conn.execute("INSERT INTO schema_migrations VALUES (?, 'x')", (migration.version,))
         conn.execute(OLD_BEAT.format(t="'2031-01-01T00:00:00.000000Z'"))
@@ -232,7 +233,7 @@ async def test_sqlite_an_older_database_is_refused_then_upgraded(tmp_path: Path,
     reference = tmp_path / "reference.db"
     ref = sqlite3.connect(reference)
     try:
-        ref.executescript(sqlcommon.load_reference_schema("runlane.adapters.sqlite"))
+        ref.executescript(load_reference_schema("runlane.adapters.sqlite"))
     finally:
         ref.close()
     assert sqlite_schema(path) == sqlite_schema(reference)  # upgraded = created at the current
@@ -254,10 +255,8 @@ async def test_postgres_an_older_database_is_refused_then_upgraded(
 ) -> None:
     old_url, reference_url = pg_scratch
     with psycopg.connect(old_url, autocommit=True) as conn:
-        conn.execute(
-            sqlcommon.load_queries("runlane.adapters.postgres")["bootstrap_migrations"].encode()
-        )
-        for migration in sqlcommon.load_migrations("runlane.adapters.postgres")[:old]:
+        conn.execute(load_queries("runlane.adapters.postgres")["bootstrap_migrations"].encode())
+        for migration in load_migrations("runlane.adapters.postgres")[:old]:
             conn.execute(migration.sql.encode())
             conn.execute(
                 "INSERT INTO schema_migrations (version) VALUES (%s)", (migration.version,)
@@ -267,7 +266,7 @@ async def test_postgres_an_older_database_is_refused_then_upgraded(
     _check_upgrade_path(f"{PG_URL.rsplit('/', 1)[0]}/{dbname}", tmp_path, old, PG_VERSION)
 
     with psycopg.connect(reference_url, autocommit=True) as conn:
-        conn.execute(sqlcommon.load_reference_schema("runlane.adapters.postgres").encode())
+        conn.execute(load_reference_schema("runlane.adapters.postgres").encode())
     assert pg_schema(old_url) == pg_schema(reference_url)  # upgraded = created at the current
     store = PostgresStore(old_url)
     await store.open()

@@ -247,7 +247,7 @@ async def launcher_with_pods(
 async def test_a_job_gone_while_no_launcher_ran_is_not_launcher_lost(
     kube: KubeFake, store: Any, pod_catalog: Any, settings: Any, seen_started: bool
 ) -> None:
-    from runlane.ports import FixedClock
+    from runlane.testing.clock import FixedClock
     from runlane.service.stores import store_from_url
 
     # Two seconds ago (the clock of its store pinned then) it was accepted, and a launcher

@@ -16,12 +16,13 @@ from runlane.adapters.postgres import PostgresStore
 from runlane.adapters.sqlite import SqliteStore
 from runlane.catalog import Catalog, parse_catalog_text
 from runlane.core.runs import RunStatus
-from runlane.ports import FixedClock, RunFilter, Store
+from runlane.ports import RunFilter, Store
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
 from runlane.service.runtime import build_executors
 from runlane.service.scheduler import Scheduler, explain
+from runlane.testing.clock import FixedClock
 
 PY = sys.executable
 T0 = datetime(2031, 5, 1, 10, 0, tzinfo=UTC)

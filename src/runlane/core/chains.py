@@ -13,12 +13,27 @@ the steps' latest statuses and `now`.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
 from runlane.core.runs import chain_dedupe_key
+
+# Scheduled chain runs get a deterministic id, so every launcher names the same run the same way.
+CHAIN_NAMESPACE = uuid.UUID("6f1d3f52-9a43-4f0e-8d5e-2b8f3c1a7e10")
+
+
+def chain_slot_key(chain: str, slot: datetime) -> str:
+    """The dedupe key of chain `chain`'s run for the scheduled slot `slot` (UTC)."""
+    return f"{chain}@{slot.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+
+
+def scheduled_chain_run_id(chain: str, slot: datetime) -> str:
+    """The id every launcher gives chain `chain`'s run for `slot`: a UUID of its slot key."""
+    return str(uuid.uuid5(CHAIN_NAMESPACE, chain_slot_key(chain, slot)))
+
 
 FINAL = frozenset({"success", "failure", "timeout", "skipped", "cancelled"})
 

@@ -23,7 +23,7 @@ from runlane.core.runs import (
     Trigger,
 )
 from runlane.errors import ConfirmationRequired, ParamError, RunRefused
-from runlane.ports import Store
+from runlane.ports import RunLog
 
 if TYPE_CHECKING:
     from runlane.catalog import Catalog, ResolvedJob
@@ -156,7 +156,7 @@ def prepare_run(
 
 
 async def accept_run(
-    store: Store,
+    store: RunLog,
     catalog: Catalog,
     request: RunRequest,
     *,

@@ -20,11 +20,19 @@ from zoneinfo import ZoneInfo
 import structlog
 
 from runlane.catalog import Catalog, Chain, load_catalog
-from runlane.core.chains import ChainPlan, StepSpec, plan_chain, step_dedupe_key, step_of
+from runlane.core.chains import (
+    ChainPlan,
+    StepSpec,
+    chain_slot_key,
+    plan_chain,
+    scheduled_chain_run_id,
+    step_dedupe_key,
+    step_of,
+)
 from runlane.core.durations import format_duration
 from runlane.core.runs import AcceptResult, Outcome, Run, RunStatus, Trigger
 from runlane.errors import ConfirmationRequired, InvalidTransition, NotFound, RunlaneError
-from runlane.ports import ChainRun, NewChainRun, RunFilter, Store
+from runlane.ports import ChainLog, ChainRun, ChainStore, NewChainRun, RunFilter, RunLog
 from runlane.service.accept import PERSON_TRIGGERS, RunRequest
 from runlane.service.catalog_stamp import live_launchers
 from runlane.service.scheduler import pause_of
@@ -43,13 +51,7 @@ ACTIVE_CHAIN_PAGE = 500
 AcceptFn = Callable[[RunRequest], Awaitable[AcceptResult]]
 Hook = Callable[[str, str], None]
 
-# Scheduled chain runs get a deterministic id, so every launcher names the same run the same way.
-CHAIN_NAMESPACE = uuid.UUID("6f1d3f52-9a43-4f0e-8d5e-2b8f3c1a7e10")
 LATEST_GRACE = timedelta(minutes=30)  # a queued step with `latest` expires this long after it
-
-
-def chain_slot_key(chain: str, slot: datetime) -> str:
-    return f"{chain}@{slot.strftime('%Y-%m-%dT%H:%M:%SZ')}"
 
 
 def chain_zone(catalog: Catalog, chain: Chain) -> str:
@@ -118,7 +120,7 @@ def file_chains(path: str, previous: FileChains | None) -> FileChains:
 
 @dataclass
 class ChainRunner:
-    store: Store
+    store: ChainStore
     catalog: Catalog
     accept: AcceptFn
     hook: Hook | None = None
@@ -174,7 +176,7 @@ class ChainRunner:
                 )
         if slot is not None:
             dedupe = chain_slot_key(chain_name, slot)
-            run_id = str(uuid.uuid5(CHAIN_NAMESPACE, dedupe))
+            run_id = scheduled_chain_run_id(chain_name, slot)
         else:
             run_id = str(uuid.uuid4())
             dedupe = run_id
@@ -435,7 +437,7 @@ class ChainRunner:
 
 
 async def cancel_chain_run(
-    store: Store, chain_run_id: str, *, by: str | None = None
+    store: ChainLog, chain_run_id: str, *, by: str | None = None
 ) -> tuple[ChainRun, list[Run]]:
     """End a running chain run `failure` / `cancelled` (a person ended it), then cancel its
     steps still queued (at once) or running (by their launchers). Works whether or not the
@@ -468,7 +470,7 @@ class StepView:
     attempt: int | None
 
 
-async def chain_view(store: Store, catalog: Catalog, run: ChainRun) -> list[StepView]:
+async def chain_view(store: RunLog, catalog: Catalog, run: ChainRun) -> list[StepView]:
     """The steps of a chain run in dependency order, with their latest attempts."""
     from runlane.core.chains import topological_order
 

@@ -24,7 +24,7 @@ from runlane.catalog import Catalog
 from runlane.catalog.params import MAX_PARAMS_BYTES
 from runlane.core.runs import AcceptResult, RunStatus, Trigger, event_dedupe_key
 from runlane.errors import ConfigError, ConfirmationRequired, EventIdTaken
-from runlane.ports import Event, EventLink, Store
+from runlane.ports import Event, EventLink, EventStore
 from runlane.service.accept import RunRequest, prepare_run, text_problem
 from runlane.service.scheduler import pause_of
 
@@ -120,7 +120,7 @@ class Emitted:
 
 
 async def emit_event(
-    store: Store,
+    store: EventStore,
     catalog: Catalog,
     accept: AcceptFn,
     key: str,

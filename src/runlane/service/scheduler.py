@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -20,6 +19,7 @@ from datetime import datetime, timedelta
 import structlog
 
 from runlane.catalog import Catalog
+from runlane.core.chains import scheduled_chain_run_id
 from runlane.core.runs import AcceptResult, Trigger, schedule_dedupe_key
 from runlane.core.schedule import (
     Pause,
@@ -32,7 +32,7 @@ from runlane.core.schedule import (
     previous_slot,
 )
 from runlane.errors import NotFound, RunlaneError
-from runlane.ports import Override, Store
+from runlane.ports import ExplainStore, Override, SchedulerStore
 from runlane.service.accept import RunRequest
 
 log = structlog.get_logger("runlane.scheduler")
@@ -100,7 +100,7 @@ class TickReport:
 
 @dataclass
 class Scheduler:
-    store: Store
+    store: SchedulerStore
     catalog: Catalog
     accept: AcceptFn
     start_chain: ChainStarter | None = None
@@ -303,31 +303,40 @@ def _latest_slot(specs: list[ScheduleSpec], at: datetime) -> tuple[datetime, Sch
     return best
 
 
-async def explain_chain(store: Store, catalog: Catalog, chain: str, at: datetime) -> Explanation:
-    """Why chain `chain`'s latest scheduled slot at or before `at` started, or did not."""
-    from runlane.service.chains import CHAIN_NAMESPACE, chain_slot_key
-
-    specs = [s for s in schedule_specs(catalog) if s.kind == "chain" and s.target == chain]
+def _slot_to_explain(
+    name: str, prefix: str, specs: list[ScheduleSpec], at: datetime, unscheduled: str
+) -> Explanation | tuple[datetime, ScheduleSpec, list[str]]:
+    """The latest slot of `specs` at or before `at`, its schedule and the line that says so
+    (`prefix` names a chain); or the whole explanation when there is no slot to explain."""
     if not specs:
-        return Explanation(
-            chain,
-            at,
-            None,
-            None,
-            "unscheduled",
-            [
-                f"chain {chain!r} has no schedule: it runs when started by hand (`runlane chain run`)"
-            ],
-        )
+        return Explanation(name, at, None, None, "unscheduled", [unscheduled])
     best = _latest_slot(specs, at)
     if best is None:
-        return Explanation(chain, at, None, None, "no_slot", ["no slot in the 400 days before"])
+        return Explanation(name, at, None, None, "no_slot", ["no slot in the 400 days before"])
     slot, spec = best
     local = spec.local(slot)
-    lines = [
-        f"chain {chain!r} slot {slot:%Y-%m-%dT%H:%M:%SZ} ({local:%Y-%m-%d %H:%M:%S %Z} in "
-        f"{spec.tz}) from cron {spec.cron!r}",
-    ]
+    line = (
+        f"{prefix}slot {slot:%Y-%m-%dT%H:%M:%SZ} ({local:%Y-%m-%d %H:%M:%S %Z} in {spec.tz}) "
+        f"from cron {spec.cron!r}"
+    )
+    return slot, spec, [line]
+
+
+async def explain_chain(
+    store: ExplainStore, catalog: Catalog, chain: str, at: datetime
+) -> Explanation:
+    """Why chain `chain`'s latest scheduled slot at or before `at` started, or did not."""
+    specs = [s for s in schedule_specs(catalog) if s.kind == "chain" and s.target == chain]
+    found = _slot_to_explain(
+        chain,
+        f"chain {chain!r} ",
+        specs,
+        at,
+        f"chain {chain!r} has no schedule: it runs when started by hand (`runlane chain run`)",
+    )
+    if isinstance(found, Explanation):
+        return found
+    slot, spec, lines = found
     if not spec.in_season(slot):
         names = ", ".join(f"{w.name} ({w.start}..{w.end})" for w in spec.seasons)
         lines.append(f"out of season: the chain fires only in {names}; nothing is recorded")
@@ -335,9 +344,8 @@ async def explain_chain(store: Store, catalog: Catalog, chain: str, at: datetime
     season = spec.season_of(slot)
     if season is not None:
         lines.append(f"in season {season!r}")
-    run_id = str(uuid.uuid5(CHAIN_NAMESPACE, chain_slot_key(chain, slot)))
     try:
-        run = await store.get_chain_run(run_id)
+        run = await store.get_chain_run(scheduled_chain_run_id(chain, slot))
     except NotFound:
         state = (await store.schedule_states()).get(spec.key)
         if state is None or state < slot:
@@ -358,7 +366,7 @@ async def explain_chain(store: Store, catalog: Catalog, chain: str, at: datetime
     return Explanation(chain, at, slot, spec, verdict, lines, run.id)
 
 
-async def explain(store: Store, catalog: Catalog, job: str, at: datetime) -> Explanation:
+async def explain(store: ExplainStore, catalog: Catalog, job: str, at: datetime) -> Explanation:
     """Read the planner and the run log to say why `job`'s latest slot at or before `at` ran or
     did not. `job` may also name a chain; a job that runs only as a chain step is explained
     through its chains' slots."""
@@ -381,27 +389,16 @@ async def explain(store: Store, catalog: Catalog, job: str, at: datetime) -> Exp
             lines += [f"{part.job}: {part.verdict}"] + [f"  {line}" for line in part.lines]
         first = parts[0]
         return Explanation(job, at, first.slot, first.spec, first.verdict, lines, first.run_id)
-    if not specs:
-        return Explanation(
-            job,
-            at,
-            None,
-            None,
-            "unscheduled",
-            [
-                f"job {job!r} has no schedules: it runs only when a person, a chain or an event "
-                "starts it"
-            ],
-        )
-    best = _latest_slot(specs, at)
-    if best is None:
-        return Explanation(job, at, None, None, "no_slot", ["no slot in the 400 days before"])
-    slot, spec = best
-    local = spec.local(slot)
-    lines = [
-        f"slot {slot:%Y-%m-%dT%H:%M:%SZ} ({local:%Y-%m-%d %H:%M:%S %Z} in {spec.tz}) from "
-        f"cron {spec.cron!r}",
-    ]
+    found = _slot_to_explain(
+        job,
+        "",
+        specs,
+        at,
+        f"job {job!r} has no schedules: it runs only when a person, a chain or an event starts it",
+    )
+    if isinstance(found, Explanation):
+        return found
+    slot, spec, lines = found
     state = (await store.schedule_states()).get(spec.key)
     run = await store.run_by_dedupe_key(schedule_dedupe_key(job, slot))
     override = (await store.overrides()).get(job)

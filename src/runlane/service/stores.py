@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 
-from runlane.adapters import sqlcommon
+from runlane.core.secrets import mask_secrets
+from runlane.core.secrets import mask_url as _mask_url
 from runlane.errors import ConfigError
 from runlane.ports import Clock, Store
 
@@ -16,7 +17,7 @@ ACCEPTED_FORMS = (
 
 def mask_url(url: str) -> str:
     """The URL with its password replaced by `***`, safe for logs and messages."""
-    return sqlcommon.mask_url(url)
+    return _mask_url(url)
 
 
 def sqlite_path(url: str) -> str | None:
@@ -49,7 +50,7 @@ def check_postgres_url(url: str) -> None:
         conninfo_to_dict(url)
     except psycopg.Error as exc:
         reason = " ".join(str(exc).split()) or type(exc).__name__
-        reason = sqlcommon.mask_secrets(reason.replace(url, mask_url(url)), url)
+        reason = mask_secrets(reason.replace(url, mask_url(url)), url)
         raise ConfigError(f"invalid database URL {mask_url(url)!r}: {reason}") from None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
-from runlane.adapters.sqlite.store import CURRENT_SCHEMA_VERSION, SqliteStore
+from runlane.adapters.sqlite.statements import CURRENT_SCHEMA_VERSION
+from runlane.adapters.sqlite.store import SqliteStore
 
 __all__ = ["CURRENT_SCHEMA_VERSION", "SqliteStore"]

@@ -1,19 +1,36 @@
-"""The run log on SQLite: the embedded default (one file, WAL, one writer at a time)."""
+"""The run log on SQLite: the embedded default (one file, WAL, one writer at a time). The
+statements of every role; the connection, transactions and wake-ups are `connection.py`."""
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-import urllib.parse
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from runlane.adapters import sqlcommon, sqltriggers
-from runlane.adapters.sqlcommon import RowReader, aware_utc
+from runlane.adapters.sql import base
+from runlane.adapters.sql.migrations import Migration, check_schema_version
+from runlane.adapters.sql.rows import RowReader, dump_json
+from runlane.adapters.sqlite.connection import (
+    _READ,
+    DictRow,
+    SqliteConnection,
+    _all,
+    _one,
+    _opt_time,
+    _write,
+    format_time,
+    split_statements,
+)
+from runlane.adapters.sqlite.statements import CURRENT_SCHEMA_VERSION, MIGRATIONS, Q
+from runlane.core.accept_rules import (
+    ORPHANED_NOTE,
+    cancel_refusal,
+    cancelled_note,
+    needs_overlap_check,
+    overlap_decision,
+)
 from runlane.core.runs import (
     AcceptResult,
     Claimed,
@@ -30,105 +47,25 @@ from runlane.errors import (
     InvalidTransition,
     LeaseLost,
     NotFound,
-    OverlapRefused,
     StoreError,
 )
 from runlane.ports import (
     ChainRun,
     Clock,
     Event,
-    EventLink,
     FinishedRun,
     FinishRequest,
-    Heartbeat,
     NewChainRun,
-    Override,
-    RunFilter,
-    SystemClock,
 )
-
-_PACKAGE = "runlane.adapters.sqlite"
-Q = sqlcommon.load_queries(_PACKAGE)
-# `finish` for a batch: only what the launcher reads back (the whole row is ~35 conversions).
-Q["finish_brief"] = Q["finish"].replace("RETURNING *", "RETURNING status, end_reason")
-if Q["finish_brief"] == Q["finish"]:  # pragma: no cover - caught by any finish test
-    raise RuntimeError("the SQLite finish query no longer ends in RETURNING *")
-MIGRATIONS = sqlcommon.load_migrations(_PACKAGE)
-CURRENT_SCHEMA_VERSION = MIGRATIONS[-1].version
-
-T = TypeVar("T")
-DictRow = dict[str, object]
-
-
-def format_time(value: datetime) -> str:
-    """Fixed-width UTC text: text comparison in SQL is then time comparison."""
-    return aware_utc(value).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _ended_at(now: datetime, ended_monotonic: float | None) -> str:
     """When a run ended, as `finished_at` (see `FinishRequest.ended_monotonic`)."""
-    ago = sqlcommon.seconds_since(ended_monotonic)
+    ago = base.seconds_since(ended_monotonic)
     return format_time(now - timedelta(seconds=ago) if ago else now)
 
 
-def _opt_time(value: datetime | None) -> str | None:
-    return None if value is None else format_time(value)
-
-
-def _decode_time(value: object) -> datetime | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return aware_utc(value)
-    return aware_utc(datetime.fromisoformat(str(value)))
-
-
-_READ = RowReader(_decode_time)
-
-
-def _row(row: sqlite3.Row) -> DictRow:
-    return dict(zip(row.keys(), row, strict=True))
-
-
-def _one(cur: sqlite3.Cursor) -> DictRow | None:
-    row: sqlite3.Row | None = cur.fetchone()
-    return None if row is None else _row(row)
-
-
-def _all(cur: sqlite3.Cursor) -> list[DictRow]:
-    rows: list[sqlite3.Row] = cur.fetchall()
-    return [_row(r) for r in rows]
-
-
-def split_statements(script: str) -> list[str]:
-    """The statements of a SQL script, split where SQLite itself says a statement is complete."""
-    statements: list[str] = []
-    buffer = ""
-    for line in script.splitlines(keepends=True):
-        buffer += line
-        if sqlite3.complete_statement(buffer):
-            statements.append(buffer.strip())
-            buffer = ""
-    rest = "\n".join(ln for ln in buffer.splitlines() if not ln.strip().startswith("--"))
-    if rest.strip():
-        raise ValueError(f"incomplete SQL statement at the end of a script: {rest.strip()[:80]!r}")
-    return statements
-
-
-def _write(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
-    """Run `work` in one write transaction. BEGIN IMMEDIATE takes the write lock up front, so
-    checks made inside cannot be invalidated by another writer before COMMIT."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        result = work(conn)
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-    return result
-
-
-class SqliteStore:
+class SqliteStore(SqliteConnection):
     """`runlane.ports.Store` on a SQLite file (stdlib `sqlite3`, one worker thread)."""
 
     dialect = "sqlite"
@@ -136,93 +73,8 @@ class SqliteStore:
     def __init__(
         self, path: str, *, clock: Clock | None = None, outbox: bool = False, create: bool = True
     ) -> None:
-        self.path = path
-        # False: a missing file is an error ("no database at PATH"), never created by a read.
-        self._create = create
-        self._clock: Clock = clock or SystemClock()
+        super().__init__(path, clock=clock, create=create)
         self._outbox = outbox
-        self._conn: sqlite3.Connection | None = None
-        # One thread for every call: the event loop never waits on fsync, and calls are
-        # serialised the way one sqlite3 connection needs.
-        self._executor: ThreadPoolExecutor | None = None
-        self._wakeup = asyncio.Event()
-
-    # --- plumbing -------------------------------------------------------------------------------
-
-    def _connect(self) -> sqlite3.Connection:
-        in_memory = self.path == ":memory:" or self.path.startswith("file:")
-        if not self._create and not in_memory and not Path(self.path).exists():
-            raise StoreError(f"no database at {self.path} — run `runlane db upgrade`")
-        try:
-            if self._create or in_memory:
-                conn = sqlite3.connect(
-                    self.path, isolation_level=None, check_same_thread=False, timeout=5.0
-                )
-            else:
-                # mode=rw: a file removed since the check above is not created either.
-                uri = f"file:{urllib.parse.quote(str(Path(self.path).absolute()))}?mode=rw"
-                conn = sqlite3.connect(
-                    uri, isolation_level=None, check_same_thread=False, timeout=5.0, uri=True
-                )
-        except sqlite3.Error as exc:
-            if not self._create and not Path(self.path).exists():
-                raise StoreError(f"no database at {self.path} — run `runlane db upgrade`") from None
-            raise DatabaseUnavailable(
-                f"cannot open SQLite database at {self.path}: {exc}"
-            ) from None
-        try:
-            conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA busy_timeout=5000")
-            conn.execute("PRAGMA foreign_keys=OFF")
-        except sqlite3.Error as exc:
-            conn.close()
-            raise DatabaseUnavailable(
-                f"cannot open SQLite database at {self.path}: {exc}"
-            ) from None
-        return conn
-
-    async def open(self) -> None:
-        if self._conn is not None:
-            return
-        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="runlane-sqlite")
-        try:
-            self._conn = await asyncio.get_running_loop().run_in_executor(executor, self._connect)
-        except BaseException:
-            executor.shutdown(wait=False)
-            raise
-        self._executor = executor
-
-    async def close(self) -> None:
-        conn, executor = self._conn, self._executor
-        self._conn, self._executor = None, None
-        if conn is not None and executor is not None:
-            await asyncio.get_running_loop().run_in_executor(executor, conn.close)
-        if executor is not None:
-            executor.shutdown(wait=True)
-
-    async def _call(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        conn, executor = self._conn, self._executor
-        if conn is None or executor is None:
-            raise StoreError("the SQLite store is not open: call open() first")
-
-        def guarded() -> T:
-            try:
-                return work(conn)
-            except sqlite3.OperationalError as exc:
-                if "locked" in str(exc) or "busy" in str(exc):
-                    raise DatabaseUnavailable(
-                        f"SQLite database at {self.path} is busy: {exc}"
-                    ) from exc
-                raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
-            except sqlite3.Error as exc:
-                raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
-
-        return await asyncio.get_running_loop().run_in_executor(executor, guarded)
-
-    def _now(self) -> datetime:
-        return aware_utc(self._clock.now())
 
     # --- schema ---------------------------------------------------------------------------------
 
@@ -245,7 +97,7 @@ class SqliteStore:
             applied: list[int] = []
             for migration in MIGRATIONS:
 
-                def apply(w: sqlite3.Connection, m: sqlcommon.Migration = migration) -> bool:
+                def apply(w: sqlite3.Connection, m: Migration = migration) -> bool:
                     # Checked under the write lock: concurrent upgrades apply each file once.
                     if self._schema_version(w) >= m.version:
                         return False
@@ -261,7 +113,7 @@ class SqliteStore:
         return await self._call(work)
 
     async def ensure_current(self) -> None:
-        sqlcommon.check_schema_version(await self.schema_version(), CURRENT_SCHEMA_VERSION)
+        check_schema_version(await self.schema_version(), CURRENT_SCHEMA_VERSION)
 
     async def now(self) -> datetime:
         return self._now()
@@ -276,34 +128,13 @@ class SqliteStore:
             if new.queue_ttl_seconds is None
             else format_time(now + timedelta(seconds=new.queue_ttl_seconds))
         )
-        return {
-            "now": format_time(now),
-            "id": new.id,
-            "job": new.job,
-            "status": status.value,
-            "trigger": str(new.trigger),
-            "requested_by": new.requested_by,
-            "params": sqlcommon.dump_json(new.params),
-            "dedupe_key": new.dedupe_key,
-            "parent_run_id": new.parent_run_id,
-            "chain_root_id": new.chain_root_id,
-            "event_id": new.event_id,
-            "downstream": None if new.downstream is None else sqlcommon.dump_json(new.downstream),
-            "scheduled_for": _opt_time(new.scheduled_for),
-            "attempt": new.attempt,
-            "retry_of": new.retry_of,
-            "max_attempts": new.max_attempts,
-            "deadline_seconds": float(new.deadline_seconds),
-            "kill_grace_seconds": float(new.kill_grace_seconds),
-            "executor": new.executor,
-            "overlap": new.overlap,
-            "not_before": _opt_time(new.not_before),
-            "queue_expires_at": expires,
-            "deadline_at": format_time(now + timedelta(seconds=new.deadline_seconds)),
-            "end_reason": end_reason,
-            "note": new.note,
-            "traceparent": new.traceparent,
-        }
+        params = base.run_params(new, status, end_reason)
+        params["now"] = format_time(now)
+        params["scheduled_for"] = _opt_time(new.scheduled_for)
+        params["not_before"] = _opt_time(new.not_before)
+        params["queue_expires_at"] = expires
+        params["deadline_at"] = format_time(now + timedelta(seconds=new.deadline_seconds))
+        return params
 
     def _insert(
         self,
@@ -318,8 +149,8 @@ class SqliteStore:
             conn.execute(
                 Q["insert_outbox"],
                 {
-                    "topic": sqlcommon.OUTBOX_TOPIC_RUN_QUEUED,
-                    "payload": sqlcommon.outbox_payload(new.id, new.job, new.executor, new.attempt),
+                    "topic": base.OUTBOX_TOPIC_RUN_QUEUED,
+                    "payload": base.outbox_payload(new.id, new.job, new.executor, new.attempt),
                     "now": format_time(now),
                 },
             )
@@ -334,15 +165,12 @@ class SqliteStore:
                 return AcceptResult(_READ.run(existing), created=False)
             status: RunStatus = new.status
             end_reason = new.end_reason
-            if overlap_action != "none" and status != RunStatus.SKIPPED:
+            if needs_overlap_check(overlap_action, status):
                 active = _one(conn.execute(Q["active_run_of_job"], {"job": new.job}))
                 if active is not None:
-                    active_id = RowReader.text(active, "id")
-                    if overlap_action == "refuse":
-                        raise OverlapRefused(
-                            f"job {new.job} already has an active run {active_id}", active_id
-                        )
-                    status, end_reason = RunStatus.SKIPPED, "overlap"
+                    status, end_reason = overlap_decision(
+                        overlap_action, new.job, status, end_reason, RowReader.text(active, "id")
+                    )
             row = self._insert(conn, new, status, end_reason, now)
             if row is None:  # unreachable under the write lock; kept for safety
                 raise StoreError(f"run with dedupe key {new.dedupe_key!r} could not be written")
@@ -369,7 +197,7 @@ class SqliteStore:
         now = self._now()
         params = {
             "now": format_time(now),
-            "executors": sqlcommon.dump_json(sorted(executors)),
+            "executors": dump_json(sorted(executors)),
             "scan": min(limit * 4, limit + 256),
         }
         expires_at = format_time(now + timedelta(seconds=lease_ttl))
@@ -392,15 +220,15 @@ class SqliteStore:
                     conn.execute(
                         Q["running_counts"],
                         {
-                            "jobs": sqlcommon.dump_json(jobs),
-                            "capped": sqlcommon.dump_json(sorted(executor_caps)),
+                            "jobs": dump_json(jobs),
+                            "capped": dump_json(sorted(executor_caps)),
                         },
                     )
                 )
                 if jobs or executor_caps
                 else []
             )
-            chosen = sqlcommon.admit(cand_rows, count_rows, executor_caps, limit)
+            chosen = base.admit(cand_rows, count_rows, executor_caps, limit)
             deadline_by_id = {
                 RowReader.text(r, "id"): RowReader.number(r, "deadline_seconds", 3600.0)
                 for r in cand_rows
@@ -443,7 +271,7 @@ class SqliteStore:
                     Q["abandoned_candidates"],
                     {
                         "now": now_text,
-                        "executors": sqlcommon.dump_json(sorted(executors)),
+                        "executors": dump_json(sorted(executors)),
                         "limit": limit,
                     },
                 )
@@ -529,7 +357,7 @@ class SqliteStore:
         now = self._now()
         params = {
             **self._fence(lease, now),
-            **sqlcommon.outcome_params(outcome),
+            **base.outcome_params(outcome),
             "external_id": external_id,
             "finished_at": _ended_at(now, ended_monotonic),
         }
@@ -560,7 +388,7 @@ class SqliteStore:
             for req in requests:
                 params = {
                     **self._fence(req.lease, now),
-                    **sqlcommon.outcome_params(req.outcome),
+                    **base.outcome_params(req.outcome),
                     "external_id": req.external_id,
                     "finished_at": _ended_at(now, req.ended_monotonic),
                 }
@@ -600,8 +428,7 @@ class SqliteStore:
 
     async def finish_unleased(self, run_id: str, expected: RunStatus, outcome: Outcome) -> Run:
         if not outcome.status.is_final or not can_transition(expected, outcome.status):
-            if await self._find(run_id) is None:
-                raise NotFound(f"no run {run_id}")
+            await self.get_run(run_id)  # NotFound first, for an unknown run
             raise InvalidTransition(
                 f"run {run_id}: {expected.value} → {outcome.status.value} is not allowed"
             )
@@ -609,7 +436,7 @@ class SqliteStore:
             "now": format_time(self._now()),
             "id": run_id,
             "expected": expected.value,
-            **sqlcommon.outcome_params(outcome),
+            **base.outcome_params(outcome),
         }
 
         def work(conn: sqlite3.Connection) -> Run:
@@ -632,7 +459,7 @@ class SqliteStore:
         params = {
             "now": format_time(self._now()),
             "error_code": error_code,
-            "jobs": sqlcommon.dump_json(sorted(jobs)),
+            "jobs": dump_json(sorted(jobs)),
         }
 
         def work(conn: sqlite3.Connection) -> list[str]:
@@ -643,21 +470,13 @@ class SqliteStore:
             self._wakeup.set()
         return ids
 
-    async def expire_queued(self, *, limit: int = 500) -> list[Run]:
-        params = {"now": format_time(self._now()), "limit": limit}
-
-        def work(conn: sqlite3.Connection) -> list[Run]:
-            return [_READ.run(r) for r in _all(conn.execute(Q["expire_queued"], params))]
-
-        runs = await self._call(lambda conn: _write(conn, work))
-        return sorted(runs, key=lambda r: (r.queued_at, r.id))
-
     async def sweep_orphans(self, *, grace: float, limit: int = 500) -> list[Run]:
         now = self._now()
         params = {
             "now": format_time(now),
             "cutoff": format_time(now - timedelta(seconds=grace)),
             "limit": limit,
+            "note": ORPHANED_NOTE,
         }
 
         def work(conn: sqlite3.Connection) -> list[Run]:
@@ -669,7 +488,7 @@ class SqliteStore:
         params = {
             "now": format_time(self._now()),
             "id": run_id,
-            "note": sqlcommon.cancelled_note(by),
+            "note": cancelled_note(by),
         }
 
         def work(conn: sqlite3.Connection) -> Run:
@@ -679,109 +498,13 @@ class SqliteStore:
             if row is not None:
                 return _READ.run(row)
             current = _one(conn.execute(Q["get_run"], {"id": run_id}))
-            if current is None:
-                raise NotFound(f"no run {run_id}")
-            status = RowReader.text(current, "status")
-            raise InvalidTransition(f"run {run_id} already ended as {status}")
+            raise cancel_refusal(
+                run_id, None if current is None else RowReader.text(current, "status")
+            )
 
         return await self._call(lambda conn: _write(conn, work))
 
-    async def cancel_requests(self, owner: str) -> list[str]:
-        rows = await self._call(lambda c: _all(c.execute(Q["cancel_requests"], {"owner": owner})))
-        return [RowReader.text(r, "id") for r in rows]
-
-    # --- reads ----------------------------------------------------------------------------------
-
-    async def _find(self, run_id: str) -> Run | None:
-        row = await self._call(lambda c: _one(c.execute(Q["get_run"], {"id": run_id})))
-        return None if row is None else _READ.run(row)
-
-    async def get_run(self, run_id: str) -> Run:
-        run = await self._find(run_id)
-        if run is None:
-            raise NotFound(f"no run {run_id}")
-        return run
-
-    async def list_runs(self, flt: RunFilter) -> list[Run]:
-        params = {
-            "job": flt.job,
-            "status": None if flt.status is None else flt.status.value,
-            "parent_run_id": flt.parent_run_id,
-            "chain_root_id": flt.chain_root_id,
-            "limit": max(0, flt.limit),
-        }
-        rows = await self._call(lambda c: _all(c.execute(Q["list_runs"], params)))
-        return [_READ.run(r) for r in rows]
-
-    async def count_queued(self) -> int:
-        row = await self._call(lambda c: _one(c.execute(Q["count_queued"])))
-        return 0 if row is None else RowReader.integer(row, "n")
-
-    async def running_by_launcher(self) -> dict[str, dict[str, int]]:
-        rows = await self._call(lambda c: _all(c.execute(Q["running_by_launcher"])))
-        return sqlcommon.running_by_launcher(rows)
-
     # --- overrides and heartbeats ---------------------------------------------------------------
-
-    async def set_override(
-        self, job: str, *, paused_until: datetime | None, reason: str | None, by: str | None
-    ) -> Override:
-        params = {
-            "now": format_time(self._now()),
-            "job": job,
-            "paused_until": _opt_time(paused_until),
-            "reason": reason,
-            "created_by": by,
-        }
-        row = await self._call(
-            lambda c: _write(c, lambda w: _one(w.execute(Q["set_override"], params)))
-        )
-        if row is None:
-            raise StoreError(f"override for job {job} was not saved")
-        return _READ.override(row)
-
-    async def clear_override(self, job: str) -> bool:
-        row = await self._call(
-            lambda c: _write(c, lambda w: _one(w.execute(Q["clear_override"], {"job": job})))
-        )
-        return row is not None
-
-    async def overrides(self) -> dict[str, Override]:
-        rows = await self._call(lambda c: _all(c.execute(Q["overrides"])))
-        return {o.job: o for o in (_READ.override(r) for r in rows)}
-
-    async def beat(self, hb: Heartbeat) -> None:
-        params = {
-            "now": format_time(self._now()),
-            "launcher_id": hb.launcher_id,
-            "host": hb.host,
-            "pid": hb.pid,
-            "version": hb.version,
-            "started_at": format_time(hb.started_at),
-            "queue_depth": hb.queue_depth,
-            "running": sqlcommon.dump_json(dict(hb.running)),
-            "catalog_digest": hb.catalog_digest,
-            "catalog_loaded_at": _opt_time(hb.catalog_loaded_at),
-            "catalog_jobs": None
-            if hb.catalog_jobs is None
-            else sqlcommon.dump_json(list(hb.catalog_jobs)),
-            "catalog_path": hb.catalog_path,
-            "heartbeat_interval": hb.heartbeat_interval,
-            "log_dir": hb.log_dir,
-            "catalog_chains": (
-                None if hb.catalog_chains is None else sqlcommon.dump_json(list(hb.catalog_chains))
-            ),
-        }
-        await self._call(lambda c: c.execute(Q["beat"], params).close())
-
-    async def launchers(self) -> list[Heartbeat]:
-        rows = await self._call(lambda c: _all(c.execute(Q["launchers"])))
-        return [_READ.heartbeat(r) for r in rows]
-
-    async def remove_launcher(self, launcher_id: str) -> None:
-        await self._call(
-            lambda c: c.execute(Q["remove_launcher"], {"launcher_id": launcher_id}).close()
-        )
 
     async def prune_launchers(self, older_than: float) -> list[str]:
         now = self._now()
@@ -814,44 +537,7 @@ class SqliteStore:
                 f"database not writable: SQLite database at {self.path}: {cause}"
             ) from None
 
-    async def wait_for_wakeup(self, max_wait: float) -> bool:
-        """Woken by this store's own accepts, releases and finishes; runs written by other
-        processes are found by the caller's periodic poll."""
-        try:
-            # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that
-            # arrives as the event fires (gh-86296).
-            async with asyncio.timeout(max(0.0, max_wait)):
-                await self._wakeup.wait()
-        except TimeoutError:
-            return False
-        self._wakeup.clear()
-        return True
-
     # --- triggers: schedule state, chain runs, events ---------------------------------------------
-
-    async def run_by_dedupe_key(self, dedupe_key: str) -> Run | None:
-        row = await self._call(
-            lambda c: _one(c.execute(Q["run_by_dedupe_key"], {"dedupe_key": dedupe_key}))
-        )
-        return None if row is None else _READ.run(row)
-
-    async def schedule_states(self) -> dict[str, datetime]:
-        rows = await self._call(lambda c: _all(c.execute(Q["schedule_states"])))
-        return {RowReader.text(r, "schedule_key"): _READ.time(r, "last_slot") for r in rows}
-
-    async def advance_schedules(self, slots: Mapping[str, datetime]) -> None:
-        if not slots:
-            return
-        now = format_time(self._now())
-        params = [
-            {"schedule_key": key, "last_slot": format_time(slot), "now": now}
-            for key, slot in sorted(slots.items())
-        ]
-
-        def work(conn: sqlite3.Connection) -> None:
-            conn.executemany(Q["advance_schedule"], params)
-
-        await self._call(lambda conn: _write(conn, work))
 
     async def forget_schedules(self, keys: Collection[str]) -> None:
         if not keys:
@@ -883,58 +569,13 @@ class SqliteStore:
         def work(conn: sqlite3.Connection) -> tuple[ChainRun, bool]:
             row = _one(conn.execute(Q["insert_chain_run"], params))
             if row is not None:
-                return sqltriggers.chain_run(_READ, row), True
+                return _READ.chain_run(row), True
             found = _one(conn.execute(Q["chain_run_by_dedupe_key"], {"dedupe_key": new.dedupe_key}))
             if found is None:
                 raise StoreError(f"chain run {new.dedupe_key!r} could not be written")
-            return sqltriggers.chain_run(_READ, found), False
+            return _READ.chain_run(found), False
 
         return await self._call(lambda conn: _write(conn, work))
-
-    async def get_chain_run(self, chain_run_id: str) -> ChainRun:
-        row = await self._call(lambda c: _one(c.execute(Q["get_chain_run"], {"id": chain_run_id})))
-        if row is None:
-            raise NotFound(f"no chain run {chain_run_id}")
-        return sqltriggers.chain_run(_READ, row)
-
-    async def active_chain_runs(
-        self, *, after: ChainRun | None = None, limit: int = 500
-    ) -> list[ChainRun]:
-        params = {
-            "after_at": None if after is None else format_time(after.started_at),
-            "after_id": None if after is None else after.id,
-            "limit": max(0, limit),
-        }
-        rows = await self._call(lambda c: _all(c.execute(Q["active_chain_runs"], params)))
-        return [sqltriggers.chain_run(_READ, r) for r in rows]
-
-    async def list_chain_runs(self, *, chain: str | None = None, limit: int = 50) -> list[ChainRun]:
-        params = {"chain": chain, "limit": max(0, limit)}
-        rows = await self._call(lambda c: _all(c.execute(Q["list_chain_runs"], params)))
-        return [sqltriggers.chain_run(_READ, r) for r in rows]
-
-    async def mark_chain_overrun(self, chain_run_id: str) -> ChainRun:
-        params = {"now": format_time(self._now()), "id": chain_run_id}
-        row = await self._call(
-            lambda c: _write(c, lambda w: _one(w.execute(Q["mark_chain_overrun"], params)))
-        )
-        if row is None:
-            raise NotFound(f"no chain run {chain_run_id}")
-        return sqltriggers.chain_run(_READ, row)
-
-    async def finish_chain_run(
-        self, chain_run_id: str, status: str, end_reason: str | None = None
-    ) -> ChainRun | None:
-        params = {
-            "now": format_time(self._now()),
-            "id": chain_run_id,
-            "status": status,
-            "end_reason": end_reason,
-        }
-        row = await self._call(
-            lambda c: _write(c, lambda w: _one(w.execute(Q["finish_chain_run"], params)))
-        )
-        return None if row is None else sqltriggers.chain_run(_READ, row)
 
     async def record_event(
         self, event_id: str, key: str, data: Mapping[str, Any]
@@ -943,51 +584,19 @@ class SqliteStore:
             "now": format_time(self._now()),
             "id": event_id,
             "key": key,
-            "data": sqlcommon.dump_json(dict(data)),
+            "data": dump_json(dict(data)),
         }
 
         def work(conn: sqlite3.Connection) -> tuple[Event, bool]:
             row = _one(conn.execute(Q["insert_event"], params))
             if row is not None:
-                return sqltriggers.event(_READ, row), True
+                return _READ.event(row), True
             found = _one(conn.execute(Q["get_event"], {"id": event_id}))
             if found is None:
                 raise StoreError(f"event {event_id!r} could not be written")
-            return sqltriggers.event(_READ, found), False
+            return _READ.event(found), False
 
         return await self._call(lambda conn: _write(conn, work))
-
-    async def get_event(self, event_id: str) -> Event:
-        row = await self._call(lambda c: _one(c.execute(Q["get_event"], {"id": event_id})))
-        if row is None:
-            raise NotFound(f"no event {event_id}")
-        return sqltriggers.event(_READ, row)
-
-    async def list_events(self, *, key: str | None = None, limit: int = 50) -> list[Event]:
-        params = {"key": key, "limit": max(0, limit)}
-        rows = await self._call(lambda c: _all(c.execute(Q["list_events"], params)))
-        return [sqltriggers.event(_READ, r) for r in rows]
-
-    async def link_event_runs(self, links: Sequence[EventLink]) -> None:
-        if not links:
-            return
-        params = [
-            {"event_id": x.event_id, "run_id": x.run_id, "job": x.job, "started": int(x.started)}
-            for x in links
-        ]
-
-        def work(conn: sqlite3.Connection) -> None:
-            conn.executemany(Q["link_event_run"], params)
-
-        await self._call(lambda conn: _write(conn, work))
-
-    async def event_links(self, event_id: str) -> list[EventLink]:
-        rows = await self._call(lambda c: _all(c.execute(Q["event_runs"], {"event_id": event_id})))
-        return [sqltriggers.event_link(r) for r in rows]
-
-    async def events_of_run(self, run_id: str) -> list[EventLink]:
-        rows = await self._call(lambda c: _all(c.execute(Q["events_of_run"], {"run_id": run_id})))
-        return [sqltriggers.event_link(r) for r in rows]
 
 
 def _claimed(row: Mapping[str, object], now: datetime, *, recovered: bool) -> Claimed:

@@ -1,4 +1,4 @@
--- Named statements of the PostgreSQL store (loaded by runlane.adapters.sqlcommon.load_queries).
+-- Named statements of the PostgreSQL store (loaded by runlane.adapters.sql.queries.load_queries).
 -- Every time is `coalesce(%(now)s::timestamptz, clock_timestamp())`: database time in production,
 -- the pinned Clock in tests. clock_timestamp(), not now(): now() is the transaction start.
 
@@ -11,8 +11,6 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 -- name: migrations_table_exists
 SELECT to_regclass('schema_migrations') IS NOT NULL AS present
 
--- name: schema_version
-SELECT coalesce(max(version), 0) AS version FROM schema_migrations
 
 -- name: migrate_lock
 SELECT pg_advisory_xact_lock(hashtext('runlane:migrate'))
@@ -25,6 +23,11 @@ VALUES (%(version)s, coalesce(%(now)s::timestamptz, clock_timestamp()))
 -- In each migration's transaction on a store with a launcher's bounds: a migration may rewrite
 -- a large table, or wait for the locks of launchers still running, for as long as it takes.
 SELECT set_config('statement_timeout', '0', true), set_config('lock_timeout', '0', true)
+
+-- name: session_utc
+-- Once per connection of a store without bounds: times come back in UTC whatever the server's
+-- default zone (no statement depends on the session's zone: timestamptz values are instants).
+SET TIME ZONE 'UTC'
 
 -- name: session_bounds
 -- Once per connection of a store with bounds (the launcher's), in place of SET TIME ZONE: the
@@ -47,14 +50,7 @@ LISTEN runlane_wakeup
 -- Serialises accepts of one job so the overlap check and the insert are atomic.
 SELECT pg_advisory_xact_lock(hashtext('runlane:job:' || %(job)s))
 
--- name: run_by_dedupe_key
-SELECT * FROM run_log WHERE dedupe_key = %(dedupe_key)s
 
--- name: active_run_of_job
-SELECT id FROM run_log
-WHERE job = %(job)s AND status IN ('queued', 'running')
-ORDER BY queued_at, id
-LIMIT 1
 
 -- name: insert_run
 -- One statement: the row, the wake-up (queued rows only) and the outbox row commit together.
@@ -251,8 +247,7 @@ UPDATE run_log r SET
     exit_code = %(exit_code)s,
     error_code = %(error_code)s,
     log_tail = %(log_tail)s,
-    -- The outcome's note; else the accept note (e.g. no_cluster_fallback), unless the row holds
-    -- the note of a temporary error it was released with (error_code set): that one is over.
+    -- The rule of core.accept_rules.finish_note, here to be atomic with the update.
     note = CASE WHEN %(note)s::text IS NOT NULL THEN %(note)s
                 WHEN r.error_code IS NOT NULL THEN NULL ELSE r.note END,
     -- When the run ended (the save may have waited out an outage), never before it started.
@@ -281,7 +276,7 @@ UPDATE run_log r SET
     error_code = v.error_code,
     log_tail = v.log_tail,
     note = CASE WHEN v.note IS NOT NULL THEN v.note
-                WHEN r.error_code IS NOT NULL THEN NULL ELSE r.note END,  -- as in finish
+                WHEN r.error_code IS NOT NULL THEN NULL ELSE r.note END,  -- core.accept_rules.finish_note
     finished_at = greatest(r.started_at, n.now - make_interval(secs => v.ago)),  -- as in finish
     external_id = coalesce(v.external_id, r.external_id)
 FROM v, n
@@ -376,7 +371,7 @@ c AS (
     FOR UPDATE OF r SKIP LOCKED
 )
 UPDATE run_log r SET status = 'timeout', end_reason = 'orphaned', error_code = 'orphaned',
-    finished_at = n.now, note = 'nobody supervised this run past its deadline'
+    finished_at = n.now, note = %(note)s  -- core.accept_rules.ORPHANED_NOTE
 FROM c, n
 WHERE r.id = c.id AND r.status = 'running'
   AND (r.lease_token IS NULL OR r.lease_expires_at < n.now)
@@ -438,11 +433,7 @@ ON CONFLICT (job) DO UPDATE SET
     created_at = excluded.created_at
 RETURNING *
 
--- name: clear_override
-DELETE FROM job_overrides WHERE job = %(job)s RETURNING job
 
--- name: overrides
-SELECT * FROM job_overrides ORDER BY job
 
 -- name: beat
 INSERT INTO launcher_heartbeat (launcher_id, host, pid, version, started_at, beat_at, queue_depth, running,
@@ -468,11 +459,7 @@ ON CONFLICT (launcher_id) DO UPDATE SET
     heartbeat_interval = excluded.heartbeat_interval,
     log_dir = excluded.log_dir
 
--- name: launchers
-SELECT * FROM launcher_heartbeat ORDER BY launcher_id
 
--- name: remove_launcher
-DELETE FROM launcher_heartbeat WHERE launcher_id = %(launcher_id)s
 
 -- name: prune_launchers
 -- Heartbeat rows of launchers silent for longer than the bound, or ten of their own intervals
@@ -489,8 +476,6 @@ VALUES (%(launcher_id)s, '', 0, '', clock_timestamp(), clock_timestamp(), 0, '{}
 
 -- --- triggers: schedule state, chain runs, events ------------------------------------------
 
--- name: schedule_states
-SELECT schedule_key, last_slot FROM schedule_state
 
 -- name: advance_schedule
 -- Monotonic: racing launchers can only move a schedule forward.
@@ -518,8 +503,6 @@ FROM n
 ON CONFLICT DO NOTHING
 RETURNING *
 
--- name: chain_run_by_dedupe_key
-SELECT * FROM chain_runs WHERE dedupe_key = %(dedupe_key)s
 
 -- name: get_chain_run
 SELECT * FROM chain_runs WHERE id = %(id)s::uuid
@@ -556,8 +539,6 @@ VALUES (%(id)s, %(key)s, %(data)s::jsonb, coalesce(%(now)s::timestamptz, clock_t
 ON CONFLICT (id) DO NOTHING
 RETURNING *
 
--- name: get_event
-SELECT * FROM events WHERE id = %(id)s
 
 -- name: list_events
 SELECT * FROM events
@@ -570,8 +551,6 @@ INSERT INTO event_runs (event_id, run_id, job, started)
 VALUES (%(event_id)s, %(run_id)s::uuid, %(job)s, %(started)s)
 ON CONFLICT (event_id, run_id) DO NOTHING
 
--- name: event_runs
-SELECT * FROM event_runs WHERE event_id = %(event_id)s ORDER BY job, run_id
 
 -- name: events_of_run
 SELECT * FROM event_runs WHERE run_id = %(run_id)s::uuid ORDER BY event_id

@@ -1,4 +1,4 @@
--- Named statements of the SQLite store (loaded by runlane.adapters.sqlcommon.load_queries).
+-- Named statements of the SQLite store (loaded by runlane.adapters.sql.queries.load_queries).
 -- `:now` and every derived time are computed by the adapter from its Clock, in the fixed-width
 -- text form; SQLite's own time functions are never used (their precision and format differ).
 -- Writes run inside BEGIN IMMEDIATE, so one writer at a time: no row locks are needed.
@@ -12,20 +12,11 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 -- name: migrations_table_exists
 SELECT count(*) AS present FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'
 
--- name: schema_version
-SELECT coalesce(max(version), 0) AS version FROM schema_migrations
 
 -- name: record_migration
 INSERT INTO schema_migrations (version, applied_at) VALUES (:version, :now)
 
--- name: run_by_dedupe_key
-SELECT * FROM run_log WHERE dedupe_key = :dedupe_key
 
--- name: active_run_of_job
-SELECT id FROM run_log
-WHERE job = :job AND status IN ('queued', 'running')
-ORDER BY queued_at, id
-LIMIT 1
 
 -- name: insert_run
 INSERT INTO run_log (
@@ -122,8 +113,7 @@ UPDATE run_log SET
     exit_code = :exit_code,
     error_code = :error_code,
     log_tail = :log_tail,
-    -- The outcome's note; else the accept note (e.g. no_cluster_fallback), unless the row holds
-    -- the note of a temporary error it was released with (error_code set): that one is over.
+    -- The rule of core.accept_rules.finish_note, here to be atomic with the update.
     note = CASE WHEN :note IS NOT NULL THEN :note
                 WHEN error_code IS NOT NULL THEN NULL ELSE note END,
     -- When the run ended (the save may have waited out an outage), never before it started.
@@ -182,7 +172,7 @@ RETURNING *
 -- died) or an expired one that no launcher able to run it has taken over.
 UPDATE run_log SET status = 'timeout', end_reason = 'orphaned', error_code = 'orphaned',
     finished_at = :now,
-    note = 'nobody supervised this run past its deadline'
+    note = :note  -- core.accept_rules.ORPHANED_NOTE
 WHERE id IN (
     SELECT id FROM run_log
     WHERE status = 'running' AND deadline_at IS NOT NULL AND deadline_at < :cutoff
@@ -242,11 +232,7 @@ ON CONFLICT (job) DO UPDATE SET
     created_at = excluded.created_at
 RETURNING *
 
--- name: clear_override
-DELETE FROM job_overrides WHERE job = :job RETURNING job
 
--- name: overrides
-SELECT * FROM job_overrides ORDER BY job
 
 -- name: beat
 INSERT INTO launcher_heartbeat (launcher_id, host, pid, version, started_at, beat_at, queue_depth, running,
@@ -271,11 +257,7 @@ ON CONFLICT (launcher_id) DO UPDATE SET
     heartbeat_interval = excluded.heartbeat_interval,
     log_dir = excluded.log_dir
 
--- name: launchers
-SELECT * FROM launcher_heartbeat ORDER BY launcher_id
 
--- name: remove_launcher
-DELETE FROM launcher_heartbeat WHERE launcher_id = :launcher_id
 
 -- name: prune_launchers
 -- Heartbeat rows of launchers silent for longer than the bound, or ten of their own intervals
@@ -293,8 +275,6 @@ VALUES (:launcher_id, '', 0, '', :now, :now, 0, '{}')
 
 -- --- triggers: schedule state, chain runs, events ------------------------------------------
 
--- name: schedule_states
-SELECT schedule_key, last_slot FROM schedule_state
 
 -- name: advance_schedule
 -- Monotonic: racing launchers can only move a schedule forward.
@@ -319,8 +299,6 @@ INSERT INTO chain_runs (
 ON CONFLICT DO NOTHING
 RETURNING *
 
--- name: chain_run_by_dedupe_key
-SELECT * FROM chain_runs WHERE dedupe_key = :dedupe_key
 
 -- name: get_chain_run
 SELECT * FROM chain_runs WHERE id = :id
@@ -352,8 +330,6 @@ INSERT INTO events (id, key, data, occurred_at) VALUES (:id, :key, :data, :now)
 ON CONFLICT (id) DO NOTHING
 RETURNING *
 
--- name: get_event
-SELECT * FROM events WHERE id = :id
 
 -- name: list_events
 SELECT * FROM events
@@ -365,8 +341,23 @@ LIMIT :limit
 INSERT INTO event_runs (event_id, run_id, job, started) VALUES (:event_id, :run_id, :job, :started)
 ON CONFLICT (event_id, run_id) DO NOTHING
 
--- name: event_runs
-SELECT * FROM event_runs WHERE event_id = :event_id ORDER BY job, run_id
 
 -- name: events_of_run
 SELECT * FROM event_runs WHERE run_id = :run_id ORDER BY event_id
+
+-- --- connection set-up (run once per connection, in this order: CONNECTION_PRAGMAS) ----------
+
+-- name: pragma_journal_wal
+-- Readers never block the one writer, and the writer never blocks readers.
+PRAGMA journal_mode=WAL
+
+-- name: pragma_synchronous_normal
+-- In WAL mode: never corrupt, no fsync per commit; a power loss may lose the last commits.
+PRAGMA synchronous=NORMAL
+
+-- name: pragma_busy_timeout
+-- A writer waits up to 5 s for another's lock instead of failing at once.
+PRAGMA busy_timeout=5000
+
+-- name: pragma_foreign_keys_off
+PRAGMA foreign_keys=OFF

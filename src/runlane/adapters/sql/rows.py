@@ -1,172 +1,23 @@
-"""What the SQL store adapters share: the named-query loader, migration files, row decoding.
-
-Both dialects keep their SQL in `.sql` files next to the adapter; this module only reads them and
-turns result rows (plain mappings) into the value objects of `runlane.core.runs`.
-"""
+"""Decoding result rows (plain mappings) into runlane's records, and the JSON columns both SQL
+dialects store as text. Each dialect supplies how it stores time (`RowReader(decode_time)`)."""
 
 from __future__ import annotations
 
 import json
-import re
-import time
-import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from importlib import resources
 from typing import Any
 
-from runlane.core.admission import Candidate, select_admissible
-from runlane.core.runs import Outcome, Run, RunStatus
-from runlane.errors import SchemaOutOfDate
-from runlane.ports import Heartbeat, Override
+from runlane.core.records import ChainRun, Event, EventLink, Heartbeat, Override
+from runlane.core.runs import Run, RunStatus
 
 Row = Mapping[str, object]
-
-_NAME_LINE = re.compile(r"^--\s*name:\s*([A-Za-z_][A-Za-z0-9_]*)\s*$")
-_MIGRATION_FILE = re.compile(r"^(\d{4})_[A-Za-z0-9_]+\.sql$")
-
-
-def load_queries(package: str, filename: str = "sql/queries.sql") -> dict[str, str]:
-    """Parse `-- name: x` blocks of a dialect's query file into {name: sql}.
-
-    Whole-line comments are dropped: they cost bytes on every call and psycopg would read a `%`
-    in them as a placeholder.
-    """
-    text = resources.files(package).joinpath(filename).read_text(encoding="utf-8")
-    queries: dict[str, str] = {}
-    name: str | None = None
-    lines: list[str] = []
-
-    def flush() -> None:
-        if name is not None:
-            body = "\n".join(lines).strip().rstrip(";").strip()
-            if not body:
-                raise ValueError(f"{package}/{filename}: query {name!r} is empty")
-            queries[name] = body
-
-    for line in text.splitlines():
-        match = _NAME_LINE.match(line.strip())
-        if match:
-            flush()
-            name = match.group(1)
-            if name in queries:
-                raise ValueError(f"{package}/{filename}: query {name!r} is defined twice")
-            lines = []
-        elif name is not None and not line.lstrip().startswith("--"):
-            lines.append(line)
-    flush()
-    return queries
-
-
-@dataclass(frozen=True, slots=True)
-class Migration:
-    version: int
-    name: str
-    sql: str
-
-
-def load_migrations(package: str) -> list[Migration]:
-    """The numbered migration files of a dialect, in order (`sql/migrations/0001_initial.sql`)."""
-    folder = resources.files(package).joinpath("sql/migrations")
-    found: list[Migration] = []
-    for entry in folder.iterdir():
-        match = _MIGRATION_FILE.match(entry.name)
-        if match:
-            found.append(Migration(int(match.group(1)), entry.name, entry.read_text("utf-8")))
-    found.sort(key=lambda m: m.version)
-    versions = [m.version for m in found]
-    if versions != list(range(1, len(found) + 1)):
-        raise ValueError(f"{package}: migrations must be numbered 1..n without gaps: {versions}")
-    return found
-
-
-def load_reference_schema(package: str) -> str:
-    return resources.files(package).joinpath("sql/schema.sql").read_text(encoding="utf-8")
-
-
-def check_schema_version(found: int, needed: int) -> None:
-    """Raise `SchemaOutOfDate` with what to do unless `found == needed`."""
-    if found < needed:
-        raise SchemaOutOfDate(
-            f"database is at schema version {found}, this runlane needs {needed}: "
-            "run `runlane db upgrade`"
-        )
-    if found > needed:
-        raise SchemaOutOfDate(
-            f"database is at schema version {found}, this runlane needs {needed}: "
-            "it was written by a newer runlane; upgrade runlane"
-        )
-
-
-SECRET_KEYS = frozenset({"password", "sslpassword"})
-_KEYWORD_SECRET = re.compile(r"(?i)(\b(?:ssl)?password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s']\S*|'.*)")
-
-
-def mask_url(url: str) -> str:
-    """The URL with every secret replaced by `***`: the userinfo password, `password` and
-    `sslpassword` in the query string, and `password=` / `sslpassword=` in a `key=value`
-    connection string. Plain string work (never a URL parser that can reject what libpq takes:
-    several hosts, odd ports, broken brackets), so it masks whatever it is given and never
-    raises."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return _KEYWORD_SECRET.sub(r"\1***", url)
-    # libpq reads the credentials up to the last `@` before the first `/`.
-    slash = rest.find("/")
-    head = rest if slash < 0 else rest[:slash]
-    at = head.rfind("@")
-    if at >= 0 and ":" in head[:at]:
-        user = head[:at].split(":", 1)[0]
-        rest = f"{user}:***@{rest[at + 1 :]}"
-    base, qmark, query = rest.partition("?")
-    if qmark:
-        query, hash_, fragment = query.partition("#")
-        fields = []
-        for field in query.split("&"):
-            key, eq, _value = field.partition("=")
-            if eq and urllib.parse.unquote_plus(key).strip().lower() in SECRET_KEYS:
-                field = f"{key}=***"
-            fields.append(field)
-        rest = f"{base}?{'&'.join(fields)}{hash_}{fragment}"
-    return f"{scheme}://{rest}"
-
-
-def url_secrets(url: str) -> list[str]:
-    """The secret values a database URL carries (raw and percent-decoded), longest first, so a
-    message that may echo the URL can have them removed (`mask_secrets`)."""
-    found: set[str] = set()
-    _scheme, sep, rest = url.partition("://")
-    if sep:
-        slash = rest.find("/")
-        head = rest if slash < 0 else rest[:slash]
-        at = head.rfind("@")
-        if at >= 0 and ":" in head[:at]:
-            found.add(head[:at].split(":", 1)[1])
-        for field in rest.partition("?")[2].partition("#")[0].split("&"):
-            key, eq, value = field.partition("=")
-            if eq and urllib.parse.unquote_plus(key).strip().lower() in SECRET_KEYS:
-                found.add(value)
-    else:
-        for match in _KEYWORD_SECRET.finditer(url):
-            found.add(match.group(2).strip("'"))
-    decoded = {urllib.parse.unquote(s) for s in found} | {
-        urllib.parse.unquote_plus(s) for s in found
-    }
-    return sorted({s for s in found | decoded if s}, key=len, reverse=True)
-
-
-def mask_secrets(text: str, url: str) -> str:
-    """`text` (an error message, say) with the secrets of `url` in it replaced by `***`."""
-    for secret in url_secrets(url):
-        text = text.replace(secret, "***")
-    return text
-
 
 # --- JSON columns -------------------------------------------------------------------------------
 
 
 def dump_json(value: object) -> str:
+    """Compact, key-sorted JSON text (the stored form of params, lists and count maps)."""
     return json.dumps(value, separators=(",", ":"), sort_keys=True)
 
 
@@ -195,6 +46,7 @@ def parse_str_list(raw: object) -> list[str] | None:
 
 
 def parse_count_map(raw: object) -> dict[str, int]:
+    """A JSON object of counts (a heartbeat's `running`); {} when absent or corrupt."""
     if raw is None:
         return {}
     try:
@@ -359,6 +211,39 @@ class RowReader:
             log_dir=self.opt_text(row, "log_dir"),
         )
 
+    def chain_run(self, row: Row) -> ChainRun:
+        return ChainRun(
+            id=self.text(row, "id"),
+            chain=self.text(row, "chain"),
+            dedupe_key=self.text(row, "dedupe_key"),
+            trigger=self.text(row, "trigger"),
+            status=self.text(row, "status"),
+            started_at=self.time(row, "started_at"),
+            requested_by=self.opt_text(row, "requested_by"),
+            scheduled_for=self.opt_time(row, "scheduled_for"),
+            end_reason=self.opt_text(row, "end_reason"),
+            deadline_at=self.opt_time(row, "deadline_at"),
+            finished_at=self.opt_time(row, "finished_at"),
+            overrun_at=self.opt_time(row, "overrun_at"),
+        )
+
+    def event(self, row: Row) -> Event:
+        return Event(
+            id=self.text(row, "id"),
+            key=self.text(row, "key"),
+            data=parse_params(self.opt_text(row, "data") or ""),
+            occurred_at=self.time(row, "occurred_at"),
+        )
+
+    @staticmethod
+    def event_link(row: Row) -> EventLink:
+        return EventLink(
+            event_id=RowReader.text(row, "event_id"),
+            run_id=RowReader.text(row, "run_id"),
+            job=RowReader.text(row, "job"),
+            started=bool(row["started"]),
+        )
+
 
 def _opt_float(value: object) -> float | None:
     return None if value is None else float(value)  # type: ignore[arg-type]
@@ -413,71 +298,13 @@ def aware_utc(value: datetime) -> datetime:
     return value.astimezone(UTC)
 
 
-def cancelled_note(by: str | None) -> str:
-    return f"cancelled by {by}" if by else "cancelled"
-
-
-def outbox_payload(run_id: str, job: str, executor: str, attempt: int) -> str:
-    """What the bus relay publishes for a queued run (the row stays the authority)."""
-    return dump_json({"run_id": run_id, "job": job, "executor": executor, "attempt": attempt})
-
-
-OUTBOX_TOPIC_RUN_QUEUED = "job_runs"
-
-
 def running_by_launcher(rows: Sequence[Row]) -> dict[str, dict[str, int]]:
-    """`Store.running_by_launcher` from rows of (owner, executor, n)."""
+    """`RunLog.running_by_launcher` from rows of (owner, executor, n)."""
     counts: dict[str, dict[str, int]] = {}
     for row in rows:
         owner = RowReader.text(row, "owner")
         counts.setdefault(owner, {})[RowReader.text(row, "executor")] = RowReader.integer(row, "n")
     return counts
-
-
-def seconds_since(ended_monotonic: float | None) -> float:
-    """How long ago a run ended (`FinishRequest.ended_monotonic`): 0 when unknown, never less."""
-    if ended_monotonic is None:
-        return 0.0
-    return max(0.0, time.monotonic() - ended_monotonic)
-
-
-def outcome_params(outcome: Outcome) -> dict[str, object]:
-    return {
-        "status": outcome.status.value,
-        "end_reason": outcome.end_reason,
-        "exit_code": outcome.exit_code,
-        "error_code": outcome.error_code,
-        "log_tail": outcome.log_tail,
-        "note": outcome.note,
-    }
-
-
-def admit(
-    cand_rows: Sequence[Row],
-    count_rows: Sequence[Row],
-    executor_caps: Mapping[str, int],
-    limit: int,
-) -> list[str]:
-    """`select_admissible` over claim-candidate rows (in claim order) and the rows of
-    `running_counts` (job, executor, n)."""
-    by_job: dict[str, int] = {}
-    by_executor: dict[str, int] = {}
-    for row in count_rows:
-        n = RowReader.integer(row, "n")
-        job = RowReader.text(row, "job")
-        executor = RowReader.text(row, "executor")
-        by_job[job] = by_job.get(job, 0) + n
-        by_executor[executor] = by_executor.get(executor, 0) + n
-    candidates = [
-        Candidate(
-            id=RowReader.text(r, "id"),
-            job=RowReader.text(r, "job"),
-            executor=RowReader.text(r, "executor"),
-            overlap=RowReader.text(r, "overlap"),
-        )
-        for r in cand_rows
-    ]
-    return select_admissible(candidates, by_job, by_executor, executor_caps, limit)
 
 
 def parse_running_counts(raw: object) -> list[Row]:

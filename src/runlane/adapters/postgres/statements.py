@@ -1,0 +1,13 @@
+"""The PostgreSQL store's named statements (`sql/queries.sql` plus the shared ones) and its
+migrations, loaded once at import."""
+
+from __future__ import annotations
+
+from runlane.adapters.sql.migrations import load_migrations
+from runlane.adapters.sql.queries import load_queries, with_shared
+
+_PACKAGE = "runlane.adapters.postgres"
+
+Q = with_shared(load_queries(_PACKAGE), "pyformat")
+MIGRATIONS = load_migrations(_PACKAGE)
+CURRENT_SCHEMA_VERSION = MIGRATIONS[-1].version

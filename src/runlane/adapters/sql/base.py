@@ -1,0 +1,355 @@
+"""What both SQL stores do the same way: the single-statement methods of the Store port,
+written once over four dialect primitives, and the parameters built from runlane's records.
+
+A dialect supplies `_read_one`/`_read_all` (a read), `_write_one`/`_write_all`/`_write_many`
+(one write transaction; SQLite takes the write lock, PostgreSQL autocommits), `_execute` (a
+statement whose result nobody reads), `_param_time` (a time as the dialect binds it),
+`_is_id` (PostgreSQL: is this a UUID; a malformed id matches no row without asking) and
+`_read` (its `RowReader`). The hot paths (accept, claim, renew, finish_many) stay in each
+dialect's store, written for its driver: none of them goes through this class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from runlane.adapters.sql.rows import Row, RowReader, dump_json, running_by_launcher
+from runlane.core.admission import Candidate, select_admissible
+from runlane.core.records import ChainRun, Event, EventLink, Heartbeat, Override, RunFilter
+from runlane.core.runs import NewRun, Outcome, Run, RunStatus
+from runlane.errors import NotFound, StoreError
+from runlane.ports.bus import TOPIC_RUN_QUEUED
+
+OUTBOX_TOPIC_RUN_QUEUED = TOPIC_RUN_QUEUED
+
+
+def outbox_payload(run_id: str, job: str, executor: str, attempt: int) -> str:
+    """What the bus relay publishes for a queued run (the row stays the authority)."""
+    return dump_json({"run_id": run_id, "job": job, "executor": executor, "attempt": attempt})
+
+
+async def wait_for_event(event: asyncio.Event, max_wait: float) -> bool:
+    """Wait until `event` is set (then clear it: one wake-up per set) or `max_wait` seconds
+    pass; True when woken. The stores' `Wakeups.wait_for_wakeup`."""
+    try:
+        # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation that
+        # arrives as the event fires (gh-86296).
+        async with asyncio.timeout(max(0.0, max_wait)):
+            await event.wait()
+    except TimeoutError:
+        return False
+    event.clear()
+    return True
+
+
+def seconds_since(ended_monotonic: float | None) -> float:
+    """How long ago a run ended (`FinishRequest.ended_monotonic`): 0 when unknown, never less."""
+    if ended_monotonic is None:
+        return 0.0
+    return max(0.0, time.monotonic() - ended_monotonic)
+
+
+def outcome_params(outcome: Outcome) -> dict[str, object]:
+    """The outcome's columns, as the `finish*` statements name them."""
+    return {
+        "status": outcome.status.value,
+        "end_reason": outcome.end_reason,
+        "exit_code": outcome.exit_code,
+        "error_code": outcome.error_code,
+        "log_tail": outcome.log_tail,
+        "note": outcome.note,
+    }
+
+
+def run_params(new: NewRun, status: RunStatus, end_reason: str | None) -> dict[str, object]:
+    """The `insert_run` parameters both dialects bind the same way (every column of `new` but
+    its times, which each dialect adds as it binds time)."""
+    return {
+        "id": new.id,
+        "job": new.job,
+        "status": status.value,
+        "trigger": str(new.trigger),
+        "requested_by": new.requested_by,
+        "params": dump_json(new.params),
+        "dedupe_key": new.dedupe_key,
+        "parent_run_id": new.parent_run_id,
+        "chain_root_id": new.chain_root_id,
+        "event_id": new.event_id,
+        "downstream": None if new.downstream is None else dump_json(new.downstream),
+        "attempt": new.attempt,
+        "retry_of": new.retry_of,
+        "max_attempts": new.max_attempts,
+        "deadline_seconds": float(new.deadline_seconds),
+        "kill_grace_seconds": float(new.kill_grace_seconds),
+        "executor": new.executor,
+        "overlap": new.overlap,
+        "end_reason": end_reason,
+        "note": new.note,
+        "traceparent": new.traceparent,
+    }
+
+
+def admit(
+    cand_rows: Sequence[Row],
+    count_rows: Sequence[Row],
+    executor_caps: Mapping[str, int],
+    limit: int,
+) -> list[str]:
+    """`select_admissible` over claim-candidate rows (in claim order) and the rows of
+    `running_counts` (job, executor, n)."""
+    by_job: dict[str, int] = {}
+    by_executor: dict[str, int] = {}
+    for row in count_rows:
+        n = RowReader.integer(row, "n")
+        job = RowReader.text(row, "job")
+        executor = RowReader.text(row, "executor")
+        by_job[job] = by_job.get(job, 0) + n
+        by_executor[executor] = by_executor.get(executor, 0) + n
+    candidates = [
+        Candidate(
+            id=RowReader.text(r, "id"),
+            job=RowReader.text(r, "job"),
+            executor=RowReader.text(r, "executor"),
+            overlap=RowReader.text(r, "overlap"),
+        )
+        for r in cand_rows
+    ]
+    return select_admissible(candidates, by_job, by_executor, executor_caps, limit)
+
+
+class SqlStoreBase:
+    """The Store methods that are one statement (or one batch) in both dialects."""
+
+    _read: RowReader
+
+    # --- the dialect's primitives -------------------------------------------------------------
+
+    async def _read_one(self, name: str, params: Mapping[str, object]) -> Row | None:
+        raise NotImplementedError
+
+    async def _read_all(self, name: str, params: Mapping[str, object]) -> list[Row]:
+        raise NotImplementedError
+
+    async def _write_one(self, name: str, params: Mapping[str, object]) -> Row | None:
+        raise NotImplementedError
+
+    async def _write_all(self, name: str, params: Mapping[str, object]) -> list[Row]:
+        raise NotImplementedError
+
+    async def _write_many(self, name: str, params: Sequence[Mapping[str, object]]) -> None:
+        raise NotImplementedError
+
+    async def _execute(self, name: str, params: Mapping[str, object]) -> None:
+        raise NotImplementedError
+
+    def _param_time(self, value: datetime | None) -> object:
+        raise NotImplementedError
+
+    def _param_now(self) -> object:
+        raise NotImplementedError
+
+    def _is_id(self, value: str) -> bool:
+        return True
+
+    # --- runs ---------------------------------------------------------------------------------
+
+    async def get_run(self, run_id: str) -> Run:
+        row = await self._read_one("get_run", {"id": run_id}) if self._is_id(run_id) else None
+        if row is None:
+            raise NotFound(f"no run {run_id}")
+        return self._read.run(row)
+
+    async def run_by_dedupe_key(self, dedupe_key: str) -> Run | None:
+        row = await self._read_one("run_by_dedupe_key", {"dedupe_key": dedupe_key})
+        return None if row is None else self._read.run(row)
+
+    async def list_runs(self, flt: RunFilter) -> list[Run]:
+        for value in (flt.parent_run_id, flt.chain_root_id):
+            if value is not None and not self._is_id(value):
+                return []
+        params = {
+            "job": flt.job,
+            "status": None if flt.status is None else flt.status.value,
+            "parent_run_id": flt.parent_run_id,
+            "chain_root_id": flt.chain_root_id,
+            "limit": max(0, flt.limit),
+        }
+        return [self._read.run(r) for r in await self._read_all("list_runs", params)]
+
+    async def count_queued(self) -> int:
+        row = await self._read_one("count_queued", {})
+        return 0 if row is None else RowReader.integer(row, "n")
+
+    async def running_by_launcher(self) -> dict[str, dict[str, int]]:
+        return running_by_launcher(await self._read_all("running_by_launcher", {}))
+
+    async def cancel_requests(self, owner: str) -> list[str]:
+        rows = await self._read_all("cancel_requests", {"owner": owner})
+        return [RowReader.text(r, "id") for r in rows]
+
+    async def expire_queued(self, *, limit: int = 500) -> list[Run]:
+        rows = await self._write_all("expire_queued", {"now": self._param_now(), "limit": limit})
+        return sorted((self._read.run(r) for r in rows), key=lambda r: (r.queued_at, r.id))
+
+    # --- overrides and launchers --------------------------------------------------------------
+
+    async def set_override(
+        self, job: str, *, paused_until: datetime | None, reason: str | None, by: str | None
+    ) -> Override:
+        params = {
+            "now": self._param_now(),
+            "job": job,
+            "paused_until": self._param_time(paused_until),
+            "reason": reason,
+            "created_by": by,
+        }
+        row = await self._write_one("set_override", params)
+        if row is None:
+            raise StoreError(f"override for job {job} was not saved")
+        return self._read.override(row)
+
+    async def clear_override(self, job: str) -> bool:
+        return await self._write_one("clear_override", {"job": job}) is not None
+
+    async def overrides(self) -> dict[str, Override]:
+        rows = await self._read_all("overrides", {})
+        return {o.job: o for o in (self._read.override(r) for r in rows)}
+
+    async def beat(self, hb: Heartbeat) -> None:
+        t = self._param_time
+        params = {
+            "now": self._param_now(),
+            "launcher_id": hb.launcher_id,
+            "host": hb.host,
+            "pid": hb.pid,
+            "version": hb.version,
+            "started_at": t(hb.started_at),
+            "queue_depth": hb.queue_depth,
+            "running": dump_json(dict(hb.running)),
+            "catalog_digest": hb.catalog_digest,
+            "catalog_loaded_at": t(hb.catalog_loaded_at),
+            "catalog_jobs": None if hb.catalog_jobs is None else dump_json(list(hb.catalog_jobs)),
+            "catalog_path": hb.catalog_path,
+            "heartbeat_interval": hb.heartbeat_interval,
+            "log_dir": hb.log_dir,
+            "catalog_chains": (
+                None if hb.catalog_chains is None else dump_json(list(hb.catalog_chains))
+            ),
+        }
+        await self._execute("beat", params)
+
+    async def launchers(self) -> list[Heartbeat]:
+        return [self._read.heartbeat(r) for r in await self._read_all("launchers", {})]
+
+    async def remove_launcher(self, launcher_id: str) -> None:
+        await self._execute("remove_launcher", {"launcher_id": launcher_id})
+
+    # --- schedules ----------------------------------------------------------------------------
+
+    async def schedule_states(self) -> dict[str, datetime]:
+        rows = await self._read_all("schedule_states", {})
+        read = self._read
+        return {RowReader.text(r, "schedule_key"): read.time(r, "last_slot") for r in rows}
+
+    async def advance_schedules(self, slots: Mapping[str, datetime]) -> None:
+        if not slots:
+            return
+        now = self._param_now()
+        params = [
+            {"schedule_key": key, "last_slot": self._param_time(slot), "now": now}
+            for key, slot in sorted(slots.items())
+        ]
+        await self._write_many("advance_schedule", params)
+
+    # --- chain runs ---------------------------------------------------------------------------
+
+    async def get_chain_run(self, chain_run_id: str) -> ChainRun:
+        row = None
+        if self._is_id(chain_run_id):
+            row = await self._read_one("get_chain_run", {"id": chain_run_id})
+        if row is None:
+            raise NotFound(f"no chain run {chain_run_id}")
+        return self._read.chain_run(row)
+
+    async def active_chain_runs(
+        self, *, after: ChainRun | None = None, limit: int = 500
+    ) -> list[ChainRun]:
+        params = {
+            "after_at": None if after is None else self._param_time(after.started_at),
+            "after_id": None if after is None else after.id,
+            "limit": max(0, limit),
+        }
+        return [self._read.chain_run(r) for r in await self._read_all("active_chain_runs", params)]
+
+    async def list_chain_runs(self, *, chain: str | None = None, limit: int = 50) -> list[ChainRun]:
+        rows = await self._read_all("list_chain_runs", {"chain": chain, "limit": max(0, limit)})
+        return [self._read.chain_run(r) for r in rows]
+
+    async def mark_chain_overrun(self, chain_run_id: str) -> ChainRun:
+        row = None
+        if self._is_id(chain_run_id):
+            params = {"now": self._param_now(), "id": chain_run_id}
+            row = await self._write_one("mark_chain_overrun", params)
+        if row is None:
+            raise NotFound(f"no chain run {chain_run_id}")
+        return self._read.chain_run(row)
+
+    async def finish_chain_run(
+        self, chain_run_id: str, status: str, end_reason: str | None = None
+    ) -> ChainRun | None:
+        if not self._is_id(chain_run_id):
+            return None
+        params = {
+            "now": self._param_now(),
+            "id": chain_run_id,
+            "status": status,
+            "end_reason": end_reason,
+        }
+        row = await self._write_one("finish_chain_run", params)
+        return None if row is None else self._read.chain_run(row)
+
+    # --- events -------------------------------------------------------------------------------
+
+    async def get_event(self, event_id: str) -> Event:
+        row = await self._read_one("get_event", {"id": event_id})
+        if row is None:
+            raise NotFound(f"no event {event_id}")
+        return self._read.event(row)
+
+    async def list_events(self, *, key: str | None = None, limit: int = 50) -> list[Event]:
+        rows = await self._read_all("list_events", {"key": key, "limit": max(0, limit)})
+        return [self._read.event(r) for r in rows]
+
+    async def link_event_runs(self, links: Sequence[EventLink]) -> None:
+        params = [
+            {"event_id": x.event_id, "run_id": x.run_id, "job": x.job, "started": x.started}
+            for x in links
+            if self._is_id(x.run_id)
+        ]
+        if params:
+            await self._write_many("link_event_run", params)
+
+    async def event_links(self, event_id: str) -> list[EventLink]:
+        rows = await self._read_all("event_runs", {"event_id": event_id})
+        return [RowReader.event_link(r) for r in rows]
+
+    async def events_of_run(self, run_id: str) -> list[EventLink]:
+        if not self._is_id(run_id):
+            return []
+        rows = await self._read_all("events_of_run", {"run_id": run_id})
+        return [RowReader.event_link(r) for r in rows]
+
+
+__all__ = [
+    "OUTBOX_TOPIC_RUN_QUEUED",
+    "SqlStoreBase",
+    "admit",
+    "outbox_payload",
+    "outcome_params",
+    "run_params",
+    "seconds_since",
+    "wait_for_event",
+]

@@ -1,0 +1,92 @@
+"""The ports: the protocols between runlane's services and the outside world (the run log,
+executors, the clock, the bus, notifiers) and the records they exchange.
+
+Internal and unstable: do not implement them outside runlane. The adapters in
+`runlane.adapters` implement them; the conformance suites under `tests/conformance/` state the
+contracts in executable form (every Store adapter passes the same tests).
+
+- `store`: the run log, cut into roles (`RunLog`, `Leases`, `Sweeps`, `Launchers`,
+  `Overrides`, `Schedules`, `ChainRuns`, `Events`, `EventHistory`, `Wakeups`, `Schema`);
+  `Store` is all of them.
+- `executor`: where a run executes. `clock`: where time comes from.
+- `bus`: the run log's transport (outbox out, wake-ups, commands in). `notifier`: alerts out.
+"""
+
+from __future__ import annotations
+
+from runlane.core.records import (
+    ChainRun,
+    Event,
+    EventLink,
+    FinishedRun,
+    FinishRequest,
+    Heartbeat,
+    NewChainRun,
+    Override,
+    RunFilter,
+)
+from runlane.ports.bus import Bus, Delivery, OutboxMessage
+from runlane.ports.clock import Clock, SystemClock
+from runlane.ports.executor import Execution, ExecutionEvent, ExecutionSpec, Executor
+from runlane.ports.notifier import Notification, Notifier
+from runlane.ports.store import (
+    ChainLog,
+    ChainRuns,
+    ChainStore,
+    EventHistory,
+    Events,
+    EventStore,
+    ExplainStore,
+    Launchers,
+    LauncherStore,
+    Leases,
+    Overrides,
+    RunLog,
+    SchedulerStore,
+    Schedules,
+    Schema,
+    Store,
+    Sweeps,
+    Wakeups,
+)
+
+__all__ = [
+    "Bus",
+    "ChainLog",
+    "ChainRun",
+    "ChainRuns",
+    "ChainStore",
+    "Clock",
+    "Delivery",
+    "Event",
+    "EventHistory",
+    "EventLink",
+    "EventStore",
+    "Events",
+    "Execution",
+    "ExecutionEvent",
+    "ExecutionSpec",
+    "Executor",
+    "ExplainStore",
+    "FinishRequest",
+    "FinishedRun",
+    "Heartbeat",
+    "LauncherStore",
+    "Launchers",
+    "Leases",
+    "NewChainRun",
+    "Notification",
+    "Notifier",
+    "OutboxMessage",
+    "Override",
+    "Overrides",
+    "RunFilter",
+    "RunLog",
+    "SchedulerStore",
+    "Schedules",
+    "Schema",
+    "Store",
+    "Sweeps",
+    "SystemClock",
+    "Wakeups",
+]
