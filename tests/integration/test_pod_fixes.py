@@ -247,8 +247,8 @@ async def launcher_with_pods(
 async def test_a_job_gone_while_no_launcher_ran_is_not_launcher_lost(
     kube: KubeFake, store: Any, pod_catalog: Any, settings: Any, seen_started: bool
 ) -> None:
-    from runlane.testing.clock import FixedClock
     from runlane.service.stores import store_from_url
+    from runlane.testing.clock import FixedClock
 
     # Two seconds ago (the clock of its store pinned then) it was accepted, and a launcher
     # claimed it for one second, (maybe) started its Job, and died: its lease has expired, and
