@@ -454,6 +454,15 @@ class ExplainStore(Schedules, Overrides, ChainRuns, RunLog, Protocol):
     """What `service.scheduler.explain` and `explain_chain` read."""
 
 
+class SupervisorStore(Leases, Launchers, RunLog, Protocol):
+    """What the launcher's `Supervisor` calls: fenced writes of one run, and the launchers'
+    heartbeats (is another launcher running this job?)."""
+
+
+class HeartbeatStore(Launchers, RunLog, Protocol):
+    """What the launcher's `HeartbeatWriter` calls: its heartbeat row and the queue depth."""
+
+
 class LauncherStore(RunLog, Leases, Sweeps, Launchers, Wakeups, Protocol):
     """What `service.launcher.Launcher` calls itself (its scheduler and chain runner take
     their own roles from the same store)."""

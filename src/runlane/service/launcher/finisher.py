@@ -32,7 +32,7 @@ from runlane.errors import (
     LeaseLost,
     StoreError,
 )
-from runlane.ports import FinishedRun, FinishRequest, Store
+from runlane.ports import FinishedRun, FinishRequest, RunLog
 from runlane.service.launcher.journal import OutcomeJournal
 from runlane.service.launcher.leases import LeaseWrites
 from runlane.service.launcher.supervised import Supervised, Tunables, loop_time
@@ -85,7 +85,7 @@ class Finisher:
 
     def __init__(
         self,
-        store: Store,
+        store: RunLog,
         lease_writes: LeaseWrites,
         journal: OutcomeJournal,
         active: Mapping[str, Supervised],

@@ -14,7 +14,7 @@ import structlog
 from runlane import __version__
 from runlane.catalog import Catalog
 from runlane.errors import StoreError
-from runlane.ports import Heartbeat, Store
+from runlane.ports import Heartbeat, HeartbeatStore
 from runlane.service.catalog_stamp import CatalogStamp, stamp_catalog
 from runlane.service.config import Settings
 from runlane.service.launcher.supervised import Supervised
@@ -28,7 +28,7 @@ class HeartbeatWriter:
 
     def __init__(
         self,
-        store: Store,
+        store: HeartbeatStore,
         catalog: Catalog,
         settings: Settings,
         active: Mapping[str, Supervised],

@@ -9,7 +9,7 @@ import structlog
 
 from runlane.core.runs import Lease
 from runlane.errors import DatabaseConflict, DatabaseUnavailable, StoreError
-from runlane.ports import FinishedRun, FinishRequest, Store
+from runlane.ports import FinishedRun, FinishRequest, Leases
 from runlane.service.launcher.supervised import Supervised
 
 log = structlog.get_logger("runlane.launcher")
@@ -24,7 +24,7 @@ class LeaseWrites:
 
     __slots__ = ("_lock", "_store", "_ttl")
 
-    def __init__(self, store: Store, lease_ttl: float) -> None:
+    def __init__(self, store: Leases, lease_ttl: float) -> None:
         self._store = store
         self._ttl = lease_ttl
         self._lock = asyncio.Lock()

@@ -18,7 +18,7 @@ from runlane.errors import (
     TemporaryExecutorError,
     UnknownJob,
 )
-from runlane.ports import Executor, Store
+from runlane.ports import Executor, SupervisorStore
 from runlane.service.catalog_stamp import live_launchers
 from runlane.service.launcher.finisher import Finisher
 from runlane.service.launcher.journal import OutcomeJournal, seconds_since_wall
@@ -40,7 +40,7 @@ class Supervisor:
 
     def __init__(
         self,
-        store: Store,
+        store: SupervisorStore,
         catalog: Catalog,
         executors: Mapping[str, Executor],
         finisher: Finisher,
