@@ -333,7 +333,8 @@ async def test_a_mistyped_kubeconfig_refuses_pod_jobs_instead_of_running_them_in
     from runlane.core.runs import Trigger
     from runlane.errors import RunRefused
     from runlane.service.accept import RunRequest
-    from runlane.service.runtime import Runtime, build_executors
+    from runlane.service.runtime import Runtime
+    from runlane.service.wiring import build_executors
 
     missing = str(tmp_path / "kube" / "confg")
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
@@ -374,7 +375,8 @@ def test_the_default_namespace_warning_is_logged_once(
 async def test_logs_follow_right_after_run_waits_for_the_pod(
     kube: KubeFake, store: Any, pod_catalog: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runlane.service.runtime import Runtime, pod_log_lines
+    from runlane.service.operations.logs import pod_log_lines
+    from runlane.service.runtime import Runtime
 
     monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig_path))
     monkeypatch.setenv("KUBERNETES_NAMESPACE", NS)
@@ -405,7 +407,8 @@ async def test_logs_follow_right_after_run_waits_for_the_pod(
 async def test_logs_follow_of_a_pod_that_never_starts_ends_with_the_run(
     kube: KubeFake, store: Any, pod_catalog: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runlane.service.runtime import Runtime, pod_log_lines
+    from runlane.service.operations.logs import pod_log_lines
+    from runlane.service.runtime import Runtime
 
     monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig_path))
     monkeypatch.setenv("KUBERNETES_NAMESPACE", NS)
@@ -433,7 +436,8 @@ async def test_logs_without_follow_keep_failing_at_once(
     kube: KubeFake, store: Any, pod_catalog: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from runlane.errors import NotFound
-    from runlane.service.runtime import Runtime, pod_log_lines
+    from runlane.service.operations.logs import pod_log_lines
+    from runlane.service.runtime import Runtime
 
     monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig_path))
     monkeypatch.setenv("KUBERNETES_NAMESPACE", NS)

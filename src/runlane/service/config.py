@@ -215,7 +215,7 @@ class Settings:
 
     def public(self) -> dict[str, Any]:
         """The settings with secrets masked, for `runlane config`."""
-        from runlane.service.stores import mask_url
+        from runlane.service.wiring import mask_url
 
         out = asdict(self)
         out["database_url"] = mask_url(self.database_url)

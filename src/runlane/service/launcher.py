@@ -69,7 +69,7 @@ from runlane.ports import (
 )
 from runlane.service.catalog_stamp import CatalogStamp, live_launchers, stamp_catalog
 from runlane.service.config import Settings
-from runlane.service.stores import absolute_url
+from runlane.service.wiring import absolute_url
 
 log = structlog.get_logger("runlane.launcher")
 
