@@ -258,6 +258,18 @@ async def test_run_chain_starts_its_first_step_and_cancel_ends_it(rt: Runtime) -
         await operations.cancel(rt, chain_run.id, requester=ALICE)
 
 
+async def test_the_catalogs_chains_with_their_steps(rt: Runtime) -> None:
+    (pair,) = await operations.list_chains(rt)
+    assert (pair.name, pair.schedule) == ("pair", None)
+    assert [(s.step, s.job, s.after) for s in pair.steps] == [
+        ("first", "hello", ()),
+        ("second", "single", (("first", "success"),)),
+    ]
+    assert await operations.show_chain(rt, "pair") == pair
+    with pytest.raises(UnknownChain):
+        await operations.show_chain(rt, "nosuch")
+
+
 async def test_chain_refusals(rt: Runtime) -> None:
     with pytest.raises(UnknownChain) as unknown:
         await operations.run_chain(rt, "nosuch", requester=ALICE)

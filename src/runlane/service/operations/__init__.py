@@ -16,10 +16,14 @@ from __future__ import annotations
 
 from runlane.service.operations.arguments import Requester
 from runlane.service.operations.chains import (
+    ChainInfo,
     ChainRunView,
     ChainStarted,
+    ChainStepInfo,
     list_chain_runs,
+    list_chains,
     run_chain,
+    show_chain,
     show_chain_run,
 )
 from runlane.service.operations.events import EventEmitted, emit
@@ -66,8 +70,10 @@ from runlane.service.operations.status import (
 __all__ = [
     "CancelledChainRun",
     "CancelledRun",
+    "ChainInfo",
     "ChainRunView",
     "ChainStarted",
+    "ChainStepInfo",
     "DoctorReport",
     "EventEmitted",
     "JobInfo",
@@ -90,6 +96,7 @@ __all__ = [
     "explain",
     "follow_run",
     "list_chain_runs",
+    "list_chains",
     "list_jobs",
     "list_launchers",
     "list_runs",
@@ -101,6 +108,7 @@ __all__ = [
     "run_job",
     "run_output",
     "schedule_table",
+    "show_chain",
     "show_chain_run",
     "show_job",
     "show_run",

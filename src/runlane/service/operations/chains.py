@@ -1,4 +1,5 @@
-"""Chains: start a chain run now, show one with its steps, list the recent ones."""
+"""Chains: the catalog's chains with their steps; start a chain run now, show one with its
+steps, list the recent ones."""
 
 from __future__ import annotations
 
@@ -13,10 +14,34 @@ from runlane.service.operations.notices import Notice, chain_notices
 from runlane.service.runtime import Runtime
 
 if TYPE_CHECKING:
+    from runlane.catalog import Catalog
     from runlane.service.chains import StepView
 
 # The chain, event and schedule services are imported inside the operations that use them: at
 # the top they would cost every `runlane` command ~0.3 s of imports.
+
+
+@dataclass(frozen=True, slots=True)
+class ChainStepInfo:
+    """A step of a chain: the job it runs and the steps it waits for (`(step, on)`, `on`:
+    success or finish)."""
+
+    step: str
+    job: str
+    after: tuple[tuple[str, str], ...]
+    latest: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ChainInfo:
+    """A chain as the catalog defines it, its steps in dependency order."""
+
+    name: str
+    description: str | None
+    schedule: str | None  # the cron, when it runs on one
+    timezone: str | None  # the schedule's zone (the catalog's default when it names none)
+    max_duration_seconds: float | None
+    steps: tuple[ChainStepInfo, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +61,54 @@ class ChainStarted:
     warnings: tuple[Notice, ...] = ()
 
 
+def _chain_info(catalog: Catalog, name: str) -> ChainInfo:
+    from runlane.core.chains import StepSpec, topological_order
+
+    chain = catalog.chains[name]
+    specs = {
+        step: StepSpec(
+            name=step,
+            job=chain.step_job(step),
+            after=tuple((d.step, d.on) for d in body.after),
+            latest=None,
+        )
+        for step, body in chain.steps.items()
+    }
+    steps = tuple(
+        ChainStepInfo(
+            step,
+            specs[step].job,
+            tuple((p, str(on)) for p, on in specs[step].after),
+            chain.steps[step].latest,
+        )
+        for step in topological_order(specs)
+    )
+    schedule = chain.schedule
+    return ChainInfo(
+        name=name,
+        description=chain.description,
+        schedule=None if schedule is None else schedule.cron,
+        timezone=schedule.tz or catalog.global_.timezone if schedule is not None else None,
+        max_duration_seconds=chain.max_duration,
+        steps=steps,
+    )
+
+
+async def list_chains(rt: Runtime) -> tuple[ChainInfo, ...]:
+    """Every chain of the catalog, by name, with its steps."""
+    cat = rt.require_catalog()
+    return tuple(_chain_info(cat, name) for name in sorted(cat.chains))
+
+
+async def show_chain(rt: Runtime, chain: str) -> ChainInfo:
+    """One chain of the catalog with its steps (`unknown_chain`)."""
+    cat = rt.require_catalog()
+    if chain not in cat.chains:
+        known = ", ".join(sorted(cat.chains)) or "the catalog has none"
+        raise UnknownChain(f"unknown chain {chain!r} (chains: {known})")
+    return _chain_info(cat, chain)
+
+
 async def view_of(rt: Runtime, run: ChainRun) -> ChainRunView:
     from runlane.service.chains import chain_view
 
@@ -50,9 +123,7 @@ async def run_chain(
     from runlane.service.chains import ChainRunner
 
     cat = rt.require_catalog()
-    if chain not in cat.chains:
-        known = ", ".join(sorted(cat.chains)) or "the catalog has none"
-        raise UnknownChain(f"unknown chain {chain!r} (chains: {known})")
+    await show_chain(rt, chain)  # unknown_chain, naming the chains there are
     runner = ChainRunner(rt.store, cat, rt.accept)
     run = await runner.start(
         chain, trigger=requester.trigger, requested_by=requester.name, confirmed=confirmed
