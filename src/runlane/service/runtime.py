@@ -41,7 +41,9 @@ def _load_catalog(path: str) -> Catalog:
 
 @dataclass
 class Runtime:
-    """An open store plus (optionally) the loaded catalog."""
+    """The context every operation runs in: the open store, the catalog (loaded on first use
+    when not given) and the settings. `accept` is the one accept path, with the executors this
+    host can use."""
 
     settings: Settings
     store: Store
