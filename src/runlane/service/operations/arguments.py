@@ -106,22 +106,18 @@ def _utc(at: datetime) -> datetime:
 
 
 def parse_until(text: str | datetime, now: datetime) -> datetime:
-    """`pause --until`: a duration from now (`2h`, `now+2h`) or an ISO-8601 time, which must be
-    later than now (leave `--until` out to pause until `runlane resume`)."""
+    """`pause --until`: a duration from now (`2h`, `now+2h`) or an ISO-8601 time (or a
+    `datetime`), which must be later than now (leave `--until` out to pause until `runlane
+    resume`)."""
     hint = "expected a duration such as 2h or an ISO time such as 2026-12-01T08:00Z"
     if isinstance(text, datetime):
         at = _in_range(_utc(text), "--until", text.isoformat())
-        if at <= now:
-            raise InvalidArgument(
-                f"--until {text.isoformat()!r} is in the past (now is {now:%Y-%m-%dT%H:%M:%SZ})"
-            )
-        return at
-    if not text.strip():
+        text = text.isoformat()
+    elif not text.strip():
         raise InvalidArgument(
             f"--until is empty: {hint} (leave --until out to pause until resumed)"
         )
-    word = text.strip().lower()
-    if word == "now" or word.startswith(("now+", "now-")):
+    elif text.strip().lower() == "now" or text.strip().lower().startswith(("now+", "now-")):
         at = parse_time(text, now, "--until")  # the forms every other time flag takes
     else:
         at = _parse_until_plain(text, now, hint)
