@@ -17,7 +17,7 @@ from _common import median, scratch_database
 
 from runlane.adapters.postgres.store import Q
 from runlane.core.runs import NewRun, Trigger
-from runlane.service.stores import store_from_url
+from runlane.service.wiring import store_from_url
 
 # The same statement with the fence taken out of the WHERE clause: only the lease check differs.
 FENCE = (

@@ -28,8 +28,7 @@ from runlane.core.runs import Trigger
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
-from runlane.service.runtime import build_executors
-from runlane.service.stores import store_from_url
+from runlane.service.wiring import build_executors, store_from_url
 
 
 def enqueuer(url: str, catalog_path: str, pipe: Connection) -> None:

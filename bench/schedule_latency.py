@@ -24,8 +24,7 @@ from runlane.catalog import parse_catalog_text
 from runlane.ports import RunFilter
 from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
-from runlane.service.runtime import build_executors
-from runlane.service.stores import store_from_url
+from runlane.service.wiring import build_executors, store_from_url
 
 
 async def one_round(url: str, jobs: int, workdir: Path) -> list[float]:

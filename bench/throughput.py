@@ -47,7 +47,7 @@ from _common import (
 from runlane.catalog import load_catalog
 from runlane.core.runs import Trigger
 from runlane.service.accept import RunRequest, accept_run
-from runlane.service.stores import store_from_url
+from runlane.service.wiring import store_from_url
 
 
 async def enqueue(url: str, catalog_path: Path, n: int) -> float:

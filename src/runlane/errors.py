@@ -3,12 +3,20 @@
     RunlaneError
     ├── ConfigError              bad configuration (env, flags, URLs)
     ├── CatalogError             the catalog file is missing or invalid (carries every problem)
+    ├── InvalidArgument          an argument of a request is not acceptable (a flag, a limit, a time)
     ├── RunRefused               the accept path said no (unknown job, bad params, overlap)
     │   ├── UnknownJob
+    │   ├── UnknownChain
     │   ├── ParamError
     │   ├── OverlapRefused
-    │   └── PayloadTooLarge
-    ├── NotFound                 a run, chain or job asked for does not exist
+    │   ├── PayloadTooLarge
+    │   ├── EventIdTaken
+    │   └── ConfirmationRequired
+    ├── NotFound                 a run or chain run asked for does not exist
+    │   ├── UnknownRun
+    │   ├── UnknownChainRun
+    │   └── AmbiguousId          a prefix matches several runs (or chain runs)
+    ├── NotCancellable           a cancel of a run or chain run that has already ended
     ├── StoreError               the database failed
     │   ├── DatabaseUnavailable  cannot connect, or no answer in time (temporary)
     │   ├── DatabaseConflict     a statement aborted to break a conflict: run it again
@@ -19,7 +27,8 @@
         ├── TemporaryExecutorError   retry later (API 5xx, timeouts, spawn EAGAIN)
         └── PermanentExecutorError   give up with a reason (forbidden, invalid spec, ENOENT)
 
-Each error has a short stable `code` (used as `error_code` in the run log and in JSON output).
+Each error has a short stable `code` (used as `error_code` in the run log and in JSON output) and
+the CLI's `exit_code`; docs/errors.md lists every code with the HTTP status the API maps it to.
 """
 
 from __future__ import annotations
@@ -55,6 +64,13 @@ class CatalogError(RunlaneError):
         self.problems = problems or []
 
 
+class InvalidArgument(RunlaneError):
+    """An argument of a request is not acceptable (a flag's text, a limit, a time, a range)."""
+
+    code = "invalid_argument"
+    exit_code = 2
+
+
 class RunRefused(RunlaneError):
     """The run was refused."""
 
@@ -68,10 +84,16 @@ class UnknownJob(RunRefused):
     code = "unknown_job"
 
 
+class UnknownChain(RunRefused):
+    """No chain with that name is in the catalog."""
+
+    code = "unknown_chain"
+
+
 class ParamError(RunRefused):
     """The run's params do not match the job's allowlist."""
 
-    code = "bad_params"
+    code = "param_invalid"
 
 
 class PayloadTooLarge(RunRefused):
@@ -83,7 +105,7 @@ class PayloadTooLarge(RunRefused):
 class OverlapRefused(RunRefused):
     """The job does not allow overlapping runs and one is already queued or running."""
 
-    code = "overlap"
+    code = "overlap_refused"
     exit_code = 3
 
     def __init__(self, message: str, active_run_id: str) -> None:
@@ -107,6 +129,30 @@ class NotFound(RunlaneError):
     """Not found."""
 
     code = "not_found"
+
+
+class UnknownRun(NotFound):
+    """No run has that id (or an id starting with that prefix)."""
+
+    code = "unknown_run"
+
+
+class UnknownChainRun(NotFound):
+    """No chain run has that id (or an id starting with that prefix)."""
+
+    code = "unknown_chain_run"
+
+
+class AmbiguousId(NotFound):
+    """The id prefix matches more than one run (or chain run): give more of the id."""
+
+    code = "ambiguous_id"
+
+
+class NotCancellable(RunlaneError):
+    """The run (or chain run) has already ended: there is nothing to cancel."""
+
+    code = "not_cancellable"
 
 
 class StoreError(RunlaneError):

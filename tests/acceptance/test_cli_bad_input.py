@@ -23,7 +23,7 @@ from runlane.errors import ParamError
 from runlane.ports import RunFilter
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.events import BadEvent, emit_event
-from runlane.service.stores import store_from_url
+from runlane.service.wiring import store_from_url
 
 CATALOG = """
 version: 1
@@ -345,7 +345,7 @@ def test_catalog_check_takes_the_file_as_an_argument(env: dict[str, str], tmp_pa
     assert both.returncode == 2
     both_json = runlane("catalog", "check", str(other), "--catalog", str(other), "--json", env=env)
     assert both_json.returncode == 2
-    assert json.loads(both_json.stdout)["error"] == "bad_input"
+    assert json.loads(both_json.stdout)["error"] == "invalid_argument"
 
 
 def test_catalog_check_of_a_missing_file_is_one_line(env: dict[str, str], tmp_path: Path) -> None:
@@ -361,15 +361,15 @@ def test_catalog_check_of_a_missing_file_is_one_line(env: dict[str, str], tmp_pa
     ("args", "code", "error"),
     [
         (["run", "nosuch", "--json"], 2, "unknown_job"),
-        (["run", "echo", "-p", "x=1", "--json"], 2, "bad_params"),
-        (["run", "echo", "-p", "novalue", "--json"], 2, "bad_input"),
-        (["runs", "show", "abcdef", "--json"], 1, "not_found"),
-        (["runs", "show", "ab", "--json"], 2, "bad_input"),
-        (["cancel", "abcdef", "--json"], 1, "not_found"),
-        (["chain", "run", "nosuch", "--json"], 2, "bad_input"),
-        (["emit", "k", "--data", "[]", "--json"], 2, "bad_input"),
+        (["run", "echo", "-p", "x=1", "--json"], 2, "param_invalid"),
+        (["run", "echo", "-p", "novalue", "--json"], 2, "invalid_argument"),
+        (["runs", "show", "abcdef", "--json"], 1, "unknown_run"),
+        (["runs", "show", "ab", "--json"], 2, "invalid_argument"),
+        (["cancel", "abcdef", "--json"], 1, "unknown_run"),
+        (["chain", "run", "nosuch", "--json"], 2, "unknown_chain"),
+        (["emit", "k", "--data", "[]", "--json"], 2, "invalid_argument"),
         (["emit", "two words", "--json"], 2, "bad_event"),
-        (["schedule", "--days", "0", "--json"], 2, "bad_input"),
+        (["schedule", "--days", "0", "--json"], 2, "invalid_argument"),
         (["explain", "nosuch", "--json"], 2, "unknown_job"),
         (["jobs", "--json", "--catalog", "/nonexistent/c.yaml"], 1, "catalog_invalid"),
     ],
@@ -392,14 +392,14 @@ def test_overlap_refusal_under_json_has_the_same_shape(env: dict[str, str]) -> N
     assert second.returncode == 3
     one_error_line(second)
     data = json.loads(second.stdout)
-    assert data["error"] == "overlap"
+    assert data["error"] == "overlap_refused"
     assert data["active_run_id"] == json.loads(first.stdout)["id"]
 
 
 def test_bad_argument_bytes_under_json_print_an_error_object(env: dict[str, str]) -> None:
     proc = runlane(b"run", b"echo", b"-p", b"s=\xff", b"--json", env=env)
     assert proc.returncode == 2
-    assert json.loads(proc.stdout)["error"] == "bad_input"
+    assert json.loads(proc.stdout)["error"] == "invalid_argument"
 
 
 # ------------------------------------------------------------------ the accept path, both databases
@@ -534,5 +534,5 @@ def test_list_limits_out_of_range_are_one_line_and_exit_2(
     assert proc.stdout == ""
     under_json = runlane(*args, "--json", env=env)
     assert under_json.returncode == 2
-    assert json.loads(under_json.stdout)["error"] == "bad_input"
+    assert json.loads(under_json.stdout)["error"] == "invalid_argument"
     assert len(json.loads(runlane(args[0], args[1], "10000", "--json", env=env).stdout)) == 1

@@ -15,7 +15,7 @@ import pytest
 from runlane.catalog import load_catalog
 from runlane.ports import Heartbeat
 from runlane.service.catalog_stamp import catalog_digest, short_digest, stamp_catalog
-from runlane.service.stores import store_from_url
+from runlane.service.wiring import store_from_url
 from tests.acceptance.cli_process import cli_env, runlane
 
 CATALOG = """

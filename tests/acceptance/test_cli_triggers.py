@@ -352,7 +352,7 @@ def test_a_snooze_that_has_ended_is_not_shown_as_a_pause(tmp_path: Path) -> None
     Both compare the snooze with the database's now: ended, it is no pause."""
     import asyncio
 
-    from runlane.service.stores import store_from_url
+    from runlane.service.wiring import store_from_url
 
     env = cli_env(tmp_path, SNOOZABLE)
 

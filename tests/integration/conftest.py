@@ -19,8 +19,7 @@ from runlane.ports import Store
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
-from runlane.service.runtime import build_executors
-from runlane.service.stores import store_from_url
+from runlane.service.wiring import build_executors, store_from_url
 from tests.support.postgres import PG_URL, scratch_database, truncate_all
 
 __all__ = ["CATALOG", "PG_URL", "PY"]  # tests.acceptance imports these from here

@@ -26,7 +26,7 @@ from runlane.service.accept import RunRequest, accept_run
 from runlane.service.catalog_stamp import catalog_digest
 from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
-from runlane.service.runtime import build_executors
+from runlane.service.wiring import build_executors
 
 from .conftest import CATALOG, PY
 

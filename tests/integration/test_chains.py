@@ -28,8 +28,7 @@ from runlane.service.chains import ChainRunner, latest_attempts, step_specs
 from runlane.service.config import Settings
 from runlane.service.events import emit_event
 from runlane.service.launcher import Launcher
-from runlane.service.runtime import build_executors
-from runlane.service.stores import store_from_url
+from runlane.service.wiring import build_executors, store_from_url
 from runlane.testing.clock import FixedClock
 
 PY = sys.executable

@@ -25,8 +25,7 @@ from runlane.ports import RunFilter, Store
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
-from runlane.service.runtime import build_executors
-from runlane.service.stores import store_from_url
+from runlane.service.wiring import build_executors, store_from_url
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import eventually
 

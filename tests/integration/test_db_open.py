@@ -20,8 +20,8 @@ from runlane.errors import StoreError
 from runlane.ports import Heartbeat, Store
 from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
-from runlane.service.runtime import build_executors, open_runtime, serve
-from runlane.service.stores import store_from_url
+from runlane.service.runtime import open_runtime, serve
+from runlane.service.wiring import build_executors, store_from_url
 from runlane.testing.clock import FixedClock
 
 T0 = datetime(2031, 3, 4, 5, 6, 7, tzinfo=UTC)

@@ -230,7 +230,8 @@ async def test_logs_follow_streams_a_running_pods_log(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from runlane.service.runtime import Runtime, pod_log_lines
+    from runlane.service.operations.logs import pod_log_lines
+    from runlane.service.runtime import Runtime
 
     gate = tmp_path / "gate"
     monkeypatch.setenv("TALKER_GATE", str(gate))  # the fake's kubelet runs it with our env

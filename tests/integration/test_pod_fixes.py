@@ -247,7 +247,7 @@ async def launcher_with_pods(
 async def test_a_job_gone_while_no_launcher_ran_is_not_launcher_lost(
     kube: KubeFake, store: Any, pod_catalog: Any, settings: Any, seen_started: bool
 ) -> None:
-    from runlane.service.stores import store_from_url
+    from runlane.service.wiring import store_from_url
     from runlane.testing.clock import FixedClock
 
     # Two seconds ago (the clock of its store pinned then) it was accepted, and a launcher
@@ -344,7 +344,8 @@ async def test_a_mistyped_kubeconfig_refuses_pod_jobs_instead_of_running_them_in
     from runlane.core.runs import Trigger
     from runlane.errors import RunRefused
     from runlane.service.accept import RunRequest
-    from runlane.service.runtime import Runtime, build_executors
+    from runlane.service.runtime import Runtime
+    from runlane.service.wiring import build_executors
 
     missing = str(tmp_path / "kube" / "confg")
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
@@ -385,7 +386,8 @@ def test_the_default_namespace_warning_is_logged_once(
 async def test_logs_follow_right_after_run_waits_for_the_pod(
     kube: KubeFake, store: Any, pod_catalog: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runlane.service.runtime import Runtime, pod_log_lines
+    from runlane.service.operations.logs import pod_log_lines
+    from runlane.service.runtime import Runtime
 
     monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig_path))
     monkeypatch.setenv("KUBERNETES_NAMESPACE", NS)
@@ -416,7 +418,8 @@ async def test_logs_follow_right_after_run_waits_for_the_pod(
 async def test_logs_follow_of_a_pod_that_never_starts_ends_with_the_run(
     kube: KubeFake, store: Any, pod_catalog: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runlane.service.runtime import Runtime, pod_log_lines
+    from runlane.service.operations.logs import pod_log_lines
+    from runlane.service.runtime import Runtime
 
     monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig_path))
     monkeypatch.setenv("KUBERNETES_NAMESPACE", NS)
@@ -444,7 +447,8 @@ async def test_logs_without_follow_keep_failing_at_once(
     kube: KubeFake, store: Any, pod_catalog: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from runlane.errors import NotFound
-    from runlane.service.runtime import Runtime, pod_log_lines
+    from runlane.service.operations.logs import pod_log_lines
+    from runlane.service.runtime import Runtime
 
     monkeypatch.setenv("KUBECONFIG", str(kube.kubeconfig_path))
     monkeypatch.setenv("KUBERNETES_NAMESPACE", NS)

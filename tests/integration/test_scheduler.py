@@ -20,8 +20,8 @@ from runlane.ports import RunFilter, Store
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
-from runlane.service.runtime import build_executors
 from runlane.service.scheduler import Scheduler, explain
+from runlane.service.wiring import build_executors
 from runlane.testing.clock import FixedClock
 
 PY = sys.executable

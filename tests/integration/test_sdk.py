@@ -22,7 +22,7 @@ from runlane.core.runs import NewRun, RunStatus, Trigger
 from runlane.ports import RunFilter, Store
 from runlane.sdk import RunScope, current_scope, params_from_env, run_scope, trigger_from_env
 from runlane.sdk import scope as sdk_scope
-from runlane.service.stores import store_from_url
+from runlane.service.wiring import store_from_url
 
 SDK_ENV = ("RUN_ID", "RUN_PARENT_ID", "RUN_TRIGGER", "RUNLANE_PARAMS", "RUNLANE_JOB")
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from runlane.service.stores import absolute_url
+from runlane.service.wiring import absolute_url
 
 
 def test_relative_sqlite_paths_become_absolute(

@@ -9,7 +9,7 @@ import logging
 import pytest
 import structlog
 
-from runlane.cli.app import configure_logging
+from runlane.cli.logging import configure_logging
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import structlog
 
-from runlane.cli.app import configure_logging
+from runlane.cli.logging import configure_logging
 
 
 def _crash(database_url: str, lease_token: str) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from runlane.cli.app import repair_notice
 from runlane.core.runs import Run, RunStatus
+from runlane.service.operations.notices import repair_notice
 
 T0 = datetime(2031, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
 KEPT = Run(

@@ -19,7 +19,8 @@ from runlane.ports import RunFilter
 from runlane.service.accept import RunRequest
 from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
-from runlane.service.runtime import Runtime, build_executors, open_runtime
+from runlane.service.runtime import Runtime, open_runtime
+from runlane.service.wiring import build_executors
 
 STEPS = [
     ("hello", {}, "three plain runs, side by side"),

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime
 from enum import Enum
-from pathlib import PurePath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Console
@@ -18,8 +16,14 @@ from rich.markup import escape
 
 __all__ = ["err", "escape", "out"]
 from rich.table import Table
+from rich.tree import Tree
 
 from runlane.core.runs import Run
+from runlane.ports import ChainRun
+
+if TYPE_CHECKING:
+    from runlane.service.chains import StepView
+    from runlane.service.operations.notices import Notice
 
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -43,33 +47,6 @@ _CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) 
 def terminal_safe(text: str) -> str:
     """`text` with every control character but newline and tab shown as an escape (\x1b)."""
     return text.translate(_CONTROLS)
-
-
-# The note the inline executor records on a run whose log file it could not write whole (a full
-# disk, the log directory gone): `_Child._outcome` in adapters/local/inline.py. Runs carry no
-# structured field for it (`error_code` classifies failures, and the run may have succeeded), so
-# the note is the record; the file it names must be the run's own (`<run id>.<attempt>.log`).
-_INCOMPLETE_LOG = re.compile(
-    r"the log file (?P<path>[^\n]+?) is incomplete: writing it failed \((?P<error>[^\n]*?)\); "
-    r"the tail here is complete"
-)
-
-
-def incomplete_log_error(note: str | None, log_name: str) -> str | None:
-    """Why the log file named `log_name` was left incomplete (`No space left on device`), as
-    the run's note says; None when the note says no such thing of that file."""
-    for found in _INCOMPLETE_LOG.finditer(note or ""):
-        if PurePath(found["path"]).name == log_name:
-            return found["error"]
-    return None
-
-
-def incomplete_log_marker(size: int | None, error: str, *, tail: bool) -> str:
-    """The line that says where an incomplete log file stops (`size` bytes; None when there is
-    no file to read) and that the run's saved tail follows."""
-    where = f"the log file stopped at {size} bytes" if size is not None else "there is no log file"
-    then = "its last lines as saved with the run follow" if tail else "no lines were saved"
-    return f"[runlane: {where}: writing it failed ({error}); {then}]"
 
 
 # Lease token is a secret of the launcher holding it: never printed.
@@ -196,3 +173,69 @@ def kv_table(rows: Iterable[tuple[str, Any]]) -> Table:
             continue
         table.add_row(escape(key), escape(terminal_safe(str(value))))
     return table
+
+
+def print_notices(notices: Iterable[Notice], console: Console = err) -> None:
+    """Each notice as one line (on stderr by default): `warning: …` or `note: …` in yellow, or
+    the bare message for an `info` notice. Its text is anybody's: no markup, no controls."""
+    for notice in notices:
+        if notice.level == "info":
+            console.print(terminal_safe(notice.message), markup=False)
+        else:
+            console.print(f"[yellow]{notice.level}:[/] {escape(terminal_safe(notice.message))}")
+
+
+def chain_run_dict(run: ChainRun, steps: Sequence[StepView] | None = None) -> dict[str, Any]:
+    """A chain run (and its steps) as JSON."""
+    data: dict[str, Any] = {
+        "id": run.id,
+        "chain": run.chain,
+        "status": run.status,
+        "trigger": run.trigger,
+        "requested_by": run.requested_by,
+        "scheduled_for": iso(run.scheduled_for),
+        "started_at": iso(run.started_at),
+        "deadline_at": iso(run.deadline_at),
+        "finished_at": iso(run.finished_at),
+        "end_reason": run.end_reason,
+        "overrun": run.overrun,
+        "overrun_at": iso(run.overrun_at),
+    }
+    if steps is not None:
+        data["steps"] = [
+            {
+                "step": s.step,
+                "job": s.job,
+                "after": [{"step": p, "on": on} for p, on in s.after],
+                "status": s.status,
+                "end_reason": s.end_reason,
+                "run_id": s.run_id,
+                "attempt": s.attempt,
+            }
+            for s in steps
+        ]
+    return data
+
+
+def chain_tree(run: ChainRun, steps: Sequence[StepView]) -> Tree:
+    """A chain run as a tree of its steps with their statuses, for people."""
+    title = (
+        f"[bold]{escape(run.chain)}[/] {escape(run.id)} {status_text(run.status)}"
+        + (" [red]overrun[/]" if run.overrun else "")
+        + f"  started {short_time(run.started_at)}"
+    )
+    tree = Tree(title)
+    nodes: dict[str, Tree] = {}
+    for s in steps:
+        parent = nodes.get(s.after[0][0]) if s.after else None
+        label = f"{escape(s.step)} {status_text(s.status)}"
+        if s.job != s.step:
+            label += f" [dim]job {escape(s.job)}[/]"
+        if s.end_reason and s.end_reason != "exit":
+            label += f" ({escape(s.end_reason)})"
+        if len(s.after) > 1:
+            label += " [dim]after " + ", ".join(escape(p) for p, _ in s.after) + "[/]"
+        if s.run_id:
+            label += f" [dim]{escape(s.run_id[:8])}[/]"
+        nodes[s.step] = (parent or tree).add(label)
+    return tree

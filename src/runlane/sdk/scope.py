@@ -440,7 +440,8 @@ class _StoreThread:
     async def _open(self) -> Store:
         import asyncio
 
-        from runlane.service.stores import mask_url, store_from_url
+        from runlane.core.secrets import mask_url
+        from runlane.service.wiring import store_from_url
 
         # Never create a database: a URL naming no file is a mistake to report, not an empty
         # database to record child rows in that nobody reads.

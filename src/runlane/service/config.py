@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from runlane.core.durations import MAX_DURATION_SECONDS, parse_duration
+from runlane.core.secrets import mask_url
 from runlane.errors import ConfigError
 
 # Upper bounds for the whole-number settings: far above any real launcher, and far below what a
@@ -215,8 +216,6 @@ class Settings:
 
     def public(self) -> dict[str, Any]:
         """The settings with secrets masked, for `runlane config`."""
-        from runlane.service.stores import mask_url
-
         out = asdict(self)
         out["database_url"] = mask_url(self.database_url)
         return out

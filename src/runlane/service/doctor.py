@@ -20,6 +20,7 @@ from runlane.service.catalog_stamp import (
     live_launchers,
 )
 from runlane.service.config import Settings
+from runlane.service.wiring import cluster_configured, cluster_problem, rbac_lacks, rbac_review
 
 Level = Literal["ok", "warning", "error"]
 
@@ -263,9 +264,6 @@ async def kubernetes_findings(
     for every namespace the catalog's profiles name: an error only when a required `jobs.batch`
     verb is denied (pod runs are refused), a warning when optional ones are (runs work with
     less) or a review could not be made."""
-    from runlane.adapters.kubernetes.config import cluster_configured, cluster_problem
-    from runlane.adapters.kubernetes.rbac import WITHOUT, rbac_review
-
     problem = cluster_problem()
     if problem is not None:
         return [Finding("error", "kubernetes", f"{problem}: pod jobs are refused")]
@@ -294,7 +292,7 @@ async def kubernetes_findings(
         required = [f"{p.verb} {p.label}" for p, ok in checks if p.required and ok is False]
         optional = [p for p, ok in checks if not p.required and ok is False]
         unknown = [f"{p.verb} {p.label}" for p, ok in checks if ok is None]
-        lacks = sorted({WITHOUT.get(p.label, "") for p in optional} - {""})
+        lacks = sorted({rbac_lacks(p.label) for p in optional} - {""})
         optional_text = ", ".join(f"{p.verb} {p.label}" for p in optional)
         if required:
             message = (

@@ -1,6 +1,8 @@
-"""What the faces use: open the store and the catalog from settings, and the operations on runs.
+"""The context every operation runs in: an open store, the catalog (loaded on first use) and the
+settings, and how to open them. `serve` runs the launcher on it.
 
-Faces (CLI, API, MCP) call these functions; none of them talks SQL or picks an adapter.
+Faces (CLI, API, MCP) call `runlane.service.operations` with a `Runtime`; none of them talks SQL
+or picks an adapter (`service.wiring` does).
 """
 
 from __future__ import annotations
@@ -9,28 +11,19 @@ import asyncio
 import contextlib
 import gc
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import structlog
 
-from runlane.core.durations import parse_duration
 from runlane.core.runs import AcceptResult, Run, RunStatus
-from runlane.errors import (
-    CatalogError,
-    ConfigError,
-    DatabaseUnavailable,
-    NotFound,
-    RunlaneError,
-    RunRefused,
-)
-from runlane.ports import Executor, Override, RunFilter, Store
+from runlane.errors import DatabaseUnavailable
+from runlane.ports import Store
 from runlane.service.accept import RunRequest, accept_run, prepare_run
-from runlane.service.config import DEFAULT_LOG_DIR, Settings
-from runlane.service.stores import store_from_url
+from runlane.service.config import Settings
+from runlane.service.wiring import available_executors, build_executors, refuse_pods, store_from_url
 
 if TYPE_CHECKING:
     from runlane.catalog import Catalog
@@ -48,7 +41,9 @@ def _load_catalog(path: str) -> Catalog:
 
 @dataclass
 class Runtime:
-    """An open store plus (optionally) the loaded catalog."""
+    """The context every operation runs in: the open store, the catalog (loaded on first use
+    when not given) and the settings. `accept` is the one accept path, with the executors this
+    host can use."""
 
     settings: Settings
     store: Store
@@ -117,117 +112,6 @@ class Runtime:
             candidates = [h for h in live if on_this_host(h)]
         return [h.log_dir for h in candidates if h.log_dir is not None]
 
-    async def resolve_run_id(self, prefix: str) -> Run:
-        """A run by id, or by a unique prefix of at least 6 characters (as git does)."""
-        try:
-            return await self.store.get_run(prefix)
-        except NotFound:
-            if len(prefix) < 6:
-                raise
-        matches = [
-            r for r in await self.store.list_runs(RunFilter(limit=500)) if r.id.startswith(prefix)
-        ]
-        if len(matches) == 1:
-            return matches[0]
-        if len(matches) > 1:
-            raise NotFound(f"run id prefix {prefix!r} is ambiguous ({len(matches)} runs)")
-        raise NotFound(f"no run with id {prefix!r}")
-
-    async def pause(
-        self, job: str, *, until: str | None, reason: str | None, by: str | None
-    ) -> Override:
-        self.require_catalog().resolve(job)
-        paused_until = None
-        if until:
-            paused_until = parse_until(until, await self.store.now())
-        return await self.store.set_override(job, paused_until=paused_until, reason=reason, by=by)
-
-    async def next_attempt(self, run: Run) -> Run | None:
-        if (
-            run.status not in (RunStatus.FAILURE, RunStatus.TIMEOUT)
-            or run.attempt >= run.max_attempts
-        ):
-            return None
-        for other in await self.store.list_runs(RunFilter(job=run.job, limit=200)):
-            if other.retry_of == run.id:
-                return other
-        return None
-
-
-async def pod_log_lines(
-    rt: Runtime, run: Run, *, follow: bool, on_wait: Callable[[str], None] | None = None
-) -> AsyncIterator[str]:
-    """A pod run's log from the cluster (`runlane logs`): whole, or followed line by line until
-    its container ends. `NotFound` when there is no pod to read (without `follow`).
-
-    `follow` waits for the pod to exist and its container to start (bounded backoff; `on_wait`
-    is told once what it waits for) as long as the run is not final. A run that ends before its
-    pod ran yields its saved log tail, and `on_wait` gets how it ended."""
-    from runlane.adapters.kubernetes.logs import pod_log
-
-    namespace = None
-    with contextlib.suppress(RunlaneError):
-        spec = rt.require_catalog().resolve(run.job).profile_spec
-        namespace = spec.namespace if spec is not None else None
-    last = run
-
-    async def active() -> bool:
-        nonlocal last
-        last = await rt.store.get_run(run.id)
-        return not last.status.is_final
-
-    streamed = False
-    async for chunk in pod_log(
-        run.job, run.id, run.attempt, namespace, follow=follow, active=active, on_wait=on_wait
-    ):
-        streamed = True
-        yield chunk
-    if follow and not streamed and last.status.is_final:
-        for line in (last.log_tail or "").splitlines():
-            yield line
-        if on_wait is not None:
-            reason = f" ({last.error_code})" if last.error_code else ""
-            note = f": {last.note}" if last.note else ""
-            on_wait(
-                f"run {last.id} ended {last.status.value}{reason} while waiting for its pod{note}"
-            )
-
-
-def refuse_pods(catalog: Catalog, job: str) -> None:
-    """Refuse a pod job when the cluster named explicitly cannot be used (a `KUBECONFIG` that
-    names no readable file): it must not quietly run inline on this host."""
-    from runlane.adapters.kubernetes.config import cluster_problem
-
-    problem = cluster_problem()
-    if problem is not None and catalog.resolve(job).executor == "pod":
-        raise RunRefused(f"job {job!r} runs as a Kubernetes pod, but {problem}")
-
-
-def available_executors() -> tuple[str, ...]:
-    """The executors this launcher can use now: `pod` only when a cluster is configured (in a
-    cluster, or a kubeconfig via `KUBECONFIG` / `~/.kube/config`). Slurm joins in its issue."""
-    from runlane.adapters.kubernetes.config import cluster_configured
-
-    if cluster_configured():
-        return ("inline", "pod")
-    return ("inline",)
-
-
-def parse_until(text: str, now: datetime) -> datetime:
-    """`--until` as a duration from now (`2h`) or an ISO-8601 time (`2026-12-01T08:00Z`)."""
-    with contextlib.suppress(ValueError):
-        return now + timedelta(seconds=parse_duration(text))
-    try:
-        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise ConfigError(
-            f"--until {text!r}: expected a duration such as 2h or an ISO time such as "
-            "2026-12-01T08:00Z"
-        ) from exc
-    if at.tzinfo is None:
-        at = at.astimezone()
-    return at
-
 
 @contextlib.asynccontextmanager
 async def open_runtime(
@@ -257,67 +141,6 @@ async def open_runtime(
         yield Runtime(settings=settings, store=store, catalog=cat)
     finally:
         await store.close()
-
-
-def prepare_log_dir(log_dir: str) -> None:
-    """Make the log directory of inline runs and check that a file can be written in it, so a
-    launcher that could keep no log refuses to start in one line (ConfigError) that names the
-    directory, the setting it comes from and the reason, not later for every run."""
-    import tempfile
-
-    path = Path(log_dir).absolute()
-    source = (
-        f"RUNLANE_LOG_DIR (default {DEFAULT_LOG_DIR})"
-        if log_dir == DEFAULT_LOG_DIR
-        else f"RUNLANE_LOG_DIR={log_dir!r}"
-    )
-    directory = "the log directory" + ("" if Path(log_dir).is_absolute() else f" {path}")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        why = _why_not_a_directory(path, exc)
-        raise ConfigError(f"{source}: cannot create {directory}: {why}") from None
-    try:
-        with tempfile.TemporaryFile(dir=path, prefix=".runlane-probe-"):
-            pass
-    except OSError as exc:
-        raise ConfigError(f"{source}: cannot write in {directory}: {exc.strerror or exc}") from None
-
-
-def _why_not_a_directory(path: Path, exc: OSError) -> str:
-    """Why `path` could not be made a directory: which part of it is a file, when one is (the OS
-    says only "Not a directory" or "File exists"), else what the OS says."""
-    for part in (path, *path.parents):
-        if part.exists() or part.is_symlink():
-            if not part.is_dir():
-                return f"{part} is not a directory"
-            break
-    return exc.strerror or str(exc)
-
-
-def build_executors(
-    settings: Settings, *, start_timeout: float | None = None
-) -> dict[str, Executor]:
-    """The launcher's executors. `pod` joins when a cluster is configured; its start timeout is
-    the catalog's `global.start_timeout` (read from `settings.catalog_path` when not given)."""
-    from runlane.adapters.kubernetes.config import cluster_configured, cluster_problem
-    from runlane.adapters.local import executor as inline
-    from runlane.adapters.local.executor import InlineExecutor
-
-    inline.SPAWN_THREADS = settings.spawn_threads
-    prepare_log_dir(settings.log_dir)
-    executors: dict[str, Executor] = {"inline": InlineExecutor(settings.log_dir)}
-    if cluster_configured() or cluster_problem() is not None:
-        # A broken KUBECONFIG still gets the pod executor: its runs fail (config_error, naming
-        # the path) or wait, never run inline here.
-        from runlane.adapters.kubernetes.executor import PodExecutor
-
-        if start_timeout is None:
-            start_timeout = 600.0
-            with contextlib.suppress(CatalogError, OSError):
-                start_timeout = _load_catalog(settings.catalog_path).global_.start_timeout
-        executors["pod"] = PodExecutor(start_timeout=start_timeout)
-    return executors
 
 
 async def probe_writable(store: Store) -> None:

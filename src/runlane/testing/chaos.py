@@ -274,7 +274,7 @@ class Harness:
         from runlane.core.runs import Trigger
         from runlane.errors import StoreError
         from runlane.service.accept import RunRequest, accept_run
-        from runlane.service.stores import store_from_url
+        from runlane.service.wiring import store_from_url
 
         catalog = load_catalog(self.cfg.workdir / "catalog.yaml")
         jobs = [j for j, _ in JOB_MIX]

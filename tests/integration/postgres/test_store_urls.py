@@ -12,7 +12,7 @@ import pytest
 from runlane.adapters.postgres import PostgresStore
 from runlane.adapters.sqlite import SqliteStore
 from runlane.errors import ConfigError, DatabaseConflict, DatabaseUnavailable
-from runlane.service.stores import mask_url, store_from_url
+from runlane.service.wiring import mask_url, store_from_url
 
 
 @pytest.mark.parametrize(

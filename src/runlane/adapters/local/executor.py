@@ -34,7 +34,7 @@ from runlane.ports import Execution, ExecutionEvent, ExecutionSpec
 
 # Only where spawns use Popen on worker threads (no os.posix_spawn): spawns wait for the child
 # to exec (vfork), so several can be in progress at once. RUNLANE_SPAWN_THREADS is read and
-# checked by Settings; runlane.service.runtime.build_executors sets this from it.
+# checked by Settings; runlane.service.wiring.build_executors sets this from it.
 SPAWN_THREADS = 6
 
 

@@ -37,7 +37,7 @@ from runlane.service.launcher.leases import LeaseKeeper, LeaseWrites
 from runlane.service.launcher.signals import EXPIRED, ORPHANED, LauncherHook
 from runlane.service.launcher.supervised import Supervised
 from runlane.service.launcher.supervisor import Supervisor
-from runlane.service.stores import absolute_url
+from runlane.service.wiring import absolute_url
 
 log = structlog.get_logger("runlane.launcher")
 

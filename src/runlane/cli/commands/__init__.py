@@ -1,0 +1,1 @@
+"""The `runlane` commands, one module per topic; `runlane.cli.app` assembles them."""

@@ -1,0 +1,195 @@
+"""Setting up: version, init, catalog check and schema, db upgrade and status, config, and the
+launcher (`serve`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from runlane import __version__
+from runlane.cli import output
+from runlane.cli.failures import fail, one_line_errors
+from runlane.cli.logging import configure_logging
+from runlane.cli.options import CatalogOpt, DatabaseOpt, JsonOpt, run_async, settings_from
+from runlane.cli.output import err, out, print_json
+from runlane.errors import InvalidArgument, RunlaneError
+from runlane.service.config import Settings
+from runlane.service.runtime import Runtime, open_runtime
+
+
+def version() -> None:
+    """Print the runlane version."""
+    typer.echo(__version__)
+
+
+@one_line_errors
+def init(
+    directory: Annotated[Path, typer.Argument(help="Where to write catalog.yaml.")] = Path(),
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing catalog.")] = False,
+) -> None:
+    """Write a starter catalog.yaml to DIR."""
+    from importlib.resources import files
+
+    make_directory(directory)
+    target = directory / "catalog.yaml"
+    if target.exists() and not force:
+        raise fail(f"{target} already exists (use --force to overwrite)")
+    if target.is_dir():
+        raise fail(f"{target} is a directory", 2)
+    try:
+        target.write_text(files("runlane.catalog").joinpath("starter.yaml").read_text())
+    except OSError as exc:
+        raise fail(f"cannot write {target}: {exc.strerror or exc}") from None
+    out.print(f"wrote {target}")
+    out.print("next: runlane catalog check && runlane db upgrade && runlane serve")
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 job`, `2 jobs`, `0 chains`."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+@one_line_errors
+def catalog_check(
+    path: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="PATH", help="Catalog file (the same as --catalog; env RUNLANE_CATALOG)."
+        ),
+    ] = None,
+    catalog: CatalogOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Validate the catalog; report every error as FILE:LINE:COL: message."""
+    from runlane.catalog import load_catalog
+    from runlane.errors import CatalogError
+
+    if path is not None and catalog is not None:
+        raise InvalidArgument(
+            f"the catalog is given twice ({path!r} and --catalog {catalog!r}): give one"
+        )
+    path = path or catalog or Settings.from_env().catalog_path
+    try:
+        cat = load_catalog(path)
+    except CatalogError as exc:
+        if as_json:
+            print_json({"valid": False, "errors": exc.problems})
+            raise typer.Exit(1) from None
+        for problem in exc.problems:
+            if problem != exc.message:  # a missing file is its own only problem: one line
+                err.print(output.escape(problem))
+        raise fail(exc.message) from None
+    # Every schedule the scheduler will follow: the jobs' and the chains'.
+    schedules = sum(len(j.schedules) for j in cat.jobs.values()) + sum(
+        1 for c in cat.chains.values() if c.schedule is not None
+    )
+    if as_json:
+        print_json(
+            {
+                "valid": True,
+                "jobs": len(cat.jobs),
+                "chains": len(cat.chains),
+                "schedules": schedules,
+            }
+        )
+    else:
+        out.print(
+            f"{output.escape(path)}: ok — {plural(len(cat.jobs), 'job')}, "
+            f"{plural(len(cat.chains), 'chain')}, {plural(schedules, 'schedule')}"
+        )
+
+
+def catalog_schema() -> None:
+    """Print the catalog's JSON Schema."""
+    from runlane.catalog import catalog_json_schema
+
+    print(json.dumps(catalog_json_schema(), indent=2, sort_keys=True))
+
+
+@one_line_errors
+def db_upgrade(database: DatabaseOpt = None) -> None:
+    """Apply pending schema migrations."""
+    settings = settings_from(database=database)
+
+    async def body(rt: Runtime) -> None:
+        applied = await rt.store.upgrade()
+        version_now = await rt.store.schema_version()
+        await rt.store.ensure_current()  # written by a newer runlane: refused, as `db status` does
+        await rt.store.check_writable()  # "up to date" on a read-only database would mislead
+        if applied:
+            out.print(
+                f"applied migrations {', '.join(map(str, applied))}; schema is at version {version_now}"
+            )
+        else:
+            out.print(f"schema is up to date (version {version_now})")
+
+    async def go() -> None:
+        async with open_runtime(settings, catalog=False, check_schema=False, create=True) as rt:
+            await body(rt)
+
+    run_async(go())
+
+
+@one_line_errors
+def db_status(database: DatabaseOpt = None) -> None:
+    """Show the schema version and whether it is current."""
+    settings = settings_from(database=database)
+
+    async def go() -> None:
+        async with open_runtime(settings, catalog=False, check_schema=False) as rt:
+            current = await rt.store.schema_version()
+            try:
+                await rt.store.ensure_current()
+                out.print(f"schema version {current}: current")
+            except RunlaneError as exc:
+                raise fail(exc.message) from None
+
+    run_async(go())
+
+
+@one_line_errors
+def config(
+    catalog: CatalogOpt = None, database: DatabaseOpt = None, as_json: JsonOpt = False
+) -> None:
+    """Print the effective configuration (secrets masked)."""
+    from runlane.service.config import ENV_NAMES
+
+    data = settings_from(catalog, database).public()
+    if as_json:
+        print_json(data)
+        return
+    if data.get("log_level") is None:
+        data["log_level"] = "default (info for serve, warning otherwise)"
+    rows = [(f"{k} ({ENV_NAMES[k]})" if k in ENV_NAMES else k, v) for k, v in data.items()]
+    out.print(output.kv_table(rows))
+
+
+def make_directory(directory: Path) -> None:
+    """Create `directory` (and its parents) for the files a command writes, or fail in one line:
+    exit 2 when it names a file, 1 when the system refuses."""
+    if directory.exists() and not directory.is_dir():
+        raise fail(f"{directory} is not a directory (give the directory to write into)", 2)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise fail(
+            f"{directory} is not a directory (give the directory to write into)", 2
+        ) from None
+    except OSError as exc:
+        raise fail(f"cannot create directory {directory}: {exc.strerror or exc}") from None
+
+
+# ---------------------------------------------------------------------- the launcher
+
+
+@one_line_errors
+def serve(catalog: CatalogOpt = None, database: DatabaseOpt = None) -> None:
+    """Run the launcher until SIGTERM or SIGINT."""
+    from runlane.service.runtime import serve as serve_launcher
+
+    configure_logging("info")
+    settings = settings_from(catalog, database)
+    run_async(serve_launcher(settings, freeze_gc=True))

@@ -1,0 +1,136 @@
+"""`status` (launchers, queue depth, anything stuck) and `doctor` (every check, with a verdict)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from runlane.cli import output
+from runlane.cli.failures import one_line_errors
+from runlane.cli.options import (
+    CatalogOpt,
+    DatabaseOpt,
+    JsonOpt,
+    run_async,
+    settings_from,
+    with_runtime,
+)
+from runlane.cli.output import out, print_json, print_notices
+from runlane.service import operations
+from runlane.service.operations import LauncherState, StatusReport
+from runlane.service.runtime import Runtime, open_runtime
+
+
+def launcher_dict(state: LauncherState) -> dict[str, Any]:
+    h = state.heartbeat
+    return {
+        "launcher_id": h.launcher_id,
+        "host": h.host,
+        "pid": h.pid,
+        "version": h.version,
+        "started_at": output.iso(h.started_at),
+        "beat_at": output.iso(h.beat_at),
+        "last_seen_seconds": state.last_seen_seconds,
+        "stale": state.stale,
+        # A stale launcher's last counts are history, not the present: not shown.
+        "queue_depth": state.queue_depth,
+        "running": None if state.running is None else dict(state.running),
+        "catalog_digest": h.catalog_digest,
+        "catalog_loaded_at": output.iso(h.catalog_loaded_at),
+        "catalog_jobs": None if h.catalog_jobs is None else list(h.catalog_jobs),
+        "catalog_path": h.catalog_path,
+        "heartbeat_interval": h.heartbeat_interval,
+        "catalog_chains": None if h.catalog_chains is None else list(h.catalog_chains),
+        "log_dir": h.log_dir,
+        # True: runs the file as it is now; False: the file changed since it loaded it;
+        # null: cannot tell (the file does not load, or no digest reported).
+        "catalog_current": state.catalog_current,
+    }
+
+
+def status_dict(report: StatusReport) -> dict[str, Any]:
+    return {
+        "now": output.iso(report.now),
+        "queued": report.queued,
+        "running": report.running,
+        "stuck": [
+            {"id": s.run_id, "job": s.job, "status": s.status, "why": s.why} for s in report.stuck
+        ],
+        "catalog": {
+            "path": report.catalog_path,
+            "catalog_digest": report.catalog_digest,
+            "error": report.catalog_error,
+        },
+        "launchers": [launcher_dict(state) for state in report.launchers],
+    }
+
+
+@one_line_errors
+def status_cmd(
+    as_json: JsonOpt = False, catalog: CatalogOpt = None, database: DatabaseOpt = None
+) -> None:
+    """Launchers (and whether each runs the catalog file as it is now), queue depth, anything
+    stuck."""
+    settings = settings_from(catalog, database)
+
+    async def show(rt: Runtime) -> None:
+        from runlane.core.durations import format_duration
+        from runlane.service.catalog_stamp import short_digest
+
+        report = await operations.status(rt)
+        data = status_dict(report)
+        if as_json:
+            print_json(data)
+            return
+        out.print(f"queued: {report.queued}   running: {report.running}")
+        if not report.launchers:
+            out.print("[yellow]no launcher has reported; start one with `runlane serve`[/]")
+        for entry in data["launchers"]:
+            name = f"launcher {output.escape(entry['launcher_id'])} v{entry['version']}"
+            seen = entry["last_seen_seconds"]
+            ago = "never" if seen is None else f"{format_duration(seen)} ago ({entry['beat_at']})"
+            if entry["stale"]:
+                out.print(f"{name} [red]stale[/]: last seen {ago}")
+            else:
+                out.print(
+                    f"{name} beat {ago} running {entry['running']} "
+                    f"catalog {short_digest(entry['catalog_digest'])}"
+                )
+        print_notices(report.warnings, out)
+        for s in report.stuck:
+            out.print(
+                f"[yellow]stuck[/] run {s.run_id} ({output.escape(s.job)}, {s.status}): "
+                f"{output.escape(s.why)}"
+            )
+
+    with_runtime(settings, show, catalog=False)
+
+
+@one_line_errors
+def doctor_cmd(
+    as_json: JsonOpt = False, catalog: CatalogOpt = None, database: DatabaseOpt = None
+) -> None:
+    """Check the schema, catalog, launchers and runs that need repair (exit 1 on any error)."""
+    settings = settings_from(catalog, database)
+
+    async def check() -> int:
+        async with open_runtime(settings, catalog=False, check_schema=False) as rt:
+            report = await operations.doctor(rt)
+        if as_json:
+            print_json(
+                [
+                    {"level": f.level, "check": f.check, "message": f.message, "run_id": f.run_id}
+                    for f in report.findings
+                ]
+            )
+        else:
+            style = {"ok": "green", "warning": "yellow", "error": "red"}
+            for f in report.findings:
+                out.print(
+                    f"[{style[f.level]}]{f.level:7}[/] {f.check:10} "
+                    f"{output.escape(output.terminal_safe(f.message))}"
+                )
+        return 0 if report.healthy else 1
+
+    raise typer.Exit(run_async(check()))

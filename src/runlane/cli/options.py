@@ -1,0 +1,55 @@
+"""What every command shares: its common options, its settings, who it says asks, and running
+its body on an open runtime."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from runlane.core.runs import Trigger
+from runlane.service.config import Settings
+from runlane.service.operations.arguments import Requester
+from runlane.service.runtime import Runtime, open_runtime
+
+T = TypeVar("T")
+
+CatalogOpt = Annotated[
+    str | None, typer.Option("--catalog", "-c", help="Catalog file (env RUNLANE_CATALOG).")
+]
+DatabaseOpt = Annotated[
+    str | None,
+    typer.Option("--database", "-d", help="Database URL (env RUNLANE_DATABASE_URL)."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON and nothing else.")]
+
+
+def settings_from(catalog: str | None = None, database: str | None = None) -> Settings:
+    return Settings.from_env(catalog_path=catalog, database_url=database)
+
+
+def cli_requester(*, login_name: bool = False) -> Requester:
+    """Who asks from the command line: `$USER` (then `$LOGNAME`, with `login_name`), else
+    `cli`."""
+    name = os.environ.get("USER") or (os.environ.get("LOGNAME") if login_name else None)
+    return Requester(name or "cli", Trigger.CLI)
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def with_runtime(
+    settings: Settings, body: Callable[[Runtime], Awaitable[T]], *, catalog: bool = True
+) -> T:
+    """Run `body` on a runtime opened from `settings` (the catalog loaded first, unless not
+    needed), closed after."""
+
+    async def go() -> T:
+        async with open_runtime(settings, catalog=catalog) as rt:
+            return await body(rt)
+
+    return run_async(go())

@@ -1,0 +1,116 @@
+"""Everything a person can do with runlane, for every face (CLI, HTTP API, web UI, MCP).
+
+Each operation is an async function that takes the context (`Runtime`: the open store, the
+catalog, the settings), plain typed arguments and, for what writes, a `Requester` (who asks and
+through which face), and returns a frozen dataclass, or raises a `RunlaneError` subclass with a
+stable `code` (docs/errors.md). What a face should tell the person besides the result (no
+launcher is running, the launchers run an older catalog) comes as `Notice`s in the result,
+decided here once. Runs are accepted only through `service.accept`, never written another way.
+
+By topic: `runs` (run now, list, show, cancel), `chains`, `events` (emit), `jobs` (list, show,
+pause, resume, explain), `status` (status, launchers, doctor), `logs` (a run's output, followed),
+`schedule` (the schedule table); `arguments` and `lookup` check what requests carry.
+"""
+
+from __future__ import annotations
+
+from runlane.service.operations.arguments import Requester
+from runlane.service.operations.chains import (
+    ChainInfo,
+    ChainRunView,
+    ChainStarted,
+    ChainStepInfo,
+    list_chain_runs,
+    list_chains,
+    run_chain,
+    show_chain,
+    show_chain_run,
+)
+from runlane.service.operations.events import EventEmitted, emit
+from runlane.service.operations.jobs import (
+    JobInfo,
+    Resumed,
+    explain,
+    list_jobs,
+    pause_job,
+    resume_job,
+    show_job,
+)
+from runlane.service.operations.logs import (
+    LogIncomplete,
+    OutputBytes,
+    OutputItem,
+    OutputText,
+    Retrying,
+    RunEnded,
+    follow_run,
+    run_output,
+)
+from runlane.service.operations.lookup import resolve_chain_run, resolve_run
+from runlane.service.operations.notices import Notice
+from runlane.service.operations.runs import (
+    CancelledChainRun,
+    CancelledRun,
+    RunQueued,
+    cancel,
+    list_runs,
+    run_job,
+    show_run,
+)
+from runlane.service.operations.schedule import ScheduleTable, schedule_table
+from runlane.service.operations.status import (
+    DoctorReport,
+    LauncherState,
+    StatusReport,
+    doctor,
+    list_launchers,
+    status,
+)
+
+__all__ = [
+    "CancelledChainRun",
+    "CancelledRun",
+    "ChainInfo",
+    "ChainRunView",
+    "ChainStarted",
+    "ChainStepInfo",
+    "DoctorReport",
+    "EventEmitted",
+    "JobInfo",
+    "LauncherState",
+    "LogIncomplete",
+    "Notice",
+    "OutputBytes",
+    "OutputItem",
+    "OutputText",
+    "Requester",
+    "Resumed",
+    "Retrying",
+    "RunEnded",
+    "RunQueued",
+    "ScheduleTable",
+    "StatusReport",
+    "cancel",
+    "doctor",
+    "emit",
+    "explain",
+    "follow_run",
+    "list_chain_runs",
+    "list_chains",
+    "list_jobs",
+    "list_launchers",
+    "list_runs",
+    "pause_job",
+    "resolve_chain_run",
+    "resolve_run",
+    "resume_job",
+    "run_chain",
+    "run_job",
+    "run_output",
+    "schedule_table",
+    "show_chain",
+    "show_chain_run",
+    "show_job",
+    "show_run",
+    "status",
+]

@@ -1,0 +1,59 @@
+"""Events: record one and start (or join, when debounced) the jobs listening for its key."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from runlane.core.runs import AcceptResult
+from runlane.ports import Event, EventLink
+from runlane.service.accept import PERSON_TRIGGERS
+from runlane.service.operations.arguments import Requester
+from runlane.service.operations.notices import Notice, queued_run_notices
+from runlane.service.runtime import Runtime
+
+
+@dataclass(frozen=True, slots=True)
+class EventEmitted:
+    """The event (`created`: False when its id was already recorded), a link and an accept
+    result per listening job, and what the person should know (`no_launcher`, …)."""
+
+    event: Event
+    created: bool
+    links: tuple[EventLink, ...]
+    runs: tuple[AcceptResult, ...]
+    warnings: tuple[Notice, ...] = ()
+
+
+async def emit(
+    rt: Runtime,
+    key: str,
+    data: Mapping[str, Any] | None = None,
+    *,
+    requester: Requester,
+    event_id: str | None = None,
+    confirmed: bool = False,
+) -> EventEmitted:
+    """Record the event `key` (idempotent by `event_id`) and start its listeners' runs. An
+    event a person emits that starts a job with `acts: true` needs `confirmed`. Refusals:
+    `bad_event`, `event_id_taken`, `confirmation_required`, and each listener's accept refusal
+    (checked for all of them before anything is written)."""
+    from runlane.service.events import emit_event
+
+    emitted = await emit_event(
+        rt.store,
+        rt.require_catalog(),
+        rt.accept,
+        key,
+        data or {},
+        event_id=event_id,
+        by_person=requester.trigger in PERSON_TRIGGERS,
+        confirmed=confirmed,
+        check=rt.check_accept,
+    )
+    runs = [r.run for r in emitted.runs]
+    warnings = await queued_run_notices(rt, runs, always=False)
+    return EventEmitted(
+        emitted.event, emitted.created, tuple(emitted.links), tuple(emitted.runs), tuple(warnings)
+    )

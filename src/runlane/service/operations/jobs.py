@@ -1,0 +1,111 @@
+"""Jobs: the catalog's jobs with their settings and pause state; pause, snooze and resume one;
+explain why a job's (or chain's) latest slot did what it did."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from runlane.core.runs import Run
+from runlane.ports import Override, RunFilter
+from runlane.service.operations.arguments import Requester, parse_time, parse_until
+from runlane.service.runtime import Runtime
+
+if TYPE_CHECKING:
+    from runlane.catalog import ParamSpec, ResolvedJob
+    from runlane.service.scheduler import Explanation
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """A job as the catalog resolves it, with its pause state now (`pause`: None when it is
+    not paused, or its snooze has ended) and, from `show_job`, its latest run."""
+
+    name: str
+    executor: str
+    overlap: str
+    max_attempts: int
+    deadline_seconds: float
+    acts: bool
+    params: Mapping[str, ParamSpec]
+    schedules: tuple[str, ...]
+    description: str | None
+    pause: Override | None
+    last_run: Run | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Resumed:
+    job: str
+    was_paused: bool
+
+
+def _job_info(job: ResolvedJob, override: Override | None, now: datetime) -> JobInfo:
+    from runlane.service.scheduler import pause_of
+
+    if pause_of(override, now) is None:  # not paused, or a snooze that has ended
+        override = None
+    return JobInfo(
+        name=job.name,
+        executor=job.executor,
+        overlap=job.overlap,
+        max_attempts=job.max_attempts,
+        deadline_seconds=job.deadline_seconds,
+        acts=job.acts,
+        params=dict(job.params),
+        schedules=tuple(s.cron for s in job.schedules),
+        description=job.description,
+        pause=override,
+    )
+
+
+async def list_jobs(rt: Runtime) -> tuple[JobInfo, ...]:
+    """Every job of the catalog, by name."""
+    cat = rt.require_catalog()
+    overrides = await rt.store.overrides()
+    now = await rt.store.now()
+    return tuple(_job_info(cat.resolve(n), overrides.get(n), now) for n in cat.job_names())
+
+
+async def show_job(rt: Runtime, job: str) -> JobInfo:
+    """One job (`unknown_job`), with its latest run."""
+    resolved = rt.require_catalog().resolve(job)
+    override = (await rt.store.overrides()).get(resolved.name)
+    info = _job_info(resolved, override, await rt.store.now())
+    latest = await rt.store.list_runs(RunFilter(job=resolved.name, limit=1))
+    return replace(info, last_run=latest[0] if latest else None)
+
+
+async def pause_job(
+    rt: Runtime,
+    job: str,
+    *,
+    requester: Requester,
+    until: str | datetime | None = None,
+    reason: str | None = None,
+) -> Override:
+    """Pause `job`'s scheduled and event runs until resumed, or snooze them `until` a time (a
+    duration from now such as `2h`, `now+2h`, or an ISO time) that must be later than now
+    (`invalid_argument` otherwise); `unknown_job`."""
+    rt.require_catalog().resolve(job)
+    paused_until = None if until is None else parse_until(until, await rt.store.now())
+    return await rt.store.set_override(
+        job, paused_until=paused_until, reason=reason, by=requester.name
+    )
+
+
+async def resume_job(rt: Runtime, job: str) -> Resumed:
+    """End `job`'s pause (`was_paused`: False when it was not paused); `unknown_job`."""
+    rt.require_catalog().resolve(job)
+    return Resumed(job, await rt.store.clear_override(job))
+
+
+async def explain(rt: Runtime, name: str, *, at: str | datetime | None = None) -> Explanation:
+    """Why job (or chain) `name`'s latest slot at or before `at` (default now) fired, was
+    skipped, deduplicated, paused, missed or out of season; `unknown_job`."""
+    from runlane.service.scheduler import explain as explain_slot
+
+    when = parse_time(at, await rt.store.now(), "--at")
+    return await explain_slot(rt.store, rt.require_catalog(), name, when)
