@@ -4,7 +4,8 @@ it does with start errors, cancel requests and outcomes, without spawning anythi
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -13,10 +14,11 @@ import pytest
 from runlane.catalog import Catalog
 from runlane.core.runs import RunStatus, Trigger
 from runlane.errors import PermanentExecutorError, TemporaryExecutorError
-from runlane.ports import RunFilter, Store
+from runlane.ports import Delivery, OutboxMessage, RunFilter, Store
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
+from runlane.service.wiring import store_from_url
 from runlane.testing.fakes import Script, ScriptedExecutor, exited
 from tests.support.waiting import eventually
 
@@ -137,3 +139,72 @@ async def test_the_outcome_the_executor_reports_is_recorded(
     await launcher.events.wait("finished", run_id)
     run = await store.get_run(run_id)
     assert (run.status, run.exit_code, run.log_tail) == (RunStatus.FAILURE, 3, "boom\n")
+
+
+class GatedBus:
+    """A `Bus` whose wake-ups the test sends (nothing else about it is used by the launcher)."""
+
+    name = "gated"
+
+    def __init__(self) -> None:
+        self.waiting = asyncio.Event()  # the launcher is waiting for a wake-up
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def wait_for_wakeup(self, max_wait: float) -> bool:
+        self.waiting.set()
+        try:
+            async with asyncio.timeout(max_wait):
+                await self._wake.wait()
+        except TimeoutError:
+            return False
+        self._wake.clear()
+        return True
+
+    async def publish(self, messages: Sequence[OutboxMessage], *, within: float) -> list[str]:
+        return [m.message_id for m in messages]
+
+    async def receive(self, topic: str, *, limit: int, max_wait: float) -> list[Delivery]:
+        return []
+
+    async def ack(self, deliveries: Sequence[Delivery]) -> None:
+        pass
+
+    async def reject(self, deliveries: Sequence[Delivery], *, requeue: bool) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+
+async def test_the_launcher_claims_when_its_bus_wakes_it(
+    store: Store, catalog: Catalog, settings: Settings, executor: ScriptedExecutor
+) -> None:
+    """Wake-ups come from the launcher's bus: a run accepted through another store (which
+    wakes nobody in this process) is claimed at once when the bus says so, not at the next
+    claim poll a minute later."""
+    bus = GatedBus()
+    events = Events()
+    launcher = Launcher(
+        store=store,
+        catalog=catalog,
+        executors={"inline": executor},
+        settings=replace(settings, claim_interval=60.0),
+        hook=events,
+        bus=bus,
+    )
+    running = Running(launcher, asyncio.create_task(launcher.run()), events)
+    try:
+        await asyncio.wait_for(bus.waiting.wait(), 10)
+        other = store_from_url(settings.database_url)
+        await other.open()
+        try:
+            run_id = await accept(other, catalog, "hello")
+        finally:
+            await other.close()
+        bus.wake()
+        await asyncio.wait_for(events.wait("claimed", run_id), 10)  # well before the 60 s poll
+    finally:
+        await running.stop()

@@ -23,7 +23,13 @@ from runlane.errors import DatabaseUnavailable
 from runlane.ports import Store
 from runlane.service.accept import RunRequest, accept_run, prepare_run
 from runlane.service.config import Settings
-from runlane.service.wiring import available_executors, build_executors, refuse_pods, store_from_url
+from runlane.service.wiring import (
+    available_executors,
+    build_bus,
+    build_executors,
+    refuse_pods,
+    store_from_url,
+)
 
 if TYPE_CHECKING:
     from runlane.catalog import Catalog
@@ -174,8 +180,10 @@ async def serve(
         from runlane.service.launcher import Launcher  # only `serve` needs it (~45 ms to import)
 
         catalog = rt.require_catalog()
+        bus = build_bus(rt.store)
         launcher = Launcher(
             store=rt.store,
+            bus=bus,
             catalog=catalog,
             executors=build_executors(settings, start_timeout=catalog.global_.start_timeout),
             settings=settings,
@@ -206,3 +214,4 @@ async def serve(
             if install_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)
+            await bus.close()

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from runlane.core.secrets import mask_secrets, mask_url
 from runlane.errors import CatalogError, ConfigError, RunRefused
-from runlane.ports import Clock, Executor, Store
+from runlane.ports import Bus, Clock, Executor, Store, Wakeups
 from runlane.service.config import DEFAULT_LOG_DIR, Settings
 
 if TYPE_CHECKING:
@@ -217,3 +217,11 @@ def rbac_lacks(label: str) -> str:
     from runlane.adapters.kubernetes.rbac import WITHOUT
 
     return WITHOUT.get(label, "")
+
+
+def build_bus(store: Wakeups) -> Bus:
+    """The run log's transport for a launcher: the database itself (its wake-ups are the
+    store's LISTEN/NOTIFY or in-process signal). The RabbitMQ bus joins here."""
+    from runlane.adapters.sql.bus import DatabaseBus
+
+    return DatabaseBus(store)

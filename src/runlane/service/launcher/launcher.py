@@ -28,7 +28,7 @@ import structlog
 
 from runlane.catalog import Catalog
 from runlane.errors import DatabaseUnavailable, StoreError
-from runlane.ports import Executor, Store
+from runlane.ports import Bus, Executor, Store, Wakeups
 from runlane.service.config import Settings
 from runlane.service.launcher.finisher import Finisher
 from runlane.service.launcher.heartbeat import HeartbeatWriter
@@ -64,9 +64,13 @@ class Launcher:
     trigger_interval: float = 1.0
     repair_retry_seconds: float = 300.0
     provider_end_trusted_after: float = PROVIDER_END_TRUSTED_AFTER
+    # The run log's transport, for its wake-ups (`service.wiring.build_bus`); None: the store's
+    # own, which is what the database bus is.
+    bus: Bus | None = None
 
     def __post_init__(self) -> None:
         settings = self.settings
+        self._wakeups: Wakeups = self.store if self.bus is None else self.bus
         self.owner = settings.launcher_id
         self._active: dict[str, Supervised] = {}  # the runs this launcher holds a lease on
         self._wake = asyncio.Event()  # a slot is free, or runs may be due: claim now
@@ -362,12 +366,12 @@ class Launcher:
                 await self._stopping.wait()
 
     async def _wakeup_pump(self) -> None:
-        """Turn the store's wake-ups (LISTEN/NOTIFY on PostgreSQL) into the consumer's event."""
+        """Turn the bus's wake-ups (LISTEN/NOTIFY on PostgreSQL) into the consumer's event."""
         # Checks `_stopping` too: on 3.11 `asyncio.wait_for` can swallow a cancel that arrives
         # just as the wake-up fires (gh-86296), and shutdown must not depend on that race.
         while not self._stopping.is_set():
             try:
-                if await self.store.wait_for_wakeup(max(self.settings.claim_interval, 1.0)):
+                if await self._wakeups.wait_for_wakeup(max(self.settings.claim_interval, 1.0)):
                     self._wake.set()
             except StoreError as exc:
                 # The poll still finds new runs (claim_interval); only the prompt start is lost.
