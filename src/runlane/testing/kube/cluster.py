@@ -6,6 +6,9 @@ Everything runs in one controller thread that holds the store lock while it work
 writes and to timers on the cluster clock. Controllers are level-triggered like the real ones: each
 sync looks at the current objects and writes what is missing, one write per step, so clients watch
 the same sequence of states a real cluster shows.
+
+One module of ~900 lines, on purpose: the controllers share one lock, one clock and one sync loop
+(a split would pass that state between modules at every step).
 """
 
 from __future__ import annotations

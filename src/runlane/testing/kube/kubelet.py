@@ -10,6 +10,9 @@ Every step is a separate write (its own resourceVersion and watch event), with t
 real kubelet reports (conditions, containerStatuses with waiting/running/terminated), and the events
 the scheduler and kubelet record. Delays come from `Timing` and run on the cluster's clock, so tests
 move time with `advance()` instead of sleeping.
+
+One module of ~900 lines, on purpose: each fake container behaviour is a few lines of one pod state
+machine (Pending -> Running -> Succeeded/Failed) that they all drive.
 """
 
 from __future__ import annotations

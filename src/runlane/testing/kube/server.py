@@ -5,6 +5,10 @@ Built on the standard library's threading HTTP server (HTTP/1.1, keep-alive, one
 connection) rather than an async framework: the package ships to users, so it should need nothing
 beyond runlane's own dependencies, and watches and `follow` logs are plain chunked responses that a
 blocking thread streams simply while it waits on the store's condition variable.
+
+One module of ~1,400 lines, on purpose: it is one request handler for one API, whose routes share
+the parsed request, the access rules and the fault plan; the store, the controllers and the
+kubelet it serves are modules of their own.
 """
 
 from __future__ import annotations
