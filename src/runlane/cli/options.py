@@ -6,14 +6,16 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from runlane.core.runs import Trigger
 from runlane.service.config import Settings
-from runlane.service.operations.arguments import Requester
 from runlane.service.runtime import Runtime, open_runtime
+
+if TYPE_CHECKING:
+    from runlane.service.operations.arguments import Requester
 
 T = TypeVar("T")
 
@@ -35,6 +37,8 @@ def cli_requester(*, login_name: bool = False) -> Requester:
     """Who asks from the command line: `$USER` (then `$LOGNAME`, with `login_name`), else
     `cli`."""
     name = os.environ.get("USER") or (os.environ.get("LOGNAME") if login_name else None)
+    from runlane.service.operations.arguments import Requester
+
     return Requester(name or "cli", Trigger.CLI)
 
 

@@ -18,8 +18,8 @@ __all__ = ["err", "escape", "out"]
 from rich.table import Table
 from rich.tree import Tree
 
+from runlane.core.records import ChainRun
 from runlane.core.runs import Run
-from runlane.ports import ChainRun
 
 if TYPE_CHECKING:
     from runlane.service.chains import StepView

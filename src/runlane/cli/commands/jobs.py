@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -17,9 +17,10 @@ from runlane.cli.options import (
     with_runtime,
 )
 from runlane.cli.output import escape, iso, out, print_json
-from runlane.service import operations
-from runlane.service.operations import JobInfo
 from runlane.service.runtime import Runtime
+
+if TYPE_CHECKING:
+    from runlane.service.operations import JobInfo
 
 
 @one_line_errors
@@ -35,6 +36,8 @@ def pause_cmd(
     database: DatabaseOpt = None,
 ) -> None:
     """Pause (or snooze, with --until) a job's scheduled and event runs."""
+    from runlane.service import operations
+
     settings = settings_from(catalog, database)
     requester = cli_requester()
 
@@ -49,6 +52,8 @@ def pause_cmd(
 @one_line_errors
 def resume_cmd(job: str, catalog: CatalogOpt = None, database: DatabaseOpt = None) -> None:
     """Resume a paused job."""
+    from runlane.service import operations
+
     settings = settings_from(catalog, database)
 
     async def resume(rt: Runtime) -> None:
@@ -85,6 +90,8 @@ def jobs_cmd(
     as_json: JsonOpt = False, catalog: CatalogOpt = None, database: DatabaseOpt = None
 ) -> None:
     """List the catalog's jobs with their settings and pause state."""
+    from runlane.service import operations
+
     settings = settings_from(catalog, database)
 
     async def list_them(rt: Runtime) -> None:
@@ -145,6 +152,7 @@ def explain_cmd(
 ) -> None:
     """Why JOB's latest slot at or before --at fired, was skipped, deduplicated, paused,
     missed or out of season."""
+    from runlane.service import operations
 
     async def explain(rt: Runtime) -> None:
         found = await operations.explain(rt, job, at=at)

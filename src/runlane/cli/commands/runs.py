@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -22,17 +22,10 @@ from runlane.cli.options import (
 from runlane.cli.output import err, out, print_json, print_notices, run_dict
 from runlane.core.runs import RunStatus
 from runlane.errors import InvalidArgument
-from runlane.service import operations
-from runlane.service.operations import (
-    LogIncomplete,
-    Notice,
-    OutputBytes,
-    OutputItem,
-    OutputText,
-    Retrying,
-    RunEnded,
-)
 from runlane.service.runtime import Runtime
+
+if TYPE_CHECKING:
+    from runlane.service.operations import OutputItem, RunEnded
 
 
 @one_line_errors
@@ -50,6 +43,8 @@ def run_cmd(
     database: DatabaseOpt = None,
 ) -> None:
     """Queue a run of JOB (exit 2: bad params, 3: overlap refused)."""
+    from runlane.service import operations
+
     settings = settings_from(catalog, database)
     params = parse_params(param or [])
     requester = cli_requester(login_name=True)
@@ -101,6 +96,14 @@ def write_output(text: str, *, raw: bool = False) -> None:
 def print_output(item: OutputItem, *, raw: bool = False) -> RunEnded | None:
     """Print one item of a run's output where it goes: the output on stdout, notices and an
     incomplete log's marker on stderr. The `RunEnded` item is returned, not printed."""
+    from runlane.service.operations import (
+        LogIncomplete,
+        Notice,
+        OutputBytes,
+        OutputText,
+        Retrying,
+    )
+
     if isinstance(item, OutputText):
         write_output(item.text, raw=raw)
         sys.stdout.flush()
@@ -148,6 +151,8 @@ def runs_cmd(
     database: DatabaseOpt = None,
 ) -> None:
     """List runs, newest first; `runlane runs ID` (or `runs show ID`) shows one."""
+    from runlane.service import operations
+
     if run_id is not None:
         if run_id == "show":  # `runs --json show`: the word, without the id after it
             raise InvalidArgument("`runs show` needs a run id: runlane runs show ID")
@@ -188,6 +193,8 @@ def show_alias(
 
 
 def show_run(run_id: str, as_json: bool, database: str | None) -> None:
+    from runlane.service import operations
+
     settings = settings_from(database=database)
 
     async def show(rt: Runtime) -> None:
@@ -223,6 +230,8 @@ def logs_cmd(
 ) -> None:
     """Print a run's output (the per-run log file, or the saved tail). On a terminal, control
     characters (escape sequences) are shown as escapes unless --raw; piped, output is as is."""
+    from runlane.service import operations
+
     settings = settings_from(database=database)
 
     async def print_log(rt: Runtime) -> None:
@@ -235,6 +244,8 @@ def logs_cmd(
 @one_line_errors
 def cancel_cmd(run_id: str, as_json: JsonOpt = False, database: DatabaseOpt = None) -> None:
     """Cancel a queued or running run, or a running chain run (with its unfinished steps)."""
+    from runlane.service import operations
+
     settings = settings_from(database=database)
 
     async def cancel(rt: Runtime) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -17,9 +17,10 @@ from runlane.cli.options import (
     with_runtime,
 )
 from runlane.cli.output import out, print_json, print_notices
-from runlane.service import operations
-from runlane.service.operations import LauncherState, StatusReport
 from runlane.service.runtime import Runtime, open_runtime
+
+if TYPE_CHECKING:
+    from runlane.service.operations import LauncherState, StatusReport
 
 
 def launcher_dict(state: LauncherState) -> dict[str, Any]:
@@ -72,6 +73,8 @@ def status_cmd(
 ) -> None:
     """Launchers (and whether each runs the catalog file as it is now), queue depth, anything
     stuck."""
+    from runlane.service import operations
+
     settings = settings_from(catalog, database)
 
     async def show(rt: Runtime) -> None:
@@ -112,6 +115,8 @@ def doctor_cmd(
     as_json: JsonOpt = False, catalog: CatalogOpt = None, database: DatabaseOpt = None
 ) -> None:
     """Check the schema, catalog, launchers and runs that need repair (exit 1 on any error)."""
+    from runlane.service import operations
+
     settings = settings_from(catalog, database)
 
     async def check() -> int:

@@ -30,8 +30,6 @@ from runlane.cli.output import (
 )
 from runlane.core.runs import RunStatus, Trigger
 from runlane.errors import InvalidArgument
-from runlane.service import operations
-from runlane.service.operations import Requester
 from runlane.service.runtime import Runtime
 
 
@@ -47,6 +45,8 @@ def schedule_cmd(
 ) -> None:
     """Every slot of every schedule and chain in a range: local and UTC time, season, and
     whether it would fire (paused, out of season)."""
+    from runlane.service import operations
+
     settings = settings_from(catalog, database)
     if fmt not in ("table", "md"):
         raise InvalidArgument(f"--format {fmt!r}: expected table or md")
@@ -115,6 +115,8 @@ def emit_cmd(
     database: DatabaseOpt = None,
 ) -> None:
     """Record an event and start (or join, when debounced) the jobs listening for KEY."""
+    from runlane.service import operations
+
     payload: dict[str, Any] = {} if data is None else parse_data(data)
 
     async def emit(rt: Runtime) -> None:
@@ -122,7 +124,7 @@ def emit_cmd(
             rt,
             key,
             payload,
-            requester=Requester(None, Trigger.CLI),
+            requester=operations.Requester(None, Trigger.CLI),
             event_id=event_id,
             confirmed=yes,
         )
@@ -175,10 +177,11 @@ def chain_run_cmd(
     database: DatabaseOpt = None,
 ) -> None:
     """Start a run of chain NAME now (its first steps are queued; a launcher advances it)."""
+    from runlane.service import operations
 
     async def start(rt: Runtime) -> None:
         started = await operations.run_chain(
-            rt, name, requester=Requester("cli", Trigger.CLI), confirmed=yes
+            rt, name, requester=operations.Requester("cli", Trigger.CLI), confirmed=yes
         )
         print_notices(started.warnings)
         run, steps = started.view.run, started.view.steps
@@ -199,6 +202,7 @@ def chain_show_cmd(
     database: DatabaseOpt = None,
 ) -> None:
     """Show one chain run as a tree with step statuses."""
+    from runlane.service import operations
 
     async def show(rt: Runtime) -> None:
         view = await operations.show_chain_run(rt, root_id)
@@ -220,6 +224,7 @@ def chains_cmd(
     database: DatabaseOpt = None,
 ) -> None:
     """Recent chain runs, each as a tree with step statuses."""
+    from runlane.service import operations
 
     async def list_them(rt: Runtime) -> None:
         views = await operations.list_chain_runs(rt, limit=limit)
