@@ -536,3 +536,22 @@ def test_list_limits_out_of_range_are_one_line_and_exit_2(
     assert under_json.returncode == 2
     assert json.loads(under_json.stdout)["error"] == "invalid_argument"
     assert len(json.loads(runlane(args[0], args[1], "10000", "--json", env=env).stdout)) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["runs", "--limit", "0"], "--limit 0: expected a whole number from 1 to 10000"),
+        (["runs", "--status", "bogus"], "--status 'bogus': expected one of queued"),
+        (["chains", "-n", "0"], "--limit 0: expected a whole number from 1 to 10000"),
+    ],
+)
+def test_a_bad_list_request_is_refused_before_the_database_is_opened(
+    env: dict[str, str], tmp_path: Path, args: list[str], fragment: str
+) -> None:
+    """Exit 2 and the argument's own message, even where there is no database to open."""
+    missing = dict(env, RUNLANE_DATABASE_URL=f"sqlite:///{tmp_path / 'none' / 'missing.db'}")
+    proc = runlane(*args, env=missing)
+    one_error_line(proc, fragment)
+    assert proc.returncode == 2
+    assert not (tmp_path / "none").exists()

@@ -22,7 +22,10 @@ Contract shared by every role, for every adapter (the conformance suite in
   database that failed; `StoreError` for the rest.
 
 Who uses which role (the narrowest the caller needs):
-- the launcher: `RunLog`, `Leases`, `Sweeps`, `Launchers`, `Wakeups` (`LauncherStore`);
+- the launcher's parts: its supervisor `Leases`, `Launchers`, `RunLog` (`SupervisorStore`); its
+  finisher `RunLog`; its lease writes `Leases`; its heartbeat `Launchers`, `RunLog`
+  (`HeartbeatStore`); its claim loop `Leases`, `Sweeps`, `Wakeups` (the `Launcher` holds the
+  whole `Store` and hands each part and trigger loop its roles);
 - the scheduler: `Schedules`, `Overrides`, `RunLog` (`SchedulerStore`);
 - the chain runner: `ChainRuns`, `RunLog`, `Overrides`, `Launchers` (`ChainStore`); a chain
   run's cancel: `ChainRuns`, `RunLog` (`ChainLog`); `explain`: `ExplainStore`;
@@ -463,11 +466,6 @@ class HeartbeatStore(Launchers, RunLog, Protocol):
     """What the launcher's `HeartbeatWriter` calls: its heartbeat row and the queue depth."""
 
 
-class LauncherStore(RunLog, Leases, Sweeps, Launchers, Wakeups, Protocol):
-    """What `service.launcher.Launcher` calls itself (its scheduler and chain runner take
-    their own roles from the same store)."""
-
-
 class Store(
     Schema,
     RunLog,
@@ -495,7 +493,7 @@ __all__ = [
     "EventStore",
     "Events",
     "ExplainStore",
-    "LauncherStore",
+    "HeartbeatStore",
     "Launchers",
     "Leases",
     "Overrides",
@@ -504,6 +502,7 @@ __all__ = [
     "Schedules",
     "Schema",
     "Store",
+    "SupervisorStore",
     "Sweeps",
     "Wakeups",
 ]

@@ -166,6 +166,10 @@ def runs_cmd(
             )
         show_run(run_id, as_json, database)
         return
+    # Refused before the database is opened (exit 2, nothing read); list_runs checks them again.
+    if limit is not None:
+        operations.check_limit(limit)
+    operations.parse_status(status)
     settings = settings_from(database=database)
 
     async def list_them(rt: Runtime) -> None:

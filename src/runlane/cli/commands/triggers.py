@@ -226,6 +226,8 @@ def chains_cmd(
     """Recent chain runs, each as a tree with step statuses."""
     from runlane.service import operations
 
+    operations.check_limit(limit)  # before the database is opened; list_chain_runs checks it too
+
     async def list_them(rt: Runtime) -> None:
         views = await operations.list_chain_runs(rt, limit=limit)
         if as_json:

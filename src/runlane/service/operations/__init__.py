@@ -14,7 +14,7 @@ pause, resume, explain), `status` (status, launchers, doctor), `logs` (a run's o
 
 from __future__ import annotations
 
-from runlane.service.operations.arguments import Requester
+from runlane.service.operations.arguments import Requester, check_limit
 from runlane.service.operations.chains import (
     ChainInfo,
     ChainRunView,
@@ -54,6 +54,7 @@ from runlane.service.operations.runs import (
     RunQueued,
     cancel,
     list_runs,
+    parse_status,
     run_job,
     show_run,
 )
@@ -91,6 +92,7 @@ __all__ = [
     "ScheduleTable",
     "StatusReport",
     "cancel",
+    "check_limit",
     "doctor",
     "emit",
     "explain",
@@ -100,6 +102,7 @@ __all__ = [
     "list_jobs",
     "list_launchers",
     "list_runs",
+    "parse_status",
     "pause_job",
     "resolve_chain_run",
     "resolve_run",
