@@ -51,7 +51,11 @@ PROVIDER_END_TRUSTED_AFTER = 5.0
 
 @dataclass
 class Launcher:
-    """The launcher process's loops around one store, one catalog and its executors."""
+    """The launcher process's loops around one store, one catalog and its executors.
+
+    `store`, `catalog`, `executors`, `hook` and `bus` are handed to its parts when it is built:
+    set them then, not afterwards. The tunables (`retry_base_seconds`, `repair_retry_seconds`,
+    `provider_end_trusted_after`) are read where they are used, so a test may change them."""
 
     store: Store
     catalog: Catalog
