@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from runlane.core.runs import EndReason, OverlapAction, RunStatus
+from runlane.core.runs import EndReason, OverlapAction, RunStatus, can_transition
 from runlane.errors import InvalidTransition, NotFound, OverlapRefused, RunlaneError
 
 # --- overlap at accept ---------------------------------------------------------------------------
@@ -65,6 +65,16 @@ def cancel_refusal(run_id: str, status: str | None) -> RunlaneError:
     if status is None:
         return NotFound(f"no run {run_id}")
     return InvalidTransition(f"run {run_id} already ended as {status}")
+
+
+# --- finishing through a lease ------------------------------------------------------------------
+
+
+def check_finish(run_id: str, status: RunStatus) -> None:
+    """`InvalidTransition` unless a running run may finish as `status` (a final status that
+    `running` can move to): what every store checks before it writes an outcome."""
+    if not status.is_final or not can_transition(RunStatus.RUNNING, status):
+        raise InvalidTransition(f"run {run_id} cannot finish as {status.value}")
 
 
 # --- the note a finished run keeps ---------------------------------------------------------------

@@ -14,9 +14,10 @@ from runlane.adapters.postgres.connection import _READ, PostgresConnections, _is
 from runlane.adapters.postgres.statements import Q
 from runlane.adapters.sql import base
 from runlane.adapters.sql.rows import RowReader, parse_running_counts
+from runlane.core.accept_rules import check_finish
 from runlane.core.records import FinishedRun, FinishRequest
-from runlane.core.runs import Claimed, Lease, NewRun, Outcome, Run, RunStatus, can_transition
-from runlane.errors import InvalidTransition, LeaseLost, StoreError
+from runlane.core.runs import Claimed, Lease, NewRun, Outcome, Run, RunStatus
+from runlane.errors import LeaseLost, StoreError
 
 
 class _BatchLeaseExpired(Exception):
@@ -215,8 +216,7 @@ class PostgresLeases(PostgresConnections):
         external_id: str | None = None,
         ended_monotonic: float | None = None,
     ) -> Run:
-        if not outcome.status.is_final or not can_transition(RunStatus.RUNNING, outcome.status):
-            raise InvalidTransition(f"run {lease.run_id} cannot finish as {outcome.status.value}")
+        check_finish(lease.run_id, outcome.status)
         params = {
             **self._fence(lease),
             **base.outcome_params(outcome),
@@ -249,9 +249,7 @@ class PostgresLeases(PostgresConnections):
 
     async def finish_many(self, requests: Sequence[FinishRequest]) -> list[FinishedRun | None]:
         for req in requests:
-            status = req.outcome.status
-            if not status.is_final or not can_transition(RunStatus.RUNNING, status):
-                raise InvalidTransition(f"run {req.lease.run_id} cannot finish as {status.value}")
+            check_finish(req.lease.run_id, req.outcome.status)
         if not requests:
             return []
         try:

@@ -28,6 +28,7 @@ from runlane.core.accept_rules import (
     ORPHANED_NOTE,
     cancel_refusal,
     cancelled_note,
+    check_finish,
     needs_overlap_check,
     overlap_decision,
 )
@@ -352,8 +353,7 @@ class SqliteStore(SqliteConnection):
         external_id: str | None = None,
         ended_monotonic: float | None = None,
     ) -> Run:
-        if not outcome.status.is_final or not can_transition(RunStatus.RUNNING, outcome.status):
-            raise InvalidTransition(f"run {lease.run_id} cannot finish as {outcome.status.value}")
+        check_finish(lease.run_id, outcome.status)
         now = self._now()
         params = {
             **self._fence(lease, now),
@@ -376,9 +376,7 @@ class SqliteStore(SqliteConnection):
 
     async def finish_many(self, requests: Sequence[FinishRequest]) -> list[FinishedRun | None]:
         for req in requests:
-            status = req.outcome.status
-            if not status.is_final or not can_transition(RunStatus.RUNNING, status):
-                raise InvalidTransition(f"run {req.lease.run_id} cannot finish as {status.value}")
+            check_finish(req.lease.run_id, req.outcome.status)
         if not requests:
             return []
         now = self._now()
