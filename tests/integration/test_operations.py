@@ -382,6 +382,16 @@ async def test_the_schedule_table_and_its_checks(settings: Settings, store: Stor
         await operations.schedule_table(settings, days=4000)
 
 
+async def test_the_schedule_table_of_an_open_runtime_shows_its_pauses(rt: Runtime) -> None:
+    """A server passes its open runtime: the table is of its catalog, paused by its store."""
+    await operations.pause_job(rt, "hello", requester=ALICE, reason="maintenance")
+    table = await operations.schedule_table(rt, start="2031-01-01T00:00Z", end="2031-01-01T02:00Z")
+    assert [(r.spec.target, r.fires, r.reason) for r in table.rows] == [
+        ("hello", False, "paused")
+    ] * 2
+    assert table.notes == ()
+
+
 # ------------------------------------------------------------------------------ output
 
 

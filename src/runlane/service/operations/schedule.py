@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from runlane.errors import InvalidArgument, RunlaneError
+from runlane.ports import Store
 from runlane.service.config import Settings
 from runlane.service.operations.arguments import (
     LATEST,
@@ -17,6 +18,7 @@ from runlane.service.operations.arguments import (
     parse_time,
 )
 from runlane.service.operations.notices import Notice
+from runlane.service.runtime import Runtime
 
 if TYPE_CHECKING:
     from runlane.core.schedule import Pause, SlotRow
@@ -38,15 +40,17 @@ class ScheduleTable:
 
 
 async def schedule_table(
-    settings: Settings,
+    source: Runtime | Settings,
     *,
     start: str | datetime | None = None,
     end: str | datetime | None = None,
     days: float = 7.0,
 ) -> ScheduleTable:
-    """The table of the catalog at `settings.catalog_path` from `start` (default now) to `end`
-    (default `days` later; at most ten years). It needs no database: the pauses are read from
-    it when it can be opened. `invalid_argument` for a bad time or range, `catalog_invalid`."""
+    """The table from `start` (default now) to `end` (default `days` later; at most ten years)
+    of an open runtime's catalog (a server, which has one), or of the catalog file `Settings`
+    name (the CLI). It needs no database: the pauses are read from it when it can be read, and
+    a note says when they could not. `invalid_argument` for a bad time or range,
+    `catalog_invalid`."""
     from runlane.catalog.loader import load_catalog
     from runlane.core.schedule import schedule_table as plan_table
     from runlane.service.scheduler import schedule_specs
@@ -65,11 +69,18 @@ async def schedule_table(
     else:
         t1 = parse_time(end, t0, "--to")
     check_range(t0, t1, start_text, end_text)
-    cat = load_catalog(settings.catalog_path)
+    cat = (
+        source.require_catalog()
+        if isinstance(source, Runtime)
+        else load_catalog(source.catalog_path)
+    )
     notes: list[Notice] = []
     pauses: dict[str, Pause] = {}
     try:
-        pauses = await read_pauses(settings)
+        if isinstance(source, Runtime):
+            pauses = await pauses_now(source.store)
+        else:
+            pauses = await read_pauses(source)
     except RunlaneError as exc:
         notes.append(Notice("pauses_not_shown", f"pauses not shown ({exc.message})", "note"))
     # [start, end): a slot exactly at start is in the range, one exactly at end is not (`--days
@@ -95,15 +106,21 @@ async def schedule_table(
 
 
 async def read_pauses(settings: Settings) -> dict[str, Pause]:
-    """The jobs paused now (by the database's clock), each with its pause."""
+    """The jobs paused now in the database `settings` name (opened for this, and closed)."""
     from runlane.service.runtime import open_runtime
-    from runlane.service.scheduler import pause_of
 
     async with open_runtime(settings, catalog=False) as rt:
-        db_now = await rt.store.now()
-        found = {}
-        for job, override in (await rt.store.overrides()).items():
-            pause = pause_of(override, db_now)
-            if pause is not None:
-                found[job] = pause
-        return found
+        return await pauses_now(rt.store)
+
+
+async def pauses_now(store: Store) -> dict[str, Pause]:
+    """The jobs paused now (by the database's clock), each with its pause."""
+    from runlane.service.scheduler import pause_of
+
+    db_now = await store.now()
+    found = {}
+    for job, override in (await store.overrides()).items():
+        pause = pause_of(override, db_now)
+        if pause is not None:
+            found[job] = pause
+    return found
