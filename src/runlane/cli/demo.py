@@ -16,11 +16,13 @@ from runlane.cli.output import escape, out, runs_table
 from runlane.core.runs import Run, RunStatus, Trigger
 from runlane.errors import RunRefused
 from runlane.ports import RunFilter
-from runlane.service.accept import RunRequest
 from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
+from runlane.service.operations import Requester, run_job
 from runlane.service.runtime import Runtime, open_runtime
 from runlane.service.wiring import build_executors
+
+DEMO = Requester("demo", Trigger.CLI)  # who the tour's runs are requested by
 
 STEPS = [
     ("hello", {}, "three plain runs, side by side"),
@@ -124,31 +126,15 @@ async def _drive(rt: Runtime, time_limit: float) -> bool:
     for job, params, caption in STEPS:
         if caption:
             out.print(f"[bold cyan]→[/] {escape(job)}: {escape(caption)}")
-        result = await rt.accept(
-            RunRequest(
-                job=job,
-                trigger=Trigger.CLI,
-                params=params,
-                params_from_strings=True,
-                requested_by="demo",
-            )
-        )
-        ids.append(result.run.id)
-    # The overlap refusal and a bad param, through the same accept path a person uses.
+        queued = await run_job(rt, job, requester=DEMO, params=params, params_from_strings=True)
+        ids.append(queued.run.id)
+    # The overlap refusal and a bad param, through the same operation a person's `runlane run` calls.
     for job, params, what in (
         ("nightly-sync", {}, "a second nightly-sync while the first is active"),
         ("greet", {"name": "ops", "times": "many"}, "greet with times=many"),
     ):
         try:
-            await rt.accept(
-                RunRequest(
-                    job=job,
-                    trigger=Trigger.CLI,
-                    params=params,
-                    params_from_strings=True,
-                    requested_by="demo",
-                )
-            )
+            await run_job(rt, job, requester=DEMO, params=params, params_from_strings=True)
             out.print(f"[red]unexpected: {what} was accepted[/]")
         except RunRefused as exc:
             out.print(f"[bold cyan]→[/] {escape(what)}: refused — [yellow]{escape(exc.message)}[/]")
