@@ -8,9 +8,12 @@ from runlane.core.accept_rules import (
     cancel_action,
     cancel_refusal,
     cancelled_note,
+    check_finish,
+    check_unleased_finish,
     finish_note,
     needs_overlap_check,
     overlap_decision,
+    unleased_finish_refusal,
 )
 from runlane.core.runs import RunStatus
 from runlane.errors import InvalidTransition, NotFound, OverlapRefused
@@ -68,3 +71,26 @@ def test_a_finished_run_keeps_the_outcomes_note_else_its_accept_note_unless_rele
     assert finish_note(None, "accepted", None) == "accepted"
     assert finish_note(None, "503", "api_unavailable") is None
     assert finish_note(None, None, None) is None
+
+
+def test_a_running_run_finishes_only_as_a_final_status() -> None:
+    check_finish("r1", RunStatus.SUCCESS)
+    check_finish("r1", RunStatus.CANCELLED)
+    for status in (RunStatus.RUNNING, RunStatus.QUEUED):
+        with pytest.raises(InvalidTransition, match=f"run r1 cannot finish as {status.value}"):
+            check_finish("r1", status)
+
+
+def test_an_unleased_finish_is_checked_against_the_expected_status() -> None:
+    check_unleased_finish("r1", RunStatus.QUEUED, RunStatus.CANCELLED)
+    with pytest.raises(InvalidTransition, match="queued → running is not allowed"):
+        check_unleased_finish("r1", RunStatus.QUEUED, RunStatus.RUNNING)
+    with pytest.raises(InvalidTransition, match="success → failure is not allowed"):
+        check_unleased_finish("r1", RunStatus.SUCCESS, RunStatus.FAILURE)
+
+
+def test_an_unleased_finish_that_matched_nothing_says_why() -> None:
+    leased = unleased_finish_refusal("r1", RunStatus.RUNNING, RunStatus.RUNNING, "L1", leased=True)
+    assert str(leased) == "run r1 is leased by L1: finish it through its lease"
+    moved = unleased_finish_refusal("r1", RunStatus.QUEUED, RunStatus.SUCCESS, None, leased=False)
+    assert str(moved) == "run r1 is success, not queued"

@@ -77,6 +77,25 @@ def check_finish(run_id: str, status: RunStatus) -> None:
         raise InvalidTransition(f"run {run_id} cannot finish as {status.value}")
 
 
+def check_unleased_finish(run_id: str, expected: RunStatus, status: RunStatus) -> None:
+    """`InvalidTransition` unless a run nobody leases may go from `expected` to `status` (a
+    final status): what `RunLog.finish_unleased` checks before it writes."""
+    if not status.is_final or not can_transition(expected, status):
+        raise InvalidTransition(f"run {run_id}: {expected.value} → {status.value} is not allowed")
+
+
+def unleased_finish_refusal(
+    run_id: str, expected: RunStatus, current: RunStatus, lease_owner: str | None, *, leased: bool
+) -> InvalidTransition:
+    """Why `finish_unleased` matched no row of an existing run: it is leased (finish it
+    through its lease), or it is no longer in `expected`."""
+    if current == expected and leased:
+        return InvalidTransition(
+            f"run {run_id} is leased by {lease_owner}: finish it through its lease"
+        )
+    return InvalidTransition(f"run {run_id} is {current.value}, not {expected.value}")
+
+
 # --- the note a finished run keeps ---------------------------------------------------------------
 
 # The note of a run `Sweeps.sweep_orphans` ends as `timeout`/`orphaned`.

@@ -22,8 +22,10 @@ from runlane.core.accept_rules import (
     ORPHANED_NOTE,
     cancel_refusal,
     cancelled_note,
+    check_unleased_finish,
     needs_overlap_check,
     overlap_decision,
+    unleased_finish_refusal,
 )
 from runlane.core.runs import (
     AcceptResult,
@@ -32,10 +34,8 @@ from runlane.core.runs import (
     OverlapAction,
     Run,
     RunStatus,
-    can_transition,
 )
 from runlane.errors import (
-    InvalidTransition,
     NotFound,
     StoreError,
 )
@@ -200,10 +200,7 @@ class PostgresStore(PostgresLeases, SqlStoreBase):
     async def finish_unleased(self, run_id: str, expected: RunStatus, outcome: Outcome) -> Run:
         if not _is_uuid(run_id):
             raise NotFound(f"no run {run_id}")
-        if not outcome.status.is_final or not can_transition(expected, outcome.status):
-            raise InvalidTransition(
-                f"run {run_id}: {expected.value} → {outcome.status.value} is not allowed"
-            )
+        check_unleased_finish(run_id, expected, outcome.status)
         row = await self._fetchone(
             Q["finish_unleased"],
             {
@@ -216,11 +213,13 @@ class PostgresStore(PostgresLeases, SqlStoreBase):
         if row is not None:
             return _READ.run(row)
         current = await self.get_run(run_id)
-        if current.status == expected and current.lease_token is not None:
-            raise InvalidTransition(
-                f"run {run_id} is leased by {current.lease_owner}: finish it through its lease"
-            )
-        raise InvalidTransition(f"run {run_id} is {current.status.value}, not {expected.value}")
+        raise unleased_finish_refusal(
+            run_id,
+            expected,
+            current.status,
+            current.lease_owner,
+            leased=current.lease_token is not None,
+        )
 
     async def retry_repairs_now(self, error_code: str, jobs: Collection[str]) -> list[str]:
         rows = await self._fetchall(

@@ -29,8 +29,10 @@ from runlane.core.accept_rules import (
     cancel_refusal,
     cancelled_note,
     check_finish,
+    check_unleased_finish,
     needs_overlap_check,
     overlap_decision,
+    unleased_finish_refusal,
 )
 from runlane.core.runs import (
     AcceptResult,
@@ -41,7 +43,6 @@ from runlane.core.runs import (
     OverlapAction,
     Run,
     RunStatus,
-    can_transition,
 )
 from runlane.errors import (
     DatabaseUnavailable,
@@ -425,11 +426,11 @@ class SqliteStore(SqliteConnection):
     # --- unleased changes -----------------------------------------------------------------------
 
     async def finish_unleased(self, run_id: str, expected: RunStatus, outcome: Outcome) -> Run:
-        if not outcome.status.is_final or not can_transition(expected, outcome.status):
+        try:
+            check_unleased_finish(run_id, expected, outcome.status)
+        except InvalidTransition:
             await self.get_run(run_id)  # NotFound first, for an unknown run
-            raise InvalidTransition(
-                f"run {run_id}: {expected.value} → {outcome.status.value} is not allowed"
-            )
+            raise
         params = {
             "now": format_time(self._now()),
             "id": run_id,
@@ -445,11 +446,9 @@ class SqliteStore(SqliteConnection):
             if current is None:
                 raise NotFound(f"no run {run_id}")
             run = _READ.run(current)
-            if run.status == expected:
-                raise InvalidTransition(
-                    f"run {run_id} is leased by {run.lease_owner}: finish it through its lease"
-                )
-            raise InvalidTransition(f"run {run_id} is {run.status.value}, not {expected.value}")
+            raise unleased_finish_refusal(
+                run_id, expected, run.status, run.lease_owner, leased=run.lease_token is not None
+            )
 
         return await self._call(lambda conn: _write(conn, work))
 
