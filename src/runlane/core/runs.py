@@ -209,6 +209,18 @@ class Outcome:
                 if clean is not value:
                     object.__setattr__(self, name, clean)
 
+    def columns(self) -> dict[str, object]:
+        """The outcome's fields by their run-log column names (`finish*` statements, the
+        launcher's outcome journal)."""
+        return {
+            "status": self.status.value,
+            "end_reason": self.end_reason,
+            "exit_code": self.exit_code,
+            "error_code": self.error_code,
+            "log_tail": self.log_tail,
+            "note": self.note,
+        }
+
 
 def joined_notes(*notes: str | None) -> str | None:
     """The notes that say something, in order, as one (`first; second`); None when none does.

@@ -54,14 +54,7 @@ def seconds_since(ended_monotonic: float | None) -> float:
 
 def outcome_params(outcome: Outcome) -> dict[str, object]:
     """The outcome's columns, as the `finish*` statements name them."""
-    return {
-        "status": outcome.status.value,
-        "end_reason": outcome.end_reason,
-        "exit_code": outcome.exit_code,
-        "error_code": outcome.error_code,
-        "log_tail": outcome.log_tail,
-        "note": outcome.note,
-    }
+    return outcome.columns()
 
 
 def run_params(new: NewRun, status: RunStatus, end_reason: str | None) -> dict[str, object]:

@@ -58,12 +58,7 @@ class OutcomeJournal:
             "run_id": run.id,
             "attempt": run.attempt,
             "launcher": self._owner,
-            "status": outcome.status.value,
-            "end_reason": outcome.end_reason,
-            "exit_code": outcome.exit_code,
-            "error_code": outcome.error_code,
-            "log_tail": outcome.log_tail,
-            "note": outcome.note,
+            **outcome.columns(),
             "ended_at": (datetime.now(UTC) - timedelta(seconds=max(0.0, ago))).isoformat(),
         }
         tmp = path.with_suffix(".tmp")
