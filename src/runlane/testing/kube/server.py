@@ -17,6 +17,7 @@ import contextlib
 import copy
 import json
 import socket
+import sys
 import threading
 import time
 from collections import deque
@@ -622,6 +623,14 @@ class _HTTPServer(ThreadingHTTPServer):
     ) -> None:
         self.api = api
         super().__init__(addr, handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up on a kept-alive connection (the reset reaches the handler
+        while it reads the next request) is what clients of a real API server do: not worth a
+        traceback on stderr. Any other error is printed as the standard library does."""
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
