@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import socket
 import sys
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -80,7 +79,7 @@ def catalog_file(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-async def rt(store: Store, settings: Settings, catalog: Catalog) -> AsyncIterator[Runtime]:
+def rt(store: Store, settings: Settings, catalog: Catalog) -> Runtime:
     return Runtime(settings=settings, store=store, catalog=catalog)
 
 
