@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import fields
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Console
 from rich.markup import escape
 
-__all__ = ["err", "escape", "out"]
+__all__ = ["chain_run_dict", "err", "escape", "iso", "jsonable", "out", "run_dict"]
 from rich.table import Table
 from rich.tree import Tree
 
 from runlane.core.records import ChainRun
 from runlane.core.runs import Run
+from runlane.service.views import chain_run_dict, iso, jsonable, run_dict
 
 if TYPE_CHECKING:
     from runlane.service.chains import StepView
@@ -47,36 +46,6 @@ _CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) 
 def terminal_safe(text: str) -> str:
     """`text` with every control character but newline and tab shown as an escape (\x1b)."""
     return text.translate(_CONTROLS)
-
-
-# Lease token is a secret of the launcher holding it: never printed.
-HIDDEN = frozenset({"lease_token", "params_raw"})
-
-
-def iso(value: datetime | None) -> str | None:
-    """UTC ISO-8601 with a Z, the one time format of every JSON output."""
-    if value is None:
-        return None
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def jsonable(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return iso(value)
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [jsonable(v) for v in value]
-    return value
-
-
-def run_dict(run: Run) -> dict[str, Any]:
-    data = {f.name: jsonable(getattr(run, f.name)) for f in fields(run) if f.name not in HIDDEN}
-    if run.params is None:
-        data["params_raw"] = run.params_raw
-    return data
 
 
 def print_json(data: Any) -> None:
@@ -183,38 +152,6 @@ def print_notices(notices: Iterable[Notice], console: Console = err) -> None:
             console.print(terminal_safe(notice.message), markup=False)
         else:
             console.print(f"[yellow]{notice.level}:[/] {escape(terminal_safe(notice.message))}")
-
-
-def chain_run_dict(run: ChainRun, steps: Sequence[StepView] | None = None) -> dict[str, Any]:
-    """A chain run (and its steps) as JSON."""
-    data: dict[str, Any] = {
-        "id": run.id,
-        "chain": run.chain,
-        "status": run.status,
-        "trigger": run.trigger,
-        "requested_by": run.requested_by,
-        "scheduled_for": iso(run.scheduled_for),
-        "started_at": iso(run.started_at),
-        "deadline_at": iso(run.deadline_at),
-        "finished_at": iso(run.finished_at),
-        "end_reason": run.end_reason,
-        "overrun": run.overrun,
-        "overrun_at": iso(run.overrun_at),
-    }
-    if steps is not None:
-        data["steps"] = [
-            {
-                "step": s.step,
-                "job": s.job,
-                "after": [{"step": p, "on": on} for p, on in s.after],
-                "status": s.status,
-                "end_reason": s.end_reason,
-                "run_id": s.run_id,
-                "attempt": s.attempt,
-            }
-            for s in steps
-        ]
-    return data
 
 
 def chain_tree(run: ChainRun, steps: Sequence[StepView]) -> Tree:

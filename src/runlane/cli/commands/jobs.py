@@ -18,9 +18,10 @@ from runlane.cli.options import (
 )
 from runlane.cli.output import escape, iso, out, print_json
 from runlane.service.runtime import Runtime
+from runlane.service.views import job_dict
 
 if TYPE_CHECKING:
-    from runlane.service.operations import JobInfo
+    pass
 
 
 @one_line_errors
@@ -63,26 +64,6 @@ def resume_cmd(job: str, catalog: CatalogOpt = None, database: DatabaseOpt = Non
             out.print(f"{job} was not paused")
 
     with_runtime(settings, resume)
-
-
-def job_dict(info: JobInfo) -> dict[str, Any]:
-    """A row of the jobs table as JSON."""
-    pause = info.pause
-    return {
-        "job": info.name,
-        "executor": info.executor,
-        "overlap": info.overlap,
-        "max_attempts": info.max_attempts,
-        "deadline_seconds": info.deadline_seconds,
-        "acts": info.acts,
-        "params": {k: str(v) for k, v in info.params.items()},
-        "schedules": list(info.schedules),
-        "paused": pause is not None,
-        "paused_until": output.iso(pause.paused_until) if pause else None,
-        "pause_reason": pause.reason if pause else None,
-        "paused_by": pause.created_by if pause else None,
-        "description": info.description,
-    }
 
 
 @one_line_errors

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -18,53 +18,10 @@ from runlane.cli.options import (
 )
 from runlane.cli.output import out, print_json, print_notices
 from runlane.service.runtime import Runtime, open_runtime
+from runlane.service.views import status_dict
 
 if TYPE_CHECKING:
-    from runlane.service.operations import LauncherState, StatusReport
-
-
-def launcher_dict(state: LauncherState) -> dict[str, Any]:
-    h = state.heartbeat
-    return {
-        "launcher_id": h.launcher_id,
-        "host": h.host,
-        "pid": h.pid,
-        "version": h.version,
-        "started_at": output.iso(h.started_at),
-        "beat_at": output.iso(h.beat_at),
-        "last_seen_seconds": state.last_seen_seconds,
-        "stale": state.stale,
-        # A stale launcher's last counts are history, not the present: not shown.
-        "queue_depth": state.queue_depth,
-        "running": None if state.running is None else dict(state.running),
-        "catalog_digest": h.catalog_digest,
-        "catalog_loaded_at": output.iso(h.catalog_loaded_at),
-        "catalog_jobs": None if h.catalog_jobs is None else list(h.catalog_jobs),
-        "catalog_path": h.catalog_path,
-        "heartbeat_interval": h.heartbeat_interval,
-        "catalog_chains": None if h.catalog_chains is None else list(h.catalog_chains),
-        "log_dir": h.log_dir,
-        # True: runs the file as it is now; False: the file changed since it loaded it;
-        # null: cannot tell (the file does not load, or no digest reported).
-        "catalog_current": state.catalog_current,
-    }
-
-
-def status_dict(report: StatusReport) -> dict[str, Any]:
-    return {
-        "now": output.iso(report.now),
-        "queued": report.queued,
-        "running": report.running,
-        "stuck": [
-            {"id": s.run_id, "job": s.job, "status": s.status, "why": s.why} for s in report.stuck
-        ],
-        "catalog": {
-            "path": report.catalog_path,
-            "catalog_digest": report.catalog_digest,
-            "error": report.catalog_error,
-        },
-        "launchers": [launcher_dict(state) for state in report.launchers],
-    }
+    pass
 
 
 @one_line_errors

@@ -1,0 +1,153 @@
+"""The JSON shape of what operations return, shared by every face (CLI `--json`, HTTP API, web
+UI, MCP): the run log's column names, UTC ISO-8601 times with a `Z`, enums by value. A field
+is named here once, so the faces cannot drift apart.
+
+Light on purpose (no catalog, no store): the CLI imports it at start-up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import fields
+from datetime import UTC, datetime
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from runlane.core.records import ChainRun
+from runlane.core.runs import Run
+
+if TYPE_CHECKING:
+    from runlane.service.chains import StepView
+    from runlane.service.operations.jobs import JobInfo
+    from runlane.service.operations.status import LauncherState, StatusReport
+
+# The lease token is a secret of the launcher holding it: never shown. `params_raw` is shown
+# only when the params could not be read (see `run_dict`).
+HIDDEN = frozenset({"lease_token", "params_raw"})
+
+
+def iso(value: datetime | None) -> str | None:
+    """UTC ISO-8601 with a Z, the one time format of every JSON output."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def jsonable(value: Any) -> Any:
+    """`value` with times as `iso`, enums by value, mappings and sequences converted inside."""
+    if isinstance(value, datetime):
+        return iso(value)
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(v) for v in value]
+    return value
+
+
+def run_dict(run: Run) -> dict[str, Any]:
+    """A run-log row: every column but the lease token (`params_raw` only when `params` is
+    null: the stored text that does not parse)."""
+    data = {f.name: jsonable(getattr(run, f.name)) for f in fields(run) if f.name not in HIDDEN}
+    if run.params is None:
+        data["params_raw"] = run.params_raw
+    return data
+
+
+def chain_run_dict(run: ChainRun, steps: Sequence[StepView] | None = None) -> dict[str, Any]:
+    """A chain run (and, when given, its steps with their statuses)."""
+    data: dict[str, Any] = {
+        "id": run.id,
+        "chain": run.chain,
+        "status": run.status,
+        "trigger": run.trigger,
+        "requested_by": run.requested_by,
+        "scheduled_for": iso(run.scheduled_for),
+        "started_at": iso(run.started_at),
+        "deadline_at": iso(run.deadline_at),
+        "finished_at": iso(run.finished_at),
+        "end_reason": run.end_reason,
+        "overrun": run.overrun,
+        "overrun_at": iso(run.overrun_at),
+    }
+    if steps is not None:
+        data["steps"] = [
+            {
+                "step": s.step,
+                "job": s.job,
+                "after": [{"step": p, "on": on} for p, on in s.after],
+                "status": s.status,
+                "end_reason": s.end_reason,
+                "run_id": s.run_id,
+                "attempt": s.attempt,
+            }
+            for s in steps
+        ]
+    return data
+
+
+def job_dict(info: JobInfo) -> dict[str, Any]:
+    """A job of the catalog with its pause state (a row of `runlane jobs --json`)."""
+    pause = info.pause
+    return {
+        "job": info.name,
+        "executor": info.executor,
+        "overlap": info.overlap,
+        "max_attempts": info.max_attempts,
+        "deadline_seconds": info.deadline_seconds,
+        "acts": info.acts,
+        "params": {k: str(v) for k, v in info.params.items()},
+        "schedules": list(info.schedules),
+        "paused": pause is not None,
+        "paused_until": iso(pause.paused_until) if pause else None,
+        "pause_reason": pause.reason if pause else None,
+        "paused_by": pause.created_by if pause else None,
+        "description": info.description,
+    }
+
+
+def launcher_dict(state: LauncherState) -> dict[str, Any]:
+    """A launcher's heartbeat and what it says about the launcher now."""
+    h = state.heartbeat
+    return {
+        "launcher_id": h.launcher_id,
+        "host": h.host,
+        "pid": h.pid,
+        "version": h.version,
+        "started_at": iso(h.started_at),
+        "beat_at": iso(h.beat_at),
+        "last_seen_seconds": state.last_seen_seconds,
+        "stale": state.stale,
+        # A stale launcher's last counts are history, not the present: not shown.
+        "queue_depth": state.queue_depth,
+        "running": None if state.running is None else dict(state.running),
+        "catalog_digest": h.catalog_digest,
+        "catalog_loaded_at": iso(h.catalog_loaded_at),
+        "catalog_jobs": None if h.catalog_jobs is None else list(h.catalog_jobs),
+        "catalog_path": h.catalog_path,
+        "heartbeat_interval": h.heartbeat_interval,
+        "catalog_chains": None if h.catalog_chains is None else list(h.catalog_chains),
+        "log_dir": h.log_dir,
+        # True: runs the file as it is now; False: the file changed since it loaded it;
+        # null: cannot tell (the file does not load, or no digest reported).
+        "catalog_current": state.catalog_current,
+    }
+
+
+def status_dict(report: StatusReport) -> dict[str, Any]:
+    """`status`: queue depth, running count, what is stuck, the catalog, every launcher."""
+    return {
+        "now": iso(report.now),
+        "queued": report.queued,
+        "running": report.running,
+        "stuck": [
+            {"id": s.run_id, "job": s.job, "status": s.status, "why": s.why} for s in report.stuck
+        ],
+        "catalog": {
+            "path": report.catalog_path,
+            "catalog_digest": report.catalog_digest,
+            "error": report.catalog_error,
+        },
+        "launchers": [launcher_dict(state) for state in report.launchers],
+    }
