@@ -64,6 +64,7 @@ from runlane.service.operations.runs import (
     list_runs,
     list_runs_page,
     parse_status,
+    parse_trigger,
     run_job,
     show_run,
 )
@@ -131,6 +132,7 @@ __all__ = [
     "list_runs_page",
     "list_tokens",
     "parse_status",
+    "parse_trigger",
     "pause_job",
     "record_audit",
     "request_fingerprint",
