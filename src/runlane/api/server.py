@@ -1,0 +1,140 @@
+"""Serving the app over HTTP: uvicorn's server in the caller's event loop (beside the launcher in
+`runlane serve`, alone in `runlane web`), on a socket bound here so that an address in use is one
+clear line before anything else starts.
+
+The server installs no signal handlers: the process owns SIGTERM (the launcher stops on it, and
+`stop` is set for this server). Access logs are off (`runlane` logs its own events); uvicorn's
+own records go through the root logger, which `runlane.cli.logging` formats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import socket
+from collections.abc import Iterator
+
+import structlog
+import uvicorn
+from starlette.types import ASGIApp
+
+from runlane.errors import ConfigError
+from runlane.service.config import parse_http_addr
+
+__all__ = ["ListenError", "bind_socket", "parse_http_addr", "serve_http", "shown_addr"]
+
+log = structlog.get_logger("runlane.http")
+
+# How long a stopping server waits for requests in flight (a followed log streams until the
+# run ends) before it cancels them: well inside the launcher's own shutdown grace.
+SHUTDOWN_GRACE_SECONDS = 5
+
+
+class ListenError(ConfigError):
+    """The HTTP address cannot be listened on (in use, not this host's, a privileged port)."""
+
+
+def shown_addr(host: str, port: int) -> str:
+    """`127.0.0.1:8080`, `[::1]:8080`."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on (host, port), or one `ListenError` line naming the address and
+    the settings that chose it."""
+    where = shown_addr(host, port)
+    try:
+        infos = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE | socket.AI_NUMERICSERV
+        )
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
+        raise ListenError(
+            f"cannot listen on {where}: {reason} (RUNLANE_HTTP_ADDR / --http-addr)"
+        ) from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        # Like every server: a restart may bind while the last one's connections time out.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        reason = "address already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+        raise ListenError(
+            f"cannot listen on {where}: {(reason or str(exc)).lower()} "
+            "(RUNLANE_HTTP_ADDR / --http-addr)"
+        ) from None
+    sock.set_inheritable(False)  # a job the launcher spawns does not hold the port open
+    return sock
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server without its signal handlers: whoever runs it owns SIGTERM/SIGINT."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def serve_http(
+    app: ASGIApp,
+    host: str,
+    port: int,
+    *,
+    stop: asyncio.Event,
+    started: asyncio.Event | None = None,
+    sock: socket.socket | None = None,
+) -> None:
+    """Serve `app` on host:port in this event loop until `stop` is set, then shut down
+    gracefully (requests in flight get SHUTDOWN_GRACE_SECONDS) and return.
+
+    The app's lifespan runs first; `started` is set once it has and the socket listens, and
+    `serving http://HOST:PORT` is logged. An address that cannot be listened on raises
+    `ListenError` before the app starts; an app whose start-up fails raises ConfigError.
+    `sock`: a socket already bound by `bind_socket` (the caller checked the address first)."""
+    sock = sock if sock is not None else bind_socket(host, port)
+    bound_host, bound_port = sock.getsockname()[:2]
+    config = uvicorn.Config(
+        app,
+        lifespan="on",
+        loop="none",
+        http="h11",
+        ws="none",
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+    )
+    server = _Server(config)
+
+    async def watch() -> None:
+        await stop.wait()
+        server.should_exit = True
+
+    async def announce() -> None:
+        while not server.started:
+            if server.should_exit:
+                return
+            await asyncio.sleep(0.02)
+        log.info("http.serving", url=f"http://{shown_addr(bound_host, bound_port)}")
+        if started is not None:
+            started.set()
+
+    watcher = asyncio.create_task(watch())
+    announcer = asyncio.create_task(announce())
+    try:
+        await server.serve(sockets=[sock])
+    except SystemExit:  # uvicorn's answer to an app whose lifespan start-up failed
+        raise ConfigError(
+            f"the HTTP app did not start on {shown_addr(bound_host, bound_port)} "
+            "(see the log above)"
+        ) from None
+    finally:
+        watcher.cancel()
+        announcer.cancel()
+        sock.close()
