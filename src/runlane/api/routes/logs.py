@@ -20,6 +20,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
+from runlane.api.auth import Viewer
 from runlane.api.deps import RuntimeDep
 from runlane.errors import InvalidArgument
 from runlane.service.operations import (
@@ -43,10 +44,6 @@ SSE_HEADERS = {
     "Cache-Control": "no-cache",
     "X-Accel-Buffering": "no",  # nginx (and ingress-nginx) pass each event on at once
 }
-
-# TODO(coordinator): every endpoint needs at least a viewer: add `_: Viewer` (runlane.api.auth,
-# hapi's) to `run_logs` once hapi's auth is merged into this branch.
-
 
 def _last_event_id(value: str | None) -> int:
     """The byte offset a reconnecting client already has (0 when it has none)."""
@@ -103,6 +100,7 @@ def _incomplete_text(item: LogIncomplete) -> str:
 async def run_logs(
     run_id: str,
     rt: RuntimeDep,
+    _who: Viewer,
     follow: Annotated[
         bool, Query(description="Stream as server-sent events to the run's end.")
     ] = False,
