@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 
 from runlane import __version__
+from runlane.api.routes import health, logs
 from runlane.service.config import Settings
 from runlane.service.runtime import open_runtime
 
@@ -35,4 +36,6 @@ def create_app(settings: Settings) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.include_router(health.router)
+    app.include_router(logs.router)
     return app
