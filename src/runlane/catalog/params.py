@@ -213,3 +213,28 @@ def _from_json(spec: ParamSpec, value: object) -> object:
     elif isinstance(value, str) and value in spec.choices:
         return value
     raise ValueError(f"{spec.describe()}, {_got(value)}")
+
+
+def params_json_schema(specs: Mapping[str, ParamSpec]) -> dict[str, Any]:
+    """A job's param allowlist as a JSON Schema (draft 2020-12) of the `params` object a run
+    takes as JSON: each param's type (a `choice` as an enum), the required ones, no others.
+    An optional param may be null (treated as left out)."""
+    json_types = {"int": "integer", "float": "number", "bool": "boolean", "str": "string"}
+    properties: dict[str, Any] = {}
+    for name, spec in specs.items():
+        prop: dict[str, Any] = (
+            {"type": "string", "enum": list(spec.choices)}
+            if spec.type == "choice"
+            else {"type": json_types[spec.type]}
+        )
+        if spec.optional:
+            prop["type"] = [prop["type"], "null"]
+            if "enum" in prop:
+                prop["enum"] = [*prop["enum"], None]
+        properties[name] = prop
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": [name for name, spec in specs.items() if not spec.optional],
+        "additionalProperties": False,
+    }

@@ -29,8 +29,10 @@ from runlane.service.operations.chains import (
 from runlane.service.operations.events import EventEmitted, emit
 from runlane.service.operations.jobs import (
     JobInfo,
+    JobSchedule,
     Resumed,
     explain,
+    job_schedules,
     list_jobs,
     pause_job,
     resume_job,
@@ -78,6 +80,7 @@ __all__ = [
     "DoctorReport",
     "EventEmitted",
     "JobInfo",
+    "JobSchedule",
     "LauncherState",
     "LogIncomplete",
     "Notice",
@@ -96,6 +99,7 @@ __all__ = [
     "doctor",
     "emit",
     "explain",
+    "job_schedules",
     "follow_run",
     "list_chain_runs",
     "list_chains",

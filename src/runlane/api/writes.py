@@ -1,0 +1,96 @@
+"""What every write of the API does around its operation: record it in the audit table (who,
+what, target, from where, and the outcome: `ok` or the refusal's code, refused writes too), and
+make it safe to retry under an `Idempotency-Key` (`operations.idempotent`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import structlog
+from fastapi import Request
+
+from runlane.errors import RunlaneError
+from runlane.service import operations
+from runlane.service.operations import Requester
+from runlane.service.runtime import Runtime
+
+T = TypeVar("T")
+log = structlog.get_logger("runlane.api")
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+
+def remote_of(request: Request) -> str | None:
+    """The peer's address (the proxy's, behind one: the audit records who connected)."""
+    return request.client.host if request.client else None
+
+
+async def audited(
+    request: Request,
+    rt: Runtime,
+    requester: Requester,
+    *,
+    action: str,
+    target: str | None,
+    call: Callable[[], Awaitable[T]],
+) -> T:
+    """`call()`, recorded in the audit table with its outcome. A refusal is recorded and then
+    raised; when the audit row of a refusal cannot be written, the refusal still reaches the
+    client (and the failure the log)."""
+    remote = remote_of(request)
+    try:
+        result = await call()
+    except RunlaneError as exc:
+        try:
+            await operations.record_audit(
+                rt,
+                requester=requester,
+                action=action,
+                target=target,
+                outcome=exc.code,
+                remote=remote,
+                detail=exc.message[:500],
+            )
+        except RunlaneError as audit_exc:
+            log.warning("api_audit_failed", action=action, target=target, error=audit_exc.code)
+        raise
+    await operations.record_audit(
+        rt, requester=requester, action=action, target=target, outcome="ok", remote=remote
+    )
+    return result
+
+
+def fingerprint(request: Request, body: Any) -> str:
+    """What an idempotency key is bound to: the method, the path and the body as canonical
+    JSON (sorted keys, no spaces), so the same request spelled with other whitespace or key
+    order is the same request."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = f"{request.method}\n{request.url.path}\n{canonical}"
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+async def maybe_idempotent(
+    request: Request,
+    rt: Runtime,
+    requester: Requester,
+    body: Any,
+    action: Callable[[], Awaitable[tuple[int, dict[str, Any]]]],
+) -> tuple[int, dict[str, Any], bool]:
+    """`action()` once per `Idempotency-Key` (per caller): a retry with the same key and body
+    gets the first answer again (`replayed`), another body with the key is refused. Without
+    the header, `action()` as it is."""
+    key = request.headers.get(IDEMPOTENCY_HEADER)
+    if key is None:
+        status, payload = await action()
+        return status, payload, False
+    done = await operations.idempotent(
+        rt,
+        owner=requester.name or "",
+        key=key,
+        fingerprint=fingerprint(request, body),
+        action=action,
+    )
+    return done.status, done.body, done.replayed
