@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import signal
 import socket
 from collections.abc import Iterator
 
@@ -20,9 +21,17 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from runlane.errors import ConfigError
-from runlane.service.config import parse_http_addr
+from runlane.service.config import Settings, parse_http_addr
 
-__all__ = ["ListenError", "bind_socket", "parse_http_addr", "serve_http", "shown_addr"]
+__all__ = [
+    "ListenError",
+    "bind_socket",
+    "parse_http_addr",
+    "serve_http",
+    "serve_web",
+    "serve_with_http",
+    "shown_addr",
+]
 
 log = structlog.get_logger("runlane.http")
 
@@ -121,7 +130,8 @@ async def serve_http(
             if server.should_exit:
                 return
             await asyncio.sleep(0.02)
-        log.info("http.serving", url=f"http://{shown_addr(bound_host, bound_port)}")
+        # The one line that says where (with port 0, the port the system chose).
+        log.info(f"serving http://{shown_addr(bound_host, bound_port)}")
         if started is not None:
             started.set()
 
@@ -138,3 +148,63 @@ async def serve_http(
         watcher.cancel()
         announcer.cancel()
         sock.close()
+
+
+async def serve_with_http(settings: Settings, listen: tuple[str, int] | None) -> None:
+    """`runlane serve`: the launcher and, unless `listen` is None, the HTTP app in this one
+    event loop. The address is bound and the app started first, so an address in use stops
+    the command before the launcher claims anything; the launcher's SIGTERM/SIGINT stop both
+    (the launcher first: it lets its runs finish, while HTTP keeps answering until it has).
+    Should the HTTP server stop by itself, the launcher stops too: never one without the
+    other."""
+    from runlane.service.runtime import serve as serve_launcher
+
+    if listen is None:
+        await serve_launcher(settings, freeze_gc=True)
+        return
+    host, port = listen
+    sock = bind_socket(host, port)
+    http_stop = asyncio.Event()
+    launcher_stop = asyncio.Event()
+    started = asyncio.Event()
+    http = asyncio.create_task(
+        serve_http(_app(settings), host, port, stop=http_stop, started=started, sock=sock)
+    )
+    http.add_done_callback(lambda _: launcher_stop.set())
+    up = asyncio.create_task(started.wait())
+    try:
+        await asyncio.wait({http, up}, return_when=asyncio.FIRST_COMPLETED)
+        if not started.is_set():
+            await http  # it ended before it served: its error is the command's
+            return
+        await serve_launcher(settings, stop=launcher_stop, freeze_gc=True)
+    except BaseException:
+        http_stop.set()
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await http
+        raise
+    finally:
+        up.cancel()
+    http_stop.set()
+    await http  # an HTTP server that failed while the launcher ran: its error is the command's
+
+
+async def serve_web(settings: Settings, listen: tuple[str, int]) -> None:
+    """`runlane web`: the HTTP app alone (no launcher) until SIGTERM or SIGINT."""
+    host, port = listen
+    sock = bind_socket(host, port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await serve_http(_app(settings), host, port, stop=stop, sock=sock)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+def _app(settings: Settings) -> ASGIApp:
+    from runlane.api.app import create_app
+
+    return create_app(settings)
