@@ -101,6 +101,9 @@ class PostgresStore(PostgresLeases, SqlStoreBase):
     def _param_now(self) -> object:
         return self._now()
 
+    def _param_since(self, seconds: float) -> object:
+        return None  # the statements subtract `seconds` from the database's own now
+
     def _is_id(self, value: str) -> bool:
         return _is_uuid(value)
 

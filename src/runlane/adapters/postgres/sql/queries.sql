@@ -587,3 +587,62 @@ ON CONFLICT (event_id, run_id) DO NOTHING
 
 -- name: events_of_run
 SELECT * FROM event_runs WHERE run_id = %(run_id)s::uuid ORDER BY event_id
+
+-- name: insert_token
+INSERT INTO api_tokens (name, role, jobs, secret_hash, prefix, created_by, created_at, expires_at)
+VALUES (%(name)s, %(role)s, %(jobs)s::jsonb, %(secret_hash)s, %(prefix)s, %(created_by)s,
+        coalesce(%(now)s::timestamptz, clock_timestamp()), %(expires_at)s::timestamptz)
+ON CONFLICT (name) DO NOTHING
+RETURNING *
+
+-- name: token_by_hash
+-- Through the UNIQUE index of secret_hash; a revoked or expired token reads as none.
+SELECT * FROM api_tokens
+WHERE secret_hash = %(secret_hash)s AND revoked_at IS NULL
+  AND (expires_at IS NULL OR expires_at > coalesce(%(now)s::timestamptz, clock_timestamp()))
+
+-- name: revoke_token
+UPDATE api_tokens
+SET revoked_at = coalesce(revoked_at, %(now)s::timestamptz, clock_timestamp())
+WHERE name = %(name)s
+RETURNING *
+
+-- name: touch_token
+UPDATE api_tokens SET last_used_at = coalesce(%(now)s::timestamptz, clock_timestamp())
+WHERE name = %(name)s
+  AND (last_used_at IS NULL OR last_used_at < coalesce(%(now)s::timestamptz, clock_timestamp())
+                                                - make_interval(secs => %(seconds)s))
+
+-- name: insert_audit
+INSERT INTO audit_log (at, actor, action, target, outcome, remote, detail)
+VALUES (coalesce(%(now)s::timestamptz, clock_timestamp()), %(actor)s, %(action)s, %(target)s,
+        %(outcome)s, %(remote)s, %(detail)s)
+RETURNING *
+
+-- name: reserve_key
+-- A row older than `seconds` is stale: it is taken over as if absent (never replayed).
+INSERT INTO idempotency_keys (owner, key, fingerprint, created_at)
+VALUES (%(owner)s, %(key)s, %(fingerprint)s, coalesce(%(now)s::timestamptz, clock_timestamp()))
+ON CONFLICT (owner, key) DO UPDATE SET
+    fingerprint = excluded.fingerprint,
+    created_at = excluded.created_at,
+    status = NULL,
+    body = NULL
+WHERE idempotency_keys.created_at < excluded.created_at - make_interval(secs => %(seconds)s)
+RETURNING owner
+
+-- name: complete_key
+UPDATE idempotency_keys SET status = %(status)s, body = %(body)s::jsonb
+WHERE owner = %(owner)s AND key = %(key)s
+
+-- name: prune_keys
+DELETE FROM idempotency_keys
+WHERE created_at < coalesce(%(now)s::timestamptz, clock_timestamp())
+                   - make_interval(secs => %(seconds)s)
+RETURNING owner
+
+-- name: audit
+SELECT * FROM audit_log
+WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
+ORDER BY id DESC
+LIMIT %(limit)s
