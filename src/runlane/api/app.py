@@ -9,18 +9,26 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import FastAPI
+from fastapi.responses import JSONResponse
 from starlette.middleware.cors import CORSMiddleware
 
 from runlane import __version__
-from runlane.api.auth import proxy_auth_of
+from runlane.api.auth import Viewer, proxy_auth_of
 from runlane.api.middleware import BodyLimit, RequestTimeout, SecurityHeaders
-from runlane.api.problems import FieldProblem, Problem, install_problem_handlers
+from runlane.api.problems import (
+    PROBLEM_MEDIA_TYPE,
+    FieldProblem,
+    Problem,
+    install_problem_handlers,
+    problem_responses,
+)
 from runlane.api.routes import chains, events, health, jobs, logs, runs, status
 from runlane.service.config import Settings
 from runlane.service.runtime import Runtime, open_runtime
 
 API_PREFIX = "/api/v1"
 OPENAPI_URL = f"{API_PREFIX}/openapi.json"
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz"})  # the probes: served without a token
 
 DESCRIPTION = """\
 The HTTP API of runlane: the jobs and chains of the catalog, the run log, runs, cancels,
@@ -48,7 +56,7 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> FastAPI
         title="runlane",
         version=__version__,
         description=DESCRIPTION,
-        openapi_url=OPENAPI_URL,
+        openapi_url=None,  # served below, to callers with a token like every other route
         docs_url=None,
         redoc_url=None,
         lifespan=lifespan,
@@ -73,6 +81,11 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> FastAPI
         )
     app.add_middleware(SecurityHeaders, api_prefix=f"{API_PREFIX}/")
     app.openapi = lambda: openapi_of(app)  # type: ignore[method-assign]
+
+    @app.get(OPENAPI_URL, include_in_schema=False)
+    async def openapi_json(_who: Viewer) -> JSONResponse:
+        return JSONResponse(app.openapi())
+
     return app
 
 
@@ -99,10 +112,21 @@ def openapi_of(app: FastAPI) -> dict[str, Any]:
     spec["components"]["securitySchemes"] = {
         "bearer": {"type": "http", "scheme": "bearer", "description": "runlane token create"}
     }
+    problem_content = {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}
     for path, operations in spec.get("paths", {}).items():
-        if path in ("/healthz", "/readyz"):
-            continue
+        public = path in PUBLIC_PATHS
         for operation in operations.values():
-            operation["security"] = [{"bearer": []}]
+            answers = operation.setdefault("responses", {})
+            if not public:
+                operation["security"] = [{"bearer": []}]
+                for status, answer in problem_responses(404).items():
+                    answers.setdefault(str(status), answer)
+            # Every error is a problem, on routes that documented it otherwise too (FastAPI's
+            # own 422 shape is never sent: the handlers render validation as a problem).
+            for status, answer in answers.items():
+                if status.startswith(("4", "5")):
+                    answer["content"] = dict(problem_content)
+    for unused in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(unused, None)
     app.openapi_schema = spec
     return spec

@@ -7,10 +7,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import structlog
-from fastapi import Request
+from fastapi import Header, Request
 
 from runlane.errors import RunlaneError
 from runlane.service import operations
@@ -21,6 +21,16 @@ T = TypeVar("T")
 log = structlog.get_logger("runlane.api")
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias=IDEMPOTENCY_HEADER,
+        description="Makes the request safe to retry: the same key and body return the first "
+        "answer (header `Idempotency-Replayed: true`); the key with another body is 422 "
+        "`idempotency_key_reused`. 1 to 255 printable ASCII characters; kept 24 hours.",
+    ),
+]
 
 
 def remote_of(request: Request) -> str | None:
@@ -76,13 +86,13 @@ async def maybe_idempotent(
     request: Request,
     rt: Runtime,
     requester: Requester,
+    key: str | None,
     body: Any,
     action: Callable[[], Awaitable[tuple[int, dict[str, Any]]]],
 ) -> tuple[int, dict[str, Any], bool]:
     """`action()` once per `Idempotency-Key` (per caller): a retry with the same key and body
     gets the first answer again (`replayed`), another body with the key is refused. Without
     the header, `action()` as it is."""
-    key = request.headers.get(IDEMPOTENCY_HEADER)
     if key is None:
         status, payload = await action()
         return status, payload, False

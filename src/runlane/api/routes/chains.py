@@ -12,7 +12,7 @@ from runlane.api.auth import Operator, Viewer
 from runlane.api.deps import RuntimeDep
 from runlane.api.models import ChainPageView, ChainRunCreate, ChainRunView
 from runlane.api.problems import problem_responses
-from runlane.api.writes import audited, maybe_idempotent
+from runlane.api.writes import IdempotencyKey, audited, maybe_idempotent
 from runlane.service import operations
 from runlane.service.operations import ChainInfo
 from runlane.service.views import chain_run_dict
@@ -58,6 +58,7 @@ async def run_chain(
     rt: RuntimeDep,
     who: Operator,
     body: ChainRunCreate | None = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> JSONResponse:
     """Start a run of `chain` now (its first steps are queued). A chain with a step whose job
     has `acts: true` needs `confirm` equal to the chain's name. `Idempotency-Key` as for runs."""
@@ -70,7 +71,9 @@ async def run_chain(
         return 201, chain_run_dict(started.view.run, started.view.steps)
 
     async def call() -> tuple[int, dict[str, Any], bool]:
-        return await maybe_idempotent(request, rt, who, wanted.model_dump(mode="json"), start)
+        return await maybe_idempotent(
+            request, rt, who, idempotency_key, wanted.model_dump(mode="json"), start
+        )
 
     status, payload, replayed = await audited(
         request, rt, who, action="run_chain", target=chain, call=call
