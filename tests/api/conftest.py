@@ -128,7 +128,7 @@ def running_api(settings: Settings, dialect: str) -> Iterator[ApiServer]:
     def thread_main() -> None:
         try:
             asyncio.run(main())
-        except BaseException as exc:  # noqa: BLE001 - handed to the test thread below
+        except BaseException as exc:
             failure.append(exc)
         finally:
             ready.set()
@@ -178,7 +178,9 @@ def api_settings(tmp: Path, database_url: str, **overrides: Any) -> Settings:
 @pytest.fixture(
     scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 )
-def api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+def api(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ApiServer]:
     """The API on a fresh database of the module's own, on each dialect."""
     tmp = tmp_path_factory.mktemp(f"api-{request.param}")
     with contextlib.ExitStack() as stack:

@@ -28,7 +28,8 @@ def problem_of(response: httpx.Response, status: int, code: str) -> dict[str, An
     assert body["code"] == code, body
     assert body["status"] == status
     assert body["type"] == f"https://runlane.dev/problems/{code}"
-    assert body["title"] and body["detail"]
+    assert body["title"]
+    assert body["detail"]
     assert "Traceback" not in response.text
     return body
 
@@ -99,7 +100,8 @@ def test_launchers_schedule_and_explain(api: ApiServer) -> None:
         )
         explained = c.get("/api/v1/jobs/hello/explain", params={"at": "2026-12-01T08:10:00Z"})
         bad = c.get("/api/v1/schedule", params={"from": "yesterday-ish"})
-    assert launchers.status_code == 200 and launchers.json()["items"] == []
+    assert launchers.status_code == 200
+    assert launchers.json()["items"] == []
     rows = table.json()["items"]
     assert [r["slot"] for r in rows if r["name"] == "hello"] == [
         "2026-12-01T00:00:00Z",
@@ -271,7 +273,8 @@ def test_post_event_starts_its_listeners_runs(api: ApiServer) -> None:
         problem_of(c.post("/api/v1/events", json={"key": "bad key"}), 422, "bad_event")
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["event"]["id"] == event_id and body["event"]["new"] is True
+    assert body["event"]["id"] == event_id
+    assert body["event"]["new"] is True
     assert [x["job"] for x in body["runs"]] == ["hello"]
     assert again.json()["event"]["new"] is False
 
@@ -288,7 +291,8 @@ def test_pause_and_resume(api: ApiServer) -> None:
         )
     assert paused.status_code == 200, paused.text
     assert paused.json()["paused_by"] == "operator"
-    assert shown["paused"] and shown["pause_reason"] == "db move"
+    assert shown["paused"]
+    assert shown["pause_reason"] == "db move"
     assert resumed.json() == {"job": "etl.load", "was_paused": True}
 
 

@@ -114,9 +114,7 @@ def _proxy_requester(request: Request, proxy: ProxyAuth) -> Requester | None:
 
 async def requester_of(request: Request, rt: RuntimeDep) -> Requester:
     """Who sends `request`: the trusted proxy's user, or the bearer token's (401 otherwise)."""
-    proxy: ProxyAuth = getattr(request.app.state, "proxy_auth", None) or proxy_auth_of(
-        rt.settings
-    )
+    proxy: ProxyAuth = getattr(request.app.state, "proxy_auth", None) or proxy_auth_of(rt.settings)
     peer = request.client.host if request.client else None
     if proxy.trusts(peer):
         found = _proxy_requester(request, proxy)

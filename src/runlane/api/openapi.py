@@ -15,7 +15,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-GENERATED_MARKER = "<!-- GENERATED BELOW by `python -m runlane.api.openapi --write`: do not edit -->"
+GENERATED_MARKER = (
+    "<!-- GENERATED BELOW by `python -m runlane.api.openapi --write`: do not edit -->"
+)
 REGENERATE = "python -m runlane.api.openapi --write"
 
 
@@ -140,7 +142,9 @@ def intro_of(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m runlane.api.openapi", description=__doc__)
-    parser.add_argument("--write", action="store_true", help="rewrite docs/openapi.json, docs/api.md")
+    parser.add_argument(
+        "--write", action="store_true", help="rewrite docs/openapi.json, docs/api.md"
+    )
     parser.add_argument("--docs", default="docs", help="the docs directory (default docs)")
     args = parser.parse_args(argv)
     spec = build_spec()

@@ -11,7 +11,6 @@ never sees another shape, a 500 for what it sent, or a traceback.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -156,23 +155,10 @@ def extras_of(exc: RunlaneError) -> dict[str, Any]:
     return extras
 
 
-_PARAM_NAMED = re.compile(r"param '(?P<name>[^']*)'")
-
-
 def param_problems(exc: ParamError) -> list[tuple[str | None, str]]:
-    """Every problem of a `ParamError` as (param name or None, text). The accept path lists
-    them in one message, `job 'x': problem; problem`; each names its param as `param 'name'`."""
-    listed: Sequence[tuple[str | None, str]] | None = getattr(exc, "problems", None)
-    if listed:
-        return list(listed)
-    message = exc.message
-    head, sep, rest = message.partition(": ")
-    parts = rest.split("; ") if sep and head.startswith("job ") else [message]
-    found: list[tuple[str | None, str]] = []
-    for part in parts:
-        m = _PARAM_NAMED.search(part)
-        found.append((m.group("name") if m else None, part))
-    return found
+    """Every problem of a `ParamError` as (param name or None, text); one for the whole
+    message when the refusal did not list them."""
+    return list(exc.problems) or [(None, exc.message)]
 
 
 def _escape_pointer(name: str) -> str:
@@ -231,9 +217,10 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         {"pointer": _pointer(tuple(e.get("loc", ()))), "detail": str(e.get("msg", "invalid"))}
         for e in errors
     ]
-    detail = "; ".join(
-        f"{item['pointer'] or 'request'}: {item['detail']}" for item in listed
-    ) or "the request is not acceptable"
+    detail = (
+        "; ".join(f"{item['pointer'] or 'request'}: {item['detail']}" for item in listed)
+        or "the request is not acceptable"
+    )
     return JSONResponse(
         problem_body(
             422, "invalid_argument", detail, instance=request.url.path, extras={"errors": listed}

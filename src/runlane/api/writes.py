@@ -4,14 +4,13 @@ make it safe to retry under an `Idempotency-Key` (`operations.idempotent`)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Annotated, Any, TypeVar
 
 import structlog
 from fastapi import Header, Request
 
+from runlane.core.access import Role
 from runlane.errors import RunlaneError
 from runlane.service import operations
 from runlane.service.operations import Requester
@@ -46,12 +45,16 @@ async def audited(
     action: str,
     target: str | None,
     call: Callable[[], Awaitable[T]],
+    jobs: Iterable[str] = (),
 ) -> T:
     """`call()`, recorded in the audit table with its outcome. A refusal is recorded and then
     raised; when the audit row of a refusal cannot be written, the refusal still reaches the
-    client (and the failure the log)."""
+    client (and the failure the log). Every write needs the operator role (and, for `jobs`,
+    a scope that covers them): `Requester.require`, the operations' own check, asked first
+    so that no write reaches an operation on a viewer's token."""
     remote = remote_of(request)
     try:
+        requester.require(Role.OPERATOR, jobs=jobs, action=action.replace("_", " "))
         result = await call()
     except RunlaneError as exc:
         try:
@@ -73,15 +76,6 @@ async def audited(
     return result
 
 
-def fingerprint(request: Request, body: Any) -> str:
-    """What an idempotency key is bound to: the method, the path and the body as canonical
-    JSON (sorted keys, no spaces), so the same request spelled with other whitespace or key
-    order is the same request."""
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    text = f"{request.method}\n{request.url.path}\n{canonical}"
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 async def maybe_idempotent(
     request: Request,
     rt: Runtime,
@@ -100,7 +94,7 @@ async def maybe_idempotent(
         rt,
         owner=requester.name or "",
         key=key,
-        fingerprint=fingerprint(request, body),
+        fingerprint=operations.request_fingerprint(request.method, request.url.path, body),
         action=action,
     )
     return done.status, done.body, done.replayed

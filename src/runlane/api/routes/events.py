@@ -59,6 +59,4 @@ async def emit_event(
         )
         return emitted_dict(emitted)
 
-    return JSONResponse(
-        await audited(request, rt, who, action="emit", target=body.key, call=call)
-    )
+    return JSONResponse(await audited(request, rt, who, action="emit", target=body.key, call=call))

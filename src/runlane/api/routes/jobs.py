@@ -109,7 +109,7 @@ async def run_job(
         )
 
     status, payload, replayed = await audited(
-        request, rt, who, action="run_job", target=job, call=call
+        request, rt, who, action="run_job", target=job, call=call, jobs=(job,)
     )
     headers = {"Location": f"/api/v1/runs/{payload['id']}"}
     if replayed:
@@ -142,7 +142,7 @@ async def pause_job(
         }
 
     return JSONResponse(
-        await audited(request, rt, who, action="pause_job", target=job, call=call)
+        await audited(request, rt, who, action="pause_job", target=job, call=call, jobs=(job,))
     )
 
 
@@ -155,17 +155,15 @@ async def resume_job(job: str, request: Request, rt: RuntimeDep, who: Operator) 
     """End `job`'s pause (`was_paused`: false when it was not paused)."""
 
     async def call() -> dict[str, Any]:
-        resumed = await operations.resume_job(rt, job, requester=who)
+        resumed = await operations.resume_job(rt, job)
         return {"job": resumed.job, "was_paused": resumed.was_paused}
 
     return JSONResponse(
-        await audited(request, rt, who, action="resume_job", target=job, call=call)
+        await audited(request, rt, who, action="resume_job", target=job, call=call, jobs=(job,))
     )
 
 
-@router.get(
-    "/jobs/{job}/explain", response_model=ExplainView, responses=problem_responses(404)
-)
+@router.get("/jobs/{job}/explain", response_model=ExplainView, responses=problem_responses(404))
 async def explain_job(
     job: str,
     rt: RuntimeDep,

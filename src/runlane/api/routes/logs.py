@@ -45,6 +45,7 @@ SSE_HEADERS = {
     "X-Accel-Buffering": "no",  # nginx (and ingress-nginx) pass each event on at once
 }
 
+
 def _last_event_id(value: str | None) -> int:
     """The byte offset a reconnecting client already has (0 when it has none)."""
     if value is None or value.strip() == "":

@@ -68,9 +68,7 @@ async def show_run(run_id: str, rt: RuntimeDep, _who: Viewer) -> JSONResponse:
     response_model=RunView | ChainRunView,
     responses=problem_responses(403, 404, 409),
 )
-async def cancel_run(
-    run_id: str, request: Request, rt: RuntimeDep, who: Operator
-) -> JSONResponse:
+async def cancel_run(run_id: str, request: Request, rt: RuntimeDep, who: Operator) -> JSONResponse:
     """Cancel a queued run (at once) or a running one (its launcher stops it: 202, the run as
     it is now), or, for a chain run's id, end it with its unfinished steps."""
 
