@@ -75,6 +75,17 @@ TITLES: Mapping[str, str] = {
 }
 
 
+class ProblemResponse(JSONResponse):
+    """A problem as JSON with every non-ASCII character escaped: a refusal may quote what the
+    client sent, a lone surrogate included (`"\\ud800"` in a JSON body), which UTF-8 cannot
+    encode; escaped, it goes back as it came."""
+
+    media_type = PROBLEM_MEDIA_TYPE
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
 class FieldProblem(BaseModel):
     """One problem of a request, `pointer` (RFC 6901) naming the field in the body
     (`/params/week`) or the query parameter (`#/query/limit`)."""
@@ -177,10 +188,9 @@ def problem(
     all_headers = dict(headers or {})
     if isinstance(exc, Unauthenticated):
         all_headers.setdefault("WWW-Authenticate", WWW_AUTHENTICATE)
-    return JSONResponse(
+    return ProblemResponse(
         problem_body(status, exc.code, exc.message, instance=instance, extras=extras_of(exc)),
         status_code=status,
-        media_type=PROBLEM_MEDIA_TYPE,
         headers=all_headers or None,
     )
 
@@ -221,12 +231,11 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         "; ".join(f"{item['pointer'] or 'request'}: {item['detail']}" for item in listed)
         or "the request is not acceptable"
     )
-    return JSONResponse(
+    return ProblemResponse(
         problem_body(
             422, "invalid_argument", detail, instance=request.url.path, extras={"errors": listed}
         ),
         status_code=422,
-        media_type=PROBLEM_MEDIA_TYPE,
     )
 
 
@@ -248,10 +257,9 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     code = {400: "malformed_request", 401: "unauthenticated", 403: "forbidden"}.get(
         exc.status_code, "error"
     )
-    return JSONResponse(
+    return ProblemResponse(
         problem_body(exc.status_code, code, str(exc.detail), instance=path),
         status_code=exc.status_code,
-        media_type=PROBLEM_MEDIA_TYPE,
         headers=exc.headers,
     )
 
@@ -259,7 +267,7 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     # The traceback goes to the log, never to the client.
     log.error("api_unexpected_error", path=request.url.path, method=request.method, exc_info=exc)
-    return JSONResponse(
+    return ProblemResponse(
         problem_body(
             500,
             "internal_error",
@@ -267,7 +275,6 @@ async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
             instance=request.url.path,
         ),
         status_code=500,
-        media_type=PROBLEM_MEDIA_TYPE,
     )
 
 
