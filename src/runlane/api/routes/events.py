@@ -14,32 +14,9 @@ from runlane.api.models import EventCreate, EventEmittedView
 from runlane.api.problems import problem_responses
 from runlane.api.writes import audited
 from runlane.service import operations
-from runlane.service.operations import EventEmitted
-from runlane.service.views import iso
+from runlane.service.views import emitted_dict
 
 router = APIRouter(prefix="/api/v1", tags=["events"])
-
-
-def emitted_dict(emitted: EventEmitted) -> dict[str, Any]:
-    """The event and the runs it started or joined (`runlane emit --json`)."""
-    return {
-        "event": {
-            "id": emitted.event.id,
-            "key": emitted.event.key,
-            "occurred_at": iso(emitted.event.occurred_at),
-            "new": emitted.created,
-        },
-        "runs": [
-            {
-                "job": link.job,
-                "run_id": link.run_id,
-                "started": link.started,
-                "status": result.run.status.value,
-                "end_reason": result.run.end_reason,
-            }
-            for link, result in zip(emitted.links, emitted.runs, strict=True)
-        ],
-    }
 
 
 @router.post(

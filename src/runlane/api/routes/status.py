@@ -13,7 +13,7 @@ from runlane.api.deps import RuntimeDep
 from runlane.api.models import LauncherPageView, ScheduleTableView
 from runlane.api.problems import problem_responses
 from runlane.service import operations
-from runlane.service.views import iso, launcher_dict
+from runlane.service.views import iso, launcher_dict, slot_dict
 
 router = APIRouter(prefix="/api/v1", tags=["status"])
 
@@ -58,20 +58,7 @@ async def schedule(
         {
             "start": iso(table.start),
             "end": iso(table.end),
-            "items": [
-                {
-                    "kind": r.spec.kind,
-                    "name": r.spec.target,
-                    "cron": r.spec.cron,
-                    "tz": r.spec.tz,
-                    "slot": iso(r.slot),
-                    "local": r.local.isoformat(),
-                    "season": r.season,
-                    "fires": r.fires,
-                    "reason": r.reason,
-                }
-                for r in rows
-            ],
+            "items": [slot_dict(r) for r in rows],
             "next_cursor": None,
             "notes": notes,
         }
