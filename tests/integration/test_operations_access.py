@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ from runlane.service.config import Settings
 from runlane.service.operations import Requester
 from runlane.service.operations.tokens import hash_secret
 from runlane.service.runtime import Runtime
+from runlane.service.wiring import store_from_url
+from runlane.testing.clock import FixedClock
 
 PY = sys.executable
 LOCAL = Requester("alice", Trigger.CLI)  # the local CLI: no access = every right
@@ -336,3 +339,25 @@ async def test_operators_and_admins_write_every_job(rt: Runtime) -> None:
         assert {r.run.job for r in emitted.runs} == {"etl.load", "backup"}
         queued = await operations.run_job(rt, "backup", requester=who)
         assert queued.created
+
+
+async def test_a_key_left_in_flight_by_a_dead_process_is_taken_over(
+    rt: Runtime, store: Store
+) -> None:
+    async def works() -> tuple[int, dict[str, Any]]:
+        return 201, {"ok": True}
+
+    # A reservation its process never completed nor released, from long enough ago.
+    store_now = await store.now()
+    store_pinned = await _pinned_store(rt, store_now - timedelta(hours=2))
+    assert await store_pinned.reserve_key("o", "k", "f", ttl=86400, abandoned=60) is None
+    await store_pinned.close()
+    done = await operations.idempotent(rt, owner="o", key="k", fingerprint="f", action=works)
+    assert done.replayed is False
+    assert done.status == 201
+
+
+async def _pinned_store(rt: Runtime, at: datetime) -> Store:
+    pinned = store_from_url(rt.settings.database_url, clock=FixedClock(at))
+    await pinned.open()
+    return pinned
