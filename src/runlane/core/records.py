@@ -57,13 +57,23 @@ class Heartbeat:
 
 @dataclass(frozen=True, slots=True)
 class RunFilter:
-    """Which runs `RunLog.list_runs` returns (newest first, at most `limit`)."""
+    """Which runs `RunLog.list_runs` returns: newest first by (queued_at, id), at most `limit`.
+
+    Every field left None is no condition. `since` (inclusive) and `until` (exclusive) bound
+    `queued_at`; `before` is a keyset position, (queued_at, id) of the last row of the previous
+    page: only rows strictly older come back, so a walk stays stable while runs are inserted.
+    """
 
     job: str | None = None
     status: RunStatus | None = None
     parent_run_id: str | None = None
     chain_root_id: str | None = None
     limit: int = 50
+    trigger: str | None = None
+    requested_by: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    before: tuple[datetime, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,6 +53,7 @@ class PostgresStore(PostgresLeases, SqlStoreBase):
 
     dialect = "postgresql"
     _read = _READ
+    _statements = Q
 
     def __init__(
         self,

@@ -124,10 +124,46 @@ def admit(
     return select_admissible(candidates, by_job, by_executor, executor_caps, limit)
 
 
+# The run list's filters, in the order their clauses are joined: `list_runs_where_<name>` in
+# each dialect's queries.sql. The parameter that says whether a filter is set, when not its name.
+RUN_LIST_FILTERS = (
+    "job",
+    "status",
+    "trigger",
+    "requested_by",
+    "parent_run_id",
+    "chain_root_id",
+    "since",
+    "until",
+    "before",
+)
+_RUN_LIST_PARAM = {"before": "before_id"}
+
+
+def run_list_statement(statements: dict[str, str], filters: tuple[str, ...]) -> str:
+    """The name of the run-list statement for this set of filters, composed once from the
+    dialect's fixed clause texts and kept in `statements` under `list_runs[job,status]`.
+
+    One text per shape (at most 2**9, in practice a handful) rather than one text with
+    `(:x IS NULL OR col = :x)` for every filter: PostgreSQL's generic plan of that text cannot
+    use any filter's index, so it walked the whole run log under a prepared statement.
+    """
+    name = f"list_runs[{','.join(filters)}]"
+    if name not in statements:
+        clauses = [statements[f"list_runs_where_{f}"] for f in filters]
+        parts = [statements["list_runs_select"]]
+        if clauses:
+            parts.append("WHERE " + "\n  AND ".join(clauses))
+        parts.append(statements["list_runs_order"])
+        statements[name] = "\n".join(parts)  # same text every time: a benign race
+    return name
+
+
 class SqlStoreBase:
     """The Store methods that are one statement (or one batch) in both dialects."""
 
     _read: RowReader
+    _statements: dict[str, str]  # the dialect's named statements (its `Q`)
 
     # --- the dialect's primitives -------------------------------------------------------------
 
@@ -180,17 +216,25 @@ class SqlStoreBase:
         return None if row is None else self._read.run(row)
 
     async def list_runs(self, flt: RunFilter) -> list[Run]:
-        for value in (flt.parent_run_id, flt.chain_root_id):
-            if value is not None and not self._is_id(value):
-                return []
-        params = {
+        ids = (flt.parent_run_id, flt.chain_root_id, None if flt.before is None else flt.before[1])
+        if any(value is not None and not self._is_id(value) for value in ids):
+            return []
+        params: dict[str, object] = {
             "job": flt.job,
             "status": None if flt.status is None else flt.status.value,
+            "trigger": flt.trigger,
+            "requested_by": flt.requested_by,
             "parent_run_id": flt.parent_run_id,
             "chain_root_id": flt.chain_root_id,
+            "since": self._param_time(flt.since),
+            "until": self._param_time(flt.until),
+            "before_at": None if flt.before is None else self._param_time(flt.before[0]),
+            "before_id": None if flt.before is None else flt.before[1],
             "limit": max(0, flt.limit),
         }
-        return [self._read.run(r) for r in await self._read_all("list_runs", params)]
+        keys = tuple(k for k in RUN_LIST_FILTERS if params[_RUN_LIST_PARAM.get(k, k)] is not None)
+        rows = await self._read_all(run_list_statement(self._statements, keys), params)
+        return [self._read.run(r) for r in rows]
 
     async def count_queued(self) -> int:
         row = await self._read_one("count_queued", {})

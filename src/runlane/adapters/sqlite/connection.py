@@ -89,6 +89,7 @@ class SqliteConnection(SqlStoreBase):
     """The connection side of `SqliteStore` (a base class: no extra lookup per call)."""
 
     _read = _READ
+    _statements = Q
 
     def __init__(self, path: str, *, clock: Clock | None = None, create: bool = True) -> None:
         self.path = path

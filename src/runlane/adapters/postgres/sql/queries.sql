@@ -405,12 +405,45 @@ ORDER BY id
 -- name: get_run
 SELECT * FROM run_log WHERE id = %(id)s::uuid
 
--- name: list_runs
+-- The run list (`list_runs`, `list_runs_page`) is composed by SqlStoreBase.list_runs from the
+-- fixed texts below: the select, one `list_runs_where_<filter>` clause per filter that is set
+-- (joined by AND, in a fixed order), then the order. Each shape of filters is then its own
+-- statement text, which PostgreSQL plans with the index that shape needs (one text with
+-- `(x IS NULL OR col = x)` for every filter gets a generic plan that walks the whole log).
+-- Values are always bound, never written into the text.
+-- name: list_runs_select
 SELECT * FROM run_log
-WHERE (%(job)s::text IS NULL OR job = %(job)s::text)
-  AND (%(status)s::text IS NULL OR status = %(status)s::text)
-  AND (%(parent_run_id)s::uuid IS NULL OR parent_run_id = %(parent_run_id)s::uuid)
-  AND (%(chain_root_id)s::uuid IS NULL OR chain_root_id = %(chain_root_id)s::uuid)
+
+-- name: list_runs_where_job
+job = %(job)s::text
+
+-- name: list_runs_where_status
+status = %(status)s::text
+
+-- name: list_runs_where_trigger
+trigger = %(trigger)s::text
+
+-- name: list_runs_where_requested_by
+requested_by = %(requested_by)s::text
+
+-- name: list_runs_where_parent_run_id
+parent_run_id = %(parent_run_id)s::uuid
+
+-- name: list_runs_where_chain_root_id
+chain_root_id = %(chain_root_id)s::uuid
+
+-- name: list_runs_where_since
+queued_at >= %(since)s::timestamptz
+
+-- name: list_runs_where_until
+queued_at < %(until)s::timestamptz
+
+-- The keyset position: a row comparison, which the (…, queued_at DESC, id DESC) indexes serve
+-- as one range.
+-- name: list_runs_where_before
+(queued_at, id) < (%(before_at)s::timestamptz, %(before_id)s::uuid)
+
+-- name: list_runs_order
 ORDER BY queued_at DESC, id DESC
 LIMIT %(limit)s
 

@@ -202,12 +202,41 @@ ORDER BY id
 -- name: get_run
 SELECT * FROM run_log WHERE id = :id
 
--- name: list_runs
+-- The run list is composed by SqlStoreBase.list_runs from these fixed texts: the select, one
+-- `list_runs_where_<filter>` clause per filter that is set (joined by AND, in a fixed order),
+-- then the order; values are always bound. Times are fixed-width UTC text, so text comparison
+-- is time comparison.
+-- name: list_runs_select
 SELECT * FROM run_log
-WHERE (:job IS NULL OR job = :job)
-  AND (:status IS NULL OR status = :status)
-  AND (:parent_run_id IS NULL OR parent_run_id = :parent_run_id)
-  AND (:chain_root_id IS NULL OR chain_root_id = :chain_root_id)
+
+-- name: list_runs_where_job
+job = :job
+
+-- name: list_runs_where_status
+status = :status
+
+-- name: list_runs_where_trigger
+trigger = :trigger
+
+-- name: list_runs_where_requested_by
+requested_by = :requested_by
+
+-- name: list_runs_where_parent_run_id
+parent_run_id = :parent_run_id
+
+-- name: list_runs_where_chain_root_id
+chain_root_id = :chain_root_id
+
+-- name: list_runs_where_since
+queued_at >= :since
+
+-- name: list_runs_where_until
+queued_at < :until
+
+-- name: list_runs_where_before
+(queued_at, id) < (:before_at, :before_id)
+
+-- name: list_runs_order
 ORDER BY queued_at DESC, id DESC
 LIMIT :limit
 
