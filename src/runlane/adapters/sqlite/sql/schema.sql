@@ -61,6 +61,11 @@ CREATE INDEX run_log_chain_root_idx ON run_log (chain_root_id) WHERE chain_root_
 CREATE INDEX run_log_queued_at_idx ON run_log (queued_at DESC, id DESC);
 CREATE INDEX run_log_queue_expiry_idx ON run_log (queue_expires_at)
     WHERE status = 'queued' AND queue_expires_at IS NOT NULL;
+-- (migration 0007) The run list's filters, each in the list's order (keyset pages).
+CREATE INDEX run_log_job_queued_idx ON run_log (job, queued_at DESC, id DESC);
+CREATE INDEX run_log_status_queued_idx ON run_log (status, queued_at DESC, id DESC);
+CREATE INDEX run_log_requested_by_queued_idx ON run_log (requested_by, queued_at DESC, id DESC)
+    WHERE requested_by IS NOT NULL;
 
 CREATE TABLE job_overrides (
     job          TEXT PRIMARY KEY,
