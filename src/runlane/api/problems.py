@@ -231,9 +231,10 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         {"pointer": _pointer(tuple(e.get("loc", ()))), "detail": str(e.get("msg", "invalid"))}
         for e in errors
     ]
-    detail = "; ".join(
-        f"{item['pointer'] or 'request'}: {item['detail']}" for item in listed
-    ) or "the request is not acceptable"
+    detail = (
+        "; ".join(f"{item['pointer'] or 'request'}: {item['detail']}" for item in listed)
+        or "the request is not acceptable"
+    )
     return JSONResponse(
         problem_body(
             422, "invalid_argument", detail, instance=request.url.path, extras={"errors": listed}

@@ -134,9 +134,7 @@ async def pause_job(
             "paused_by": override.created_by,
         }
 
-    return JSONResponse(
-        await audited(request, rt, who, action="pause_job", target=job, call=call)
-    )
+    return JSONResponse(await audited(request, rt, who, action="pause_job", target=job, call=call))
 
 
 @router.post(
@@ -151,14 +149,10 @@ async def resume_job(job: str, request: Request, rt: RuntimeDep, who: Operator) 
         resumed = await operations.resume_job(rt, job, requester=who)
         return {"job": resumed.job, "was_paused": resumed.was_paused}
 
-    return JSONResponse(
-        await audited(request, rt, who, action="resume_job", target=job, call=call)
-    )
+    return JSONResponse(await audited(request, rt, who, action="resume_job", target=job, call=call))
 
 
-@router.get(
-    "/jobs/{job}/explain", response_model=ExplainView, responses=problem_responses(404)
-)
+@router.get("/jobs/{job}/explain", response_model=ExplainView, responses=problem_responses(404))
 async def explain_job(
     job: str,
     rt: RuntimeDep,

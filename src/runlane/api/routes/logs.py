@@ -20,8 +20,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
+from runlane.api.auth import Viewer
 from runlane.api.deps import RuntimeDep
-from runlane.errors import InvalidArgument
+from runlane.errors import InvalidArgument, MalformedRequest
 from runlane.service.operations import (
     LogIncomplete,
     Notice,
@@ -44,9 +45,6 @@ SSE_HEADERS = {
     "X-Accel-Buffering": "no",  # nginx (and ingress-nginx) pass each event on at once
 }
 
-# TODO(coordinator): every endpoint needs at least a viewer: add `_: Viewer` (runlane.api.auth,
-# hapi's) to `run_logs` once hapi's auth is merged into this branch.
-
 
 def _last_event_id(value: str | None) -> int:
     """The byte offset a reconnecting client already has (0 when it has none)."""
@@ -54,7 +52,7 @@ def _last_event_id(value: str | None) -> int:
         return 0
     text = value.strip()
     if not text.isdigit() or len(text) > 18:
-        raise InvalidArgument(
+        raise MalformedRequest(
             f"Last-Event-ID {value[:40]!r}: expected the byte offset of an earlier event"
         )
     return int(text)
@@ -103,6 +101,7 @@ def _incomplete_text(item: LogIncomplete) -> str:
 async def run_logs(
     run_id: str,
     rt: RuntimeDep,
+    _reader: Viewer,
     follow: Annotated[
         bool, Query(description="Stream as server-sent events to the run's end.")
     ] = False,
