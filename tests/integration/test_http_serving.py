@@ -341,9 +341,10 @@ async def test_stop_shuts_down_with_a_stream_open(
 
     monkeypatch.setattr(server, "SHUTDOWN_GRACE_SECONDS", 1)
     run_id = await queue_run(store, settings, "flaky")  # queued: no launcher runs it
-    async with serving(app_for(settings)) as s, s.client.stream(
-        "GET", f"/api/v1/runs/{run_id}/logs", params={"follow": "true"}
-    ) as answer:
+    async with (
+        serving(app_for(settings)) as s,
+        s.client.stream("GET", f"/api/v1/runs/{run_id}/logs", params={"follow": "true"}) as answer,
+    ):
         async for chunk in answer.aiter_text():
             if "no_launcher" in chunk:
                 break
