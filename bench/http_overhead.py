@@ -190,6 +190,7 @@ def main() -> None:
             rate, cpu, statuses = throughput_round(http, args.runs, args.concurrency)
             p50, p99 = pickup_round(http, args.samples)
             ok = sum(1 for s in statuses if s == 200)
+            answered = sum(1 for s in statuses if s != 0)  # 0: before `serve` listened, or after
             for key, value in (
                 ("runs_per_s", rate),
                 ("cpu_ms_per_run", cpu),
@@ -197,7 +198,7 @@ def main() -> None:
                 ("p99", p99),
             ):
                 figures[mode].setdefault(key, []).append(value)
-            probes = f" probes={ok}/{len(statuses)} ok" if http else ""
+            probes = f" probes: {ok} of {answered} answered 200" if http else ""
             print(
                 f"[http {mode} #{i + 1}] runs_per_s={rate:.1f} cpu_ms_per_run={cpu:.3f} "
                 f"pickup p50={p50:.2f} ms p99={p99:.2f} ms{probes}",
