@@ -107,6 +107,16 @@ def test_an_address_in_use_is_one_line_and_no_launcher_starts(tmp_path: Path) ->
     bad = runlane("serve", "--http-addr", "8080", env=env)
     assert bad.returncode != 0
     assert bad.stderr.startswith("error: --http-addr='8080': expected HOST:PORT")
+    # An app that cannot start (no database at that path) is one line too, not uvicorn's log.
+    typo = tmp_path / "typo.db"
+    missing = runlane(
+        "web",
+        "--http-addr",
+        "127.0.0.1:0",
+        env={**env, "RUNLANE_DATABASE_URL": f"sqlite:///{typo}"},
+    )
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == f"error: no database at {typo} — run `runlane db upgrade`"
 
 
 def test_web_answers_readyz_and_stops_on_sigterm(tmp_path: Path) -> None:
