@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import structlog
 import uvicorn
-from starlette.types import ASGIApp
+from starlette.applications import Starlette
 
 from runlane.errors import ConfigError
 from runlane.service.config import Settings, parse_http_addr
@@ -91,7 +91,7 @@ class _Server(uvicorn.Server):
 
 
 async def serve_http(
-    app: ASGIApp,
+    app: Starlette,
     host: str,
     port: int,
     *,
@@ -102,15 +102,27 @@ async def serve_http(
     """Serve `app` on host:port in this event loop until `stop` is set, then shut down
     gracefully (requests in flight get SHUTDOWN_GRACE_SECONDS) and return.
 
-    The app's lifespan runs first; `started` is set once it has and the socket listens, and
-    `serving http://HOST:PORT` is logged. An address that cannot be listened on raises
-    `ListenError` before the app starts; an app whose start-up fails raises ConfigError.
-    `sock`: a socket already bound by `bind_socket` (the caller checked the address first)."""
+    The app's lifespan runs here, around the server, rather than through uvicorn's lifespan
+    protocol: a failure to start (no database at that path, an invalid catalog) is then the
+    app's own error, which the CLI prints in one line, not a traceback in uvicorn's log.
+    `started` is set once the app has started and the socket listens, and `serving
+    http://HOST:PORT` is logged. An address that cannot be listened on raises `ListenError`
+    before the app starts. `sock`: a socket already bound by `bind_socket`."""
     sock = sock if sock is not None else bind_socket(host, port)
+    try:
+        async with app.router.lifespan_context(app):
+            await _serve(app, sock, stop, started)
+    finally:
+        sock.close()
+
+
+async def _serve(
+    app: Starlette, sock: socket.socket, stop: asyncio.Event, started: asyncio.Event | None
+) -> None:
     bound_host, bound_port = sock.getsockname()[:2]
     config = uvicorn.Config(
         app,
-        lifespan="on",
+        lifespan="off",  # run by `serve_http`
         loop="none",
         http="h11",
         ws="none",
@@ -139,15 +151,9 @@ async def serve_http(
     announcer = asyncio.create_task(announce())
     try:
         await server.serve(sockets=[sock])
-    except SystemExit:  # uvicorn's answer to an app whose lifespan start-up failed
-        raise ConfigError(
-            f"the HTTP app did not start on {shown_addr(bound_host, bound_port)} "
-            "(see the log above)"
-        ) from None
     finally:
         watcher.cancel()
         announcer.cancel()
-        sock.close()
 
 
 async def serve_with_http(settings: Settings, listen: tuple[str, int] | None) -> None:
@@ -204,7 +210,7 @@ async def serve_web(settings: Settings, listen: tuple[str, int]) -> None:
             loop.remove_signal_handler(sig)
 
 
-def _app(settings: Settings) -> ASGIApp:
+def _app(settings: Settings) -> Starlette:
     from runlane.api.app import create_app
 
     return create_app(settings)

@@ -4,13 +4,12 @@ make it safe to retry under an `Idempotency-Key` (`operations.idempotent`)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
 import structlog
 from fastapi import Header, Request
 
-from runlane.core.access import Role
 from runlane.errors import RunlaneError
 from runlane.service import operations
 from runlane.service.operations import Requester
@@ -45,16 +44,13 @@ async def audited(
     action: str,
     target: str | None,
     call: Callable[[], Awaitable[T]],
-    jobs: Iterable[str] = (),
 ) -> T:
     """`call()`, recorded in the audit table with its outcome. A refusal is recorded and then
     raised; when the audit row of a refusal cannot be written, the refusal still reaches the
-    client (and the failure the log). Every write needs the operator role (and, for `jobs`,
-    a scope that covers them): `Requester.require`, the operations' own check, asked first
-    so that no write reaches an operation on a viewer's token."""
+    client (and the failure the log). The role and job scope are checked by the operation
+    (`Requester.require`), so its refusal (`forbidden`) is recorded like any other."""
     remote = remote_of(request)
     try:
-        requester.require(Role.OPERATOR, jobs=jobs, action=action.replace("_", " "))
         result = await call()
     except RunlaneError as exc:
         try:

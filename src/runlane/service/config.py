@@ -75,6 +75,16 @@ def _env_db_timeout(env: Mapping[str, str], lease_ttl: float) -> float:
     return value
 
 
+def _env_http_timeout(env: Mapping[str, str]) -> float:
+    """RUNLANE_HTTP_REQUEST_TIMEOUT: 30 s by default, at most an hour (a followed log is a
+    stream, not a request, and is not bounded by it)."""
+    value = _env_duration(env, "RUNLANE_HTTP_REQUEST_TIMEOUT", DEFAULT_HTTP_REQUEST_TIMEOUT)
+    if value > MAX_HTTP_REQUEST_TIMEOUT:
+        raw = env.get("RUNLANE_HTTP_REQUEST_TIMEOUT") or ""
+        raise ConfigError(f"RUNLANE_HTTP_REQUEST_TIMEOUT={_shown(raw)}: must be at most 1h")
+    return value
+
+
 def _shown(raw: str) -> str:
     """`raw` quoted for a message, cut short when it is very long, so the error stays one line."""
     text = repr(raw)
@@ -142,6 +152,10 @@ def parse_http_addr(text: str, *, name: str = "RUNLANE_HTTP_ADDR") -> tuple[str,
     if raw.lower() == HTTP_ADDR_OFF:
         return None
     hint = "expected HOST:PORT (127.0.0.1:8080, [::1]:8080, :8080 for every interface) or off"
+    if "//" in raw:
+        raise ConfigError(
+            f"{name}={_shown(text)}: is not a host name or address: write HOST:PORT, without http://"
+        )
     host, sep, port_text = raw.rpartition(":")
     if not sep or not port_text:
         raise ConfigError(f"{name}={_shown(text)}: {hint}")
@@ -264,9 +278,7 @@ class Settings:
             spawn_threads=_env_int(e, "RUNLANE_SPAWN_THREADS", 6, maximum=MAX_SPAWN_THREADS),
             db_timeout=_env_db_timeout(e, ttl),
             http_addr=(e.get("RUNLANE_HTTP_ADDR") or "").strip() or DEFAULT_HTTP_ADDR,
-            http_request_timeout=_env_duration(
-                e, "RUNLANE_HTTP_REQUEST_TIMEOUT", DEFAULT_HTTP_REQUEST_TIMEOUT
-            ),
+            http_request_timeout=_env_http_timeout(e),
             http_cors_origins=_env_list(e, "RUNLANE_HTTP_CORS_ORIGINS"),
             http_trusted_proxies=_env_list(e, "RUNLANE_HTTP_TRUSTED_PROXIES"),
             http_user_header=_env_header(e, "RUNLANE_HTTP_USER_HEADER", "X-Forwarded-User"),

@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from runlane.api.deps import RuntimeDep
+from runlane.api.problems import problem_responses
 from runlane.errors import DatabaseUnavailable, SchemaOutOfDate, StoreError
 
 router = APIRouter(tags=["health"])
@@ -39,7 +40,7 @@ async def _bounded(what: str, call: Any) -> Any:
 @router.get(
     "/readyz",
     summary="Readiness: the database answers and its schema is current",
-    responses={503: {"description": "`database_unavailable` or `schema_out_of_date`"}},
+    responses=problem_responses(503),
 )
 async def readyz(rt: RuntimeDep) -> dict[str, Any]:
     """200 with the schema version when the database answers (within 2 s) and is at this

@@ -109,7 +109,7 @@ async def run_job(
         )
 
     status, payload, replayed = await audited(
-        request, rt, who, action="run_job", target=job, call=call, jobs=(job,)
+        request, rt, who, action="run_job", target=job, call=call
     )
     headers = {"Location": f"/api/v1/runs/{payload['id']}"}
     if replayed:
@@ -141,9 +141,7 @@ async def pause_job(
             "paused_by": override.created_by,
         }
 
-    return JSONResponse(
-        await audited(request, rt, who, action="pause_job", target=job, call=call, jobs=(job,))
-    )
+    return JSONResponse(await audited(request, rt, who, action="pause_job", target=job, call=call))
 
 
 @router.post(
@@ -155,12 +153,10 @@ async def resume_job(job: str, request: Request, rt: RuntimeDep, who: Operator) 
     """End `job`'s pause (`was_paused`: false when it was not paused)."""
 
     async def call() -> dict[str, Any]:
-        resumed = await operations.resume_job(rt, job)
+        resumed = await operations.resume_job(rt, job, requester=who)
         return {"job": resumed.job, "was_paused": resumed.was_paused}
 
-    return JSONResponse(
-        await audited(request, rt, who, action="resume_job", target=job, call=call, jobs=(job,))
-    )
+    return JSONResponse(await audited(request, rt, who, action="resume_job", target=job, call=call))
 
 
 @router.get("/jobs/{job}/explain", response_model=ExplainView, responses=problem_responses(404))

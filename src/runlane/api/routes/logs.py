@@ -17,12 +17,14 @@ import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
+import structlog
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from runlane.api.auth import Viewer
 from runlane.api.deps import RuntimeDep
-from runlane.errors import InvalidArgument
+from runlane.api.problems import problem_responses
+from runlane.errors import InvalidArgument, MalformedRequest, RunlaneError
 from runlane.service.operations import (
     LogIncomplete,
     Notice,
@@ -36,6 +38,7 @@ from runlane.service.operations import (
 from runlane.service.views import run_dict
 
 router = APIRouter(tags=["runs"])
+log = structlog.get_logger("runlane.api")
 
 # A comment this often keeps idle proxies (nginx: 60 s by default) from closing a quiet stream.
 KEEPALIVE_SECONDS = 15.0
@@ -52,7 +55,7 @@ def _last_event_id(value: str | None) -> int:
         return 0
     text = value.strip()
     if not text.isdigit() or len(text) > 18:
-        raise InvalidArgument(
+        raise MalformedRequest(
             f"Last-Event-ID {value[:40]!r}: expected the byte offset of an earlier event"
         )
     return int(text)
@@ -87,6 +90,7 @@ def _incomplete_text(item: LogIncomplete) -> str:
     summary="A run's log: as text, or followed as server-sent events",
     response_class=PlainTextResponse,
     responses={
+        **problem_responses(400, 403, 404),
         200: {
             "content": {
                 "text/plain": {"schema": {"type": "string"}},
@@ -95,13 +99,13 @@ def _incomplete_text(item: LogIncomplete) -> str:
             "description": "The log as text; with `follow=true`, a stream of events: `data` "
             "(lines of output; `id` is the byte offset after them), `notice`, `retry`, and "
             "`end` (the run's final status) last.",
-        }
+        },
     },
 )
 async def run_logs(
     run_id: str,
     rt: RuntimeDep,
-    _who: Viewer,
+    _reader: Viewer,
     follow: Annotated[
         bool, Query(description="Stream as server-sent events to the run's end.")
     ] = False,
@@ -239,8 +243,11 @@ async def _events(
                 return
             if isinstance(item, BaseException):
                 # The stream has started (200): an error can only be said as an event.
-                code = getattr(item, "code", "error")
-                message = getattr(item, "message", "the log could not be read")
+                if isinstance(item, RunlaneError):
+                    code, message = item.code, item.message
+                else:
+                    log.error("http.log_stream_failed", error=repr(item))
+                    code, message = "internal_error", "the log could not be read"
                 yield framer.flush()
                 yield _event("error", _json({"code": code, "message": message}))
                 return
