@@ -26,7 +26,6 @@ from runlane.api.writes import IdempotencyKey, audited, maybe_idempotent
 from runlane.catalog.params import params_json_schema
 from runlane.service import operations
 from runlane.service.operations import JobInfo, JobSchedule
-from runlane.service.runtime import Runtime
 from runlane.service.views import iso, job_dict, run_dict
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
@@ -55,15 +54,12 @@ def job_view(
     return data
 
 
-async def _schedules(rt: Runtime, info: JobInfo) -> tuple[JobSchedule, ...]:
-    return await operations.job_schedules(rt, info.name) if info.schedules else ()
-
-
 @router.get("/jobs", response_model=JobPageView, responses=problem_responses())
 async def list_jobs(rt: RuntimeDep, _who: Viewer) -> JSONResponse:
     """Every job of the catalog, by name (one page: the catalog is small)."""
     infos = await operations.list_jobs(rt)
-    items = [job_view(i, await _schedules(rt, i), with_last_run=False) for i in infos]
+    schedules = await operations.job_schedules(rt, [i.name for i in infos if i.schedules])
+    items = [job_view(i, schedules.get(i.name, ()), with_last_run=False) for i in infos]
     return JSONResponse({"items": items, "next_cursor": None})
 
 
@@ -71,7 +67,8 @@ async def list_jobs(rt: RuntimeDep, _who: Viewer) -> JSONResponse:
 async def show_job(job: str, rt: RuntimeDep, _who: Viewer) -> JSONResponse:
     """One job with its latest run (`unknown_job`: 404)."""
     info = await operations.show_job(rt, job)
-    return JSONResponse(job_view(info, await _schedules(rt, info), with_last_run=True))
+    schedules = await operations.job_schedules(rt, [info.name]) if info.schedules else {}
+    return JSONResponse(job_view(info, schedules.get(info.name, ()), with_last_run=True))
 
 
 @router.post(
