@@ -14,7 +14,6 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
@@ -82,11 +81,6 @@ def proxy_auth_of(settings: Any) -> ProxyAuth:
     )
 
 
-@lru_cache(maxsize=8)
-def _cached_proxy_auth(settings: Any) -> ProxyAuth:
-    return proxy_auth_of(settings)
-
-
 def bearer_secret(request: Request) -> str | None:
     """The token of `Authorization: Bearer <token>`; None when there is no such header.
     Another scheme, or a header without a token, is 401 (the header is there, but says nothing
@@ -120,7 +114,7 @@ def _proxy_requester(request: Request, proxy: ProxyAuth) -> Requester | None:
 
 async def requester_of(request: Request, rt: RuntimeDep) -> Requester:
     """Who sends `request`: the trusted proxy's user, or the bearer token's (401 otherwise)."""
-    proxy = _cached_proxy_auth(rt.settings)
+    proxy: ProxyAuth = getattr(request.app.state, "proxy_auth", None) or proxy_auth_of(rt.settings)
     peer = request.client.host if request.client else None
     if proxy.trusts(peer):
         found = _proxy_requester(request, proxy)

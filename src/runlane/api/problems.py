@@ -11,7 +11,6 @@ never sees another shape, a 500 for what it sent, or a traceback.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -74,6 +73,17 @@ TITLES: Mapping[str, str] = {
     "unknown_token": "No such token",
     "internal_error": "Internal server error",
 }
+
+
+class ProblemResponse(JSONResponse):
+    """A problem as JSON with every non-ASCII character escaped: a refusal may quote what the
+    client sent, a lone surrogate included (`"\\ud800"` in a JSON body), which UTF-8 cannot
+    encode; escaped, it goes back as it came."""
+
+    media_type = PROBLEM_MEDIA_TYPE
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
 
 
 class FieldProblem(BaseModel):
@@ -156,23 +166,10 @@ def extras_of(exc: RunlaneError) -> dict[str, Any]:
     return extras
 
 
-_PARAM_NAMED = re.compile(r"param '(?P<name>[^']*)'")
-
-
 def param_problems(exc: ParamError) -> list[tuple[str | None, str]]:
-    """Every problem of a `ParamError` as (param name or None, text). The accept path lists
-    them in one message, `job 'x': problem; problem`; each names its param as `param 'name'`."""
-    listed: Sequence[tuple[str | None, str]] | None = getattr(exc, "problems", None)
-    if listed:
-        return list(listed)
-    message = exc.message
-    head, sep, rest = message.partition(": ")
-    parts = rest.split("; ") if sep and head.startswith("job ") else [message]
-    found: list[tuple[str | None, str]] = []
-    for part in parts:
-        m = _PARAM_NAMED.search(part)
-        found.append((m.group("name") if m else None, part))
-    return found
+    """Every problem of a `ParamError` as (param name or None, text); one for the whole
+    message when the refusal did not list them."""
+    return list(exc.problems) or [(None, exc.message)]
 
 
 def _escape_pointer(name: str) -> str:
@@ -191,10 +188,9 @@ def problem(
     all_headers = dict(headers or {})
     if isinstance(exc, Unauthenticated):
         all_headers.setdefault("WWW-Authenticate", WWW_AUTHENTICATE)
-    return JSONResponse(
+    return ProblemResponse(
         problem_body(status, exc.code, exc.message, instance=instance, extras=extras_of(exc)),
         status_code=status,
-        media_type=PROBLEM_MEDIA_TYPE,
         headers=all_headers or None,
     )
 
@@ -235,12 +231,11 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         "; ".join(f"{item['pointer'] or 'request'}: {item['detail']}" for item in listed)
         or "the request is not acceptable"
     )
-    return JSONResponse(
+    return ProblemResponse(
         problem_body(
             422, "invalid_argument", detail, instance=request.url.path, extras={"errors": listed}
         ),
         status_code=422,
-        media_type=PROBLEM_MEDIA_TYPE,
     )
 
 
@@ -262,10 +257,9 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     code = {400: "malformed_request", 401: "unauthenticated", 403: "forbidden"}.get(
         exc.status_code, "error"
     )
-    return JSONResponse(
+    return ProblemResponse(
         problem_body(exc.status_code, code, str(exc.detail), instance=path),
         status_code=exc.status_code,
-        media_type=PROBLEM_MEDIA_TYPE,
         headers=exc.headers,
     )
 
@@ -273,7 +267,7 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
     # The traceback goes to the log, never to the client.
     log.error("api_unexpected_error", path=request.url.path, method=request.method, exc_info=exc)
-    return JSONResponse(
+    return ProblemResponse(
         problem_body(
             500,
             "internal_error",
@@ -281,7 +275,6 @@ async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
             instance=request.url.path,
         ),
         status_code=500,
-        media_type=PROBLEM_MEDIA_TYPE,
     )
 
 

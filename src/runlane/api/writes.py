@@ -4,13 +4,11 @@ make it safe to retry under an `Idempotency-Key` (`operations.idempotent`)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import structlog
-from fastapi import Request
+from fastapi import Header, Request
 
 from runlane.errors import RunlaneError
 from runlane.service import operations
@@ -21,6 +19,16 @@ T = TypeVar("T")
 log = structlog.get_logger("runlane.api")
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias=IDEMPOTENCY_HEADER,
+        description="Makes the request safe to retry: the same key and body return the first "
+        "answer (header `Idempotency-Replayed: true`); the key with another body is 422 "
+        "`idempotency_key_reused`. 1 to 255 printable ASCII characters; kept 24 hours.",
+    ),
+]
 
 
 def remote_of(request: Request) -> str | None:
@@ -39,7 +47,8 @@ async def audited(
 ) -> T:
     """`call()`, recorded in the audit table with its outcome. A refusal is recorded and then
     raised; when the audit row of a refusal cannot be written, the refusal still reaches the
-    client (and the failure the log)."""
+    client (and the failure the log). The role and job scope are checked by the operation
+    (`Requester.require`), so its refusal (`forbidden`) is recorded like any other."""
     remote = remote_of(request)
     try:
         result = await call()
@@ -63,26 +72,17 @@ async def audited(
     return result
 
 
-def fingerprint(request: Request, body: Any) -> str:
-    """What an idempotency key is bound to: the method, the path and the body as canonical
-    JSON (sorted keys, no spaces), so the same request spelled with other whitespace or key
-    order is the same request."""
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    text = f"{request.method}\n{request.url.path}\n{canonical}"
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 async def maybe_idempotent(
     request: Request,
     rt: Runtime,
     requester: Requester,
+    key: str | None,
     body: Any,
     action: Callable[[], Awaitable[tuple[int, dict[str, Any]]]],
 ) -> tuple[int, dict[str, Any], bool]:
     """`action()` once per `Idempotency-Key` (per caller): a retry with the same key and body
     gets the first answer again (`replayed`), another body with the key is refused. Without
     the header, `action()` as it is."""
-    key = request.headers.get(IDEMPOTENCY_HEADER)
     if key is None:
         status, payload = await action()
         return status, payload, False
@@ -90,7 +90,7 @@ async def maybe_idempotent(
         rt,
         owner=requester.name or "",
         key=key,
-        fingerprint=fingerprint(request, body),
+        fingerprint=operations.request_fingerprint(request.method, request.url.path, body),
         action=action,
     )
     return done.status, done.body, done.replayed

@@ -13,13 +13,16 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from runlane.core.records import ChainRun
+from runlane.core.records import AuditEntry, ChainRun
 from runlane.core.runs import Run
 
 if TYPE_CHECKING:
+    from runlane.core.schedule import SlotRow
     from runlane.service.chains import StepView
+    from runlane.service.operations.events import EventEmitted
     from runlane.service.operations.jobs import JobInfo
     from runlane.service.operations.status import LauncherState, StatusReport
+    from runlane.service.operations.tokens import TokenInfo
 
 # The lease token is a secret of the launcher holding it: never shown. `params_raw` is shown
 # only when the params could not be read (see `run_dict`).
@@ -150,4 +153,72 @@ def status_dict(report: StatusReport) -> dict[str, Any]:
             "error": report.catalog_error,
         },
         "launchers": [launcher_dict(state) for state in report.launchers],
+    }
+
+
+def token_dict(info: TokenInfo) -> dict[str, Any]:
+    """An API token as `runlane token list --json` and the API show it: never its secret or
+    hash; `prefix` is the secret's first characters, to match a leaked secret to its token."""
+    return {
+        "name": info.name,
+        "role": info.role.value,
+        "jobs": list(info.jobs),
+        "prefix": info.prefix,
+        "created_at": iso(info.created_at),
+        "created_by": info.created_by,
+        "expires_at": iso(info.expires_at),
+        "revoked_at": iso(info.revoked_at),
+        "last_used_at": iso(info.last_used_at),
+    }
+
+
+def audit_dict(entry: AuditEntry) -> dict[str, Any]:
+    """An audit log entry (a row of `runlane audit --json`)."""
+    return {
+        "id": entry.id,
+        "at": iso(entry.at),
+        "actor": entry.actor,
+        "action": entry.action,
+        "target": entry.target,
+        "outcome": entry.outcome,
+        "remote": entry.remote,
+        "detail": entry.detail,
+    }
+
+
+def slot_dict(row: SlotRow) -> dict[str, Any]:
+    """A slot of the schedule table (a row of `runlane schedule --json`): UTC and local time,
+    season, and whether it would fire."""
+    return {
+        "kind": row.spec.kind,
+        "name": row.spec.target,
+        "cron": row.spec.cron,
+        "tz": row.spec.tz,
+        "slot": iso(row.slot),
+        "local": row.local.isoformat(),
+        "season": row.season,
+        "fires": row.fires,
+        "reason": row.reason,
+    }
+
+
+def emitted_dict(emitted: EventEmitted) -> dict[str, Any]:
+    """An event and the runs it started or joined (`runlane emit --json`)."""
+    return {
+        "event": {
+            "id": emitted.event.id,
+            "key": emitted.event.key,
+            "occurred_at": iso(emitted.event.occurred_at),
+            "new": emitted.created,
+        },
+        "runs": [
+            {
+                "job": link.job,
+                "run_id": link.run_id,
+                "started": link.started,
+                "status": result.run.status.value,
+                "end_reason": result.run.end_reason,
+            }
+            for link, result in zip(emitted.links, emitted.runs, strict=True)
+        ],
     }

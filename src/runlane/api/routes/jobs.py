@@ -22,7 +22,7 @@ from runlane.api.models import (
     RunView,
 )
 from runlane.api.problems import problem_responses
-from runlane.api.writes import audited, maybe_idempotent
+from runlane.api.writes import IdempotencyKey, audited, maybe_idempotent
 from runlane.catalog.params import params_json_schema
 from runlane.service import operations
 from runlane.service.operations import JobInfo, JobSchedule
@@ -81,7 +81,12 @@ async def show_job(job: str, rt: RuntimeDep, _who: Viewer) -> JSONResponse:
     responses=problem_responses(400, 403, 404, 409, 413),
 )
 async def run_job(
-    job: str, body: RunCreate, request: Request, rt: RuntimeDep, who: Operator
+    job: str,
+    body: RunCreate,
+    request: Request,
+    rt: RuntimeDep,
+    who: Operator,
+    idempotency_key: IdempotencyKey = None,
 ) -> JSONResponse:
     """Queue a run of `job` now (trigger `manual`, `requested_by` the caller). A job with
     `acts: true` needs `confirm` equal to its name (422 `confirmation_required`). With an
@@ -99,7 +104,9 @@ async def run_job(
         return 201, run_dict(queued.run)
 
     async def call() -> tuple[int, dict[str, Any], bool]:
-        return await maybe_idempotent(request, rt, who, body.model_dump(mode="json"), queue)
+        return await maybe_idempotent(
+            request, rt, who, idempotency_key, body.model_dump(mode="json"), queue
+        )
 
     status, payload, replayed = await audited(
         request, rt, who, action="run_job", target=job, call=call
