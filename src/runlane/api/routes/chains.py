@@ -3,9 +3,9 @@ chain run as a tree of steps with their statuses."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
 
 from runlane.api.auth import Operator, Viewer
@@ -18,6 +18,11 @@ from runlane.service.operations import ChainInfo
 from runlane.service.views import chain_run_dict
 
 router = APIRouter(prefix="/api/v1", tags=["chains"])
+
+ChainName = Annotated[str, Path(description="The chain's name in the catalog")]
+ChainRunId = Annotated[
+    str, Path(description="A chain run's id, or a unique prefix of it (at least 6 characters)")
+]
 
 
 def chain_dict(info: ChainInfo) -> dict[str, Any]:
@@ -53,7 +58,7 @@ async def list_chains(rt: RuntimeDep, _who: Viewer) -> JSONResponse:
     responses=problem_responses(400, 403, 404, 409),
 )
 async def run_chain(
-    chain: str,
+    chain: ChainName,
     request: Request,
     rt: RuntimeDep,
     who: Operator,
@@ -87,7 +92,7 @@ async def run_chain(
 @router.get(
     "/chain-runs/{chain_run_id}", response_model=ChainRunView, responses=problem_responses(404)
 )
-async def show_chain_run(chain_run_id: str, rt: RuntimeDep, _who: Viewer) -> JSONResponse:
+async def show_chain_run(chain_run_id: ChainRunId, rt: RuntimeDep, _who: Viewer) -> JSONResponse:
     """One chain run by id or unique prefix, with its steps and their statuses."""
     view = await operations.show_chain_run(rt, chain_run_id)
     return JSONResponse(chain_run_dict(view.run, view.steps))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from runlane.api.auth import Operator, Viewer
@@ -30,7 +30,7 @@ from runlane.service.views import iso, job_dict, run_dict
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
 
-JobPath = Annotated[str, "the job's name in the catalog"]
+JobName = Annotated[str, Path(description="The job's name in the catalog (explain: or a chain's)")]
 
 
 def job_view(
@@ -64,7 +64,7 @@ async def list_jobs(rt: RuntimeDep, _who: Viewer) -> JSONResponse:
 
 
 @router.get("/jobs/{job}", response_model=JobView, responses=problem_responses(404))
-async def show_job(job: str, rt: RuntimeDep, _who: Viewer) -> JSONResponse:
+async def show_job(job: JobName, rt: RuntimeDep, _who: Viewer) -> JSONResponse:
     """One job with its latest run (`unknown_job`: 404)."""
     info = await operations.show_job(rt, job)
     schedules = await operations.job_schedules(rt, [info.name]) if info.schedules else {}
@@ -78,7 +78,7 @@ async def show_job(job: str, rt: RuntimeDep, _who: Viewer) -> JSONResponse:
     responses=problem_responses(400, 403, 404, 409, 413),
 )
 async def run_job(
-    job: str,
+    job: JobName,
     body: RunCreate,
     request: Request,
     rt: RuntimeDep,
@@ -120,7 +120,7 @@ async def run_job(
     responses=problem_responses(400, 403, 404),
 )
 async def pause_job(
-    job: str, request: Request, rt: RuntimeDep, who: Operator, body: PauseCreate | None = None
+    job: JobName, request: Request, rt: RuntimeDep, who: Operator, body: PauseCreate | None = None
 ) -> JSONResponse:
     """Pause `job`'s scheduled and event runs until resumed, or `until` a time or for a
     duration (`2h`); manual runs still run."""
@@ -146,7 +146,7 @@ async def pause_job(
     response_model=ResumeView,
     responses=problem_responses(403, 404),
 )
-async def resume_job(job: str, request: Request, rt: RuntimeDep, who: Operator) -> JSONResponse:
+async def resume_job(job: JobName, request: Request, rt: RuntimeDep, who: Operator) -> JSONResponse:
     """End `job`'s pause (`was_paused`: false when it was not paused)."""
 
     async def call() -> dict[str, Any]:
@@ -158,7 +158,7 @@ async def resume_job(job: str, request: Request, rt: RuntimeDep, who: Operator) 
 
 @router.get("/jobs/{job}/explain", response_model=ExplainView, responses=problem_responses(404))
 async def explain_job(
-    job: str,
+    job: JobName,
     rt: RuntimeDep,
     _who: Viewer,
     at: Annotated[str | None, Query(description="ISO-8601 time, now, or now-2h")] = None,
