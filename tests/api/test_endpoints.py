@@ -119,10 +119,12 @@ def test_chains_list_and_a_chain_run_tree(api: ApiServer) -> None:
         started = c.post("/api/v1/chains/pair/runs", json={})
         assert started.status_code == 201
         shown = c.get(started.headers["location"])
+        recent = c.get("/api/v1/chain-runs", params={"limit": 5}).json()["items"]
     assert [ch["chain"] for ch in chains] == ["pair"]
     assert [s["step"] for s in chains[0]["steps"]] == ["first", "second"]
     tree = shown.json()
     assert tree["id"] == started.json()["id"]
+    assert recent[0]["id"] == tree["id"]
     assert {s["step"]: s["status"] for s in tree["steps"]} == {
         "first": "queued",
         "second": "pending",

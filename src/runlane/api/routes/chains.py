@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from runlane.api.auth import Operator, Viewer
 from runlane.api.deps import RuntimeDep
-from runlane.api.models import ChainPageView, ChainRunCreate, ChainRunView
+from runlane.api.models import ChainPageView, ChainRunCreate, ChainRunPageView, ChainRunView
 from runlane.api.problems import problem_responses
 from runlane.api.writes import IdempotencyKey, audited, maybe_idempotent
 from runlane.service import operations
@@ -87,6 +87,20 @@ async def run_chain(
     if replayed:
         headers["Idempotency-Replayed"] = "true"
     return JSONResponse(payload, status_code=status, headers=headers)
+
+
+@router.get("/chain-runs", response_model=ChainRunPageView, responses=problem_responses())
+async def list_chain_runs(
+    rt: RuntimeDep,
+    _who: Viewer,
+    limit: Annotated[int, Query(description="1 to 10000 chain runs, newest first")] = 20,
+) -> JSONResponse:
+    """The newest chain runs first (`runlane chains`), each with its steps and their statuses
+    (one page: `next_cursor` is null)."""
+    views = await operations.list_chain_runs(rt, limit=limit)
+    return JSONResponse(
+        {"items": [chain_run_dict(v.run, v.steps) for v in views], "next_cursor": None}
+    )
 
 
 @router.get(
