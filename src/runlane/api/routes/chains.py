@@ -12,7 +12,7 @@ from runlane.api.auth import Operator, Viewer
 from runlane.api.deps import RuntimeDep
 from runlane.api.models import ChainPageView, ChainRunCreate, ChainRunPageView, ChainRunView
 from runlane.api.problems import problem_responses
-from runlane.api.writes import IdempotencyKey, audited, maybe_idempotent
+from runlane.api.writes import IdempotencyKey, created
 from runlane.service import operations
 from runlane.service.operations import ChainInfo
 from runlane.service.views import chain_run_dict
@@ -69,24 +69,23 @@ async def run_chain(
     has `acts: true` needs `confirm` equal to the chain's name. `Idempotency-Key` as for runs."""
     wanted = body or ChainRunCreate()
 
-    async def start() -> tuple[int, dict[str, Any]]:
+    async def start() -> dict[str, Any]:
         started = await operations.run_chain(
             rt, chain, requester=who, confirmed=wanted.confirm == chain
         )
-        return 201, chain_run_dict(started.view.run, started.view.steps)
+        return chain_run_dict(started.view.run, started.view.steps)
 
-    async def call() -> tuple[int, dict[str, Any], bool]:
-        return await maybe_idempotent(
-            request, rt, who, idempotency_key, wanted.model_dump(mode="json"), start
-        )
-
-    status, payload, replayed = await audited(
-        request, rt, who, action="run_chain", target=chain, call=call
+    return await created(
+        request,
+        rt,
+        who,
+        action="run_chain",
+        target=chain,
+        key=idempotency_key,
+        body=wanted,
+        make=start,
+        location="/api/v1/chain-runs/{id}",
     )
-    headers = {"Location": f"/api/v1/chain-runs/{payload['id']}"}
-    if replayed:
-        headers["Idempotency-Replayed"] = "true"
-    return JSONResponse(payload, status_code=status, headers=headers)
 
 
 @router.get("/chain-runs", response_model=ChainRunPageView, responses=problem_responses())

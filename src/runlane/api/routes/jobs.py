@@ -22,7 +22,7 @@ from runlane.api.models import (
     RunView,
 )
 from runlane.api.problems import problem_responses
-from runlane.api.writes import IdempotencyKey, audited, maybe_idempotent
+from runlane.api.writes import IdempotencyKey, audited, created
 from runlane.catalog.params import params_json_schema
 from runlane.service import operations
 from runlane.service.operations import JobInfo, JobSchedule
@@ -90,7 +90,7 @@ async def run_job(
     `Idempotency-Key` header a retry returns the first run (header `Idempotency-Replayed:
     true`); the key with another body is 422 `idempotency_key_reused`."""
 
-    async def queue() -> tuple[int, dict[str, Any]]:
+    async def queue() -> dict[str, Any]:
         queued = await operations.run_job(
             rt,
             job,
@@ -98,20 +98,19 @@ async def run_job(
             params=body.params,
             confirmed=body.confirm is not None and body.confirm == job,
         )
-        return 201, run_dict(queued.run)
+        return run_dict(queued.run)
 
-    async def call() -> tuple[int, dict[str, Any], bool]:
-        return await maybe_idempotent(
-            request, rt, who, idempotency_key, body.model_dump(mode="json"), queue
-        )
-
-    status, payload, replayed = await audited(
-        request, rt, who, action="run_job", target=job, call=call
+    return await created(
+        request,
+        rt,
+        who,
+        action="run_job",
+        target=job,
+        key=idempotency_key,
+        body=body,
+        make=queue,
+        location="/api/v1/runs/{id}",
     )
-    headers = {"Location": f"/api/v1/runs/{payload['id']}"}
-    if replayed:
-        headers["Idempotency-Replayed"] = "true"
-    return JSONResponse(payload, status_code=status, headers=headers)
 
 
 @router.post(
