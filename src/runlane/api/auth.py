@@ -29,6 +29,9 @@ from runlane.service.operations import Requester
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 log = structlog.get_logger("runlane.api")
 
+# A proxy user's name is recorded as `requested_by` and in the audit log: a name, not a page.
+MAX_USER_CHARS = 200
+
 
 @dataclass(frozen=True, slots=True)
 class ProxyAuth:
@@ -101,8 +104,10 @@ def _proxy_requester(request: Request, proxy: ProxyAuth) -> Requester | None:
     if user is None:
         return None
     user = user.strip()
-    if not user or not user.isprintable():
-        raise MalformedRequest(f"the {proxy.user_header} header is empty or not printable")
+    if not user or not user.isprintable() or len(user) > MAX_USER_CHARS:
+        raise MalformedRequest(
+            f"the {proxy.user_header} header must be 1 to {MAX_USER_CHARS} printable characters"
+        )
     groups = [g.strip() for g in request.headers.get(proxy.groups_header, "").split(",")]
     roles = [proxy.group_roles[g] for g in groups if g in proxy.group_roles]
     if not roles:
