@@ -7,8 +7,9 @@ off, in alternating rounds on PostgreSQL, and the resident memory of an idle `ru
   probe does.
 - Pickup: bench/latency.py's measurement (an idle launcher in this process, runs accepted by
   another), with the HTTP server in the same event loop when on, as `runlane serve` runs it.
-- Memory: `runlane web` started on a scratch database, asked `/healthz`, `/readyz` and the
-  OpenAPI document a few times, then its RSS read.
+- Memory: `runlane web` started on a scratch database, asked `/healthz`, `/readyz`, the
+  OpenAPI document, the jobs and a page of runs (with a viewer's token) a few times, then its
+  RSS read.
 
 Rounds alternate (off, on, then on, off, ...) so a drift of the machine falls on both. Prints
 one line per round and the medians.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -141,11 +143,19 @@ def web_rss(requests: int) -> float:
             subprocess.run(
                 [*runlane_cmd(), "db", "upgrade"], env=env, check=True, capture_output=True
             )
+            made = subprocess.run(
+                [*runlane_cmd(), "token", "create", "bench", "--role", "viewer", "--json"],
+                env=env,
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            bearer = {"Authorization": f"Bearer {json.loads(made.stdout)['secret']}"}
             proc = subprocess.Popen([*runlane_cmd(), "web"], env=env, stderr=subprocess.PIPE)
             try:
                 base = f"http://127.0.0.1:{port}"
                 deadline = time.monotonic() + 60
-                with httpx.Client(base_url=base, timeout=5) as client:
+                with httpx.Client(base_url=base, timeout=5, headers=bearer) as client:
                     while True:
                         try:
                             client.get("/healthz")
@@ -155,7 +165,13 @@ def web_rss(requests: int) -> float:
                                 raise SystemExit("runlane web did not answer") from None
                             time.sleep(0.05)
                     for _ in range(requests):
-                        for path in ("/healthz", "/readyz", "/api/v1/openapi.json"):
+                        for path in (
+                            "/healthz",
+                            "/readyz",
+                            "/api/v1/openapi.json",
+                            "/api/v1/jobs",
+                            "/api/v1/runs?limit=50",
+                        ):
                             client.get(path).raise_for_status()
                 time.sleep(1.0)  # idle again
                 return rss_mib(proc.pid)

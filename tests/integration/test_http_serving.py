@@ -353,3 +353,32 @@ async def test_stop_shuts_down_with_a_stream_open(
         async with asyncio.timeout(10):
             await asyncio.shield(s.task)
         assert time.monotonic() - began < 5
+
+
+async def test_the_log_needs_a_token_and_the_probes_do_not(
+    settings: Settings, store: Store, tmp_path: Path, start_launcher: Any
+) -> None:
+    from runlane.service import operations
+
+    app = create_app(settings)  # the real auth: no override
+    async with serving(app) as s:
+        gate = tmp_path / "open"
+        gate.touch()
+        run_id = await queue_run(store, settings, "halves", gate=str(gate))
+        running: Running = start_launcher()
+        await running.events.wait("finished", run_id)
+        url = f"/api/v1/runs/{run_id}/logs"
+        anonymous = await s.client.get(url)
+        assert (anonymous.status_code, anonymous.json()["code"]) == (401, "unauthenticated")
+        assert anonymous.headers["www-authenticate"].startswith("Bearer")
+        assert (await s.client.get("/healthz")).status_code == 200
+        assert (await s.client.get("/readyz")).status_code == 200
+        made = await operations.create_token(
+            app.state.runtime, "reader", role=Role.VIEWER, requester=Requester(None, Trigger.CLI)
+        )
+        bearer = {"Authorization": f"Bearer {made.secret}"}
+        answer = await s.client.get(url, headers=bearer, params={"tail": 1})
+        assert (answer.status_code, answer.text) == (200, "no newline")
+        async with s.client.stream("GET", url, headers=bearer, params={"follow": "true"}) as sse:
+            events = parse_events((await sse.aread()).decode())
+        assert events[-1]["event"] == "end"

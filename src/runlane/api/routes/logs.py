@@ -113,9 +113,19 @@ async def run_logs(
         int | None,
         Query(description=f"Only the last N lines (1..{MAX_TAIL_LINES}); without `follow`."),
     ] = None,
-    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+    last_event_id: Annotated[
+        str | None,
+        Header(
+            alias="Last-Event-ID",
+            description="With `follow`: the `id` of the last event received (a byte offset); "
+            "the stream resumes just after it.",
+        ),
+    ] = None,
 ) -> Any:
-    """The run's log (by id or unique prefix): `unknown_run` 404, `ambiguous_id` 422."""
+    """The run's log (by id or unique prefix of 6+ characters): the log file as text, or with
+    `follow=true` server-sent events to the end of the run and its retries (docs/serving.md).
+    `unknown_run` 404, `ambiguous_id` 422, a `Last-Event-ID` that is not a byte offset
+    `malformed_request` 400."""
     if tail is not None and not 1 <= tail <= MAX_TAIL_LINES:
         raise InvalidArgument(f"tail {tail}: expected a number of lines from 1 to {MAX_TAIL_LINES}")
     if follow:
