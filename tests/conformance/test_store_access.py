@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from conftest import StoreHarness
 
 T0 = datetime(2031, 3, 4, 5, 6, 7, 123456, tzinfo=UTC)
+DAY = 86400.0
+HOUR = 3600.0
 
 
 def token(
@@ -116,50 +118,70 @@ async def test_the_audit_log_pages_newest_first(h_clean: StoreHarness) -> None:
 
 async def test_an_idempotency_key_is_reserved_once(h_clean: StoreHarness) -> None:
     store, clock = await clocked(h_clean)
-    assert await store.reserve_key("ci", "k1", "fp-a", ttl=86400) is None
-    held = await store.reserve_key("ci", "k1", "fp-b", ttl=86400)
+    assert await store.reserve_key("ci", "k1", "fp-a", ttl=DAY, abandoned=HOUR) is None
+    held = await store.reserve_key("ci", "k1", "fp-b", ttl=DAY, abandoned=HOUR)
     assert held is not None
     assert held.fingerprint == "fp-a"
     assert held.status is None
-    assert await store.reserve_key("other", "k1", "fp-b", ttl=86400) is None  # per owner
+    assert (
+        await store.reserve_key("other", "k1", "fp-b", ttl=DAY, abandoned=HOUR) is None
+    )  # per owner
     await store.complete_key("ci", "k1", 201, '{"id": "x"}')
-    done = await store.reserve_key("ci", "k1", "fp-a", ttl=86400)
+    done = await store.reserve_key("ci", "k1", "fp-a", ttl=DAY, abandoned=HOUR)
     assert done is not None
     assert done.status == 201
     assert done.body is not None
     assert done.body.replace(" ", "") == '{"id":"x"}'
     await store.release_key("ci", "k1")  # a completed key is kept
-    assert await store.reserve_key("ci", "k1", "fp-a", ttl=86400) is not None
+    assert await store.reserve_key("ci", "k1", "fp-a", ttl=DAY, abandoned=HOUR) is not None
     clock.advance(86401)
-    assert await store.reserve_key("ci", "k1", "fp-c", ttl=86400) is None  # stale: taken over
-    fresh = await store.reserve_key("ci", "k1", "fp-a", ttl=86400)
+    assert (
+        await store.reserve_key("ci", "k1", "fp-c", ttl=DAY, abandoned=HOUR) is None
+    )  # stale: taken over
+    fresh = await store.reserve_key("ci", "k1", "fp-a", ttl=DAY, abandoned=HOUR)
     assert fresh is not None
     assert fresh.fingerprint == "fp-c"
     assert fresh.status is None
 
 
+async def test_a_reservation_left_in_flight_is_taken_over(h_clean: StoreHarness) -> None:
+    store, clock = await clocked(h_clean)
+    assert await store.reserve_key("ci", "lost", "fp-a", ttl=DAY, abandoned=HOUR) is None
+    assert await store.reserve_key("ci", "done", "fp-a", ttl=DAY, abandoned=HOUR) is None
+    await store.complete_key("ci", "done", 201, "{}")
+    clock.advance(HOUR - 1)
+    assert await store.reserve_key("ci", "lost", "fp-b", ttl=DAY, abandoned=HOUR) is not None
+    clock.advance(2)
+    assert await store.reserve_key("ci", "lost", "fp-b", ttl=DAY, abandoned=HOUR) is None
+    done = await store.reserve_key("ci", "done", "fp-a", ttl=DAY, abandoned=HOUR)
+    assert done is not None  # a completed key is kept for the whole ttl
+    assert done.status == 201
+
+
 async def test_a_released_key_may_be_reserved_again(h_clean: StoreHarness) -> None:
     store = h_clean.store
-    assert await store.reserve_key("ci", "k1", "fp", ttl=86400) is None
+    assert await store.reserve_key("ci", "k1", "fp", ttl=DAY, abandoned=HOUR) is None
     await store.release_key("ci", "k1")
-    assert await store.reserve_key("ci", "k1", "fp", ttl=86400) is None
+    assert await store.reserve_key("ci", "k1", "fp", ttl=DAY, abandoned=HOUR) is None
 
 
 async def test_concurrent_reservations_have_one_winner(h_clean: StoreHarness) -> None:
     other = await h_clean.make_store()
     stores = [h_clean.store, other] * 4
-    results = await asyncio.gather(*(s.reserve_key("ci", "race", "fp", ttl=86400) for s in stores))
+    results = await asyncio.gather(
+        *(s.reserve_key("ci", "race", "fp", ttl=DAY, abandoned=HOUR) for s in stores)
+    )
     assert sum(r is None for r in results) == 1
 
 
 async def test_prune_deletes_old_keys_only(h_clean: StoreHarness) -> None:
     store, clock = await clocked(h_clean)
-    await store.reserve_key("ci", "old", "fp", ttl=86400)
+    await store.reserve_key("ci", "old", "fp", ttl=DAY, abandoned=HOUR)
     clock.advance(7200)
-    await store.reserve_key("ci", "new", "fp", ttl=86400)
+    await store.reserve_key("ci", "new", "fp", ttl=DAY, abandoned=HOUR)
     assert await store.prune_keys(3600) == 1
-    assert await store.reserve_key("ci", "new", "fp", ttl=86400) is not None
-    assert await store.reserve_key("ci", "old", "fp", ttl=86400) is None
+    assert await store.reserve_key("ci", "new", "fp", ttl=DAY, abandoned=HOUR) is not None
+    assert await store.reserve_key("ci", "old", "fp", ttl=DAY, abandoned=HOUR) is None
 
 
 @pytest.fixture

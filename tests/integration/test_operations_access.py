@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,7 @@ import pytest
 
 from runlane.catalog import Catalog
 from runlane.core.access import Access, Role
-from runlane.core.runs import Trigger
+from runlane.core.runs import RunStatus, Trigger
 from runlane.errors import (
     Forbidden,
     IdempotencyKeyInFlight,
@@ -24,12 +26,14 @@ from runlane.errors import (
     Unauthenticated,
     UnknownToken,
 )
-from runlane.ports import Store
+from runlane.ports import RunFilter, Store
 from runlane.service import operations
 from runlane.service.config import Settings
 from runlane.service.operations import Requester
 from runlane.service.operations.tokens import hash_secret
 from runlane.service.runtime import Runtime
+from runlane.service.wiring import store_from_url
+from runlane.testing.clock import FixedClock
 
 PY = sys.executable
 LOCAL = Requester("alice", Trigger.CLI)  # the local CLI: no access = every right
@@ -253,3 +257,122 @@ async def test_a_key_must_be_printable_ascii(rt: Runtime, key: str) -> None:
 
     with pytest.raises(InvalidArgument, match="Idempotency-Key"):
         await operations.idempotent(rt, owner="o", key=key, fingerprint="f", action=never)
+
+
+# --- the check of every write operation ------------------------------------------------------
+
+
+async def nothing_written(store: Store) -> None:
+    """No run, chain run, event or pause exists: a refused write wrote nothing."""
+    assert await store.list_runs(RunFilter(limit=10)) == []
+    assert await store.list_chain_runs(limit=10) == []
+    assert await store.list_events(limit=10) == []
+    assert await store.overrides() == {}
+
+
+async def test_a_viewer_writes_nothing(rt: Runtime, store: Store) -> None:
+    attempts: list[Callable[[], Awaitable[object]]] = [
+        lambda: operations.run_job(rt, "etl.load", requester=VIEWER),
+        lambda: operations.run_chain(rt, "etl", requester=VIEWER),
+        lambda: operations.emit(rt, "data.ready", requester=VIEWER),
+        lambda: operations.pause_job(rt, "etl.load", requester=VIEWER),
+        lambda: operations.resume_job(rt, "etl.load", requester=VIEWER),
+    ]
+    for attempt in attempts:
+        with pytest.raises(Forbidden, match=r"needs the operator role.*'dash' has the viewer"):
+            await attempt()
+    await nothing_written(store)
+
+
+async def test_globs_limit_which_jobs_a_token_writes(rt: Runtime, store: Store) -> None:
+    refused: list[Callable[[], Awaitable[object]]] = [
+        lambda: operations.run_job(rt, "backup", requester=ETL_ONLY),
+        lambda: operations.run_chain(rt, "mixed", requester=ETL_ONLY),  # a step runs backup
+        lambda: operations.emit(rt, "data.ready", requester=ETL_ONLY),  # backup listens too
+        lambda: operations.emit(rt, "nightly", requester=ETL_ONLY),
+        lambda: operations.pause_job(rt, "backup", requester=ETL_ONLY),
+        lambda: operations.resume_job(rt, "backup", requester=ETL_ONLY),
+    ]
+    for attempt in refused:
+        with pytest.raises(Forbidden, match=r"'backup'.*etl\.\*"):
+            await attempt()
+    await nothing_written(store)
+
+    queued = await operations.run_job(rt, "etl.load", requester=ETL_ONLY)
+    assert queued.run.requested_by == "etl-ci"
+    started = await operations.run_chain(rt, "etl", requester=ETL_ONLY)
+    assert started.view.run.requested_by == "etl-ci"
+    paused = await operations.pause_job(rt, "etl.clean", requester=ETL_ONLY)
+    assert paused.created_by == "etl-ci"
+    assert (await operations.resume_job(rt, "etl.clean", requester=ETL_ONLY)).was_paused
+
+
+async def test_cancel_checks_the_job_of_the_run(rt: Runtime, store: Store) -> None:
+    backup = (await operations.run_job(rt, "backup", requester=LOCAL)).run
+    load = (await operations.run_job(rt, "etl.load", requester=LOCAL)).run
+    with pytest.raises(Forbidden, match="needs the operator role"):
+        await operations.cancel(rt, load.id, requester=VIEWER)
+    with pytest.raises(Forbidden, match="'backup'"):
+        await operations.cancel(rt, backup.id, requester=ETL_ONLY)
+    assert (await store.get_run(backup.id)).status is RunStatus.QUEUED
+    done = await operations.cancel(rt, load.id, requester=ETL_ONLY)
+    assert isinstance(done, operations.CancelledRun)
+    assert done.run.status is RunStatus.CANCELLED
+
+
+async def test_cancel_of_a_chain_run_checks_every_step_job(rt: Runtime, store: Store) -> None:
+    mixed = (await operations.run_chain(rt, "mixed", requester=LOCAL)).view.run
+    etl = (await operations.run_chain(rt, "etl", requester=LOCAL)).view.run
+    with pytest.raises(Forbidden, match="'backup'"):
+        await operations.cancel(rt, mixed.id, requester=ETL_ONLY)
+    assert (await store.get_chain_run(mixed.id)).status == "running"
+    done = await operations.cancel(rt, etl.id, requester=ETL_ONLY)
+    assert isinstance(done, operations.CancelledChainRun)
+    assert done.chain_run.status == "failure"
+    done = await operations.cancel(rt, mixed.id, requester=OPERATOR)
+    assert isinstance(done, operations.CancelledChainRun)
+
+
+async def test_operators_and_admins_write_every_job(rt: Runtime) -> None:
+    for who in (OPERATOR, ADMIN):
+        emitted = await operations.emit(rt, "data.ready", requester=who, event_id=who.name)
+        assert {r.run.job for r in emitted.runs} == {"etl.load", "backup"}
+        queued = await operations.run_job(rt, "backup", requester=who)
+        assert queued.created
+
+
+async def test_a_key_left_in_flight_by_a_dead_process_is_taken_over(
+    rt: Runtime, store: Store
+) -> None:
+    async def works() -> tuple[int, dict[str, Any]]:
+        return 201, {"ok": True}
+
+    # A reservation its process never completed nor released, from long enough ago.
+    store_now = await store.now()
+    store_pinned = await _pinned_store(rt, store_now - timedelta(hours=2))
+    assert await store_pinned.reserve_key("o", "k", "f", ttl=86400, abandoned=60) is None
+    await store_pinned.close()
+    done = await operations.idempotent(rt, owner="o", key="k", fingerprint="f", action=works)
+    assert done.replayed is False
+    assert done.status == 201
+
+
+async def _pinned_store(rt: Runtime, at: datetime) -> Store:
+    pinned = store_from_url(rt.settings.database_url, clock=FixedClock(at))
+    await pinned.open()
+    return pinned
+
+
+async def test_an_expired_token_is_refused(rt: Runtime, store: Store) -> None:
+    now = await store.now()
+    then = await _pinned_store(rt, now + timedelta(hours=2))
+    try:
+        made = await operations.create_token(
+            rt, "brief", role="viewer", expires="1h", requester=LOCAL
+        )
+        assert (await operations.authenticate(rt, made.secret)).name == "brief"
+        later = Runtime(settings=rt.settings, store=then, catalog=rt.catalog)
+        with pytest.raises(Unauthenticated, match="not valid"):
+            await operations.authenticate(later, made.secret)
+    finally:
+        await then.close()

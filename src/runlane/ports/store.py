@@ -486,12 +486,13 @@ class Idempotency(Protocol):
     `service.operations.idempotency.idempotent`."""
 
     async def reserve_key(
-        self, owner: str, key: str, fingerprint: str, *, ttl: float
+        self, owner: str, key: str, fingerprint: str, *, ttl: float, abandoned: float
     ) -> IdempotencyRecord | None:
         """Reserve (owner, key) for a request with `fingerprint`, in flight from now: None when
-        this call reserved it (no row, or only one older than `ttl` seconds, which is replaced:
-        a stale key is never replayed), else the row that holds it (in flight when its
-        `status` is None). Atomic: of concurrent callers exactly one gets None."""
+        this call reserved it, else the row that holds it (in flight when its `status` is
+        None). A row older than `ttl` seconds, or still in flight after `abandoned` seconds
+        (its process died before completing or releasing it), is replaced as if absent: a stale
+        key is never replayed. Atomic: of concurrent callers exactly one gets None."""
         ...
 
     async def complete_key(self, owner: str, key: str, status: int, body: str) -> None:

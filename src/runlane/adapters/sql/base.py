@@ -452,13 +452,19 @@ class SqlStoreBase:
         return [self._read.audit_entry(r) for r in rows]
 
     async def reserve_key(
-        self, owner: str, key: str, fingerprint: str, *, ttl: float
+        self, owner: str, key: str, fingerprint: str, *, ttl: float, abandoned: float
     ) -> IdempotencyRecord | None:
         # Two statements, no transaction: when the insert loses to another reservation, the row
         # read next is that one (or, were it released in between, none: then try once more).
         names = {"owner": owner, "key": key}
         for _ in range(3):
-            params = {**names, "fingerprint": fingerprint, **self._ago(ttl)}
+            params = {
+                **names,
+                "fingerprint": fingerprint,
+                **self._ago(ttl),
+                "abandoned_seconds": abandoned,
+                "abandoned_since": self._param_since(abandoned),
+            }
             if await self._write_one("reserve_key", params) is not None:
                 return None
             row = await self._read_one("idempotency_key", names)

@@ -36,8 +36,10 @@ from runlane.service.operations.idempotency import (
 )
 from runlane.service.operations.jobs import (
     JobInfo,
+    JobSchedule,
     Resumed,
     explain,
+    job_schedules,
     list_jobs,
     pause_job,
     resume_job,
@@ -97,6 +99,7 @@ __all__ = [
     "DoctorReport",
     "EventEmitted",
     "JobInfo",
+    "JobSchedule",
     "LauncherState",
     "LogIncomplete",
     "Notice",
@@ -123,6 +126,7 @@ __all__ = [
     "explain",
     "follow_run",
     "idempotent",
+    "job_schedules",
     "list_audit",
     "list_chain_runs",
     "list_chains",

@@ -3,11 +3,12 @@ explain why a job's (or chain's) latest slot did what it did."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from runlane.core.access import Role
 from runlane.core.runs import Run
 from runlane.ports import Override, RunFilter
 from runlane.service.operations.arguments import Requester, parse_time, parse_until
@@ -88,7 +89,9 @@ async def pause_job(
 ) -> Override:
     """Pause `job`'s scheduled and event runs until resumed, or snooze them `until` a time (a
     duration from now such as `2h`, `now+2h`, or an ISO time) that must be later than now
-    (`invalid_argument` otherwise); `unknown_job`."""
+    (`invalid_argument` otherwise); `unknown_job`; `forbidden` unless the requester may
+    operate `job`."""
+    requester.require(Role.OPERATOR, jobs=[job], action="pause")
     rt.require_catalog().resolve(job)
     paused_until = None if until is None else parse_until(until, await rt.store.now())
     return await rt.store.set_override(
@@ -96,8 +99,10 @@ async def pause_job(
     )
 
 
-async def resume_job(rt: Runtime, job: str) -> Resumed:
-    """End `job`'s pause (`was_paused`: False when it was not paused); `unknown_job`."""
+async def resume_job(rt: Runtime, job: str, *, requester: Requester) -> Resumed:
+    """End `job`'s pause (`was_paused`: False when it was not paused); `unknown_job`;
+    `forbidden` unless the requester may operate `job`."""
+    requester.require(Role.OPERATOR, jobs=[job], action="resume")
     rt.require_catalog().resolve(job)
     return Resumed(job, await rt.store.clear_override(job))
 
@@ -109,3 +114,48 @@ async def explain(rt: Runtime, name: str, *, at: str | datetime | None = None) -
 
     when = parse_time(at, await rt.store.now(), "--at")
     return await explain_slot(rt.store, rt.require_catalog(), name, when)
+
+
+@dataclass(frozen=True, slots=True)
+class JobSchedule:
+    """A schedule of a job: its cron, its zone (the catalog's default when it names none) and
+    its next slots after now, in UTC (`local_slots`: the same slots in the schedule's zone)."""
+
+    cron: str
+    timezone: str
+    next_slots: tuple[datetime, ...]
+
+    @property
+    def local_slots(self) -> tuple[datetime, ...]:
+        from zoneinfo import ZoneInfo
+
+        zone = ZoneInfo(self.timezone)
+        return tuple(slot.astimezone(zone) for slot in self.next_slots)
+
+
+async def job_schedules(
+    rt: Runtime, jobs: Sequence[str], *, count: int = 3, now: datetime | None = None
+) -> dict[str, tuple[JobSchedule, ...]]:
+    """Each of `jobs`' schedules with its next `count` slots after `now` (default: the
+    database's now, read once for all of them); `unknown_job`."""
+    from runlane.core.schedule import next_slot
+
+    cat = rt.require_catalog()
+    resolved = [cat.resolve(job) for job in jobs]
+    after = now if now is not None else await rt.store.now()
+    found: dict[str, tuple[JobSchedule, ...]] = {}
+    for job in resolved:
+        schedules = []
+        for sched in job.schedules:
+            zone = sched.tz or cat.global_.timezone
+            slots: list[datetime] = []
+            at = after
+            while len(slots) < count:
+                slot = next_slot(sched.cron, zone, at)
+                if slot is None:
+                    break
+                slots.append(slot)
+                at = slot
+            schedules.append(JobSchedule(sched.cron, zone, tuple(slots)))
+        found[job.name] = tuple(schedules)
+    return found

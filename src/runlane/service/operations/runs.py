@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from runlane.core.access import Role
 from runlane.core.runs import Run, RunStatus, Trigger
 from runlane.errors import InvalidArgument, InvalidTransition, NotCancellable, NotFound
 from runlane.ports import ChainRun, RunFilter
@@ -68,7 +69,9 @@ async def run_job(
 ) -> RunQueued:
     """Queue a run of `job` through the one accept path. Raises what it refuses with
     (`unknown_job`, `param_invalid`, `payload_too_large`, `confirmation_required`,
-    `overlap_refused` with the active run's id)."""
+    `overlap_refused` with the active run's id); `forbidden` unless the requester may operate
+    `job`."""
+    requester.require(Role.OPERATOR, jobs=[job], action="run")
     result = await rt.accept(
         RunRequest(
             job=job,
@@ -251,7 +254,9 @@ async def cancel(
     """Cancel a queued run (at once) or a running one (its launcher stops it), by id or unique
     prefix; or, when no run has it, end a chain run of that id `cancelled` with its unfinished
     steps (a chain run whose chain left the catalog can be ended only so). `not_cancellable`
-    when it has already ended; `unknown_run` when neither a run nor a chain run has the id."""
+    when it has already ended; `unknown_run` when neither a run nor a chain run has the id;
+    `forbidden` unless the requester may operate the run's job (every step job of a chain run)."""
+    requester.require(Role.OPERATOR, action="cancel")
     try:
         run = await resolve_run(rt, run_id)
     except NotFound:
@@ -262,6 +267,7 @@ async def cancel(
         if found is None:
             raise
         return await _cancel_chain_run(rt, found, requester)
+    requester.require(Role.OPERATOR, jobs=[run.job], action="cancel")
     try:
         return CancelledRun(await rt.store.request_cancel(run.id, by=requester.name))
     except InvalidTransition as exc:
@@ -273,6 +279,14 @@ async def _cancel_chain_run(
 ) -> CancelledChainRun:
     from runlane.service.chains import cancel_chain_run
 
+    if requester.access is not None and requester.access.jobs:  # only globs need the step jobs
+        steps = await rt.store.list_runs(RunFilter(chain_root_id=found.id, limit=10_000))
+        jobs = {s.job for s in steps}
+        cat = rt.require_catalog()
+        if found.chain in cat.chains:
+            chain = cat.chains[found.chain]
+            jobs.update(chain.step_job(step) for step in chain.steps)
+        requester.require(Role.OPERATOR, jobs=sorted(jobs), action="cancel")
     try:
         chain_run, steps = await cancel_chain_run(rt.store, found.id, by=requester.name)
     except InvalidTransition as exc:

@@ -19,10 +19,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+import structlog
+
 from runlane.core.access import Access, Role
 from runlane.core.durations import MAX_DURATION_SECONDS, parse_duration
 from runlane.core.runs import Trigger
-from runlane.errors import InvalidArgument, Unauthenticated, UnknownToken
+from runlane.errors import InvalidArgument, StoreError, Unauthenticated, UnknownToken
 from runlane.ports import TokenRecord
 from runlane.service.operations.arguments import LATEST, Requester, parse_iso
 from runlane.service.runtime import Runtime
@@ -32,6 +34,8 @@ SHOWN_PREFIX_CHARS = 10  # `rl_` and 7 characters of the random part (42 of its 
 TOUCH_EVERY = 60.0  # seconds: `last_used_at` is written at most this often per token
 MAX_GLOBS = 100
 MAX_GLOB_CHARS = 200
+log = structlog.get_logger("runlane.tokens")
+
 _NAME = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
 _NAME_RULE = "1 to 64 letters, digits or . _ @ -"
 # What `authenticate` says for an unknown, expired or revoked secret: the same words for each,
@@ -205,7 +209,11 @@ async def authenticate(
     now = time.monotonic()
     if now - _touched.get(key, -TOUCH_EVERY) >= TOUCH_EVERY:
         _touched[key] = now
-        await rt.store.touch_token(record.name, every=TOUCH_EVERY)
+        try:
+            await rt.store.touch_token(record.name, every=TOUCH_EVERY)
+        except StoreError as exc:
+            # Bookkeeping: a busy or read-only database must not refuse a valid token.
+            log.warning("token.touch_failed", token=record.name, error=exc.code)
     return Requester(record.name, trigger, Access(record.role, record.jobs))
 
 

@@ -620,7 +620,8 @@ VALUES (coalesce(%(now)s::timestamptz, clock_timestamp()), %(actor)s, %(action)s
 RETURNING *
 
 -- name: reserve_key
--- A row older than `seconds` is stale: it is taken over as if absent (never replayed).
+-- A row older than `seconds` is stale, and one still in flight for `abandoned_seconds` was left
+-- by a process that died: either is taken over as if absent (never replayed).
 INSERT INTO idempotency_keys (owner, key, fingerprint, created_at)
 VALUES (%(owner)s, %(key)s, %(fingerprint)s, coalesce(%(now)s::timestamptz, clock_timestamp()))
 ON CONFLICT (owner, key) DO UPDATE SET
@@ -629,6 +630,9 @@ ON CONFLICT (owner, key) DO UPDATE SET
     status = NULL,
     body = NULL
 WHERE idempotency_keys.created_at < excluded.created_at - make_interval(secs => %(seconds)s)
+   OR (idempotency_keys.status IS NULL
+       AND idempotency_keys.created_at
+           < excluded.created_at - make_interval(secs => %(abandoned_seconds)s))
 RETURNING owner
 
 -- name: complete_key

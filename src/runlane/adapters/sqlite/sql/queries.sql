@@ -416,7 +416,8 @@ VALUES (:now, :actor, :action, :target, :outcome, :remote, :detail)
 RETURNING *
 
 -- name: reserve_key
--- A row older than :since is stale: it is taken over as if absent (never replayed).
+-- A row older than :since is stale, and one still in flight since before :abandoned_since was
+-- left by a process that died: either is taken over as if absent (never replayed).
 INSERT INTO idempotency_keys (owner, key, fingerprint, created_at)
 VALUES (:owner, :key, :fingerprint, :now)
 ON CONFLICT (owner, key) DO UPDATE SET
@@ -425,6 +426,7 @@ ON CONFLICT (owner, key) DO UPDATE SET
     status = NULL,
     body = NULL
 WHERE idempotency_keys.created_at < :since
+   OR (idempotency_keys.status IS NULL AND idempotency_keys.created_at < :abandoned_since)
 RETURNING owner
 
 -- name: complete_key
