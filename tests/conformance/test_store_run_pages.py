@@ -5,6 +5,7 @@ refusal of every cursor this list did not write."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -14,12 +15,13 @@ import pytest
 
 from runlane.core.runs import NewRun, Outcome, Run, RunStatus, Trigger
 from runlane.errors import InvalidArgument
-from runlane.ports import Store
+from runlane.ports import RunFilter, Store
 from runlane.service.config import Settings
 from runlane.service.operations import RunPage, list_runs_page
 from runlane.service.operations.runs import encode_cursor
 from runlane.service.runtime import Runtime
 from runlane.testing.clock import FixedClock
+from tests.support.waiting import eventually
 
 if TYPE_CHECKING:
     from conftest import StoreHarness
@@ -240,3 +242,46 @@ async def test_relative_times_use_the_database_clock(harness: StoreHarness) -> N
     assert [r.id for r in (await list_runs_page(rt, until="now-1h")).items] == [old.id]
     # The cursor is the last row's position: any page's cursor resumes after that row.
     assert encode_cursor(fresh) == (await list_runs_page(rt, limit=1)).next_cursor
+
+
+async def test_a_walk_is_stable_while_another_client_keeps_inserting(
+    harness: StoreHarness,
+) -> None:
+    """On the real clock, with a writer inserting as fast as it can during the whole walk: no
+    row twice, none skipped, and nothing inserted after the walk began shows up in it."""
+    store = harness.store
+    rt = Runtime(settings=Settings(), store=store, catalog=None)
+    for i in range(15):
+        await store.accept(new_run(f"j{i % 2}"))
+    present = newest_first(list(await store.list_runs(RunFilter(limit=1000))))
+    writer = await harness.make_store()
+    stop = asyncio.Event()
+    written: list[str] = []
+
+    async def keep_inserting() -> None:
+        while not stop.is_set():
+            written.append((await writer.accept(new_run("j0"))).run.id)
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(keep_inserting())
+    try:
+        await eventually(lambda: len(written) >= 2, "the writer to be going")
+        committed_before = list(written)  # surely there when the first page is read
+        page = await list_runs_page(rt, limit=2)
+        # Surely after it: every accept that began once the first page was back (the one in
+        # flight meanwhile may land on either side).
+        after = len(written) + 1
+        seen = [r.id for r in page.items]
+        while page.next_cursor is not None:
+            page = await list_runs_page(rt, limit=2, cursor=page.next_cursor)
+            seen.extend(r.id for r in page.items)
+        await eventually(lambda: len(written) > after + 1, "runs inserted during the walk")
+    finally:
+        stop.set()
+        await task
+    assert len(seen) == len(set(seen))
+    assert seen[-len(present) :] == present
+    assert set(committed_before) <= set(seen)
+    assert not set(seen) & set(written[after:])
+    rows = {r.id: r for r in await store.list_runs(RunFilter(limit=10_000))}
+    assert seen == newest_first([rows[i] for i in seen])
