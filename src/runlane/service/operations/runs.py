@@ -186,7 +186,8 @@ async def _page_time(rt: Runtime, value: str | datetime | None, name: str) -> da
     if value is None:
         return None
     needs_now = isinstance(value, str) and value.strip().lower().startswith("now")
-    now = await rt.store.now() if needs_now else datetime.now(UTC)  # unused: not relative
+    # An absolute time never reads `now`: no clock is asked (EARLIEST only fills the argument).
+    now = await rt.store.now() if needs_now else EARLIEST
     return parse_time(value, now, name)
 
 
