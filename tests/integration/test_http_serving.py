@@ -386,3 +386,32 @@ async def test_the_log_needs_a_token_and_the_probes_do_not(
         async with s.client.stream("GET", url, headers=bearer, params={"follow": "true"}) as sse:
             events = parse_events((await sse.aread()).decode())
         assert events[-1]["event"] == "end"
+
+
+async def test_a_character_split_between_two_reads_comes_out_whole(
+    served: Served, store: Store, settings: Settings
+) -> None:
+    """The log is read as it grows: a multi-byte character whose bytes land in two reads is
+    decoded whole (not as two replacement characters), and the offsets stay the file's."""
+    run_id = await queue_run(store, settings, "flaky")  # queued: its log is written here
+    log_file = Path(settings.log_dir) / f"{run_id}.1.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    log_file.write_bytes(b"line one\nfirst \xc3")  # the first byte of "\xc3\xa9" (e-acute)
+    text = ""
+    async with served.client.stream(
+        "GET", f"/api/v1/runs/{run_id}/logs", params={"follow": "true"}
+    ) as answer:
+        chunks = answer.aiter_text()
+        async for chunk in chunks:
+            text += chunk
+            if "data: line one" in text:  # the server has read the first part
+                break
+        with log_file.open("ab") as fh:
+            fh.write(b"\xa9 done\n")
+        async for chunk in chunks:
+            text += chunk
+            if "done" in text and text.endswith("\n\n"):
+                break
+    data = [e for e in parse_events(text) if "event" not in e]
+    assert [e["data"] for e in data] == ["line one", "first é done"]
+    assert int(data[-1]["id"]) == len(log_file.read_bytes())
