@@ -283,7 +283,8 @@ async def http_mode(url: str, args: argparse.Namespace) -> None:
         async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits) as client:
 
             async def call(**kwargs: Any) -> tuple[list[str], str | None]:
-                resp = await client.get("/api/v1/runs", params=kwargs)
+                params = {k: v for k, v in kwargs.items() if v is not None}
+                resp = await client.get("/api/v1/runs", params=params)
                 if resp.status_code != 200:
                     raise SystemExit(f"GET /api/v1/runs {kwargs}: {resp.status_code} {resp.text}")
                 body = resp.json()

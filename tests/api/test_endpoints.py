@@ -119,10 +119,12 @@ def test_chains_list_and_a_chain_run_tree(api: ApiServer) -> None:
         started = c.post("/api/v1/chains/pair/runs", json={})
         assert started.status_code == 201
         shown = c.get(started.headers["location"])
+        recent = c.get("/api/v1/chain-runs", params={"limit": 5}).json()["items"]
     assert [ch["chain"] for ch in chains] == ["pair"]
     assert [s["step"] for s in chains[0]["steps"]] == ["first", "second"]
     tree = shown.json()
     assert tree["id"] == started.json()["id"]
+    assert recent[0]["id"] == tree["id"]
     assert {s["step"]: s["status"] for s in tree["steps"]} == {
         "first": "queued",
         "second": "pending",
@@ -313,9 +315,23 @@ def test_no_or_a_bad_token_is_401_with_www_authenticate(
     assert r.headers["www-authenticate"] == 'Bearer realm="runlane"'
 
 
-def test_the_probes_need_no_token(api: ApiServer) -> None:
+def test_the_probes_need_no_token_and_everything_else_does(api: ApiServer) -> None:
     with api.client(None) as c:
         assert c.get("/healthz").status_code == 200
+        problem_of(c.get("/api/v1/openapi.json"), 401, "unauthenticated")
+        problem_of(c.get("/api/v1/runs/" + "a" * 32 + "/logs"), 401, "unauthenticated")
+        before = len(audit_rows(api, "run_job"))
+        problem_of(c.post("/api/v1/jobs/hello/runs", json={}), 401, "unauthenticated")
+    # Anybody can send a 401: logged, not an audit row each (the table would be theirs to fill).
+    assert len(audit_rows(api, "run_job")) == before
+
+
+def test_a_runs_log_through_the_api(api: ApiServer) -> None:
+    with api.client("operator") as c:
+        run = c.post("/api/v1/jobs/hello/runs", json={}).json()
+        log = c.get(f"/api/v1/runs/{run['id']}/logs")
+    assert log.status_code == 200
+    assert log.headers["content-type"].startswith("text/plain")
 
 
 @pytest.mark.parametrize(

@@ -33,6 +33,7 @@ def test_an_unexpected_error_is_a_500_problem_without_a_traceback() -> None:
     assert r.json()["code"] == "internal_error"
     assert "secret internals" not in r.text
     assert "Traceback" not in r.text
+    assert r.headers["x-content-type-options"] == "nosniff"
 
 
 def test_every_code_a_person_causes_has_a_title() -> None:

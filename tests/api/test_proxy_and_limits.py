@@ -47,6 +47,11 @@ def test_a_proxy_user_without_a_mapped_group_is_403(proxied: ApiServer) -> None:
         problem_of(c.get("/api/v1/jobs"), 403, "forbidden")
 
 
+def test_a_proxy_user_name_past_its_limit_is_a_400(proxied: ApiServer) -> None:
+    with proxied.client(None, **{"X-Forwarded-User": "u" * 201, "X-Forwarded-Groups": "ops"}) as c:
+        problem_of(c.get("/api/v1/jobs"), 400, "malformed_request")
+
+
 def test_a_viewer_group_reads_but_does_not_write(proxied: ApiServer) -> None:
     with proxied.client(None, **{"X-Forwarded-User": "carol", "X-Forwarded-Groups": "all"}) as c:
         assert c.get("/api/v1/jobs").status_code == 200

@@ -6,9 +6,9 @@ database with an admin token; bounded to a few examples per operation for the su
 from __future__ import annotations
 
 import asyncio
+import atexit
 import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +25,10 @@ from runlane.service.runtime import open_runtime
 
 from .conftest import api_settings
 
+# The schema is read when the module is collected, so the app (and its directory) exist then;
+# removed at exit, whether or not the tests ran.
 WORKDIR = Path(tempfile.mkdtemp(prefix="runlane-schemathesis-"))
+atexit.register(shutil.rmtree, WORKDIR, ignore_errors=True)
 SETTINGS = api_settings(WORKDIR, f"sqlite:///{WORKDIR / 'runlane.db'}")
 APP = create_app(SETTINGS)
 AUTH: dict[str, str] = {}
@@ -48,10 +51,8 @@ async def _seed() -> str:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def seeded() -> Iterator[None]:
+def seeded() -> None:
     AUTH["Authorization"] = f"Bearer {asyncio.run(_seed())}"
-    yield
-    shutil.rmtree(WORKDIR, ignore_errors=True)
 
 
 @schema.parametrize()

@@ -361,3 +361,18 @@ async def _pinned_store(rt: Runtime, at: datetime) -> Store:
     pinned = store_from_url(rt.settings.database_url, clock=FixedClock(at))
     await pinned.open()
     return pinned
+
+
+async def test_an_expired_token_is_refused(rt: Runtime, store: Store) -> None:
+    now = await store.now()
+    then = await _pinned_store(rt, now + timedelta(hours=2))
+    try:
+        made = await operations.create_token(
+            rt, "brief", role="viewer", expires="1h", requester=LOCAL
+        )
+        assert (await operations.authenticate(rt, made.secret)).name == "brief"
+        later = Runtime(settings=rt.settings, store=then, catalog=rt.catalog)
+        with pytest.raises(Unauthenticated, match="not valid"):
+            await operations.authenticate(later, made.secret)
+    finally:
+        await then.close()

@@ -117,15 +117,18 @@ def openapi_of(app: FastAPI) -> dict[str, Any]:
         public = path in PUBLIC_PATHS
         for operation in operations.values():
             answers = operation.setdefault("responses", {})
-            if not public:
+            if public:
+                answers.pop("401", None)  # the probes need no token
+            else:
                 operation["security"] = [{"bearer": []}]
-                for status, answer in problem_responses(404).items():
+                for status, answer in problem_responses(*([404] if "{" in path else [])).items():
                     answers.setdefault(str(status), answer)
             # Every error is a problem, on routes that documented it otherwise too (FastAPI's
             # own 422 shape is never sent: the handlers render validation as a problem).
             for status, answer in answers.items():
                 if status.startswith(("4", "5")):
                     answer["content"] = dict(problem_content)
+            operation["responses"] = dict(sorted(answers.items()))
     for unused in ("HTTPValidationError", "ValidationError"):
         schemas.pop(unused, None)
     app.openapi_schema = spec

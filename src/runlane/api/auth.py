@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+import structlog
 from fastapi import Depends, Request
 
 from runlane.api.deps import RuntimeDep
@@ -26,6 +27,10 @@ from runlane.service import operations
 from runlane.service.operations import Requester
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+log = structlog.get_logger("runlane.api")
+
+# A proxy user's name is recorded as `requested_by` and in the audit log: a name, not a page.
+MAX_USER_CHARS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +104,10 @@ def _proxy_requester(request: Request, proxy: ProxyAuth) -> Requester | None:
     if user is None:
         return None
     user = user.strip()
-    if not user or not user.isprintable():
-        raise MalformedRequest(f"the {proxy.user_header} header is empty or not printable")
+    if not user or not user.isprintable() or len(user) > MAX_USER_CHARS:
+        raise MalformedRequest(
+            f"the {proxy.user_header} header must be 1 to {MAX_USER_CHARS} printable characters"
+        )
     groups = [g.strip() for g in request.headers.get(proxy.groups_header, "").split(",")]
     roles = [proxy.group_roles[g] for g in groups if g in proxy.group_roles]
     if not roles:
@@ -132,9 +139,28 @@ async def viewer(requester: Annotated[Requester, Depends(requester_of)]) -> Requ
 Viewer = Annotated[Requester, Depends(viewer)]
 """A caller that may read."""
 
-Operator = Annotated[Requester, Depends(requester_of)]
+
+async def writer(request: Request, rt: RuntimeDep) -> Requester:
+    """A caller that asks to write. One that cannot be identified is refused (401, or 403 for
+    a proxy user in no mapped group) and logged, not written to the audit table: anybody who
+    can reach the port could fill that table with refusals. Once identified, every outcome,
+    a refusal of the role or scope included, is an audit row (`runlane.api.writes`)."""
+    try:
+        return await requester_of(request, rt)
+    except (Unauthenticated, Forbidden, MalformedRequest) as exc:
+        log.warning(
+            "api.write_refused",
+            code=exc.code,
+            method=request.method,
+            path=request.url.path,
+            remote=request.client.host if request.client else None,
+        )
+        raise
+
+
+Operator = Annotated[Requester, Depends(writer)]
 """A caller that asks to run, cancel, pause, resume or emit: the operation checks the role
 (operator) and the token's job scope, so a refusal is audited like any other outcome."""
 
-Admin = Annotated[Requester, Depends(requester_of)]
+Admin = Annotated[Requester, Depends(writer)]
 """A caller that asks to manage tokens: the operation checks the admin role."""

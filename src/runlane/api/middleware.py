@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from runlane.api.headers import SECURITY_HEADERS
 from runlane.api.problems import PROBLEM_MEDIA_TYPE, problem_bytes
 from runlane.catalog.params import MAX_PARAMS_BYTES
 from runlane.errors import PayloadTooLarge
@@ -27,11 +28,8 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 # so params at their limit can be sent and params past it are refused by the accept path.
 MAX_BODY_BYTES = MAX_PARAMS_BYTES + 64 * 1024
 
-SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
-    (b"x-content-type-options", b"nosniff"),
-    (b"x-frame-options", b"DENY"),
-    (b"referrer-policy", b"no-referrer"),
-    (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
+RAW_SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = tuple(
+    (name.lower().encode(), value.encode()) for name, value in SECURITY_HEADERS
 )
 
 
@@ -177,7 +175,7 @@ class SecurityHeaders:
             if message["type"] == "http.response.start":
                 headers = list(message.get("headers", ()))
                 present = {name.lower() for name, _ in headers}
-                headers.extend(h for h in SECURITY_HEADERS if h[0] not in present)
+                headers.extend(h for h in RAW_SECURITY_HEADERS if h[0] not in present)
                 if no_store and b"cache-control" not in present:
                     headers.append((b"cache-control", b"no-store"))
                 message["headers"] = headers

@@ -139,6 +139,11 @@ class ChainRunView(View):
     steps: list[ChainStepView] = Field(default_factory=list)
 
 
+class ChainRunPageView(View):
+    items: list[ChainRunView]
+    next_cursor: str | None
+
+
 class ChainStepSpecView(View):
     step: str
     job: str

@@ -21,6 +21,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from runlane.api.headers import SECURITY_HEADERS
 from runlane.errors import (
     CatalogError,
     MalformedRequest,
@@ -265,7 +266,8 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
-    # The traceback goes to the log, never to the client.
+    # The traceback goes to the log, never to the client. Starlette sends this answer from
+    # outside every middleware: it brings the security headers itself.
     log.error("api_unexpected_error", path=request.url.path, method=request.method, exc_info=exc)
     return ProblemResponse(
         problem_body(
@@ -275,6 +277,7 @@ async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
             instance=request.url.path,
         ),
         status_code=500,
+        headers=dict(SECURITY_HEADERS),
     )
 
 

@@ -9,6 +9,8 @@ from typing import Annotated, Any, TypeVar
 
 import structlog
 from fastapi import Header, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 
 from runlane.errors import RunlaneError
 from runlane.service import operations
@@ -94,3 +96,36 @@ async def maybe_idempotent(
         action=action,
     )
     return done.status, done.body, done.replayed
+
+
+async def created(
+    request: Request,
+    rt: Runtime,
+    requester: Requester,
+    *,
+    action: str,
+    target: str,
+    key: str | None,
+    body: BaseModel,
+    make: Callable[[], Awaitable[dict[str, Any]]],
+    location: str,
+) -> JSONResponse:
+    """A write that creates something (a run, a chain run): `make()` under the request's
+    Idempotency-Key and recorded in the audit table; 201 with `Location` (`location` with the
+    new thing's `id`) and, for a replay, `Idempotency-Replayed: true`."""
+
+    async def once() -> tuple[int, dict[str, Any]]:
+        return 201, await make()
+
+    async def call() -> tuple[int, dict[str, Any], bool]:
+        return await maybe_idempotent(
+            request, rt, requester, key, body.model_dump(mode="json"), once
+        )
+
+    status, payload, replayed = await audited(
+        request, rt, requester, action=action, target=target, call=call
+    )
+    headers = {"Location": location.format(id=payload["id"])}
+    if replayed:
+        headers["Idempotency-Replayed"] = "true"
+    return JSONResponse(payload, status_code=status, headers=headers)

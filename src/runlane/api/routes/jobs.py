@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from runlane.api.auth import Operator, Viewer
@@ -22,16 +22,15 @@ from runlane.api.models import (
     RunView,
 )
 from runlane.api.problems import problem_responses
-from runlane.api.writes import IdempotencyKey, audited, maybe_idempotent
+from runlane.api.writes import IdempotencyKey, audited, created
 from runlane.catalog.params import params_json_schema
 from runlane.service import operations
 from runlane.service.operations import JobInfo, JobSchedule
-from runlane.service.runtime import Runtime
 from runlane.service.views import iso, job_dict, run_dict
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
 
-JobPath = Annotated[str, "the job's name in the catalog"]
+JobName = Annotated[str, Path(description="The job's name in the catalog (explain: or a chain's)")]
 
 
 def job_view(
@@ -55,23 +54,21 @@ def job_view(
     return data
 
 
-async def _schedules(rt: Runtime, info: JobInfo) -> tuple[JobSchedule, ...]:
-    return await operations.job_schedules(rt, info.name) if info.schedules else ()
-
-
 @router.get("/jobs", response_model=JobPageView, responses=problem_responses())
 async def list_jobs(rt: RuntimeDep, _who: Viewer) -> JSONResponse:
     """Every job of the catalog, by name (one page: the catalog is small)."""
     infos = await operations.list_jobs(rt)
-    items = [job_view(i, await _schedules(rt, i), with_last_run=False) for i in infos]
+    schedules = await operations.job_schedules(rt, [i.name for i in infos if i.schedules])
+    items = [job_view(i, schedules.get(i.name, ()), with_last_run=False) for i in infos]
     return JSONResponse({"items": items, "next_cursor": None})
 
 
 @router.get("/jobs/{job}", response_model=JobView, responses=problem_responses(404))
-async def show_job(job: str, rt: RuntimeDep, _who: Viewer) -> JSONResponse:
+async def show_job(job: JobName, rt: RuntimeDep, _who: Viewer) -> JSONResponse:
     """One job with its latest run (`unknown_job`: 404)."""
     info = await operations.show_job(rt, job)
-    return JSONResponse(job_view(info, await _schedules(rt, info), with_last_run=True))
+    schedules = await operations.job_schedules(rt, [info.name]) if info.schedules else {}
+    return JSONResponse(job_view(info, schedules.get(info.name, ()), with_last_run=True))
 
 
 @router.post(
@@ -81,7 +78,7 @@ async def show_job(job: str, rt: RuntimeDep, _who: Viewer) -> JSONResponse:
     responses=problem_responses(400, 403, 404, 409, 413),
 )
 async def run_job(
-    job: str,
+    job: JobName,
     body: RunCreate,
     request: Request,
     rt: RuntimeDep,
@@ -93,7 +90,7 @@ async def run_job(
     `Idempotency-Key` header a retry returns the first run (header `Idempotency-Replayed:
     true`); the key with another body is 422 `idempotency_key_reused`."""
 
-    async def queue() -> tuple[int, dict[str, Any]]:
+    async def queue() -> dict[str, Any]:
         queued = await operations.run_job(
             rt,
             job,
@@ -101,20 +98,19 @@ async def run_job(
             params=body.params,
             confirmed=body.confirm is not None and body.confirm == job,
         )
-        return 201, run_dict(queued.run)
+        return run_dict(queued.run)
 
-    async def call() -> tuple[int, dict[str, Any], bool]:
-        return await maybe_idempotent(
-            request, rt, who, idempotency_key, body.model_dump(mode="json"), queue
-        )
-
-    status, payload, replayed = await audited(
-        request, rt, who, action="run_job", target=job, call=call
+    return await created(
+        request,
+        rt,
+        who,
+        action="run_job",
+        target=job,
+        key=idempotency_key,
+        body=body,
+        make=queue,
+        location="/api/v1/runs/{id}",
     )
-    headers = {"Location": f"/api/v1/runs/{payload['id']}"}
-    if replayed:
-        headers["Idempotency-Replayed"] = "true"
-    return JSONResponse(payload, status_code=status, headers=headers)
 
 
 @router.post(
@@ -123,7 +119,7 @@ async def run_job(
     responses=problem_responses(400, 403, 404),
 )
 async def pause_job(
-    job: str, request: Request, rt: RuntimeDep, who: Operator, body: PauseCreate | None = None
+    job: JobName, request: Request, rt: RuntimeDep, who: Operator, body: PauseCreate | None = None
 ) -> JSONResponse:
     """Pause `job`'s scheduled and event runs until resumed, or `until` a time or for a
     duration (`2h`); manual runs still run."""
@@ -149,7 +145,7 @@ async def pause_job(
     response_model=ResumeView,
     responses=problem_responses(403, 404),
 )
-async def resume_job(job: str, request: Request, rt: RuntimeDep, who: Operator) -> JSONResponse:
+async def resume_job(job: JobName, request: Request, rt: RuntimeDep, who: Operator) -> JSONResponse:
     """End `job`'s pause (`was_paused`: false when it was not paused)."""
 
     async def call() -> dict[str, Any]:
@@ -161,7 +157,7 @@ async def resume_job(job: str, request: Request, rt: RuntimeDep, who: Operator) 
 
 @router.get("/jobs/{job}/explain", response_model=ExplainView, responses=problem_responses(404))
 async def explain_job(
-    job: str,
+    job: JobName,
     rt: RuntimeDep,
     _who: Viewer,
     at: Annotated[str | None, Query(description="ISO-8601 time, now, or now-2h")] = None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from runlane.api.auth import Operator, Viewer
@@ -19,6 +19,10 @@ from runlane.service.operations import CancelledRun
 from runlane.service.views import chain_run_dict, run_dict
 
 router = APIRouter(prefix="/api/v1", tags=["runs"])
+
+RunId = Annotated[
+    str, Path(description="A run's id, or a unique prefix of it (at least 6 characters)")
+]
 
 DEFAULT_PAGE = 50
 
@@ -57,7 +61,7 @@ async def list_runs(
 
 
 @router.get("/runs/{run_id}", response_model=RunView, responses=problem_responses(404))
-async def show_run(run_id: str, rt: RuntimeDep, _who: Viewer) -> JSONResponse:
+async def show_run(run_id: RunId, rt: RuntimeDep, _who: Viewer) -> JSONResponse:
     """One run by its id or a unique prefix of at least 6 characters."""
     return JSONResponse(run_dict(await operations.show_run(rt, run_id)))
 
@@ -68,7 +72,9 @@ async def show_run(run_id: str, rt: RuntimeDep, _who: Viewer) -> JSONResponse:
     response_model=RunView | ChainRunView,
     responses=problem_responses(403, 404, 409),
 )
-async def cancel_run(run_id: str, request: Request, rt: RuntimeDep, who: Operator) -> JSONResponse:
+async def cancel_run(
+    run_id: RunId, request: Request, rt: RuntimeDep, who: Operator
+) -> JSONResponse:
     """Cancel a queued run (at once) or a running one (its launcher stops it: 202, the run as
     it is now), or, for a chain run's id, end it with its unfinished steps."""
 

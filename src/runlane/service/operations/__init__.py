@@ -66,6 +66,7 @@ from runlane.service.operations.runs import (
     list_runs,
     list_runs_page,
     parse_status,
+    parse_trigger,
     run_job,
     show_run,
 )
@@ -135,6 +136,7 @@ __all__ = [
     "list_runs_page",
     "list_tokens",
     "parse_status",
+    "parse_trigger",
     "pause_job",
     "record_audit",
     "request_fingerprint",

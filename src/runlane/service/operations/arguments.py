@@ -49,7 +49,7 @@ class Requester:
         outside its globs."""
         if self.access is None:
             return
-        who = f"token {self.name!r}" if self.name else "the requester"
+        who = repr(self.name) if self.name else "the requester"  # a token or a proxy's user
         if not self.access.allows(need):
             raise Forbidden(
                 f"{action} needs the {need} role; {who} has the {self.access.role} role"

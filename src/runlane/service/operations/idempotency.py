@@ -18,7 +18,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from runlane.errors import IdempotencyKeyInFlight, IdempotencyKeyReused, InvalidArgument
+import structlog
+
+from runlane.errors import (
+    IdempotencyKeyInFlight,
+    IdempotencyKeyReused,
+    InvalidArgument,
+    StoreError,
+)
 from runlane.service.runtime import Runtime
 
 KEY_TTL = 24 * 3600.0  # seconds a completed key is replayed; older ones are pruned
@@ -29,6 +36,7 @@ DEFAULT_REQUEST_TIMEOUT = 30.0  # RUNLANE_HTTP_REQUEST_TIMEOUT's default
 MAX_KEY_CHARS = 255
 PRUNE_EVERY = 3600.0  # seconds between prunes of old keys, per process and store
 
+log = structlog.get_logger("runlane.idempotency")
 _pruned: dict[int, float] = {}
 
 
@@ -93,14 +101,23 @@ async def idempotent(
         status, body = await action()
     except BaseException:
         # Nothing was saved (a refusal), or we cannot know (a cancellation): a retry may run
-        # it. Released even when cancelled, or the key would stay in flight for a day.
-        await rt.store.release_key(owner, key)
+        # it. Released even when cancelled, or the key would stay in flight until abandoned.
+        await _release(rt, owner, key)
         raise
     if 200 <= status < 300:
         await rt.store.complete_key(owner, key, status, json.dumps(body, separators=(",", ":")))
     else:
-        await rt.store.release_key(owner, key)
+        await _release(rt, owner, key)
     return Replayable(status, body, replayed=False)
+
+
+async def _release(rt: Runtime, owner: str, key: str) -> None:
+    """Release a reservation; a database that fails here leaves it to be taken over once
+    abandoned, and the caller's own outcome (the refusal it is raising) reaches the client."""
+    try:
+        await rt.store.release_key(owner, key)
+    except StoreError as exc:
+        log.warning("idempotency.release_failed", owner=owner, error=exc.code)
 
 
 async def _prune_now_and_then(rt: Runtime) -> None:

@@ -3,7 +3,7 @@ explain why a job's (or chain's) latest slot did what it did."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -134,25 +134,28 @@ class JobSchedule:
 
 
 async def job_schedules(
-    rt: Runtime, job: str, *, count: int = 3, now: datetime | None = None
-) -> tuple[JobSchedule, ...]:
-    """`job`'s schedules, each with its next `count` slots after `now` (default: the database's
-    now); `unknown_job`."""
+    rt: Runtime, jobs: Sequence[str], *, count: int = 3, now: datetime | None = None
+) -> dict[str, tuple[JobSchedule, ...]]:
+    """Each of `jobs`' schedules with its next `count` slots after `now` (default: the
+    database's now, read once for all of them); `unknown_job`."""
     from runlane.core.schedule import next_slot
 
     cat = rt.require_catalog()
-    resolved = cat.resolve(job)
+    resolved = [cat.resolve(job) for job in jobs]
     after = now if now is not None else await rt.store.now()
-    found = []
-    for sched in resolved.schedules:
-        zone = sched.tz or cat.global_.timezone
-        slots: list[datetime] = []
-        at = after
-        while len(slots) < count:
-            slot = next_slot(sched.cron, zone, at)
-            if slot is None:
-                break
-            slots.append(slot)
-            at = slot
-        found.append(JobSchedule(sched.cron, zone, tuple(slots)))
-    return tuple(found)
+    found: dict[str, tuple[JobSchedule, ...]] = {}
+    for job in resolved:
+        schedules = []
+        for sched in job.schedules:
+            zone = sched.tz or cat.global_.timezone
+            slots: list[datetime] = []
+            at = after
+            while len(slots) < count:
+                slot = next_slot(sched.cron, zone, at)
+                if slot is None:
+                    break
+                slots.append(slot)
+                at = slot
+            schedules.append(JobSchedule(sched.cron, zone, tuple(slots)))
+        found[job.name] = tuple(schedules)
+    return found
