@@ -15,8 +15,17 @@
     ├── NotFound                 a run or chain run asked for does not exist
     │   ├── UnknownRun
     │   ├── UnknownChainRun
-    │   └── AmbiguousId          a prefix matches several runs (or chain runs)
+    │   ├── AmbiguousId          a prefix matches several runs (or chain runs)
+    │   └── UnknownToken         no API token has that name
     ├── NotCancellable           a cancel of a run or chain run that has already ended
+    ├── Unauthenticated          no usable credentials (HTTP 401)
+    ├── Forbidden                the role or job globs do not allow the action (HTTP 403)
+    ├── TokenExists              an API token of that name exists already
+    ├── MalformedRequest         an HTTP request that cannot be read (not JSON, a bad header)
+    ├── MethodNotAllowed         an HTTP method a path does not take
+    ├── RequestTimeout           an HTTP request past the per-request timeout
+    ├── IdempotencyKeyReused     an Idempotency-Key given again with another request
+    ├── IdempotencyKeyInFlight   an Idempotency-Key whose first request is still running
     ├── StoreError               the database failed
     │   ├── DatabaseUnavailable  cannot connect, or no answer in time (temporary)
     │   ├── DatabaseConflict     a statement aborted to break a conflict: run it again
@@ -27,8 +36,9 @@
         ├── TemporaryExecutorError   retry later (API 5xx, timeouts, spawn EAGAIN)
         └── PermanentExecutorError   give up with a reason (forbidden, invalid spec, ENOENT)
 
-Each error has a short stable `code` (used as `error_code` in the run log and in JSON output) and
-the CLI's `exit_code`; docs/errors.md lists every code with the HTTP status the API maps it to.
+Each error has a short stable `code` (used as `error_code` in the run log and in JSON output),
+the CLI's `exit_code` and the HTTP API's `http_status`; docs/errors.md lists every code with both
+(a drift test holds the classes and the table together).
 """
 
 from __future__ import annotations
@@ -39,6 +49,9 @@ class RunlaneError(Exception):
 
     code = "error"
     exit_code = 1
+    # The status the HTTP API answers with (docs/errors.md's HTTP column): 500 unless a
+    # subclass says otherwise, so an internal outcome that reaches a client is a server error.
+    http_status = 500
 
     def __init__(self, message: str | None = None) -> None:
         super().__init__(message or (self.__doc__ or self.code).strip())
@@ -52,12 +65,14 @@ class ConfigError(RunlaneError):
     """The configuration is invalid."""
 
     code = "config_error"
+    http_status = 500
 
 
 class CatalogError(RunlaneError):
     """The catalog is invalid."""
 
     code = "catalog_invalid"
+    http_status = 500
 
     def __init__(self, message: str, problems: list[str] | None = None) -> None:
         super().__init__(message)
@@ -68,6 +83,7 @@ class InvalidArgument(RunlaneError):
     """An argument of a request is not acceptable (a flag's text, a limit, a time, a range)."""
 
     code = "invalid_argument"
+    http_status = 422
     exit_code = 2
 
 
@@ -75,6 +91,7 @@ class RunRefused(RunlaneError):
     """The run was refused."""
 
     code = "refused"
+    http_status = 409
     exit_code = 2
 
 
@@ -82,30 +99,35 @@ class UnknownJob(RunRefused):
     """No job with that name is in the catalog."""
 
     code = "unknown_job"
+    http_status = 404
 
 
 class UnknownChain(RunRefused):
     """No chain with that name is in the catalog."""
 
     code = "unknown_chain"
+    http_status = 404
 
 
 class ParamError(RunRefused):
     """The run's params do not match the job's allowlist."""
 
     code = "param_invalid"
+    http_status = 422
 
 
 class PayloadTooLarge(RunRefused):
     """The run's params are larger than allowed."""
 
     code = "payload_too_large"
+    http_status = 413
 
 
 class OverlapRefused(RunRefused):
     """The job does not allow overlapping runs and one is already queued or running."""
 
     code = "overlap_refused"
+    http_status = 409
     exit_code = 3
 
     def __init__(self, message: str, active_run_id: str) -> None:
@@ -117,54 +139,132 @@ class EventIdTaken(RunRefused):
     """An event id given again with another key: the id names the event already recorded."""
 
     code = "event_id_taken"
+    http_status = 409
 
 
 class ConfirmationRequired(RunRefused):
     """The job acts on the outside world and needs an explicit confirmation."""
 
     code = "confirmation_required"
+    http_status = 422
 
 
 class NotFound(RunlaneError):
     """Not found."""
 
     code = "not_found"
+    http_status = 404
 
 
 class UnknownRun(NotFound):
     """No run has that id (or an id starting with that prefix)."""
 
     code = "unknown_run"
+    http_status = 404
 
 
 class UnknownChainRun(NotFound):
     """No chain run has that id (or an id starting with that prefix)."""
 
     code = "unknown_chain_run"
+    http_status = 404
 
 
 class AmbiguousId(NotFound):
     """The id prefix matches more than one run (or chain run): give more of the id."""
 
     code = "ambiguous_id"
+    http_status = 422
 
 
 class NotCancellable(RunlaneError):
     """The run (or chain run) has already ended: there is nothing to cancel."""
 
     code = "not_cancellable"
+    http_status = 409
+
+
+class UnknownToken(NotFound):
+    """No API token has that name."""
+
+    code = "unknown_token"
+    http_status = 404
+
+
+class Unauthenticated(RunlaneError):
+    """The request carries no usable credentials: no token, or one that is unknown, expired or
+    revoked. The message never says which, so a guess learns nothing."""
+
+    code = "unauthenticated"
+    http_status = 401
+
+
+class Forbidden(RunlaneError):
+    """The requester is known but its role (or its job globs) does not allow this action."""
+
+    code = "forbidden"
+    http_status = 403
+
+
+class TokenExists(RunlaneError):
+    """An API token with that name already exists (revoke it first, or choose another name)."""
+
+    code = "token_exists"
+    exit_code = 2
+    http_status = 409
+
+
+class MalformedRequest(RunlaneError):
+    """The request cannot be read: a body that is not JSON, a header that is not well formed."""
+
+    code = "malformed_request"
+    exit_code = 2
+    http_status = 400
+
+
+class MethodNotAllowed(RunlaneError):
+    """The path exists, but not with this HTTP method."""
+
+    code = "method_not_allowed"
+    exit_code = 2
+    http_status = 405
+
+
+class RequestTimeout(RunlaneError):
+    """The request took longer than the server's per-request timeout; it may still have had
+    an effect (retry with the same Idempotency-Key to be safe)."""
+
+    code = "request_timeout"
+    http_status = 503
+
+
+class IdempotencyKeyReused(RunlaneError):
+    """The Idempotency-Key was used before with another request (another method, path or body)."""
+
+    code = "idempotency_key_reused"
+    exit_code = 2
+    http_status = 422
+
+
+class IdempotencyKeyInFlight(RunlaneError):
+    """A request with this Idempotency-Key is still being processed: retry when it has ended."""
+
+    code = "idempotency_key_in_flight"
+    http_status = 409
 
 
 class StoreError(RunlaneError):
     """The database operation failed."""
 
     code = "store_error"
+    http_status = 500
 
 
 class DatabaseUnavailable(StoreError):
     """The database cannot be reached, or did not answer in time."""
 
     code = "database_unavailable"
+    http_status = 503
 
 
 class DatabaseConflict(StoreError):
@@ -173,12 +273,14 @@ class DatabaseConflict(StoreError):
     and running it again is safe."""
 
     code = "database_conflict"
+    http_status = 503
 
 
 class SchemaOutOfDate(StoreError):
     """The database schema is not at the version this runlane needs."""
 
     code = "schema_out_of_date"
+    http_status = 503
 
 
 class LeaseLost(StoreError):

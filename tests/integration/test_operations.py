@@ -314,8 +314,8 @@ async def test_pause_snooze_resume_and_the_jobs_table(rt: Runtime, store: Store)
     assert jobs["typed"].pause is None
     assert jobs["hello"].schedules == ("0 * * * *",)
     assert set(jobs["typed"].params) == {"count"}
-    assert (await operations.resume_job(rt, "hello")).was_paused
-    assert not (await operations.resume_job(rt, "hello")).was_paused
+    assert (await operations.resume_job(rt, "hello", requester=ALICE)).was_paused
+    assert not (await operations.resume_job(rt, "hello", requester=ALICE)).was_paused
     snoozed = await operations.pause_job(rt, "hello", requester=ALICE, until="2h")
     now = await store.now()
     assert snoozed.paused_until is not None

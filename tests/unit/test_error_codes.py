@@ -48,3 +48,22 @@ def test_the_codes_a_person_can_cause_have_an_exit_code_and_an_http_status() -> 
             assert int(table[cls.code][0]) == cls.exit_code, cls
     assert table["unknown_run"] == ("1", "404")
     assert table["overlap_refused"] == ("3", "409")
+
+
+def test_every_error_class_answers_the_http_status_of_the_table() -> None:
+    """`http_status` is what the API sends; the table is what clients read: they must agree.
+    Codes outside the table of codes a person can cause are internal and answer 500."""
+    rows = re.findall(
+        r"^\| `([a-z_]+)` \| [^|]+ \| (?:\d|—) \| (\d{3}|—) \|", DOC.read_text(), re.M
+    )
+    table = dict(rows)
+    wrong = sorted(
+        f"{cls.__module__}.{cls.__qualname__}: {cls.code} answers {cls.http_status}, "
+        f"the table says {table.get(cls.code, '500 (internal)')}"
+        for cls in every_error_class()
+        if table.get(cls.code, "500") != "—" and cls.http_status != int(table.get(cls.code, "500"))
+    )
+    assert wrong == []
+    assert table["confirmation_required"] == "422"
+    assert table["unauthenticated"] == "401"
+    assert table["forbidden"] == "403"

@@ -12,7 +12,7 @@ import sys
 import typer
 
 from runlane.cli import output
-from runlane.cli.commands import demo, docs, jobs, runs, setup, status, triggers
+from runlane.cli.commands import access, demo, docs, jobs, runs, setup, status, triggers
 from runlane.cli.inputs import invalid_utf8_argument
 from runlane.cli.logging import configure_logging
 from runlane.cli.output import err, print_json
@@ -28,10 +28,12 @@ catalog_app = typer.Typer(no_args_is_help=True, help="Check the catalog and prin
 db_app = typer.Typer(no_args_is_help=True, help="Database schema: show the version, upgrade.")
 chain_app = typer.Typer(no_args_is_help=True, help="Start a chain run; show one as a tree.")
 docs_app = typer.Typer(no_args_is_help=True, help="Generate the schedule table and diagrams.")
+token_app = typer.Typer(no_args_is_help=True, help="API tokens: create, list, revoke.")
 app.add_typer(catalog_app, name="catalog")
 app.add_typer(db_app, name="db")
 app.add_typer(chain_app, name="chain")
 app.add_typer(docs_app, name="docs")
+app.add_typer(token_app, name="token")
 
 # Setting up, and the launcher.
 app.command()(setup.version)
@@ -63,6 +65,11 @@ chain_app.command("show")(triggers.chain_show_cmd)
 app.command("chains")(triggers.chains_cmd)
 app.command("explain")(jobs.explain_cmd)
 docs_app.command("generate")(docs.docs_generate_cmd)
+# Access to the HTTP API.
+token_app.command("create")(access.token_create_cmd)
+token_app.command("list")(access.token_list_cmd)
+token_app.command("revoke")(access.token_revoke_cmd)
+app.command("audit")(access.audit_cmd)
 
 
 def main() -> None:

@@ -1,5 +1,6 @@
-"""The value objects stored next to runs (heartbeats, overrides, chain runs, events) and the
-parameter records of the run-log port: plain data, shared by core decisions, ports and adapters.
+"""The value objects stored next to runs (heartbeats, overrides, chain runs, events, API tokens,
+the audit log, idempotency keys) and the parameter records of the run-log port: plain data,
+shared by core decisions, ports and adapters.
 
 They live in `core` (not `ports`) because they are the domain's nouns, like `core.runs.Run`:
 pure decisions such as chain planning and pause rules read them, and `core` may import nothing
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from runlane.core.access import Role
 from runlane.core.runs import Lease, NewRun, Outcome, RunStatus
 
 
@@ -55,13 +57,23 @@ class Heartbeat:
 
 @dataclass(frozen=True, slots=True)
 class RunFilter:
-    """Which runs `RunLog.list_runs` returns (newest first, at most `limit`)."""
+    """Which runs `RunLog.list_runs` returns: newest first by (queued_at, id), at most `limit`.
+
+    Every field left None is no condition. `since` (inclusive) and `until` (exclusive) bound
+    `queued_at`; `before` is a keyset position, (queued_at, id) of the last row of the previous
+    page: only rows strictly older come back, so a walk stays stable while runs are inserted.
+    """
 
     job: str | None = None
     status: RunStatus | None = None
     parent_run_id: str | None = None
     chain_root_id: str | None = None
     limit: int = 50
+    trigger: str | None = None
+    requested_by: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    before: tuple[datetime, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,3 +157,53 @@ class FinishRequest:
     # its time at the save minus the time since (never before `started_at`), so an outcome whose
     # save waited (a database outage, a retried conflict) keeps the run's real end. None: now.
     ended_monotonic: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    """An API token (row of `api_tokens`). Only the SHA-256 of the secret is kept: a leaked
+    database gives no usable token. `prefix` is the secret's first characters (`rl_AbCd`), shown
+    in lists so a person can match a leaked secret to its token. `created_at` is set by the
+    store when the row is written; `jobs` are fnmatch globs that limit the token's writes."""
+
+    name: str
+    role: Role
+    secret_hash: str
+    prefix: str
+    jobs: tuple[str, ...] = ()
+    created_by: str | None = None
+    created_at: datetime | None = None
+    expires_at: datetime | None = None
+    revoked_at: datetime | None = None
+    last_used_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One write through a face that authenticates (row of `audit_log`): who (`actor`, the
+    token or proxy user), what (`action`, such as `run_job`), on what (`target`), the outcome
+    (`ok` or an error code), from where (`remote`, the client's address). `id` and `at` are set
+    by the store; ids grow with time, so they order and page the log."""
+
+    action: str
+    outcome: str
+    actor: str | None = None
+    target: str | None = None
+    remote: str | None = None
+    detail: str | None = None
+    id: int | None = None
+    at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotencyRecord:
+    """An `Idempotency-Key` seen from one owner (row of `idempotency_keys`): the fingerprint of
+    the request that first used it and, once that request succeeded, its status and body.
+    `status` None = the first request is still in flight."""
+
+    owner: str
+    key: str
+    fingerprint: str
+    created_at: datetime
+    status: int | None = None
+    body: str | None = None  # the stored response body, as JSON text

@@ -6,7 +6,8 @@ Internal and unstable: do not implement them outside runlane. The adapters in
 contracts in executable form (every Store adapter passes the same tests).
 
 - `store`: the run log, cut into roles (`RunLog`, `Leases`, `Sweeps`, `Launchers`,
-  `Overrides`, `Schedules`, `ChainRuns`, `Events`, `EventHistory`, `Wakeups`, `Schema`);
+  `Overrides`, `Schedules`, `ChainRuns`, `Events`, `EventHistory`, `Wakeups`, `Tokens`,
+  `Audit`, `Idempotency`, `Schema`);
   `Store` is all of them.
 - `executor`: where a run executes. `clock`: where time comes from.
 - `bus`: the run log's transport (outbox out, wake-ups, commands in). `notifier`: alerts out.
@@ -15,21 +16,25 @@ contracts in executable form (every Store adapter passes the same tests).
 from __future__ import annotations
 
 from runlane.core.records import (
+    AuditEntry,
     ChainRun,
     Event,
     EventLink,
     FinishedRun,
     FinishRequest,
     Heartbeat,
+    IdempotencyRecord,
     NewChainRun,
     Override,
     RunFilter,
+    TokenRecord,
 )
 from runlane.ports.bus import Bus, Delivery, OutboxMessage
 from runlane.ports.clock import Clock, SystemClock
 from runlane.ports.executor import Execution, ExecutionEvent, ExecutionSpec, Executor
 from runlane.ports.notifier import Notification, Notifier
 from runlane.ports.store import (
+    Audit,
     ChainLog,
     ChainRuns,
     ChainStore,
@@ -38,6 +43,7 @@ from runlane.ports.store import (
     EventStore,
     ExplainStore,
     HeartbeatStore,
+    Idempotency,
     Launchers,
     Leases,
     Overrides,
@@ -48,10 +54,13 @@ from runlane.ports.store import (
     Store,
     SupervisorStore,
     Sweeps,
+    Tokens,
     Wakeups,
 )
 
 __all__ = [
+    "Audit",
+    "AuditEntry",
     "Bus",
     "ChainLog",
     "ChainRun",
@@ -73,6 +82,8 @@ __all__ = [
     "FinishedRun",
     "Heartbeat",
     "HeartbeatStore",
+    "Idempotency",
+    "IdempotencyRecord",
     "Launchers",
     "Leases",
     "NewChainRun",
@@ -90,5 +101,7 @@ __all__ = [
     "SupervisorStore",
     "Sweeps",
     "SystemClock",
+    "TokenRecord",
+    "Tokens",
     "Wakeups",
 ]

@@ -31,7 +31,8 @@ Who uses which role (the narrowest the caller needs):
   run's cancel: `ChainRuns`, `RunLog` (`ChainLog`); `explain`: `ExplainStore`;
 - event emission: `Events`, `Overrides` (`EventStore`);
 - the accept path: `RunLog`; faces (CLI, later API/UI/MCP): reads of every role plus
-  `Overrides`, `RunLog.request_cancel` and `Schema`.
+  `Overrides`, `RunLog.request_cancel` and `Schema`; the faces that authenticate: `Tokens`,
+  `Audit`, `Idempotency`.
 
 Internal and unstable: implemented only inside runlane (see `runlane.ports`).
 """
@@ -43,15 +44,18 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from runlane.core.records import (
+    AuditEntry,
     ChainRun,
     Event,
     EventLink,
     FinishedRun,
     FinishRequest,
     Heartbeat,
+    IdempotencyRecord,
     NewChainRun,
     Override,
     RunFilter,
+    TokenRecord,
 )
 from runlane.core.runs import (
     AcceptResult,
@@ -433,6 +437,78 @@ class Wakeups(Protocol):
         ...
 
 
+class Tokens(Protocol):
+    """API tokens (`api_tokens`): created, listed and revoked by admins, read by every request
+    of a face that authenticates (`service.operations.tokens`)."""
+
+    async def create_token(self, record: TokenRecord) -> TokenRecord:
+        """Insert the token with `created_at` = now (the record's own is ignored); return the
+        stored row. `TokenExists` when a token of that name exists, revoked or not: a name
+        names one token for good, so the audit log's actors stay unambiguous."""
+        ...
+
+    async def token_by_hash(self, secret_hash: str) -> TokenRecord | None:
+        """The live token whose secret hashes to `secret_hash` (an indexed read); None when
+        none does, or it is revoked, or it expired (by the store's clock)."""
+        ...
+
+    async def tokens(self) -> list[TokenRecord]:
+        """Every token, revoked and expired ones included, by name."""
+        ...
+
+    async def revoke_token(self, name: str) -> TokenRecord | None:
+        """Set `revoked_at` = now (kept when already revoked); the stored row, None for an
+        unknown name."""
+        ...
+
+    async def touch_token(self, name: str, *, every: float = 60.0) -> None:
+        """Set `last_used_at` = now unless it was set less than `every` seconds ago: callers
+        touch on use, and a busy token is written at most once a minute."""
+        ...
+
+
+class Audit(Protocol):
+    """The audit log (`audit_log`): every write through a face that authenticates."""
+
+    async def record_audit(self, entry: AuditEntry) -> AuditEntry:
+        """Append `entry` with `at` = now and a fresh id (greater than every id before it);
+        return the stored row."""
+        ...
+
+    async def audit(self, *, limit: int = 50, before: int | None = None) -> list[AuditEntry]:
+        """Entries newest first (by id), at most `limit`, only ids below `before` when given
+        (the next page starts before the last id of this one)."""
+        ...
+
+
+class Idempotency(Protocol):
+    """Idempotency keys (`idempotency_keys`), one row per (owner, key): the store side of
+    `service.operations.idempotency.idempotent`."""
+
+    async def reserve_key(
+        self, owner: str, key: str, fingerprint: str, *, ttl: float, abandoned: float
+    ) -> IdempotencyRecord | None:
+        """Reserve (owner, key) for a request with `fingerprint`, in flight from now: None when
+        this call reserved it, else the row that holds it (in flight when its `status` is
+        None). A row older than `ttl` seconds, or still in flight after `abandoned` seconds
+        (its process died before completing or releasing it), is replaced as if absent: a stale
+        key is never replayed. Atomic: of concurrent callers exactly one gets None."""
+        ...
+
+    async def complete_key(self, owner: str, key: str, status: int, body: str) -> None:
+        """Store the response (`status`, `body` as JSON text) of the reserved request."""
+        ...
+
+    async def release_key(self, owner: str, key: str) -> None:
+        """Delete the reservation of a request that failed and saved nothing (a completed key
+        is kept), so the same key may be tried again."""
+        ...
+
+    async def prune_keys(self, older_than: float) -> int:
+        """Delete keys created more than `older_than` seconds ago; how many."""
+        ...
+
+
 # --- the whole store and the combined roles services take -------------------------------------
 
 
@@ -478,6 +554,9 @@ class Store(
     Events,
     EventHistory,
     Wakeups,
+    Tokens,
+    Audit,
+    Idempotency,
     Protocol,
 ):
     """The run log and everything stored next to it: every role above. Adapters implement it
@@ -486,6 +565,7 @@ class Store(
 
 
 __all__ = [
+    "Audit",
     "ChainLog",
     "ChainRuns",
     "ChainStore",
@@ -494,6 +574,7 @@ __all__ = [
     "Events",
     "ExplainStore",
     "HeartbeatStore",
+    "Idempotency",
     "Launchers",
     "Leases",
     "Overrides",
@@ -504,5 +585,6 @@ __all__ = [
     "Store",
     "SupervisorStore",
     "Sweeps",
+    "Tokens",
     "Wakeups",
 ]

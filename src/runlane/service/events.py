@@ -45,6 +45,7 @@ class BadEvent(ConfigError):
 
     code = "bad_event"
     exit_code = 2
+    http_status = 422
 
 
 def check_event(key: str, event_id: str | None, data: Mapping[str, Any]) -> None:

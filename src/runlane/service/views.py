@@ -13,13 +13,14 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from runlane.core.records import ChainRun
+from runlane.core.records import AuditEntry, ChainRun
 from runlane.core.runs import Run
 
 if TYPE_CHECKING:
     from runlane.service.chains import StepView
     from runlane.service.operations.jobs import JobInfo
     from runlane.service.operations.status import LauncherState, StatusReport
+    from runlane.service.operations.tokens import TokenInfo
 
 # The lease token is a secret of the launcher holding it: never shown. `params_raw` is shown
 # only when the params could not be read (see `run_dict`).
@@ -150,4 +151,34 @@ def status_dict(report: StatusReport) -> dict[str, Any]:
             "error": report.catalog_error,
         },
         "launchers": [launcher_dict(state) for state in report.launchers],
+    }
+
+
+def token_dict(info: TokenInfo) -> dict[str, Any]:
+    """An API token as `runlane token list --json` and the API show it: never its secret or
+    hash; `prefix` is the secret's first characters, to match a leaked secret to its token."""
+    return {
+        "name": info.name,
+        "role": info.role.value,
+        "jobs": list(info.jobs),
+        "prefix": info.prefix,
+        "created_at": iso(info.created_at),
+        "created_by": info.created_by,
+        "expires_at": iso(info.expires_at),
+        "revoked_at": iso(info.revoked_at),
+        "last_used_at": iso(info.last_used_at),
+    }
+
+
+def audit_dict(entry: AuditEntry) -> dict[str, Any]:
+    """An audit log entry (a row of `runlane audit --json`)."""
+    return {
+        "id": entry.id,
+        "at": iso(entry.at),
+        "actor": entry.actor,
+        "action": entry.action,
+        "target": entry.target,
+        "outcome": entry.outcome,
+        "remote": entry.remote,
+        "detail": entry.detail,
     }

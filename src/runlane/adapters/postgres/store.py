@@ -53,6 +53,7 @@ class PostgresStore(PostgresLeases, SqlStoreBase):
 
     dialect = "postgresql"
     _read = _READ
+    _statements = Q
 
     def __init__(
         self,
@@ -99,6 +100,9 @@ class PostgresStore(PostgresLeases, SqlStoreBase):
 
     def _param_now(self) -> object:
         return self._now()
+
+    def _param_since(self, seconds: float) -> object:
+        return None  # the statements subtract `seconds` from the database's own now
 
     def _is_id(self, value: str) -> bool:
         return _is_uuid(value)

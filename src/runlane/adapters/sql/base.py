@@ -4,7 +4,8 @@ written once over four dialect primitives, and the parameters built from runlane
 A dialect supplies `_read_one`/`_read_all` (a read), `_write_one`/`_write_all`/`_write_many`
 (one write transaction; SQLite takes the write lock, PostgreSQL autocommits), `_execute` (a
 statement whose result nobody reads), `_param_time` (a time as the dialect binds it),
-`_is_id` (PostgreSQL: is this a UUID; a malformed id matches no row without asking) and
+`_is_id` (PostgreSQL: is this a UUID; a malformed id matches no row without asking),
+`_param_since` (now minus some seconds, for a dialect that cannot subtract them in SQL) and
 `_read` (its `RowReader`). The hot paths (accept, claim, renew, finish_many) stay in each
 dialect's store, written for its driver: none of them goes through this class.
 """
@@ -18,9 +19,19 @@ from datetime import datetime
 
 from runlane.adapters.sql.rows import Row, RowReader, dump_json, running_by_launcher
 from runlane.core.admission import Candidate, select_admissible
-from runlane.core.records import ChainRun, Event, EventLink, Heartbeat, Override, RunFilter
+from runlane.core.records import (
+    AuditEntry,
+    ChainRun,
+    Event,
+    EventLink,
+    Heartbeat,
+    IdempotencyRecord,
+    Override,
+    RunFilter,
+    TokenRecord,
+)
 from runlane.core.runs import NewRun, Outcome, Run, RunStatus
-from runlane.errors import NotFound, StoreError
+from runlane.errors import NotFound, StoreError, TokenExists
 from runlane.ports.bus import TOPIC_RUN_QUEUED
 
 OUTBOX_TOPIC_RUN_QUEUED = TOPIC_RUN_QUEUED
@@ -113,10 +124,46 @@ def admit(
     return select_admissible(candidates, by_job, by_executor, executor_caps, limit)
 
 
+# The run list's filters, in the order their clauses are joined: `list_runs_where_<name>` in
+# each dialect's queries.sql. The parameter that says whether a filter is set, when not its name.
+RUN_LIST_FILTERS = (
+    "job",
+    "status",
+    "trigger",
+    "requested_by",
+    "parent_run_id",
+    "chain_root_id",
+    "since",
+    "until",
+    "before",
+)
+_RUN_LIST_PARAM = {"before": "before_id"}
+
+
+def run_list_statement(statements: dict[str, str], filters: tuple[str, ...]) -> str:
+    """The name of the run-list statement for this set of filters, composed once from the
+    dialect's fixed clause texts and kept in `statements` under `list_runs[job,status]`.
+
+    One text per shape (at most 2**9, in practice a handful) rather than one text with
+    `(:x IS NULL OR col = :x)` for every filter: PostgreSQL's generic plan of that text cannot
+    use any filter's index, so it walked the whole run log under a prepared statement.
+    """
+    name = f"list_runs[{','.join(filters)}]"
+    if name not in statements:
+        clauses = [statements[f"list_runs_where_{f}"] for f in filters]
+        parts = [statements["list_runs_select"]]
+        if clauses:
+            parts.append("WHERE " + "\n  AND ".join(clauses))
+        parts.append(statements["list_runs_order"])
+        statements[name] = "\n".join(parts)  # same text every time: a benign race
+    return name
+
+
 class SqlStoreBase:
     """The Store methods that are one statement (or one batch) in both dialects."""
 
     _read: RowReader
+    _statements: dict[str, str]  # the dialect's named statements (its `Q`)
 
     # --- the dialect's primitives -------------------------------------------------------------
 
@@ -147,6 +194,15 @@ class SqlStoreBase:
     def _is_id(self, value: str) -> bool:
         return True
 
+    def _param_since(self, seconds: float) -> object:
+        """Now minus `seconds`, bound as `:since` (SQLite); PostgreSQL subtracts `:seconds` in
+        SQL from its own now and binds None."""
+        raise NotImplementedError
+
+    def _ago(self, seconds: float) -> dict[str, object]:
+        """The parameters of "`seconds` ago" every dialect's statements take."""
+        return {"now": self._param_now(), "seconds": seconds, "since": self._param_since(seconds)}
+
     # --- runs ---------------------------------------------------------------------------------
 
     async def get_run(self, run_id: str) -> Run:
@@ -160,17 +216,25 @@ class SqlStoreBase:
         return None if row is None else self._read.run(row)
 
     async def list_runs(self, flt: RunFilter) -> list[Run]:
-        for value in (flt.parent_run_id, flt.chain_root_id):
-            if value is not None and not self._is_id(value):
-                return []
-        params = {
+        ids = (flt.parent_run_id, flt.chain_root_id, None if flt.before is None else flt.before[1])
+        if any(value is not None and not self._is_id(value) for value in ids):
+            return []
+        params: dict[str, object] = {
             "job": flt.job,
             "status": None if flt.status is None else flt.status.value,
+            "trigger": flt.trigger,
+            "requested_by": flt.requested_by,
             "parent_run_id": flt.parent_run_id,
             "chain_root_id": flt.chain_root_id,
+            "since": self._param_time(flt.since),
+            "until": self._param_time(flt.until),
+            "before_at": None if flt.before is None else self._param_time(flt.before[0]),
+            "before_id": None if flt.before is None else flt.before[1],
             "limit": max(0, flt.limit),
         }
-        return [self._read.run(r) for r in await self._read_all("list_runs", params)]
+        keys = tuple(k for k in RUN_LIST_FILTERS if params[_RUN_LIST_PARAM.get(k, k)] is not None)
+        rows = await self._read_all(run_list_statement(self._statements, keys), params)
+        return [self._read.run(r) for r in rows]
 
     async def count_queued(self) -> int:
         row = await self._read_one("count_queued", {})
@@ -334,6 +398,89 @@ class SqlStoreBase:
             return []
         rows = await self._read_all("events_of_run", {"run_id": run_id})
         return [RowReader.event_link(r) for r in rows]
+
+    # --- API tokens, the audit log, idempotency keys ------------------------------------------
+
+    async def create_token(self, record: TokenRecord) -> TokenRecord:
+        params = {
+            "now": self._param_now(),
+            "name": record.name,
+            "role": record.role.value,
+            "jobs": dump_json(list(record.jobs)),
+            "secret_hash": record.secret_hash,
+            "prefix": record.prefix,
+            "created_by": record.created_by,
+            "expires_at": self._param_time(record.expires_at),
+        }
+        row = await self._write_one("insert_token", params)
+        if row is None:
+            raise TokenExists(f"a token named {record.name!r} exists already")
+        return self._read.token(row)
+
+    async def token_by_hash(self, secret_hash: str) -> TokenRecord | None:
+        params = {"now": self._param_now(), "secret_hash": secret_hash}
+        row = await self._read_one("token_by_hash", params)
+        return None if row is None else self._read.token(row)
+
+    async def tokens(self) -> list[TokenRecord]:
+        return [self._read.token(r) for r in await self._read_all("tokens", {})]
+
+    async def revoke_token(self, name: str) -> TokenRecord | None:
+        row = await self._write_one("revoke_token", {"now": self._param_now(), "name": name})
+        return None if row is None else self._read.token(row)
+
+    async def touch_token(self, name: str, *, every: float = 60.0) -> None:
+        await self._execute("touch_token", {"name": name, **self._ago(every)})
+
+    async def record_audit(self, entry: AuditEntry) -> AuditEntry:
+        params = {
+            "now": self._param_now(),
+            "actor": entry.actor,
+            "action": entry.action,
+            "target": entry.target,
+            "outcome": entry.outcome,
+            "remote": entry.remote,
+            "detail": entry.detail,
+        }
+        row = await self._write_one("insert_audit", params)
+        if row is None:
+            raise StoreError(f"the audit entry of {entry.action} was not saved")
+        return self._read.audit_entry(row)
+
+    async def audit(self, *, limit: int = 50, before: int | None = None) -> list[AuditEntry]:
+        rows = await self._read_all("audit", {"limit": max(0, limit), "before": before})
+        return [self._read.audit_entry(r) for r in rows]
+
+    async def reserve_key(
+        self, owner: str, key: str, fingerprint: str, *, ttl: float, abandoned: float
+    ) -> IdempotencyRecord | None:
+        # Two statements, no transaction: when the insert loses to another reservation, the row
+        # read next is that one (or, were it released in between, none: then try once more).
+        names = {"owner": owner, "key": key}
+        for _ in range(3):
+            params = {
+                **names,
+                "fingerprint": fingerprint,
+                **self._ago(ttl),
+                "abandoned_seconds": abandoned,
+                "abandoned_since": self._param_since(abandoned),
+            }
+            if await self._write_one("reserve_key", params) is not None:
+                return None
+            row = await self._read_one("idempotency_key", names)
+            if row is not None:
+                return self._read.idempotency(row)
+        raise StoreError(f"idempotency key {key!r} could not be reserved")
+
+    async def complete_key(self, owner: str, key: str, status: int, body: str) -> None:
+        params = {"owner": owner, "key": key, "status": status, "body": body}
+        await self._execute("complete_key", params)
+
+    async def release_key(self, owner: str, key: str) -> None:
+        await self._execute("release_key", {"owner": owner, "key": key})
+
+    async def prune_keys(self, older_than: float) -> int:
+        return len(await self._write_all("prune_keys", self._ago(older_than)))
 
 
 __all__ = [

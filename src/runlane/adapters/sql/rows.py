@@ -8,7 +8,17 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from runlane.core.records import ChainRun, Event, EventLink, Heartbeat, Override
+from runlane.core.access import Role
+from runlane.core.records import (
+    AuditEntry,
+    ChainRun,
+    Event,
+    EventLink,
+    Heartbeat,
+    IdempotencyRecord,
+    Override,
+    TokenRecord,
+)
 from runlane.core.runs import Run, RunStatus
 
 Row = Mapping[str, object]
@@ -233,6 +243,42 @@ class RowReader:
             key=self.text(row, "key"),
             data=parse_params(self.opt_text(row, "data") or ""),
             occurred_at=self.time(row, "occurred_at"),
+        )
+
+    def token(self, row: Row) -> TokenRecord:
+        return TokenRecord(
+            name=self.text(row, "name"),
+            role=Role(self.text(row, "role")),
+            secret_hash=self.text(row, "secret_hash"),
+            prefix=self.text(row, "prefix"),
+            jobs=tuple(parse_str_list(row["jobs"]) or ()),
+            created_by=self.opt_text(row, "created_by"),
+            created_at=self.opt_time(row, "created_at"),
+            expires_at=self.opt_time(row, "expires_at"),
+            revoked_at=self.opt_time(row, "revoked_at"),
+            last_used_at=self.opt_time(row, "last_used_at"),
+        )
+
+    def audit_entry(self, row: Row) -> AuditEntry:
+        return AuditEntry(
+            id=self.integer(row, "id"),
+            at=self.opt_time(row, "at"),
+            actor=self.opt_text(row, "actor"),
+            action=self.text(row, "action"),
+            target=self.opt_text(row, "target"),
+            outcome=self.text(row, "outcome"),
+            remote=self.opt_text(row, "remote"),
+            detail=self.opt_text(row, "detail"),
+        )
+
+    def idempotency(self, row: Row) -> IdempotencyRecord:
+        return IdempotencyRecord(
+            owner=self.text(row, "owner"),
+            key=self.text(row, "key"),
+            fingerprint=self.text(row, "fingerprint"),
+            created_at=self.time(row, "created_at"),
+            status=self.opt_integer(row, "status"),
+            body=self.opt_text(row, "body"),
         )
 
     @staticmethod

@@ -37,3 +37,12 @@ SELECT * FROM events WHERE id = :id
 
 -- name: event_runs
 SELECT * FROM event_runs WHERE event_id = :event_id ORDER BY job, run_id
+
+-- name: tokens
+SELECT * FROM api_tokens ORDER BY name
+
+-- name: idempotency_key
+SELECT * FROM idempotency_keys WHERE owner = :owner AND key = :key
+
+-- name: release_key
+DELETE FROM idempotency_keys WHERE owner = :owner AND key = :key AND status IS NULL

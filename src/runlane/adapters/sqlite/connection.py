@@ -9,7 +9,7 @@ import sqlite3
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
 
@@ -89,6 +89,7 @@ class SqliteConnection(SqlStoreBase):
     """The connection side of `SqliteStore` (a base class: no extra lookup per call)."""
 
     _read = _READ
+    _statements = Q
 
     def __init__(self, path: str, *, clock: Clock | None = None, create: bool = True) -> None:
         self.path = path
@@ -209,6 +210,9 @@ class SqliteConnection(SqlStoreBase):
 
     def _param_now(self) -> object:
         return format_time(self._now())
+
+    def _param_since(self, seconds: float) -> object:
+        return format_time(self._now() - timedelta(seconds=seconds))
 
     async def wait_for_wakeup(self, max_wait: float) -> bool:
         """Woken by this store's own accepts, releases and finishes; runs written by other

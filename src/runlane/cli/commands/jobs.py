@@ -56,9 +56,10 @@ def resume_cmd(job: str, catalog: CatalogOpt = None, database: DatabaseOpt = Non
     from runlane.service import operations
 
     settings = settings_from(catalog, database)
+    requester = cli_requester()
 
     async def resume(rt: Runtime) -> None:
-        if (await operations.resume_job(rt, job)).was_paused:
+        if (await operations.resume_job(rt, job, requester=requester)).was_paused:
             out.print(f"resumed {job}")
         else:
             out.print(f"{job} was not paused")

@@ -9,12 +9,14 @@ decided here once. Runs are accepted only through `service.accept`, never writte
 
 By topic: `runs` (run now, list, show, cancel), `chains`, `events` (emit), `jobs` (list, show,
 pause, resume, explain), `status` (status, launchers, doctor), `logs` (a run's output, followed),
-`schedule` (the schedule table); `arguments` and `lookup` check what requests carry.
+`schedule` (the schedule table), `tokens` (API tokens, authenticate), `audit` (the audit log),
+`idempotency` (Idempotency-Key replays); `arguments` and `lookup` check what requests carry.
 """
 
 from __future__ import annotations
 
 from runlane.service.operations.arguments import Requester, check_limit
+from runlane.service.operations.audit import AuditPage, list_audit, record_audit
 from runlane.service.operations.chains import (
     ChainInfo,
     ChainRunView,
@@ -27,6 +29,11 @@ from runlane.service.operations.chains import (
     show_chain_run,
 )
 from runlane.service.operations.events import EventEmitted, emit
+from runlane.service.operations.idempotency import (
+    Replayable,
+    idempotent,
+    request_fingerprint,
+)
 from runlane.service.operations.jobs import (
     JobInfo,
     Resumed,
@@ -51,9 +58,11 @@ from runlane.service.operations.notices import Notice
 from runlane.service.operations.runs import (
     CancelledChainRun,
     CancelledRun,
+    RunPage,
     RunQueued,
     cancel,
     list_runs,
+    list_runs_page,
     parse_status,
     run_job,
     show_run,
@@ -67,8 +76,17 @@ from runlane.service.operations.status import (
     list_launchers,
     status,
 )
+from runlane.service.operations.tokens import (
+    TokenCreated,
+    TokenInfo,
+    authenticate,
+    create_token,
+    list_tokens,
+    revoke_token,
+)
 
 __all__ = [
+    "AuditPage",
     "CancelledChainRun",
     "CancelledRun",
     "ChainInfo",
@@ -84,29 +102,42 @@ __all__ = [
     "OutputBytes",
     "OutputItem",
     "OutputText",
+    "Replayable",
     "Requester",
     "Resumed",
     "Retrying",
     "RunEnded",
+    "RunPage",
     "RunQueued",
     "ScheduleTable",
     "StatusReport",
+    "TokenCreated",
+    "TokenInfo",
+    "authenticate",
     "cancel",
     "check_limit",
+    "create_token",
     "doctor",
     "emit",
     "explain",
     "follow_run",
+    "idempotent",
+    "list_audit",
     "list_chain_runs",
     "list_chains",
     "list_jobs",
     "list_launchers",
     "list_runs",
+    "list_runs_page",
+    "list_tokens",
     "parse_status",
     "pause_job",
+    "record_audit",
+    "request_fingerprint",
     "resolve_chain_run",
     "resolve_run",
     "resume_job",
+    "revoke_token",
     "run_chain",
     "run_job",
     "run_output",

@@ -9,12 +9,14 @@ through. The messages name the CLI's flags, which are the arguments' names.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from runlane.core.access import Access, Role
 from runlane.core.durations import parse_duration
 from runlane.core.runs import Trigger
-from runlane.errors import InvalidArgument
+from runlane.errors import Forbidden, InvalidArgument
 
 # Times a person may give (`--from`, `--to`, `--at`, `--until`): far enough either way for any
 # real schedule, and far from the edges of what `datetime` and the databases can hold.
@@ -31,10 +33,34 @@ RANGE_TEXT = f"between {EARLIEST:%Y-%m-%d} and {LATEST:%Y-%m-%d}"
 @dataclass(frozen=True, slots=True)
 class Requester:
     """Who asks, and through which face: `name` is recorded with the runs, chain runs and
-    pauses the request writes; `trigger` is the run's trigger (cli, manual for the API, mcp)."""
+    pauses the request writes; `trigger` is the run's trigger (cli, manual for the API, mcp);
+    `access` is what an authenticated requester (an API token, a trusted proxy's user) may do.
+    None is the local CLI, which holds the database credentials itself: checking it would
+    protect nothing, so it may do everything."""
 
     name: str | None
     trigger: Trigger = Trigger.CLI
+    access: Access | None = None
+
+    def require(self, need: Role, *, jobs: Iterable[str] = (), action: str) -> None:
+        """Forbidden unless this requester may `action` (needing `need`) on every job of
+        `jobs`. Called by each write operation before it writes anything, so every face gets
+        the same answer; the message names the role needed, the requester's role and the job
+        outside its globs."""
+        if self.access is None:
+            return
+        who = repr(self.name) if self.name else "the requester"  # a token or a proxy's user
+        if not self.access.allows(need):
+            raise Forbidden(
+                f"{action} needs the {need} role; {who} has the {self.access.role} role"
+            )
+        for job in jobs:
+            if not self.access.allows(need, job):
+                globs = ", ".join(self.access.jobs)
+                raise Forbidden(
+                    f"{action} of job {job!r} needs the {need} role for that job; {who} has "
+                    f"the {self.access.role} role for jobs matching {globs} only"
+                )
 
 
 def _in_range(at: datetime, flag: str, text: str) -> datetime:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from runlane.core.access import Role
 from runlane.errors import UnknownChain
 from runlane.ports import ChainRun
 from runlane.service.operations.arguments import Requester, check_limit
@@ -119,11 +120,14 @@ async def run_chain(
     rt: Runtime, chain: str, *, requester: Requester, confirmed: bool = False
 ) -> ChainStarted:
     """Start a run of `chain` now: its first steps are queued, a launcher advances it.
-    `unknown_chain`; `confirmation_required` for a step whose job has `acts: true`."""
+    `unknown_chain`; `confirmation_required` for a step whose job has `acts: true`;
+    `forbidden` unless the requester may operate every step's job."""
     from runlane.service.chains import ChainRunner
 
+    requester.require(Role.OPERATOR, action="run chain")
     cat = rt.require_catalog()
-    await show_chain(rt, chain)  # unknown_chain, naming the chains there are
+    info = await show_chain(rt, chain)  # unknown_chain, naming the chains there are
+    requester.require(Role.OPERATOR, jobs=[s.job for s in info.steps], action="run chain")
     runner = ChainRunner(rt.store, cat, rt.accept)
     run = await runner.start(
         chain, trigger=requester.trigger, requested_by=requester.name, confirmed=confirmed

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from runlane.core.access import Role
 from runlane.core.runs import AcceptResult
 from runlane.ports import Event, EventLink
 from runlane.service.accept import PERSON_TRIGGERS
@@ -38,8 +39,12 @@ async def emit(
     """Record the event `key` (idempotent by `event_id`) and start its listeners' runs. An
     event a person emits that starts a job with `acts: true` needs `confirmed`. Refusals:
     `bad_event`, `event_id_taken`, `confirmation_required`, and each listener's accept refusal
-    (checked for all of them before anything is written)."""
-    from runlane.service.events import emit_event
+    (checked for all of them before anything is written); `forbidden` unless the requester
+    may operate every job listening for `key` (each run it would start or join)."""
+    from runlane.service.events import emit_event, subscribers
+
+    listeners = sorted({job for job, _ in subscribers(rt.require_catalog(), key)})
+    requester.require(Role.OPERATOR, jobs=listeners, action="emit")
 
     emitted = await emit_event(
         rt.store,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from runlane.core.access import Role
 from runlane.core.runs import Run
 from runlane.ports import Override, RunFilter
 from runlane.service.operations.arguments import Requester, parse_time, parse_until
@@ -88,7 +89,9 @@ async def pause_job(
 ) -> Override:
     """Pause `job`'s scheduled and event runs until resumed, or snooze them `until` a time (a
     duration from now such as `2h`, `now+2h`, or an ISO time) that must be later than now
-    (`invalid_argument` otherwise); `unknown_job`."""
+    (`invalid_argument` otherwise); `unknown_job`; `forbidden` unless the requester may
+    operate `job`."""
+    requester.require(Role.OPERATOR, jobs=[job], action="pause")
     rt.require_catalog().resolve(job)
     paused_until = None if until is None else parse_until(until, await rt.store.now())
     return await rt.store.set_override(
@@ -96,8 +99,10 @@ async def pause_job(
     )
 
 
-async def resume_job(rt: Runtime, job: str) -> Resumed:
-    """End `job`'s pause (`was_paused`: False when it was not paused); `unknown_job`."""
+async def resume_job(rt: Runtime, job: str, *, requester: Requester) -> Resumed:
+    """End `job`'s pause (`was_paused`: False when it was not paused); `unknown_job`;
+    `forbidden` unless the requester may operate `job`."""
+    requester.require(Role.OPERATOR, jobs=[job], action="resume")
     rt.require_catalog().resolve(job)
     return Resumed(job, await rt.store.clear_override(job))
 

@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
-from runlane.core.runs import Run, RunStatus
+from runlane.core.access import Role
+from runlane.core.runs import Run, RunStatus, Trigger
 from runlane.errors import InvalidArgument, InvalidTransition, NotCancellable, NotFound
 from runlane.ports import ChainRun, RunFilter
 from runlane.service.accept import RunRequest
-from runlane.service.operations.arguments import Requester, check_limit
+from runlane.service.operations.arguments import (
+    EARLIEST,
+    LATEST,
+    Requester,
+    check_limit,
+    parse_time,
+)
 from runlane.service.operations.lookup import resolve_chain_run, resolve_run
 from runlane.service.operations.notices import Notice, queued_run_notices
 from runlane.service.runtime import Runtime
 
 DEFAULT_LIST_LIMIT = 20
+DEFAULT_PAGE_LIMIT = 50
+MAX_PAGE_LIMIT = 500  # a page of the API's run list holds at most this many runs
+_CURSOR_VERSION = "v1"
+_MAX_CURSOR_CHARS = 200  # a cursor this module writes is about 100 characters
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +69,9 @@ async def run_job(
 ) -> RunQueued:
     """Queue a run of `job` through the one accept path. Raises what it refuses with
     (`unknown_job`, `param_invalid`, `payload_too_large`, `confirmation_required`,
-    `overlap_refused` with the active run's id)."""
+    `overlap_refused` with the active run's id); `forbidden` unless the requester may operate
+    `job`."""
+    requester.require(Role.OPERATOR, jobs=[job], action="run")
     result = await rt.accept(
         RunRequest(
             job=job,
@@ -98,6 +115,112 @@ async def list_runs(
     return tuple(runs)
 
 
+@dataclass(frozen=True, slots=True)
+class RunPage:
+    """One page of the run list, newest first by (queued_at, id). `next_cursor` asks for the
+    page after it; None when this page is the last."""
+
+    items: tuple[Run, ...]
+    next_cursor: str | None
+
+
+def encode_cursor(run: Run) -> str:
+    """The opaque position after `run` in the list: URL-safe base64 (no padding) of
+    `v1|<queued_at ISO>|<id>`. The version lets a later runlane change the form and still
+    refuse, rather than misread, an old cursor."""
+    text = f"{_CURSOR_VERSION}|{run.queued_at.isoformat()}|{run.id}"
+    return base64.urlsafe_b64encode(text.encode("utf-8")).decode("ascii").rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The (queued_at, id) keyset position of a cursor `encode_cursor` wrote. Anything else
+    (garbage, a tampered or truncated cursor, another version) is `InvalidArgument` naming
+    `cursor`: a client's mistake, never a server error."""
+    refused = InvalidArgument(
+        f"cursor {cursor[:40]!r} is not a cursor of this run list: "
+        "pass the next_cursor of the previous page unchanged, or leave cursor out"
+    )
+    if not cursor or len(cursor) > _MAX_CURSOR_CHARS:
+        raise refused
+    try:
+        raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
+        version, at_text, run_id = raw.decode("utf-8").split("|")
+        at = datetime.fromisoformat(at_text)
+        canonical_id = str(uuid.UUID(run_id))
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise refused from None
+    if version != _CURSOR_VERSION or at.tzinfo is None or canonical_id != run_id:
+        raise refused
+    if not EARLIEST <= at < LATEST:  # a time no run has (and SQLite's text form could not hold)
+        raise refused
+    return at.astimezone(UTC), run_id
+
+
+def parse_trigger(trigger: str | Trigger | None) -> str | None:
+    """A run trigger by name; `InvalidArgument` naming the triggers otherwise."""
+    if trigger is None or isinstance(trigger, Trigger):
+        return None if trigger is None else trigger.value
+    try:
+        return Trigger(trigger).value
+    except ValueError:
+        raise InvalidArgument(
+            f"trigger {trigger!r}: expected one of {', '.join(t.value for t in Trigger)}"
+        ) from None
+
+
+async def _page_time(rt: Runtime, value: str | datetime | None, name: str) -> datetime | None:
+    """`since`/`until` as `parse_time` reads them; the database's clock is asked only for the
+    relative forms (`now-1d`), so a page without them costs one statement."""
+    if value is None:
+        return None
+    needs_now = isinstance(value, str) and value.strip().lower().startswith("now")
+    now = await rt.store.now() if needs_now else datetime.now(UTC)  # unused: not relative
+    return parse_time(value, now, name)
+
+
+async def list_runs_page(
+    rt: Runtime,
+    *,
+    job: str | None = None,
+    status: str | RunStatus | None = None,
+    trigger: str | Trigger | None = None,
+    requested_by: str | None = None,
+    chain_root_id: str | None = None,
+    since: str | datetime | None = None,
+    until: str | datetime | None = None,
+    limit: int = DEFAULT_PAGE_LIMIT,
+    cursor: str | None = None,
+) -> RunPage:
+    """A page of the run list, newest first by (queued_at, id), for the API's `GET /runs`.
+
+    Keyset pagination: `cursor` (the previous page's `next_cursor`) carries the last row's
+    (queued_at, id) and the next page is the rows strictly older, read off an index range. So
+    a page 10,000 rows deep costs what the first does, and runs inserted while a client walks
+    the pages (they are newer) never appear in later pages nor shift a row into a repeat or a
+    gap, as OFFSET would. No count of the matching rows: that is a walk of all of them.
+    `since` (inclusive) and `until` (exclusive) bound queued_at; `limit` is 1 to 500.
+    """
+    if not 1 <= limit <= MAX_PAGE_LIMIT:
+        raise InvalidArgument(f"limit {limit}: expected a whole number from 1 to {MAX_PAGE_LIMIT}")
+    before = None if cursor is None else decode_cursor(cursor)
+    wanted = parse_status(status)
+    flt = RunFilter(
+        job=job,
+        status=wanted,
+        trigger=parse_trigger(trigger),
+        requested_by=requested_by,
+        chain_root_id=chain_root_id,
+        since=await _page_time(rt, since, "since"),
+        until=await _page_time(rt, until, "until"),
+        before=before,
+        limit=limit + 1,  # one more than the page: is there a next page, without a count
+    )
+    runs = await rt.store.list_runs(flt)
+    items = tuple(runs[:limit])
+    more = len(runs) > limit
+    return RunPage(items, encode_cursor(items[-1]) if more and items else None)
+
+
 async def show_run(rt: Runtime, run_id: str) -> Run:
     """One run by its id or a unique prefix (`unknown_run`, `ambiguous_id`)."""
     return await resolve_run(rt, run_id)
@@ -119,7 +242,9 @@ async def cancel(
     """Cancel a queued run (at once) or a running one (its launcher stops it), by id or unique
     prefix; or, when no run has it, end a chain run of that id `cancelled` with its unfinished
     steps (a chain run whose chain left the catalog can be ended only so). `not_cancellable`
-    when it has already ended; `unknown_run` when neither a run nor a chain run has the id."""
+    when it has already ended; `unknown_run` when neither a run nor a chain run has the id;
+    `forbidden` unless the requester may operate the run's job (every step job of a chain run)."""
+    requester.require(Role.OPERATOR, action="cancel")
     try:
         run = await resolve_run(rt, run_id)
     except NotFound:
@@ -130,6 +255,7 @@ async def cancel(
         if found is None:
             raise
         return await _cancel_chain_run(rt, found, requester)
+    requester.require(Role.OPERATOR, jobs=[run.job], action="cancel")
     try:
         return CancelledRun(await rt.store.request_cancel(run.id, by=requester.name))
     except InvalidTransition as exc:
@@ -141,6 +267,14 @@ async def _cancel_chain_run(
 ) -> CancelledChainRun:
     from runlane.service.chains import cancel_chain_run
 
+    if requester.access is not None and requester.access.jobs:  # only globs need the step jobs
+        steps = await rt.store.list_runs(RunFilter(chain_root_id=found.id, limit=10_000))
+        jobs = {s.job for s in steps}
+        cat = rt.require_catalog()
+        if found.chain in cat.chains:
+            chain = cat.chains[found.chain]
+            jobs.update(chain.step_job(step) for step in chain.steps)
+        requester.require(Role.OPERATOR, jobs=sorted(jobs), action="cancel")
     try:
         chain_run, steps = await cancel_chain_run(rt.store, found.id, by=requester.name)
     except InvalidTransition as exc:

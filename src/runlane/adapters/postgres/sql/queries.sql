@@ -405,12 +405,45 @@ ORDER BY id
 -- name: get_run
 SELECT * FROM run_log WHERE id = %(id)s::uuid
 
--- name: list_runs
+-- The run list (`list_runs`, `list_runs_page`) is composed by SqlStoreBase.list_runs from the
+-- fixed texts below: the select, one `list_runs_where_<filter>` clause per filter that is set
+-- (joined by AND, in a fixed order), then the order. Each shape of filters is then its own
+-- statement text, which PostgreSQL plans with the index that shape needs (one text with
+-- `(x IS NULL OR col = x)` for every filter gets a generic plan that walks the whole log).
+-- Values are always bound, never written into the text.
+-- name: list_runs_select
 SELECT * FROM run_log
-WHERE (%(job)s::text IS NULL OR job = %(job)s::text)
-  AND (%(status)s::text IS NULL OR status = %(status)s::text)
-  AND (%(parent_run_id)s::uuid IS NULL OR parent_run_id = %(parent_run_id)s::uuid)
-  AND (%(chain_root_id)s::uuid IS NULL OR chain_root_id = %(chain_root_id)s::uuid)
+
+-- name: list_runs_where_job
+job = %(job)s::text
+
+-- name: list_runs_where_status
+status = %(status)s::text
+
+-- name: list_runs_where_trigger
+trigger = %(trigger)s::text
+
+-- name: list_runs_where_requested_by
+requested_by = %(requested_by)s::text
+
+-- name: list_runs_where_parent_run_id
+parent_run_id = %(parent_run_id)s::uuid
+
+-- name: list_runs_where_chain_root_id
+chain_root_id = %(chain_root_id)s::uuid
+
+-- name: list_runs_where_since
+queued_at >= %(since)s::timestamptz
+
+-- name: list_runs_where_until
+queued_at < %(until)s::timestamptz
+
+-- The keyset position: a row comparison, which the (…, queued_at DESC, id DESC) indexes serve
+-- as one range.
+-- name: list_runs_where_before
+(queued_at, id) < (%(before_at)s::timestamptz, %(before_id)s::uuid)
+
+-- name: list_runs_order
 ORDER BY queued_at DESC, id DESC
 LIMIT %(limit)s
 
@@ -554,3 +587,66 @@ ON CONFLICT (event_id, run_id) DO NOTHING
 
 -- name: events_of_run
 SELECT * FROM event_runs WHERE run_id = %(run_id)s::uuid ORDER BY event_id
+
+-- name: insert_token
+INSERT INTO api_tokens (name, role, jobs, secret_hash, prefix, created_by, created_at, expires_at)
+VALUES (%(name)s, %(role)s, %(jobs)s::jsonb, %(secret_hash)s, %(prefix)s, %(created_by)s,
+        coalesce(%(now)s::timestamptz, clock_timestamp()), %(expires_at)s::timestamptz)
+ON CONFLICT (name) DO NOTHING
+RETURNING *
+
+-- name: token_by_hash
+-- Through the UNIQUE index of secret_hash; a revoked or expired token reads as none.
+SELECT * FROM api_tokens
+WHERE secret_hash = %(secret_hash)s AND revoked_at IS NULL
+  AND (expires_at IS NULL OR expires_at > coalesce(%(now)s::timestamptz, clock_timestamp()))
+
+-- name: revoke_token
+UPDATE api_tokens
+SET revoked_at = coalesce(revoked_at, %(now)s::timestamptz, clock_timestamp())
+WHERE name = %(name)s
+RETURNING *
+
+-- name: touch_token
+UPDATE api_tokens SET last_used_at = coalesce(%(now)s::timestamptz, clock_timestamp())
+WHERE name = %(name)s
+  AND (last_used_at IS NULL OR last_used_at < coalesce(%(now)s::timestamptz, clock_timestamp())
+                                                - make_interval(secs => %(seconds)s))
+
+-- name: insert_audit
+INSERT INTO audit_log (at, actor, action, target, outcome, remote, detail)
+VALUES (coalesce(%(now)s::timestamptz, clock_timestamp()), %(actor)s, %(action)s, %(target)s,
+        %(outcome)s, %(remote)s, %(detail)s)
+RETURNING *
+
+-- name: reserve_key
+-- A row older than `seconds` is stale, and one still in flight for `abandoned_seconds` was left
+-- by a process that died: either is taken over as if absent (never replayed).
+INSERT INTO idempotency_keys (owner, key, fingerprint, created_at)
+VALUES (%(owner)s, %(key)s, %(fingerprint)s, coalesce(%(now)s::timestamptz, clock_timestamp()))
+ON CONFLICT (owner, key) DO UPDATE SET
+    fingerprint = excluded.fingerprint,
+    created_at = excluded.created_at,
+    status = NULL,
+    body = NULL
+WHERE idempotency_keys.created_at < excluded.created_at - make_interval(secs => %(seconds)s)
+   OR (idempotency_keys.status IS NULL
+       AND idempotency_keys.created_at
+           < excluded.created_at - make_interval(secs => %(abandoned_seconds)s))
+RETURNING owner
+
+-- name: complete_key
+UPDATE idempotency_keys SET status = %(status)s, body = %(body)s::jsonb
+WHERE owner = %(owner)s AND key = %(key)s
+
+-- name: prune_keys
+DELETE FROM idempotency_keys
+WHERE created_at < coalesce(%(now)s::timestamptz, clock_timestamp())
+                   - make_interval(secs => %(seconds)s)
+RETURNING owner
+
+-- name: audit
+SELECT * FROM audit_log
+WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
+ORDER BY id DESC
+LIMIT %(limit)s

@@ -59,6 +59,11 @@ CREATE INDEX run_log_chain_root_idx ON run_log (chain_root_id) WHERE chain_root_
 CREATE INDEX run_log_queued_at_idx ON run_log (queued_at DESC, id DESC);
 CREATE INDEX run_log_queue_expiry_idx ON run_log (queue_expires_at)
     WHERE status = 'queued' AND queue_expires_at IS NOT NULL;
+-- (migration 0007) The run list's filters, each in the list's order (keyset pages).
+CREATE INDEX run_log_job_queued_idx ON run_log (job, queued_at DESC, id DESC);
+CREATE INDEX run_log_status_queued_idx ON run_log (status, queued_at DESC, id DESC);
+CREATE INDEX run_log_requested_by_queued_idx ON run_log (requested_by, queued_at DESC, id DESC)
+    WHERE requested_by IS NOT NULL;
 
 CREATE TABLE job_overrides (
     job          text        PRIMARY KEY,
@@ -148,3 +153,45 @@ CREATE TABLE event_runs (
 );
 
 CREATE INDEX event_runs_run_idx ON event_runs (run_id);
+
+-- Access control (migration 0006): API tokens, the audit log, idempotency keys.
+-- api_tokens: only the SHA-256 (hex) of a secret is stored; prefix is the secret's first
+-- characters, shown in lists; jobs is a JSON list of fnmatch globs limiting the token's writes.
+-- A name names one token for good (a revoked token keeps its row and its name).
+CREATE TABLE api_tokens (
+    name         text        PRIMARY KEY,
+    role         text        NOT NULL CHECK (role IN ('viewer', 'operator', 'admin')),
+    jobs         jsonb       NOT NULL DEFAULT '[]',
+    secret_hash  text        NOT NULL UNIQUE,
+    prefix       text        NOT NULL,
+    created_by   text,
+    created_at   timestamptz NOT NULL,
+    expires_at   timestamptz,
+    revoked_at   timestamptz,
+    last_used_at timestamptz
+);
+
+-- audit_log: append-only; ids grow with time and page the log (newest first).
+CREATE TABLE audit_log (
+    id      bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    at      timestamptz NOT NULL,
+    actor   text,
+    action  text        NOT NULL,
+    target  text,
+    outcome text        NOT NULL,
+    remote  text,
+    detail  text
+);
+
+-- idempotency_keys: status NULL while the first request is in flight; body is its response.
+CREATE TABLE idempotency_keys (
+    owner       text        NOT NULL,
+    key         text        NOT NULL,
+    fingerprint text        NOT NULL,
+    created_at  timestamptz NOT NULL,
+    status      integer,
+    body        jsonb,
+    PRIMARY KEY (owner, key)
+);
+
+CREATE INDEX idempotency_keys_created_idx ON idempotency_keys (created_at);

@@ -202,12 +202,41 @@ ORDER BY id
 -- name: get_run
 SELECT * FROM run_log WHERE id = :id
 
--- name: list_runs
+-- The run list is composed by SqlStoreBase.list_runs from these fixed texts: the select, one
+-- `list_runs_where_<filter>` clause per filter that is set (joined by AND, in a fixed order),
+-- then the order; values are always bound. Times are fixed-width UTC text, so text comparison
+-- is time comparison.
+-- name: list_runs_select
 SELECT * FROM run_log
-WHERE (:job IS NULL OR job = :job)
-  AND (:status IS NULL OR status = :status)
-  AND (:parent_run_id IS NULL OR parent_run_id = :parent_run_id)
-  AND (:chain_root_id IS NULL OR chain_root_id = :chain_root_id)
+
+-- name: list_runs_where_job
+job = :job
+
+-- name: list_runs_where_status
+status = :status
+
+-- name: list_runs_where_trigger
+trigger = :trigger
+
+-- name: list_runs_where_requested_by
+requested_by = :requested_by
+
+-- name: list_runs_where_parent_run_id
+parent_run_id = :parent_run_id
+
+-- name: list_runs_where_chain_root_id
+chain_root_id = :chain_root_id
+
+-- name: list_runs_where_since
+queued_at >= :since
+
+-- name: list_runs_where_until
+queued_at < :until
+
+-- name: list_runs_where_before
+(queued_at, id) < (:before_at, :before_id)
+
+-- name: list_runs_order
 ORDER BY queued_at DESC, id DESC
 LIMIT :limit
 
@@ -361,3 +390,50 @@ PRAGMA busy_timeout=5000
 
 -- name: pragma_foreign_keys_off
 PRAGMA foreign_keys=OFF
+
+-- name: insert_token
+INSERT INTO api_tokens (name, role, jobs, secret_hash, prefix, created_by, created_at, expires_at)
+VALUES (:name, :role, :jobs, :secret_hash, :prefix, :created_by, :now, :expires_at)
+ON CONFLICT (name) DO NOTHING
+RETURNING *
+
+-- name: token_by_hash
+-- Through the UNIQUE index of secret_hash; a revoked or expired token reads as none.
+SELECT * FROM api_tokens
+WHERE secret_hash = :secret_hash AND revoked_at IS NULL
+  AND (expires_at IS NULL OR expires_at > :now)
+
+-- name: revoke_token
+UPDATE api_tokens SET revoked_at = coalesce(revoked_at, :now) WHERE name = :name RETURNING *
+
+-- name: touch_token
+UPDATE api_tokens SET last_used_at = :now
+WHERE name = :name AND (last_used_at IS NULL OR last_used_at < :since)
+
+-- name: insert_audit
+INSERT INTO audit_log (at, actor, action, target, outcome, remote, detail)
+VALUES (:now, :actor, :action, :target, :outcome, :remote, :detail)
+RETURNING *
+
+-- name: reserve_key
+-- A row older than :since is stale, and one still in flight since before :abandoned_since was
+-- left by a process that died: either is taken over as if absent (never replayed).
+INSERT INTO idempotency_keys (owner, key, fingerprint, created_at)
+VALUES (:owner, :key, :fingerprint, :now)
+ON CONFLICT (owner, key) DO UPDATE SET
+    fingerprint = excluded.fingerprint,
+    created_at = excluded.created_at,
+    status = NULL,
+    body = NULL
+WHERE idempotency_keys.created_at < :since
+   OR (idempotency_keys.status IS NULL AND idempotency_keys.created_at < :abandoned_since)
+RETURNING owner
+
+-- name: complete_key
+UPDATE idempotency_keys SET status = :status, body = :body WHERE owner = :owner AND key = :key
+
+-- name: prune_keys
+DELETE FROM idempotency_keys WHERE created_at < :since RETURNING owner
+
+-- name: audit
+SELECT * FROM audit_log WHERE (:before IS NULL OR id < :before) ORDER BY id DESC LIMIT :limit

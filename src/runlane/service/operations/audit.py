@@ -1,0 +1,77 @@
+"""The audit log: every write through a face that authenticates (who, what, on what, when,
+from where, and how it ended), recorded by the face and listed by `runlane audit`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from runlane.errors import InvalidArgument
+from runlane.ports import AuditEntry
+from runlane.service.operations.arguments import Requester
+from runlane.service.runtime import Runtime
+
+MAX_AUDIT_LIMIT = 500
+MAX_FIELD_CHARS = 2000  # a target, remote or detail longer than this is cut: the log stays small
+
+
+@dataclass(frozen=True, slots=True)
+class AuditPage:
+    """A page of the audit log, newest first; `next_cursor` (None on the last page) is what
+    `list_audit(before=...)` takes for the next one."""
+
+    items: tuple[AuditEntry, ...]
+    next_cursor: str | None
+
+
+def _cut(text: str | None) -> str | None:
+    if text is None or len(text) <= MAX_FIELD_CHARS:
+        return text
+    return text[: MAX_FIELD_CHARS - 1] + "…"
+
+
+async def record_audit(
+    rt: Runtime,
+    *,
+    requester: Requester,
+    action: str,
+    target: str | None,
+    outcome: str,
+    remote: str | None,
+    detail: str | None = None,
+) -> None:
+    """Append one entry: `requester.name` did `action` (an operation's name, such as
+    `run_job`) on `target` (a job, a run id, a token name) from `remote` (the client's
+    address); `outcome` is `ok` or the error's code."""
+    entry = AuditEntry(
+        action=action,
+        outcome=outcome,
+        actor=requester.name,
+        target=_cut(target),
+        remote=_cut(remote),
+        detail=_cut(detail),
+    )
+    await rt.store.record_audit(entry)
+
+
+def _before(cursor: str | None) -> int | None:
+    if cursor is None:
+        return None
+    if not cursor.isdecimal() or len(cursor) > 18:
+        raise InvalidArgument(f"cursor {cursor!r}: expected the next_cursor of an audit page")
+    return int(cursor)
+
+
+async def list_audit(rt: Runtime, *, limit: int = 50, before: str | None = None) -> AuditPage:
+    """The newest `limit` (1-500) entries, before the `before` cursor when given;
+    `invalid_argument` for a limit out of range or a cursor that is not one."""
+    if not 1 <= limit <= MAX_AUDIT_LIMIT:
+        raise InvalidArgument(
+            f"--limit {limit}: expected a whole number from 1 to {MAX_AUDIT_LIMIT}"
+        )
+    rows = await rt.store.audit(limit=limit + 1, before=_before(before))
+    items = tuple(rows[:limit])
+    more = len(rows) > limit and items[-1].id is not None
+    return AuditPage(items, str(items[-1].id) if more else None)
+
+
+__all__ = ["AuditPage", "list_audit", "record_audit"]

@@ -1,0 +1,131 @@
+"""Idempotency keys: a client that retries a write with the same `Idempotency-Key` gets the
+first answer again instead of a second effect (the IETF httpapi draft's semantics, as Stripe
+serves them).
+
+The first request with a key reserves it (per owner: each token has its own keys) with the
+fingerprint of the request; when it succeeds its status and body are kept for 24 hours, and a
+request with the same key and fingerprint gets them back (`replayed`). The same key with
+another request is refused (`idempotency_key_reused`), and while the first is still running
+(`idempotency_key_in_flight`). A request that fails saves nothing: the key may be used again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from runlane.errors import (
+    IdempotencyKeyInFlight,
+    IdempotencyKeyReused,
+    InvalidArgument,
+    StoreError,
+)
+from runlane.service.runtime import Runtime
+
+KEY_TTL = 24 * 3600.0  # seconds a completed key is replayed; older ones are pruned
+# A reservation still in flight this long after the request's timeout was left by a process
+# that died mid-request (a live one completes or releases it): a retry may take it over.
+ABANDONED_AFTER_TIMEOUT = 60.0
+DEFAULT_REQUEST_TIMEOUT = 30.0  # RUNLANE_HTTP_REQUEST_TIMEOUT's default
+MAX_KEY_CHARS = 255
+PRUNE_EVERY = 3600.0  # seconds between prunes of old keys, per process and store
+
+log = structlog.get_logger("runlane.idempotency")
+_pruned: dict[int, float] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Replayable:
+    """A response of an idempotent request: `replayed` when it is the stored one."""
+
+    status: int
+    body: dict[str, Any]
+    replayed: bool
+
+
+def check_key(key: str) -> str:
+    """An Idempotency-Key: 1 to 255 printable ASCII characters."""
+    if not 1 <= len(key) <= MAX_KEY_CHARS or not all(" " <= c <= "~" for c in key):
+        raise InvalidArgument(
+            f"Idempotency-Key: expected 1 to {MAX_KEY_CHARS} printable ASCII characters, "
+            f"got {len(key)} characters"
+        )
+    return key
+
+
+def request_fingerprint(method: str, path: str, body: object) -> str:
+    """What makes two requests "the same" for a key: SHA-256 of the method, the path and the
+    body as canonical JSON (sorted keys, no spaces), so key order and spacing do not count."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    text = f"{method.upper()}\n{path}\n{canonical}"
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+async def idempotent(
+    rt: Runtime,
+    *,
+    owner: str,
+    key: str,
+    fingerprint: str,
+    action: Callable[[], Awaitable[tuple[int, dict[str, Any]]]],
+) -> Replayable:
+    """Run `action` once per (owner, key) as described above. `invalid_argument` for a bad
+    key. Whatever `action` raises (a `RunlaneError` included) releases the key and
+    propagates; a non-2xx answer is returned but not kept."""
+    check_key(key)
+    await _prune_now_and_then(rt)
+    # The HTTP settings come with the API's configuration; until then, its default timeout.
+    timeout = float(getattr(rt.settings, "http_request_timeout", DEFAULT_REQUEST_TIMEOUT))
+    held = await rt.store.reserve_key(
+        owner, key, fingerprint, ttl=KEY_TTL, abandoned=timeout + ABANDONED_AFTER_TIMEOUT
+    )
+    if held is not None:
+        if held.fingerprint != fingerprint:
+            raise IdempotencyKeyReused(
+                f"Idempotency-Key {key!r} was used with another request in the last 24 hours: "
+                "use a new key for a new request"
+            )
+        if held.status is None or held.body is None:
+            raise IdempotencyKeyInFlight(
+                f"a request with Idempotency-Key {key!r} is still being processed: retry later"
+            )
+        body = json.loads(held.body)
+        return Replayable(held.status, body if isinstance(body, dict) else {}, replayed=True)
+    try:
+        status, body = await action()
+    except BaseException:
+        # Nothing was saved (a refusal), or we cannot know (a cancellation): a retry may run
+        # it. Released even when cancelled, or the key would stay in flight until abandoned.
+        await _release(rt, owner, key)
+        raise
+    if 200 <= status < 300:
+        await rt.store.complete_key(owner, key, status, json.dumps(body, separators=(",", ":")))
+    else:
+        await _release(rt, owner, key)
+    return Replayable(status, body, replayed=False)
+
+
+async def _release(rt: Runtime, owner: str, key: str) -> None:
+    """Release a reservation; a database that fails here leaves it to be taken over once
+    abandoned, and the caller's own outcome (the refusal it is raising) reaches the client."""
+    try:
+        await rt.store.release_key(owner, key)
+    except StoreError as exc:
+        log.warning("idempotency.release_failed", owner=owner, error=exc.code)
+
+
+async def _prune_now_and_then(rt: Runtime) -> None:
+    now = time.monotonic()
+    store_id = id(rt.store)
+    if now - _pruned.get(store_id, -PRUNE_EVERY) >= PRUNE_EVERY:
+        _pruned[store_id] = now
+        await rt.store.prune_keys(KEY_TTL)
+
+
+__all__ = ["KEY_TTL", "Replayable", "check_key", "idempotent", "request_fingerprint"]
