@@ -16,6 +16,10 @@ from typing import Any
 
 import psycopg
 
+# The launchers the benches start serve no HTTP (several run at once in some benches), except
+# where a bench says so (http_overhead.py compares the two).
+os.environ.setdefault("RUNLANE_HTTP_ADDR", "off")
+
 PG_URL = os.environ.get("RUNLANE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
 CATALOG = """

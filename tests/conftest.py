@@ -3,11 +3,17 @@ fixtures live next to the tests that use them."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
 from tests.support.postgres import scratch_database
+
+# `runlane serve` serves HTTP on 127.0.0.1:8080 unless told otherwise: the launchers the tests
+# start (several at once, in processes that copy this environment) serve none, and a test of
+# the HTTP face gives its own free port.
+os.environ.setdefault("RUNLANE_HTTP_ADDR", "off")
 
 
 @pytest.fixture(scope="session")

@@ -115,6 +115,12 @@ class ParamError(RunRefused):
     code = "param_invalid"
     http_status = 422
 
+    def __init__(self, message: str, problems: list[tuple[str | None, str]] | None = None) -> None:
+        super().__init__(message)
+        # Each problem with the param it is about (None: the params as a whole), so the API
+        # can point at every field: `[("week", "param 'week' must be an int, got 'x'")]`.
+        self.problems = problems or []
+
 
 class PayloadTooLarge(RunRefused):
     """The run's params are larger than allowed."""

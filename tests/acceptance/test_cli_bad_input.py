@@ -503,6 +503,28 @@ def test_event_data_postgresql_refuses_is_refused_first(
     assert json.loads(listed.stdout) == []
 
 
+def test_runs_filters_by_trigger_requester_and_queued_time(env: dict[str, str]) -> None:
+    run = json.loads(runlane("run", "echo", "--json", env=env).stdout)
+
+    def listed(*flags: str) -> list[str]:
+        proc = runlane("runs", *flags, "--json", env=env)
+        assert proc.returncode == 0, proc.stderr
+        return [r["id"] for r in json.loads(proc.stdout)]
+
+    assert listed("--trigger", run["trigger"], "--since", "now-1h") == [run["id"]]
+    assert listed("--trigger", "schedule") == []
+    assert listed("--until", "now-1h") == []
+    assert listed("--requested-by", "nobody-asked") == []
+    if run["requested_by"] is not None:
+        assert listed("--requested-by", run["requested_by"], "-n", "1") == [run["id"]]
+    filtered = runlane("runs", run["id"][:8], "--since", "now-1h", env=env)
+    one_error_line(filtered, "--since", "show run")
+    assert filtered.returncode == 2
+    not_a_time = runlane("runs", "--since", "last week", env=env)
+    one_error_line(not_a_time, "--since 'last week' is not a time")
+    assert not_a_time.returncode == 2
+
+
 @pytest.mark.parametrize(
     "args",
     [
@@ -543,6 +565,7 @@ def test_list_limits_out_of_range_are_one_line_and_exit_2(
     [
         (["runs", "--limit", "0"], "--limit 0: expected a whole number from 1 to 10000"),
         (["runs", "--status", "bogus"], "--status 'bogus': expected one of queued"),
+        (["runs", "--trigger", "cron"], "--trigger 'cron': expected one of schedule"),
         (["chains", "-n", "0"], "--limit 0: expected a whole number from 1 to 10000"),
     ],
 )

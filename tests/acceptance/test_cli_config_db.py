@@ -32,6 +32,7 @@ def env(tmp_path: Path) -> dict[str, str]:
         RUNLANE_CATALOG=str(tmp_path / "catalog.yaml"),
         RUNLANE_LOG_DIR=str(tmp_path / "logs"),
         RUNLANE_HEARTBEAT_INTERVAL="1s",
+        RUNLANE_HTTP_ADDR="off",  # `serve` here is the launcher's; tests/acceptance/test_cli_serve.py has HTTP
         COLUMNS="200",
     )
     return e

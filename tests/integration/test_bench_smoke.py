@@ -20,8 +20,14 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 # script, tiny arguments, a pattern its last lines must contain (a figure with its unit)
 CASES = [
+    ("api_runs.py", "--rows 2000 --requests 20", r"none first +p50=\d+\.\d+ ms p99=\d+\.\d+ ms"),
     ("calibrate.py", "--spawns 50 --repeat 1", r"asyncio_16_in_flight=\d+/s threads_16=\d+/s"),
     ("fencing.py", "--runs 50 --repeat 1", r"cost of fencing=[+-]?\d+\.\d+ ms"),
+    (
+        "http_overhead.py",
+        "--quick",
+        r"http on median of 1\] runs_per_s=\d+(.|\n)*RSS median of 1=\d+\.\d+ MiB",
+    ),
     ("inline_executor.py", "--runs 50 --repeat 1", r"cpu_ms_per_run=\d+\.\d+"),
     ("issue2.py", "--quick", r"machine: \d+ -> \d+ asyncio spawns/s(.|\n)*SQLite CPU ms/run"),
     ("latency.py", "--quick", r"pickup p50=\d+\.\d+ ms p99=\d+\.\d+ ms"),

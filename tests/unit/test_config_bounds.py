@@ -33,12 +33,18 @@ def test_every_duration_setting_takes_up_to_100_years_and_no_more() -> None:
         "RUNLANE_SHUTDOWN_GRACE",
         "RUNLANE_RETRY_BASE",
         "RUNLANE_DB_TIMEOUT",
+        "RUNLANE_HTTP_REQUEST_TIMEOUT",
     }
     # (The renewal interval must be shorter than the TTL; the database bound has its own range.)
     at_limit = {
         name: "36500d"
         for name in DURATIONS
-        if name not in ("RUNLANE_LEASE_RENEW_INTERVAL", "RUNLANE_DB_TIMEOUT")
+        if name
+        not in (
+            "RUNLANE_LEASE_RENEW_INTERVAL",
+            "RUNLANE_DB_TIMEOUT",
+            "RUNLANE_HTTP_REQUEST_TIMEOUT",
+        )
     }
     settings = Settings.from_env(at_limit)
     assert settings.lease_ttl == settings.heartbeat_interval == MAX_DURATION_SECONDS

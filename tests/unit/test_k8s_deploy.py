@@ -68,6 +68,18 @@ def test_launcher_deployment() -> None:
     (c,) = pod["containers"]
     assert c["resources"]["requests"] == {"cpu": "50m", "memory": "128Mi"}
     assert {"readinessProbe", "livenessProbe"} <= set(c)
+    http_port = {"name": "http", "containerPort": 8080}
+    assert http_port in c["ports"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["RUNLANE_HTTP_ADDR"] == ":8080"  # the pod's address, where the kubelet probes
+    probes = {
+        name: c[name]["httpGet"] for name in ("startupProbe", "readinessProbe", "livenessProbe")
+    }
+    assert probes == {
+        "startupProbe": {"path": "/readyz", "port": "http"},
+        "readinessProbe": {"path": "/readyz", "port": "http"},
+        "livenessProbe": {"path": "/healthz", "port": "http"},
+    }
     assert c["args"] == ["serve"]  # migrations are not run at start-up
     catalog_map = objects["ConfigMap"]["metadata"]["name"]
     assert {"name": "catalog", "configMap": {"name": catalog_map}} in pod["volumes"]

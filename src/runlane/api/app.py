@@ -1,27 +1,53 @@
 """The ASGI app: one FastAPI application, its lifespan (the runtime it serves from), its
-routers and its error handlers."""
+routers, its error handlers (every error a problem: `runlane.api.problems`) and its middleware
+(body limit, request timeout, security headers, CORS when configured)."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+from starlette.middleware.cors import CORSMiddleware
 
 from runlane import __version__
+from runlane.api.auth import Viewer, proxy_auth_of
+from runlane.api.middleware import BodyLimit, RequestTimeout, SecurityHeaders
+from runlane.api.problems import (
+    PROBLEM_MEDIA_TYPE,
+    FieldProblem,
+    Problem,
+    install_problem_handlers,
+    problem_responses,
+)
+from runlane.api.routes import chains, events, health, jobs, logs, runs, status
 from runlane.service.config import Settings
-from runlane.service.runtime import open_runtime
+from runlane.service.runtime import Runtime, open_runtime
 
 API_PREFIX = "/api/v1"
 OPENAPI_URL = f"{API_PREFIX}/openapi.json"
+PUBLIC_PATHS = frozenset({"/healthz", "/readyz"})  # the probes: served without a token
+
+DESCRIPTION = """\
+The HTTP API of runlane: the jobs and chains of the catalog, the run log, runs, cancels,
+events, pauses, the launchers and the schedule. Every request but `/healthz` and `/readyz`
+needs `Authorization: Bearer <token>` (`runlane token create`); every error is
+`application/problem+json` with a stable `code` (docs/errors.md). See docs/api.md."""
 
 
-def create_app(settings: Settings) -> FastAPI:
+def create_app(settings: Settings, *, runtime: Runtime | None = None) -> FastAPI:
     """The app for `settings`: it opens the store when it starts (without refusing an old
-    schema: `/readyz` reports it) and closes it when it stops."""
+    schema: `/readyz` reports it) and closes it when it stops. `runtime`: one already open
+    (tests, the launcher's own), used as it is and not closed."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if runtime is not None:
+            app.state.runtime = runtime
+            yield
+            return
         async with open_runtime(settings, application_name="runlane-api", check_schema=False) as rt:
             app.state.runtime = rt
             yield
@@ -29,10 +55,81 @@ def create_app(settings: Settings) -> FastAPI:
     app = FastAPI(
         title="runlane",
         version=__version__,
-        openapi_url=OPENAPI_URL,
+        description=DESCRIPTION,
+        openapi_url=None,  # served below, to callers with a token like every other route
         docs_url=None,
         redoc_url=None,
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.proxy_auth = proxy_auth_of(settings)
+    if runtime is not None:
+        app.state.runtime = runtime
+    install_problem_handlers(app)
+    for module in (health, jobs, runs, logs, chains, events, status):
+        app.include_router(module.router)
+    # Outermost last: the headers go on every answer, a refusal of the limits included.
+    app.add_middleware(RequestTimeout, seconds=settings.http_request_timeout)
+    app.add_middleware(BodyLimit)
+    if settings.http_cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.http_cors_origins),
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID"],
+            expose_headers=["Location", "Idempotency-Replayed"],
+        )
+    app.add_middleware(SecurityHeaders, api_prefix=f"{API_PREFIX}/")
+    app.openapi = lambda: openapi_of(app)  # type: ignore[method-assign]
+
+    @app.get(OPENAPI_URL, include_in_schema=False)
+    async def openapi_json(_who: Viewer) -> JSONResponse:
+        return JSONResponse(app.openapi())
+
     return app
+
+
+def openapi_of(app: FastAPI) -> dict[str, Any]:
+    """The app's OpenAPI 3.1 document, with the problem schemas every error response names
+    and the bearer scheme every operation but the probes needs (built once, then cached)."""
+    if app.openapi_schema is not None:
+        return app.openapi_schema
+    from fastapi.openapi.utils import get_openapi
+
+    spec = get_openapi(
+        title=app.title,
+        version=app.version,
+        openapi_version="3.1.0",
+        description=app.description,
+        routes=app.routes,
+    )
+    schemas = spec.setdefault("components", {}).setdefault("schemas", {})
+    for model in (Problem, FieldProblem):
+        found = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        for name, sub in found.pop("$defs", {}).items():
+            schemas.setdefault(name, sub)
+        schemas[model.__name__] = found
+    spec["components"]["securitySchemes"] = {
+        "bearer": {"type": "http", "scheme": "bearer", "description": "runlane token create"}
+    }
+    problem_content = {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}
+    for path, operations in spec.get("paths", {}).items():
+        public = path in PUBLIC_PATHS
+        for operation in operations.values():
+            answers = operation.setdefault("responses", {})
+            if public:
+                answers.pop("401", None)  # the probes need no token
+            else:
+                operation["security"] = [{"bearer": []}]
+                for status, answer in problem_responses(*([404] if "{" in path else [])).items():
+                    answers.setdefault(str(status), answer)
+            # Every error is a problem, on routes that documented it otherwise too (FastAPI's
+            # own 422 shape is never sent: the handlers render validation as a problem).
+            for status, answer in answers.items():
+                if status.startswith(("4", "5")):
+                    answer["content"] = dict(problem_content)
+            operation["responses"] = dict(sorted(answers.items()))
+    for unused in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(unused, None)
+    app.openapi_schema = spec
+    return spec

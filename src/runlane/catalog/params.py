@@ -86,14 +86,14 @@ def coerce_params(
     never an int). Optional params left out (or JSON null) are simply absent from the result.
     Raises ParamError naming every problem at once, or PayloadTooLarge above MAX_PARAMS_BYTES.
     """
-    problems: list[str] = []
+    problems: list[tuple[str | None, str]] = []  # (the param, what is wrong with it)
     result: dict[str, Any] = {}
     ill_typed: set[str] = set()
     for name in sorted(raw, key=str):
         value = raw[name]
         spec = specs.get(name) if isinstance(name, str) else None
         if spec is None:
-            problems.append(_unknown_param(str(name), specs))
+            problems.append((str(name), _unknown_param(str(name), specs)))
             continue
         if value is None and not from_strings:
             continue  # JSON null: treated as not given
@@ -101,12 +101,13 @@ def coerce_params(
             result[name] = _coerce_one(spec, value, from_strings=from_strings)
         except ValueError as exc:
             ill_typed.add(name)
-            problems.append(f"param {name!r} must be {exc}")
+            problems.append((name, f"param {name!r} must be {exc}"))
     for name, spec in specs.items():
         if not spec.optional and name not in result and name not in ill_typed:
-            problems.append(f"missing required param {name!r} ({spec})")
+            problems.append((name, f"missing required param {name!r} ({spec})"))
     if problems:
-        raise ParamError(f"job {job_name!r}: " + "; ".join(problems))
+        text = "; ".join(problem for _, problem in problems)
+        raise ParamError(f"job {job_name!r}: {text}", problems)
     size = len(
         json.dumps(result, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
     )
@@ -213,3 +214,28 @@ def _from_json(spec: ParamSpec, value: object) -> object:
     elif isinstance(value, str) and value in spec.choices:
         return value
     raise ValueError(f"{spec.describe()}, {_got(value)}")
+
+
+def params_json_schema(specs: Mapping[str, ParamSpec]) -> dict[str, Any]:
+    """A job's param allowlist as a JSON Schema (draft 2020-12) of the `params` object a run
+    takes as JSON: each param's type (a `choice` as an enum), the required ones, no others.
+    An optional param may be null (treated as left out)."""
+    json_types = {"int": "integer", "float": "number", "bool": "boolean", "str": "string"}
+    properties: dict[str, Any] = {}
+    for name, spec in specs.items():
+        prop: dict[str, Any] = (
+            {"type": "string", "enum": list(spec.choices)}
+            if spec.type == "choice"
+            else {"type": json_types[spec.type]}
+        )
+        if spec.optional:
+            prop["type"] = [prop["type"], "null"]
+            if "enum" in prop:
+                prop["enum"] = [*prop["enum"], None]
+        properties[name] = prop
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": [name for name, spec in specs.items() if not spec.optional],
+        "additionalProperties": False,
+    }

@@ -44,6 +44,7 @@ db_app.command("upgrade")(setup.db_upgrade)
 db_app.command("status")(setup.db_status)
 app.command()(setup.config)
 app.command()(setup.serve)
+app.command()(setup.web)
 app.command()(demo.demo)
 # Runs.
 app.command("run")(runs.run_cmd)

@@ -69,14 +69,14 @@ def text_problem(text: str) -> str | None:
 
 def check_param_text(job: str, params: Mapping[str, object]) -> None:
     """ParamError naming every param whose name or text could not be stored."""
-    problems = []
+    problems: list[tuple[str | None, str]] = []
     for name, value in params.items():
         if isinstance(name, str) and (problem := text_problem(name)) is not None:
-            problems.append(f"param name {name!r} {problem}")
+            problems.append((name, f"param name {name!r} {problem}"))
         elif isinstance(value, str) and (problem := text_problem(value)) is not None:
-            problems.append(f"param {name!r} {problem}")
+            problems.append((str(name), f"param {name!r} {problem}"))
     if problems:
-        raise ParamError(f"job {job!r}: " + "; ".join(problems))
+        raise ParamError(f"job {job!r}: " + "; ".join(p for _, p in problems), problems)
 
 
 def overlap_action_for(job: ResolvedJob, trigger: Trigger) -> OverlapAction:

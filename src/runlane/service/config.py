@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import socket
@@ -74,6 +75,16 @@ def _env_db_timeout(env: Mapping[str, str], lease_ttl: float) -> float:
     return value
 
 
+def _env_http_timeout(env: Mapping[str, str]) -> float:
+    """RUNLANE_HTTP_REQUEST_TIMEOUT: 30 s by default, at most an hour (a followed log is a
+    stream, not a request, and is not bounded by it)."""
+    value = _env_duration(env, "RUNLANE_HTTP_REQUEST_TIMEOUT", DEFAULT_HTTP_REQUEST_TIMEOUT)
+    if value > MAX_HTTP_REQUEST_TIMEOUT:
+        raw = env.get("RUNLANE_HTTP_REQUEST_TIMEOUT") or ""
+        raise ConfigError(f"RUNLANE_HTTP_REQUEST_TIMEOUT={_shown(raw)}: must be at most 1h")
+    return value
+
+
 def _shown(raw: str) -> str:
     """`raw` quoted for a message, cut short when it is very long, so the error stays one line."""
     text = repr(raw)
@@ -122,6 +133,91 @@ def default_launcher_id() -> str:
 
 DEFAULT_LOG_DIR = ".runlane/logs"  # RUNLANE_LOG_DIR unset: relative to the current directory
 
+# The HTTP face (`runlane serve`, `runlane web`): loopback by default, so a launcher started on
+# a workstation serves nobody else until its address is chosen on purpose.
+DEFAULT_HTTP_ADDR = "127.0.0.1:8080"
+HTTP_ADDR_OFF = "off"
+DEFAULT_HTTP_REQUEST_TIMEOUT = 30.0
+MAX_HTTP_REQUEST_TIMEOUT = 3600.0
+HTTP_ROLES = ("viewer", "operator", "admin")
+_HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")  # an RFC 9110 token
+
+
+def parse_http_addr(text: str, *, name: str = "RUNLANE_HTTP_ADDR") -> tuple[str, int] | None:
+    """`host:port` (a name, an IPv4 address, or `[IPv6]`), `:port` (every interface: 0.0.0.0),
+    or `off` (None: no HTTP). Port 0 asks the system for a free port (tests, benches).
+
+    Every other text is one ConfigError naming `name`."""
+    raw = text.strip()
+    if raw.lower() == HTTP_ADDR_OFF:
+        return None
+    hint = "expected HOST:PORT (127.0.0.1:8080, [::1]:8080, :8080 for every interface) or off"
+    if "//" in raw:
+        raise ConfigError(
+            f"{name}={_shown(text)}: is not a host name or address: write HOST:PORT, without http://"
+        )
+    host, sep, port_text = raw.rpartition(":")
+    if not sep or not port_text:
+        raise ConfigError(f"{name}={_shown(text)}: {hint}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ConfigError(f"{name}={_shown(text)}: {host!r} is not an IPv6 address") from None
+    elif ":" in host:  # a bare IPv6 address: its port would be ambiguous
+        raise ConfigError(f"{name}={_shown(text)}: write an IPv6 address in brackets ([::1]:8080)")
+    elif host == "":
+        host = "0.0.0.0"  # noqa: S104 - `:8080` asks for every interface on purpose
+    elif any(c.isspace() or c in "/@?#" for c in host):
+        raise ConfigError(f"{name}={_shown(text)}: {host!r} is not a host name or address")
+    if not port_text.isdigit() or len(port_text) > 5:
+        raise ConfigError(f"{name}={_shown(text)}: the port {port_text!r} is not a number")
+    port = int(port_text)
+    if port > 65535:
+        raise ConfigError(f"{name}={_shown(text)}: the port must be from 0 to 65535")
+    return host, port
+
+
+def _env_list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    raw = env.get(name) or ""
+    return tuple(item.strip() for item in raw.split(",") if item.strip())
+
+
+def parse_trusted_proxies(
+    items: tuple[str, ...], name: str = "RUNLANE_HTTP_TRUSTED_PROXIES"
+) -> None:
+    """Each item an IP address or a CIDR network (`10.0.0.0/8`); else one ConfigError."""
+    for item in items:
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise ConfigError(
+                f"{name}: {_shown(item)} is not an IP address or network (10.0.0.0/8, ::1)"
+            ) from None
+
+
+def parse_group_roles(
+    text: str, name: str = "RUNLANE_HTTP_GROUP_ROLES"
+) -> tuple[tuple[str, str], ...]:
+    """`group=role,group=role` (roles: viewer, operator, admin), in the order given."""
+    pairs: list[tuple[str, str]] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        group, sep, role = (part.strip() for part in item.partition("="))
+        if not sep or not group:
+            raise ConfigError(f"{name}: {_shown(item)}: expected GROUP=ROLE (ops=operator)")
+        if role.lower() not in HTTP_ROLES:
+            raise ConfigError(f"{name}: {_shown(item)}: the role must be viewer, operator or admin")
+        pairs.append((group, role.lower()))
+    return tuple(pairs)
+
+
+def _env_header(env: Mapping[str, str], name: str, default: str) -> str:
+    raw = (env.get(name) or "").strip()
+    return raw or default
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:
@@ -148,6 +244,15 @@ class Settings:
     # (the outage handling takes over). PostgreSQL itself gives up on a statement after half of
     # it and on a lock wait after a quarter (adapters/postgres/store.py, `PostgresStore`).
     db_timeout: float = DEFAULT_DB_TIMEOUT
+    # The HTTP face (docs/serving.md). `http_addr` is the text given (`off` turns HTTP off);
+    # `http_listen` parses it.
+    http_addr: str = DEFAULT_HTTP_ADDR
+    http_request_timeout: float = DEFAULT_HTTP_REQUEST_TIMEOUT
+    http_cors_origins: tuple[str, ...] = ()
+    http_trusted_proxies: tuple[str, ...] = ()
+    http_user_header: str = "X-Forwarded-User"
+    http_groups_header: str = "X-Forwarded-Groups"
+    http_group_roles: tuple[tuple[str, str], ...] = ()  # (group, role), in the order given
     launcher_id: str = field(default_factory=default_launcher_id)
 
     @classmethod
@@ -172,10 +277,22 @@ class Settings:
             log_format=env_log_format(e),
             spawn_threads=_env_int(e, "RUNLANE_SPAWN_THREADS", 6, maximum=MAX_SPAWN_THREADS),
             db_timeout=_env_db_timeout(e, ttl),
+            http_addr=(e.get("RUNLANE_HTTP_ADDR") or "").strip() or DEFAULT_HTTP_ADDR,
+            http_request_timeout=_env_http_timeout(e),
+            http_cors_origins=_env_list(e, "RUNLANE_HTTP_CORS_ORIGINS"),
+            http_trusted_proxies=_env_list(e, "RUNLANE_HTTP_TRUSTED_PROXIES"),
+            http_user_header=_env_header(e, "RUNLANE_HTTP_USER_HEADER", "X-Forwarded-User"),
+            http_groups_header=_env_header(e, "RUNLANE_HTTP_GROUPS_HEADER", "X-Forwarded-Groups"),
+            http_group_roles=parse_group_roles(e.get("RUNLANE_HTTP_GROUP_ROLES") or ""),
         )
         settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
         settings.validate()
         return settings
+
+    @property
+    def http_listen(self) -> tuple[str, int] | None:
+        """Where the HTTP face listens (host, port); None when it is off."""
+        return parse_http_addr(self.http_addr)
 
     @property
     def launcher_stale_after(self) -> float:
@@ -213,11 +330,33 @@ class Settings:
             raise ConfigError(
                 f"RUNLANE_DB_TIMEOUT ({self.db_timeout:g}s): must be between 1s and 5m"
             )
+        self.http_listen  # noqa: B018 - raises the address's ConfigError now, not at serve time
+        if not 0 < self.http_request_timeout <= MAX_HTTP_REQUEST_TIMEOUT:
+            raise ConfigError(
+                f"RUNLANE_HTTP_REQUEST_TIMEOUT ({self.http_request_timeout:g}s): "
+                "must be more than 0s and at most 1h"
+            )
+        parse_trusted_proxies(self.http_trusted_proxies)
+        for header_env, header in (
+            ("RUNLANE_HTTP_USER_HEADER", self.http_user_header),
+            ("RUNLANE_HTTP_GROUPS_HEADER", self.http_groups_header),
+        ):
+            if not _HEADER_NAME.fullmatch(header):
+                raise ConfigError(f"{header_env}={_shown(header)}: not an HTTP header name")
+        for origin in self.http_cors_origins:
+            if origin != "*" and not re.fullmatch(r"https?://[^/\s]+", origin):
+                raise ConfigError(
+                    f"RUNLANE_HTTP_CORS_ORIGINS: {_shown(origin)} is not an origin "
+                    "(https://ui.example.com, no path)"
+                )
 
     def public(self) -> dict[str, Any]:
         """The settings with secrets masked, for `runlane config`."""
         out = asdict(self)
         out["database_url"] = mask_url(self.database_url)
+        out["http_cors_origins"] = list(self.http_cors_origins)
+        out["http_trusted_proxies"] = list(self.http_trusted_proxies)
+        out["http_group_roles"] = dict(self.http_group_roles)
         return out
 
 
@@ -239,4 +378,11 @@ ENV_NAMES: dict[str, str] = {
     "log_format": "RUNLANE_LOG_FORMAT",
     "spawn_threads": "RUNLANE_SPAWN_THREADS",
     "db_timeout": "RUNLANE_DB_TIMEOUT",
+    "http_addr": "RUNLANE_HTTP_ADDR",
+    "http_request_timeout": "RUNLANE_HTTP_REQUEST_TIMEOUT",
+    "http_cors_origins": "RUNLANE_HTTP_CORS_ORIGINS",
+    "http_trusted_proxies": "RUNLANE_HTTP_TRUSTED_PROXIES",
+    "http_user_header": "RUNLANE_HTTP_USER_HEADER",
+    "http_groups_header": "RUNLANE_HTTP_GROUPS_HEADER",
+    "http_group_roles": "RUNLANE_HTTP_GROUP_ROLES",
 }

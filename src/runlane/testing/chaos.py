@@ -208,6 +208,8 @@ class Harness:
             RUNLANE_ORPHAN_CHECK_INTERVAL="2s",
             RUNLANE_SHUTDOWN_GRACE="1s",
             RUNLANE_RETRY_BASE="200ms",
+            # Several launchers on one host: one HTTP address would let only the first start.
+            RUNLANE_HTTP_ADDR="off",
             RUNLANE_CONCURRENCY="8",
             RUNLANE_LOG_LEVEL="warning",
             CHAOS_LEDGER=str(self.ledger),

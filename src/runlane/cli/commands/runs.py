@@ -147,6 +147,20 @@ def runs_cmd(
         int | None,
         typer.Option("--limit", "-n", help="At most N runs, 1 to 10000 [default: 20]."),
     ] = None,
+    trigger: Annotated[
+        str | None,
+        typer.Option("--trigger", help="Only runs of this trigger (manual, schedule, …)."),
+    ] = None,
+    requested_by: Annotated[
+        str | None, typer.Option("--requested-by", help="Only runs this person or token asked for.")
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", help="Queued at or after this time (ISO-8601, now-1d)."),
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option("--until", help="Queued before this time (ISO-8601, now-2h).")
+    ] = None,
     as_json: JsonOpt = False,
     database: DatabaseOpt = None,
 ) -> None:
@@ -156,7 +170,15 @@ def runs_cmd(
     if run_id is not None:
         if run_id == "show":  # `runs --json show`: the word, without the id after it
             raise InvalidArgument("`runs show` needs a run id: runlane runs show ID")
-        filters = (("--job", job), ("--status", status), ("--limit", limit))
+        filters = (
+            ("--job", job),
+            ("--status", status),
+            ("--limit", limit),
+            ("--trigger", trigger),
+            ("--requested-by", requested_by),
+            ("--since", since),
+            ("--until", until),
+        )
         given = [flag for flag, value in filters if value is not None]
         if given:
             them, verb = ("them", "filter") if len(given) > 1 else ("it", "filters")
@@ -170,10 +192,20 @@ def runs_cmd(
     if limit is not None:
         operations.check_limit(limit)
     operations.parse_status(status)
+    operations.parse_trigger(trigger, "--trigger")
     settings = settings_from(database=database)
 
     async def list_them(rt: Runtime) -> None:
-        runs = await operations.list_runs(rt, job=job, status=status, limit=limit)
+        runs = await operations.list_runs(
+            rt,
+            job=job,
+            status=status,
+            limit=limit,
+            trigger=trigger,
+            requested_by=requested_by,
+            since=since,
+            until=until,
+        )
         if as_json:
             print_json([run_dict(r) for r in runs])
         elif not runs:

@@ -163,6 +163,11 @@ def config(
         return
     if data.get("log_level") is None:
         data["log_level"] = "default (info for serve, warning otherwise)"
+    for key, value in data.items():  # lists and mappings (the http_* settings) as their env text
+        if isinstance(value, list):
+            data[key] = ",".join(value)
+        elif isinstance(value, dict):
+            data[key] = ",".join(f"{k}={v}" for k, v in value.items())
     rows = [(f"{k} ({ENV_NAMES[k]})" if k in ENV_NAMES else k, v) for k, v in data.items()]
     out.print(output.kv_table(rows))
 
@@ -185,11 +190,56 @@ def make_directory(directory: Path) -> None:
 # ---------------------------------------------------------------------- the launcher
 
 
+HttpAddrOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--http-addr",
+        metavar="ADDR",
+        help="Serve HTTP on HOST:PORT ([::1]:8080; :8080 = every interface; off) "
+        "(env RUNLANE_HTTP_ADDR, default 127.0.0.1:8080).",
+    ),
+]
+
+
+def http_settings(
+    catalog: str | None, database: str | None, http_addr: str | None
+) -> tuple[Settings, tuple[str, int] | None]:
+    """The settings, with `--http-addr` over RUNLANE_HTTP_ADDR, and where to listen (None: off)."""
+    from runlane.service.config import parse_http_addr
+
+    if http_addr is not None:
+        parse_http_addr(http_addr, name="--http-addr")  # its own name in the message
+    settings = Settings.from_env(catalog_path=catalog, database_url=database, http_addr=http_addr)
+    return settings, settings.http_listen
+
+
 @one_line_errors
-def serve(catalog: CatalogOpt = None, database: DatabaseOpt = None) -> None:
-    """Run the launcher until SIGTERM or SIGINT."""
-    from runlane.service.runtime import serve as serve_launcher
+def serve(
+    catalog: CatalogOpt = None,
+    database: DatabaseOpt = None,
+    http_addr: HttpAddrOpt = None,
+    no_http: Annotated[
+        bool, typer.Option("--no-http", help="Run the launcher only (as RUNLANE_HTTP_ADDR=off).")
+    ] = False,
+) -> None:
+    """Run the launcher, and the HTTP API beside it, until SIGTERM or SIGINT."""
+    from runlane.api.server import serve_with_http
 
     configure_logging("info")
-    settings = settings_from(catalog, database)
-    run_async(serve_launcher(settings, freeze_gc=True))
+    settings, listen = http_settings(catalog, database, http_addr)
+    run_async(serve_with_http(settings, None if no_http else listen))
+
+
+@one_line_errors
+def web(
+    catalog: CatalogOpt = None, database: DatabaseOpt = None, http_addr: HttpAddrOpt = None
+) -> None:
+    """Serve the HTTP API without a launcher until SIGTERM or SIGINT (run several behind a
+    Service: it keeps no state of its own)."""
+    from runlane.api.server import serve_web
+
+    configure_logging("info")
+    settings, listen = http_settings(catalog, database, http_addr)
+    if listen is None:
+        raise fail(f"runlane web needs an address, not {settings.http_addr!r} (--http-addr)", 2)
+    run_async(serve_web(settings, listen))

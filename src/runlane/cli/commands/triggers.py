@@ -31,6 +31,7 @@ from runlane.cli.output import (
 from runlane.core.runs import RunStatus, Trigger
 from runlane.errors import InvalidArgument
 from runlane.service.runtime import Runtime
+from runlane.service.views import emitted_dict, slot_dict
 
 
 @one_line_errors
@@ -55,22 +56,7 @@ def schedule_cmd(
         err.print(f"note: {note.message}", markup=False)
     rows = table.rows
     if as_json:
-        print_json(
-            [
-                {
-                    "kind": r.spec.kind,
-                    "name": r.spec.target,
-                    "cron": r.spec.cron,
-                    "tz": r.spec.tz,
-                    "slot": iso(r.slot),
-                    "local": r.local.isoformat(),
-                    "season": r.season,
-                    "fires": r.fires,
-                    "reason": r.reason,
-                }
-                for r in rows
-            ]
-        )
+        print_json([slot_dict(r) for r in rows])
         return
     if fmt == "md":
         print("| UTC | Local | Kind | Name | Season | Fires |")
@@ -129,26 +115,7 @@ def emit_cmd(
             confirmed=yes,
         )
         if as_json:
-            print_json(
-                {
-                    "event": {
-                        "id": emitted.event.id,
-                        "key": emitted.event.key,
-                        "occurred_at": iso(emitted.event.occurred_at),
-                        "new": emitted.created,
-                    },
-                    "runs": [
-                        {
-                            "job": x.job,
-                            "run_id": x.run_id,
-                            "started": x.started,
-                            "status": r.run.status.value,
-                            "end_reason": r.run.end_reason,
-                        }
-                        for x, r in zip(emitted.links, emitted.runs, strict=True)
-                    ],
-                }
-            )
+            print_json(emitted_dict(emitted))
             return
         print_notices(emitted.warnings)
         state = "recorded" if emitted.created else "already recorded"

@@ -36,8 +36,10 @@ from runlane.service.operations.idempotency import (
 )
 from runlane.service.operations.jobs import (
     JobInfo,
+    JobSchedule,
     Resumed,
     explain,
+    job_schedules,
     list_jobs,
     pause_job,
     resume_job,
@@ -64,6 +66,7 @@ from runlane.service.operations.runs import (
     list_runs,
     list_runs_page,
     parse_status,
+    parse_trigger,
     run_job,
     show_run,
 )
@@ -96,6 +99,7 @@ __all__ = [
     "DoctorReport",
     "EventEmitted",
     "JobInfo",
+    "JobSchedule",
     "LauncherState",
     "LogIncomplete",
     "Notice",
@@ -122,6 +126,7 @@ __all__ = [
     "explain",
     "follow_run",
     "idempotent",
+    "job_schedules",
     "list_audit",
     "list_chain_runs",
     "list_chains",
@@ -131,6 +136,7 @@ __all__ = [
     "list_runs_page",
     "list_tokens",
     "parse_status",
+    "parse_trigger",
     "pause_job",
     "record_audit",
     "request_fingerprint",

@@ -3,7 +3,7 @@ explain why a job's (or chain's) latest slot did what it did."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -114,3 +114,48 @@ async def explain(rt: Runtime, name: str, *, at: str | datetime | None = None) -
 
     when = parse_time(at, await rt.store.now(), "--at")
     return await explain_slot(rt.store, rt.require_catalog(), name, when)
+
+
+@dataclass(frozen=True, slots=True)
+class JobSchedule:
+    """A schedule of a job: its cron, its zone (the catalog's default when it names none) and
+    its next slots after now, in UTC (`local_slots`: the same slots in the schedule's zone)."""
+
+    cron: str
+    timezone: str
+    next_slots: tuple[datetime, ...]
+
+    @property
+    def local_slots(self) -> tuple[datetime, ...]:
+        from zoneinfo import ZoneInfo
+
+        zone = ZoneInfo(self.timezone)
+        return tuple(slot.astimezone(zone) for slot in self.next_slots)
+
+
+async def job_schedules(
+    rt: Runtime, jobs: Sequence[str], *, count: int = 3, now: datetime | None = None
+) -> dict[str, tuple[JobSchedule, ...]]:
+    """Each of `jobs`' schedules with its next `count` slots after `now` (default: the
+    database's now, read once for all of them); `unknown_job`."""
+    from runlane.core.schedule import next_slot
+
+    cat = rt.require_catalog()
+    resolved = [cat.resolve(job) for job in jobs]
+    after = now if now is not None else await rt.store.now()
+    found: dict[str, tuple[JobSchedule, ...]] = {}
+    for job in resolved:
+        schedules = []
+        for sched in job.schedules:
+            zone = sched.tz or cat.global_.timezone
+            slots: list[datetime] = []
+            at = after
+            while len(slots) < count:
+                slot = next_slot(sched.cron, zone, at)
+                if slot is None:
+                    break
+                slots.append(slot)
+                at = slot
+            schedules.append(JobSchedule(sched.cron, zone, tuple(slots)))
+        found[job.name] = tuple(schedules)
+    return found

@@ -104,15 +104,27 @@ async def list_runs(
     job: str | None = None,
     status: str | RunStatus | None = None,
     limit: int | None = None,
+    trigger: str | Trigger | None = None,
+    requested_by: str | None = None,
+    since: str | datetime | None = None,
+    until: str | datetime | None = None,
 ) -> tuple[Run, ...]:
-    """The newest runs first (`limit`: 1 to 10000, 20 by default), of `job` / in `status`."""
+    """The newest runs first (`limit`: 1 to 10000, 20 by default), of `job` / in `status` /
+    by `trigger` / asked for by `requested_by`, queued at or after `since` and before `until`
+    (`runlane runs`; the API pages with `list_runs_page`)."""
     if limit is not None:
         check_limit(limit)
     wanted = parse_status(status)
-    runs = await rt.store.list_runs(
-        RunFilter(job=job, status=wanted, limit=limit or DEFAULT_LIST_LIMIT)
+    flt = RunFilter(
+        job=job,
+        status=wanted,
+        trigger=parse_trigger(trigger, "--trigger"),
+        requested_by=requested_by,
+        since=await _page_time(rt, since, "--since"),
+        until=await _page_time(rt, until, "--until"),
+        limit=limit or DEFAULT_LIST_LIMIT,
     )
-    return tuple(runs)
+    return tuple(await rt.store.list_runs(flt))
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +168,7 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
     return at.astimezone(UTC), run_id
 
 
-def parse_trigger(trigger: str | Trigger | None) -> str | None:
+def parse_trigger(trigger: str | Trigger | None, name: str = "trigger") -> str | None:
     """A run trigger by name; `InvalidArgument` naming the triggers otherwise."""
     if trigger is None or isinstance(trigger, Trigger):
         return None if trigger is None else trigger.value
@@ -164,7 +176,7 @@ def parse_trigger(trigger: str | Trigger | None) -> str | None:
         return Trigger(trigger).value
     except ValueError:
         raise InvalidArgument(
-            f"trigger {trigger!r}: expected one of {', '.join(t.value for t in Trigger)}"
+            f"{name} {trigger!r}: expected one of {', '.join(t.value for t in Trigger)}"
         ) from None
 
 

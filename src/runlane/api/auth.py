@@ -1,0 +1,166 @@
+"""Who asks: the `Viewer`, `Operator` and `Admin` dependencies of the endpoints.
+
+A request carries `Authorization: Bearer <token>`, checked by `operations.authenticate` (an
+unknown, expired or revoked token is 401). In trusted-proxy mode (`RUNLANE_HTTP_TRUSTED_PROXIES`
+set) a request from one of those addresses may instead name its user in
+`RUNLANE_HTTP_USER_HEADER` and its groups in `RUNLANE_HTTP_GROUPS_HEADER`, mapped to the highest
+role of `RUNLANE_HTTP_GROUP_ROLES`; from any other address the headers are ignored. The role a
+write needs, and a token's job scope, are checked by the operations (`Requester.require`), so
+every face refuses alike; the dependencies check only that a reader is at least a viewer.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import structlog
+from fastapi import Depends, Request
+
+from runlane.api.deps import RuntimeDep
+from runlane.core.access import Access, Role
+from runlane.core.runs import Trigger
+from runlane.errors import Forbidden, MalformedRequest, Unauthenticated
+from runlane.service import operations
+from runlane.service.operations import Requester
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+log = structlog.get_logger("runlane.api")
+
+# A proxy user's name is recorded as `requested_by` and in the audit log: a name, not a page.
+MAX_USER_CHARS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyAuth:
+    """Trusted-proxy mode: the proxies' networks, the two headers, and the group → role map."""
+
+    networks: tuple[Network, ...]
+    user_header: str
+    groups_header: str
+    group_roles: Mapping[str, Role]
+
+    def trusts(self, host: str | None) -> bool:
+        if not self.networks or host is None:
+            return False
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return False
+        return any(address in net for net in self.networks)
+
+
+def _items(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return tuple(str(v).strip() for v in value if str(v).strip())
+
+
+def _group_roles(value: Any) -> dict[str, Role]:
+    pairs: Iterable[Any]
+    if isinstance(value, Mapping):
+        pairs = value.items()
+    elif isinstance(value, str):
+        pairs = (part.split("=", 1) for part in _items(value) if "=" in part)
+    else:
+        pairs = value or ()
+    return {str(group).strip(): Role(str(role).strip().lower()) for group, role in pairs}
+
+
+def proxy_auth_of(settings: Any) -> ProxyAuth:
+    """The trusted-proxy configuration of `settings` (none: no proxy is trusted). Settings
+    that lack the fields (an older config) mean off."""
+    networks = tuple(
+        ipaddress.ip_network(text, strict=False)
+        for text in _items(getattr(settings, "http_trusted_proxies", ()))
+    )
+    return ProxyAuth(
+        networks=networks,
+        user_header=getattr(settings, "http_user_header", None) or "X-Forwarded-User",
+        groups_header=getattr(settings, "http_groups_header", None) or "X-Forwarded-Groups",
+        group_roles=_group_roles(getattr(settings, "http_group_roles", None)),
+    )
+
+
+def bearer_secret(request: Request) -> str | None:
+    """The token of `Authorization: Bearer <token>`; None when there is no such header.
+    Another scheme, or a header without a token, is 401 (the header is there, but says nothing
+    we accept)."""
+    header = request.headers.get("authorization")
+    if header is None:
+        return None
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthenticated("the Authorization header must be `Bearer <token>`")
+    return token.strip()
+
+
+def _proxy_requester(request: Request, proxy: ProxyAuth) -> Requester | None:
+    user = request.headers.get(proxy.user_header)
+    if user is None:
+        return None
+    user = user.strip()
+    if not user or not user.isprintable() or len(user) > MAX_USER_CHARS:
+        raise MalformedRequest(
+            f"the {proxy.user_header} header must be 1 to {MAX_USER_CHARS} printable characters"
+        )
+    groups = [g.strip() for g in request.headers.get(proxy.groups_header, "").split(",")]
+    roles = [proxy.group_roles[g] for g in groups if g in proxy.group_roles]
+    if not roles:
+        raise Forbidden(
+            f"user {user!r} is in no group that has a role "
+            f"(groups from {proxy.groups_header}: {', '.join(g for g in groups if g) or 'none'})"
+        )
+    role = max(roles, key=lambda r: r.rank)
+    return Requester(user, Trigger.MANUAL, access=Access(role))
+
+
+async def requester_of(request: Request, rt: RuntimeDep) -> Requester:
+    """Who sends `request`: the trusted proxy's user, or the bearer token's (401 otherwise)."""
+    proxy: ProxyAuth = getattr(request.app.state, "proxy_auth", None) or proxy_auth_of(rt.settings)
+    peer = request.client.host if request.client else None
+    if proxy.trusts(peer):
+        found = _proxy_requester(request, proxy)
+        if found is not None:
+            return found
+    return await operations.authenticate(rt, bearer_secret(request), trigger=Trigger.MANUAL)
+
+
+async def viewer(requester: Annotated[Requester, Depends(requester_of)]) -> Requester:
+    """Any authenticated caller: reading needs the viewer role, which every role has."""
+    requester.require(Role.VIEWER, action="read")
+    return requester
+
+
+Viewer = Annotated[Requester, Depends(viewer)]
+"""A caller that may read."""
+
+
+async def writer(request: Request, rt: RuntimeDep) -> Requester:
+    """A caller that asks to write. One that cannot be identified is refused (401, or 403 for
+    a proxy user in no mapped group) and logged, not written to the audit table: anybody who
+    can reach the port could fill that table with refusals. Once identified, every outcome,
+    a refusal of the role or scope included, is an audit row (`runlane.api.writes`)."""
+    try:
+        return await requester_of(request, rt)
+    except (Unauthenticated, Forbidden, MalformedRequest) as exc:
+        log.warning(
+            "api.write_refused",
+            code=exc.code,
+            method=request.method,
+            path=request.url.path,
+            remote=request.client.host if request.client else None,
+        )
+        raise
+
+
+Operator = Annotated[Requester, Depends(writer)]
+"""A caller that asks to run, cancel, pause, resume or emit: the operation checks the role
+(operator) and the token's job scope, so a refusal is audited like any other outcome."""
+
+Admin = Annotated[Requester, Depends(writer)]
+"""A caller that asks to manage tokens: the operation checks the admin role."""

@@ -1,0 +1,184 @@
+"""The API's limits and headers, as pure ASGI middleware (Starlette's BaseHTTPMiddleware
+buffers responses and breaks server-sent events): a bound on the request body, a per-request
+timeout, and the security headers every response carries.
+
+Each refuses with a problem (`runlane.api.problems`) before the app has answered, and lets a
+response that has started pass untouched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from runlane.api.headers import SECURITY_HEADERS
+from runlane.api.problems import PROBLEM_MEDIA_TYPE, problem_bytes
+from runlane.catalog.params import MAX_PARAMS_BYTES
+from runlane.errors import PayloadTooLarge
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+# The params a run may carry are limited to 1 MiB as compact JSON (the accept path checks it);
+# a body may be that plus room for its envelope (`{"params": ..., "confirm": ...}`, whitespace),
+# so params at their limit can be sent and params past it are refused by the accept path.
+MAX_BODY_BYTES = MAX_PARAMS_BYTES + 64 * 1024
+
+RAW_SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = tuple(
+    (name.lower().encode(), value.encode()) for name, value in SECURITY_HEADERS
+)
+
+
+async def send_problem(
+    send: Send, status: int, code: str, detail: str, *, instance: str | None = None
+) -> None:
+    body = problem_bytes(status, code, detail, instance=instance)
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class _Tracked:
+    """`send` that remembers whether the response has started (after which no problem can be
+    sent in its place)."""
+
+    def __init__(self, send: Send) -> None:
+        self.send = send
+        self.started = False
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self.send(message)
+
+
+class BodyLimit:
+    """Refuse a body over `limit` bytes with 413 `payload_too_large`: at once when its
+    Content-Length says so, or as soon as the streamed body passes it (a chunked upload)."""
+
+    def __init__(self, app: ASGIApp, limit: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        detail = f"the request body is larger than {self.limit} bytes"
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    await send_problem(
+                        send, 400, "malformed_request", "Content-Length is not a number"
+                    )
+                    return
+                if declared > self.limit:
+                    await send_problem(
+                        send, 413, "payload_too_large", detail, instance=scope.get("path")
+                    )
+                    return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    # Raised into the app, whose handlers render it (FastAPI wraps an error
+                    # of reading the body in a 400 whose cause it is: see problems.py).
+                    raise PayloadTooLarge(detail)
+            return message
+
+        tracked = _Tracked(send)
+        try:
+            await self.app(scope, limited, tracked)
+        except PayloadTooLarge:
+            if not tracked.started:
+                await send_problem(
+                    send, 413, "payload_too_large", detail, instance=scope.get("path")
+                )
+
+
+def streams(scope: Scope) -> bool:
+    """Whether the request follows a stream (a run's log as server-sent events): those last
+    as long as the run and are exempt from the request timeout."""
+    path: str = scope.get("path", "")
+    if not path.endswith("/logs"):
+        return False
+    query: bytes = scope.get("query_string", b"")
+    if b"follow=true" in query or b"follow=1" in query:
+        return True
+    return any(
+        name == b"accept" and b"text/event-stream" in value
+        for name, value in scope.get("headers", ())
+    )
+
+
+class RequestTimeout:
+    """Bound each request to `seconds`: past it, 503 `request_timeout` (the work is cancelled;
+    a write that had committed stays written, which an Idempotency-Key makes safe to retry)."""
+
+    def __init__(self, app: ASGIApp, seconds: float) -> None:
+        self.app = app
+        self.seconds = seconds
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.seconds <= 0 or streams(scope):
+            await self.app(scope, receive, send)
+            return
+        tracked = _Tracked(send)
+        try:
+            async with asyncio.timeout(self.seconds):
+                await self.app(scope, receive, tracked)
+        except TimeoutError:
+            if not tracked.started:
+                await send_problem(
+                    send,
+                    503,
+                    "request_timeout",
+                    f"the request took longer than {self.seconds:g} s",
+                    instance=scope.get("path"),
+                )
+
+
+class SecurityHeaders:
+    """The headers every response carries: no sniffing, no framing, no referrer, no content
+    the page did not bring; `Cache-Control: no-store` on the API (its answers are live state
+    and may be secrets, such as a new token)."""
+
+    def __init__(self, app: ASGIApp, api_prefix: str = "/api/") -> None:
+        self.app = app
+        self.api_prefix = api_prefix
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        no_store = scope.get("path", "").startswith(self.api_prefix)
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", ()))
+                present = {name.lower() for name, _ in headers}
+                headers.extend(h for h in RAW_SECURITY_HEADERS if h[0] not in present)
+                if no_store and b"cache-control" not in present:
+                    headers.append((b"cache-control", b"no-store"))
+                message["headers"] = headers
+            await send(message)
+
+        await self.app(scope, receive, with_headers)

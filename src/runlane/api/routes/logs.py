@@ -1,0 +1,285 @@
+"""A run's log over HTTP: `GET /api/v1/runs/{id}/logs`, whole (or its last lines) as text, or
+followed as server-sent events until the run (and its retries) end.
+
+Where the log is and when the run has ended are the operations layer's (`run_output`,
+`follow_run`); this module only frames it. A followed stream counts bytes: the UTF-8 text of the
+run's output (its attempts one after another, an incomplete log's marker and saved tail
+included), and each `data` event's `id` is the offset just after it. A client that reconnects
+with `Last-Event-ID: <offset>` gets exactly the rest: the operations layer reads the log from its
+start again and the bytes before the offset are skipped, so nothing is lost or repeated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+import structlog
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import PlainTextResponse, StreamingResponse
+
+from runlane.api.auth import Viewer
+from runlane.api.deps import RuntimeDep
+from runlane.api.problems import problem_responses
+from runlane.errors import InvalidArgument, MalformedRequest, RunlaneError
+from runlane.service.operations import (
+    LogIncomplete,
+    Notice,
+    OutputBytes,
+    OutputItem,
+    OutputText,
+    Retrying,
+    RunEnded,
+    run_output,
+)
+from runlane.service.views import run_dict
+
+router = APIRouter(tags=["runs"])
+log = structlog.get_logger("runlane.api")
+
+# A comment this often keeps idle proxies (nginx: 60 s by default) from closing a quiet stream.
+KEEPALIVE_SECONDS = 15.0
+MAX_TAIL_LINES = 100_000
+SSE_HEADERS = {
+    "Cache-Control": "no-cache",
+    "X-Accel-Buffering": "no",  # nginx (and ingress-nginx) pass each event on at once
+}
+
+
+def _last_event_id(value: str | None) -> int:
+    """The byte offset a reconnecting client already has (0 when it has none)."""
+    if value is None or value.strip() == "":
+        return 0
+    text = value.strip()
+    if not text.isdigit() or len(text) > 18:
+        raise MalformedRequest(
+            f"Last-Event-ID {value[:40]!r}: expected the byte offset of an earlier event"
+        )
+    return int(text)
+
+
+def _tail(text: bytes, lines: int) -> bytes:
+    """The last `lines` lines of `text` (a last line without its newline counts as one)."""
+    parts = text.splitlines(keepends=True)
+    return b"".join(parts[-lines:])
+
+
+def _plain_text(item: OutputItem) -> bytes:
+    if isinstance(item, OutputBytes):
+        return item.data
+    if isinstance(item, OutputText):
+        return item.text.encode()
+    if isinstance(item, LogIncomplete):
+        return _incomplete_text(item).encode()
+    return b""  # a notice (no output yet, none at all): the body is empty
+
+
+def _incomplete_text(item: LogIncomplete) -> str:
+    """An incomplete log's marker on its own line, then the tail saved with the run."""
+    text = ("\n" if item.line_open else "") + item.marker + "\n"
+    if item.tail:
+        text += item.tail if item.tail.endswith("\n") else item.tail + "\n"
+    return text
+
+
+@router.get(
+    "/api/v1/runs/{run_id}/logs",
+    summary="A run's log: as text, or followed as server-sent events",
+    response_class=PlainTextResponse,
+    responses={
+        **problem_responses(400, 403, 404),
+        200: {
+            "content": {
+                "text/plain": {"schema": {"type": "string"}},
+                "text/event-stream": {"schema": {"type": "string"}},
+            },
+            "description": "The log as text; with `follow=true`, a stream of events: `data` "
+            "(lines of output; `id` is the byte offset after them), `notice`, `retry`, and "
+            "`end` (the run's final status) last.",
+        },
+    },
+)
+async def run_logs(
+    run_id: str,
+    rt: RuntimeDep,
+    _reader: Viewer,
+    follow: Annotated[
+        bool, Query(description="Stream as server-sent events to the run's end.")
+    ] = False,
+    tail: Annotated[
+        int | None,
+        Query(description=f"Only the last N lines (1..{MAX_TAIL_LINES}); without `follow`."),
+    ] = None,
+    last_event_id: Annotated[
+        str | None,
+        Header(
+            alias="Last-Event-ID",
+            description="With `follow`: the `id` of the last event received (a byte offset); "
+            "the stream resumes just after it.",
+        ),
+    ] = None,
+) -> Any:
+    """The run's log (by id or unique prefix of 6+ characters): the log file as text, or with
+    `follow=true` server-sent events to the end of the run and its retries (docs/serving.md).
+    `unknown_run` 404, `ambiguous_id` 422, a `Last-Event-ID` that is not a byte offset
+    `malformed_request` 400."""
+    if tail is not None and not 1 <= tail <= MAX_TAIL_LINES:
+        raise InvalidArgument(f"tail {tail}: expected a number of lines from 1 to {MAX_TAIL_LINES}")
+    if follow:
+        if tail is not None:
+            raise InvalidArgument("tail: not with follow=true (resume with Last-Event-ID)")
+        offset = _last_event_id(last_event_id)
+        items = run_output(rt, run_id, follow=True)
+        first = await _first(items)  # an unknown run is a 404 before the stream starts
+        return StreamingResponse(
+            _events(first, items, offset), media_type="text/event-stream", headers=SSE_HEADERS
+        )
+    body = b"".join([_plain_text(item) async for item in run_output(rt, run_id)])
+    if tail is not None:
+        body = _tail(body, tail)
+    return PlainTextResponse(body, media_type="text/plain; charset=utf-8")
+
+
+async def _first(items: AsyncIterator[OutputItem]) -> OutputItem | None:
+    try:
+        return await anext(items)
+    except StopAsyncIteration:
+        return None
+
+
+def _event(name: str | None, data: str, event_id: int | None = None) -> bytes:
+    lines = [f"event: {name}"] if name else []
+    if event_id is not None:
+        lines.append(f"id: {event_id}")
+    lines += [f"data: {line}" for line in data.split("\n")]
+    return ("\n".join(lines) + "\n\n").encode()
+
+
+def _json(data: dict[str, Any]) -> str:
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+class _Framer:
+    """Turns the run's output into `data` events of whole lines, skipping the first `skip`
+    bytes (what a reconnecting client has). A line is held back until its newline comes, so
+    every event ends at a line's end; what is left when the run ends goes out before `end`."""
+
+    def __init__(self, skip: int) -> None:
+        self.skip = skip
+        self.position = 0  # bytes of output seen
+        self.pending = b""  # bytes past `skip` not sent yet (an unfinished line)
+
+    def feed(self, text: str) -> bytes:
+        data = text.encode()
+        start = self.position
+        self.position += len(data)
+        if self.position <= self.skip:
+            return b""
+        if start < self.skip:
+            data = data[self.skip - start :]
+        self.pending += data
+        cut = self.pending.rfind(b"\n")
+        if cut < 0:
+            return b""
+        whole, self.pending = self.pending[: cut + 1], self.pending[cut + 1 :]
+        return self._data(whole, self.position - len(self.pending))
+
+    def flush(self) -> bytes:
+        whole, self.pending = self.pending, b""
+        return self._data(whole, self.position) if whole else b""
+
+    @staticmethod
+    def _data(chunk: bytes, offset: int) -> bytes:
+        text = chunk.decode("utf-8", "replace")
+        return _event(None, text[:-1] if text.endswith("\n") else text, offset)
+
+
+def _meta(item: OutputItem) -> bytes:
+    """A notice, a retry or the end as its own named event (not counted in the offsets)."""
+    if isinstance(item, Notice):
+        return _event(
+            "notice", _json({"code": item.code, "message": item.message, "level": item.level})
+        )
+    if isinstance(item, Retrying):
+        return _event(
+            "retry",
+            _json(
+                {
+                    "ended": {"id": item.ended.id, "status": item.ended.status.value},
+                    "next_run_id": item.next_run.id,
+                    "attempt": item.next_run.attempt,
+                }
+            ),
+        )
+    if isinstance(item, RunEnded):
+        return _event("end", _json({"status": item.run.status.value, "run": run_dict(item.run)}))
+    return b""
+
+
+async def _events(
+    first: OutputItem | None, items: AsyncIterator[OutputItem], skip: int
+) -> AsyncIterator[bytes]:
+    """The stream: the operations layer's items as events, a keep-alive comment after every
+    KEEPALIVE_SECONDS of silence, and nothing after `end`. Items are read by a task, so a
+    quiet run's stream still sends its keep-alives."""
+    queue: asyncio.Queue[OutputItem | BaseException | None] = asyncio.Queue(maxsize=64)
+
+    async def read() -> None:
+        try:
+            if first is not None:
+                await queue.put(first)
+            async for item in items:
+                await queue.put(item)
+        except Exception as exc:  # noqa: BLE001 - passed on to the stream, which ends on it
+            await queue.put(exc)
+        else:
+            await queue.put(None)
+
+    framer = _Framer(skip)
+    reader = asyncio.create_task(read())
+    try:
+        yield b"retry: 2000\n\n"  # how long an EventSource waits before it reconnects
+        while True:
+            try:
+                async with asyncio.timeout(KEEPALIVE_SECONDS):
+                    item = await queue.get()
+            except TimeoutError:
+                yield b": keep-alive\n\n"
+                continue
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                # The stream has started (200): an error can only be said as an event.
+                if isinstance(item, RunlaneError):
+                    code, message = item.code, item.message
+                else:
+                    log.error("http.log_stream_failed", error=repr(item))
+                    code, message = "internal_error", "the log could not be read"
+                yield framer.flush()
+                yield _event("error", _json({"code": code, "message": message}))
+                return
+            if isinstance(item, OutputText):
+                chunk = framer.feed(item.text)
+            elif isinstance(item, OutputBytes):
+                chunk = framer.feed(item.data.decode("utf-8", "replace"))
+            elif isinstance(item, LogIncomplete):
+                chunk = framer.feed(_incomplete_text(item))
+            else:
+                if isinstance(item, (Retrying, RunEnded)):
+                    chunk = framer.flush()  # the attempt's last line, whole or not
+                    if chunk:
+                        yield chunk
+                chunk = _meta(item) if framer.position >= skip else b""
+                if isinstance(item, RunEnded):
+                    chunk = _meta(item)  # always: it closes the stream
+            if chunk:
+                yield chunk
+            if isinstance(item, RunEnded):
+                return
+    finally:
+        reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await reader

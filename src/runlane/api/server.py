@@ -1,0 +1,216 @@
+"""Serving the app over HTTP: uvicorn's server in the caller's event loop (beside the launcher in
+`runlane serve`, alone in `runlane web`), on a socket bound here so that an address in use is one
+clear line before anything else starts.
+
+The server installs no signal handlers: the process owns SIGTERM (the launcher stops on it, and
+`stop` is set for this server). Access logs are off (`runlane` logs its own events); uvicorn's
+own records go through the root logger, which `runlane.cli.logging` formats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import signal
+import socket
+from collections.abc import Iterator
+
+import structlog
+import uvicorn
+from starlette.applications import Starlette
+
+from runlane.errors import ConfigError
+from runlane.service.config import Settings, parse_http_addr
+
+__all__ = [
+    "ListenError",
+    "bind_socket",
+    "parse_http_addr",
+    "serve_http",
+    "serve_web",
+    "serve_with_http",
+    "shown_addr",
+]
+
+log = structlog.get_logger("runlane.http")
+
+# How long a stopping server waits for requests in flight (a followed log streams until the
+# run ends) before it cancels them: well inside the launcher's own shutdown grace.
+SHUTDOWN_GRACE_SECONDS = 5
+
+
+class ListenError(ConfigError):
+    """The HTTP address cannot be listened on (in use, not this host's, a privileged port)."""
+
+
+def shown_addr(host: str, port: int) -> str:
+    """`127.0.0.1:8080`, `[::1]:8080`."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on (host, port), or one `ListenError` line naming the address and
+    the settings that chose it."""
+    where = shown_addr(host, port)
+    try:
+        infos = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE | socket.AI_NUMERICSERV
+        )
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
+        raise ListenError(
+            f"cannot listen on {where}: {reason} (RUNLANE_HTTP_ADDR / --http-addr)"
+        ) from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        # Like every server: a restart may bind while the last one's connections time out.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        reason = "address already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+        raise ListenError(
+            f"cannot listen on {where}: {(reason or str(exc)).lower()} "
+            "(RUNLANE_HTTP_ADDR / --http-addr)"
+        ) from None
+    sock.set_inheritable(False)  # a job the launcher spawns does not hold the port open
+    return sock
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server without its signal handlers: whoever runs it owns SIGTERM/SIGINT."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def serve_http(
+    app: Starlette,
+    host: str,
+    port: int,
+    *,
+    stop: asyncio.Event,
+    started: asyncio.Event | None = None,
+    sock: socket.socket | None = None,
+) -> None:
+    """Serve `app` on host:port in this event loop until `stop` is set, then shut down
+    gracefully (requests in flight get SHUTDOWN_GRACE_SECONDS) and return.
+
+    The app's lifespan runs here, around the server, rather than through uvicorn's lifespan
+    protocol: a failure to start (no database at that path, an invalid catalog) is then the
+    app's own error, which the CLI prints in one line, not a traceback in uvicorn's log.
+    `started` is set once the app has started and the socket listens, and `serving
+    http://HOST:PORT` is logged. An address that cannot be listened on raises `ListenError`
+    before the app starts. `sock`: a socket already bound by `bind_socket`."""
+    sock = sock if sock is not None else bind_socket(host, port)
+    try:
+        async with app.router.lifespan_context(app):
+            await _serve(app, sock, stop, started)
+    finally:
+        sock.close()
+
+
+async def _serve(
+    app: Starlette, sock: socket.socket, stop: asyncio.Event, started: asyncio.Event | None
+) -> None:
+    bound_host, bound_port = sock.getsockname()[:2]
+    config = uvicorn.Config(
+        app,
+        lifespan="off",  # run by `serve_http`
+        loop="none",
+        http="h11",
+        ws="none",
+        log_config=None,
+        access_log=False,
+        server_header=False,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
+    )
+    server = _Server(config)
+
+    async def watch() -> None:
+        await stop.wait()
+        server.should_exit = True
+
+    async def announce() -> None:
+        while not server.started:
+            if server.should_exit:
+                return
+            await asyncio.sleep(0.02)
+        # The one line that says where (with port 0, the port the system chose).
+        log.info(f"serving http://{shown_addr(bound_host, bound_port)}")
+        if started is not None:
+            started.set()
+
+    watcher = asyncio.create_task(watch())
+    announcer = asyncio.create_task(announce())
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        watcher.cancel()
+        announcer.cancel()
+
+
+async def serve_with_http(settings: Settings, listen: tuple[str, int] | None) -> None:
+    """`runlane serve`: the launcher and, unless `listen` is None, the HTTP app in this one
+    event loop. The address is bound and the app started first, so an address in use stops
+    the command before the launcher claims anything; the launcher's SIGTERM/SIGINT stop both
+    (the launcher first: it lets its runs finish, while HTTP keeps answering until it has).
+    Should the HTTP server stop by itself, the launcher stops too: never one without the
+    other."""
+    from runlane.service.runtime import serve as serve_launcher
+
+    if listen is None:
+        await serve_launcher(settings, freeze_gc=True)
+        return
+    host, port = listen
+    sock = bind_socket(host, port)
+    http_stop = asyncio.Event()
+    launcher_stop = asyncio.Event()
+    started = asyncio.Event()
+    http = asyncio.create_task(
+        serve_http(_app(settings), host, port, stop=http_stop, started=started, sock=sock)
+    )
+    http.add_done_callback(lambda _: launcher_stop.set())
+    up = asyncio.create_task(started.wait())
+    try:
+        await asyncio.wait({http, up}, return_when=asyncio.FIRST_COMPLETED)
+        if not started.is_set():
+            await http  # it ended before it served: its error is the command's
+            return
+        await serve_launcher(settings, stop=launcher_stop, freeze_gc=True)
+    except BaseException:
+        http_stop.set()
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await http
+        raise
+    finally:
+        up.cancel()
+    http_stop.set()
+    await http  # an HTTP server that failed while the launcher ran: its error is the command's
+
+
+async def serve_web(settings: Settings, listen: tuple[str, int]) -> None:
+    """`runlane web`: the HTTP app alone (no launcher) until SIGTERM or SIGINT."""
+    host, port = listen
+    sock = bind_socket(host, port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await serve_http(_app(settings), host, port, stop=stop, sock=sock)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+def _app(settings: Settings) -> Starlette:
+    from runlane.api.app import create_app
+
+    return create_app(settings)
