@@ -109,6 +109,7 @@ async def serve_http(
     http://HOST:PORT` is logged. An address that cannot be listened on raises `ListenError`
     before the app starts. `sock`: a socket already bound by `bind_socket`."""
     sock = sock if sock is not None else bind_socket(host, port)
+    app.state.http_stopping = stop  # followed logs end when it is set (routes/logs.py)
     try:
         async with app.router.lifespan_context(app):
             await _serve(app, sock, stop, started)

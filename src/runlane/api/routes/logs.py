@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 import structlog
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from runlane.api.auth import Viewer
@@ -104,6 +104,7 @@ def _incomplete_text(item: LogIncomplete) -> str:
 )
 async def run_logs(
     run_id: str,
+    request: Request,
     rt: RuntimeDep,
     _reader: Viewer,
     follow: Annotated[
@@ -135,7 +136,9 @@ async def run_logs(
         items = run_output(rt, run_id, follow=True)
         first = await _first(items)  # an unknown run is a 404 before the stream starts
         return StreamingResponse(
-            _events(first, items, offset), media_type="text/event-stream", headers=SSE_HEADERS
+            _events(first, items, offset, getattr(request.app.state, "http_stopping", None)),
+            media_type="text/event-stream",
+            headers=SSE_HEADERS,
         )
     body = b"".join([_plain_text(item) async for item in run_output(rt, run_id)])
     if tail is not None:
@@ -220,11 +223,18 @@ def _meta(item: OutputItem) -> bytes:
 
 
 async def _events(
-    first: OutputItem | None, items: AsyncIterator[OutputItem], skip: int
+    first: OutputItem | None,
+    items: AsyncIterator[OutputItem],
+    skip: int,
+    stopping: asyncio.Event | None = None,
 ) -> AsyncIterator[bytes]:
     """The stream: the operations layer's items as events, a keep-alive comment after every
     KEEPALIVE_SECONDS of silence, and nothing after `end`. Items are read by a task, so a
-    quiet run's stream still sends its keep-alives."""
+    quiet run's stream still sends its keep-alives.
+
+    When the server stops (`stopping`, set by `serve_http`), the stream ends at once after the
+    last whole event, without `end`: the client reconnects (to another replica behind the
+    Service) with its Last-Event-ID and loses nothing, rather than hold the shutdown."""
     queue: asyncio.Queue[OutputItem | BaseException | None] = asyncio.Queue(maxsize=64)
 
     async def read() -> None:
@@ -240,15 +250,22 @@ async def _events(
 
     framer = _Framer(skip)
     reader = asyncio.create_task(read())
+    stop_wait = asyncio.create_task(stopping.wait()) if stopping is not None else None
     try:
         yield b"retry: 2000\n\n"  # how long an EventSource waits before it reconnects
         while True:
-            try:
-                async with asyncio.timeout(KEEPALIVE_SECONDS):
-                    item = await queue.get()
-            except TimeoutError:
+            getter = asyncio.ensure_future(queue.get())
+            waits = {getter} if stop_wait is None else {getter, stop_wait}
+            await asyncio.wait(
+                waits, timeout=KEEPALIVE_SECONDS, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not getter.done():
+                getter.cancel()  # nothing was taken from the queue
+                if stop_wait is not None and stop_wait.done():
+                    return
                 yield b": keep-alive\n\n"
                 continue
+            item = getter.result()
             if item is None:
                 return
             if isinstance(item, BaseException):
@@ -281,5 +298,7 @@ async def _events(
                 return
     finally:
         reader.cancel()
+        if stop_wait is not None:
+            stop_wait.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await reader

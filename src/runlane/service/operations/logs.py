@@ -6,6 +6,7 @@ incomplete log file's marker, each retry, and the run's end."""
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import re
 from collections.abc import AsyncIterator, Callable
@@ -77,6 +78,10 @@ _INCOMPLETE_LOG = re.compile(
 )
 
 
+def _utf8_decoder() -> codecs.IncrementalDecoder:
+    return codecs.getincrementaldecoder("utf-8")("replace")
+
+
 def incomplete_log_error(note: str | None, log_name: str) -> str | None:
     """Why the log file named `log_name` was left incomplete (`No space left on device`), as
     the run's note says; None when the note says no such thing of that file."""
@@ -119,6 +124,7 @@ async def follow_run(
     line_open: dict[str, bool] = {}  # whether what was read of it stops mid-line
     told: set[str] = set()  # runs whose repair was said: once, not on every poll
     found: dict[str, Path] = {}  # each run's log file once found: not looked for again
+    decoders: dict[str, codecs.IncrementalDecoder] = {}  # each log file's UTF-8 decoder
 
     async def log_file(of: Run) -> Path:
         if of.id not in found:
@@ -137,10 +143,15 @@ async def follow_run(
             with path.open("rb") as fh:
                 fh.seek(printed.get(str(path), 0))
                 chunk = fh.read()
+            # Decoded incrementally: a character whose bytes straddle two reads of a growing
+            # file comes out whole with the second read, not as two replacement characters.
+            decoder = decoders.setdefault(str(path), _utf8_decoder())
             if chunk:
                 printed[str(path)] = printed.get(str(path), 0) + len(chunk)
                 line_open[str(path)] = not chunk.endswith(b"\n")
-                yield OutputText(chunk.decode("utf-8", "replace"))
+            text = decoder.decode(chunk, final=run.status.is_final)
+            if text:
+                yield OutputText(text)
         if run.status.is_final:
             told_tail = False
             if path is not None:  # the file is whole once the run has ended: read to its end
