@@ -153,6 +153,11 @@ def test_a_followed_log_is_exempt_from_the_timeout() -> None:
     assert streams(scope("/api/v1/runs/abc/logs", headers=[(b"accept", b"text/event-stream")]))
     assert not streams(scope("/api/v1/runs/abc/logs"))
     assert not streams(scope("/api/v1/runs", b"follow=true"))
+    # Every spelling the route's boolean takes as true is a stream; false ones are not.
+    for word in (b"yes", b"on", b"True", b"1", b"t"):
+        assert streams(scope("/api/v1/runs/abc/logs", b"tail=5&follow=" + word)), word
+    for word in (b"false", b"0", b"no", b""):
+        assert not streams(scope("/api/v1/runs/abc/logs", b"follow=" + word)), word
 
 
 async def test_a_streamed_body_past_the_limit_is_413_before_the_app_answers() -> None:

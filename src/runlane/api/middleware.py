@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
+from urllib.parse import parse_qsl
 
 from runlane.api.headers import SECURITY_HEADERS
 from runlane.api.problems import PROBLEM_MEDIA_TYPE, problem_bytes
@@ -114,6 +115,9 @@ class BodyLimit:
                 )
 
 
+TRUE_WORDS = frozenset({"1", "on", "t", "true", "y", "yes"})
+
+
 def streams(scope: Scope) -> bool:
     """Whether the request follows a stream (a run's log as server-sent events): those last
     as long as the run and are exempt from the request timeout."""
@@ -121,8 +125,11 @@ def streams(scope: Scope) -> bool:
     if not path.endswith("/logs"):
         return False
     query: bytes = scope.get("query_string", b"")
-    if b"follow=true" in query or b"follow=1" in query:
-        return True
+    # Every spelling of true the route's boolean accepts (pydantic's), so no followed stream
+    # is cut at the request timeout because it wrote `follow=yes`.
+    for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+        if name == "follow" and value.strip().lower() in TRUE_WORDS:
+            return True
     return any(
         name == b"accept" and b"text/event-stream" in value
         for name, value in scope.get("headers", ())

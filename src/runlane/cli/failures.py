@@ -23,14 +23,21 @@ def fail(message: str, code: int = 1) -> typer.Exit:
     return typer.Exit(code)
 
 
+def problem_lines(exc: RunlaneError) -> list[str]:
+    """The problems the CLI prints before the error's line: an invalid catalog's
+    `FILE:LINE:COL: message`s. A ParamError's problems (each with its param, for the API's
+    field pointers) are already in its message, which the CLI prints alone."""
+    return [p for p in getattr(exc, "problems", None) or [] if isinstance(p, str)]
+
+
 def error_object(exc: RunlaneError) -> dict[str, Any]:
     """What a refusal prints on stdout under `--json` (besides its line on stderr)."""
     data: dict[str, Any] = {"error": exc.code, "message": exc.message}
     if isinstance(exc, OverlapRefused):
         data["active_run_id"] = exc.active_run_id
-    problems = getattr(exc, "problems", None)
+    problems = problem_lines(exc)
     if problems:
-        data["problems"] = list(problems)
+        data["problems"] = problems
     return data
 
 
@@ -47,8 +54,7 @@ def one_line_errors(fn: Callable[P, T]) -> Callable[P, T]:
         except RunlaneError as exc:
             if kwargs.get("as_json"):
                 print_json(error_object(exc))
-            problems = getattr(exc, "problems", None) or []
-            for problem in problems:
+            for problem in problem_lines(exc):
                 if problem != exc.message:  # a missing file is its own only problem
                     err.print(output.escape(problem))
             raise fail(exc.message, exc.exit_code) from None
