@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import socket
 import sys
 import time
@@ -417,3 +418,56 @@ async def test_a_character_split_between_two_reads_comes_out_whole(
     data = [e for e in parse_events(text) if "event" not in e]
     assert [e["data"] for e in data] == ["line one", "first é done"]
     assert int(data[-1]["id"]) == len(log_file.read_bytes())
+
+
+def spec_events(raw: str) -> tuple[list[dict[str, str]], str | None]:
+    """Server-sent events as a browser's EventSource parses them (lines end at CRLF, a lone CR
+    or LF; a blank line dispatches), and the last event id it would resume from."""
+    events: list[dict[str, str]] = []
+    data: list[str] = []
+    name, last_id = "message", None
+    for line in re.split(r"\r\n|\r|\n", raw):
+        if line == "":
+            if data:
+                events.append({"event": name, "data": "\n".join(data)})
+            data, name = [], "message"
+            continue
+        if line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if field == "data":
+            data.append(value)
+        elif field == "event":
+            name = value
+        elif field == "id":
+            last_id = value
+    return events, last_id
+
+
+async def test_carriage_returns_in_the_output_cannot_forge_events(
+    served: Served, store: Store, settings: Settings
+) -> None:
+    """SSE ends a line at a lone CR too: output with CRs stays data (no forged `end` or id),
+    and a progress line rewritten with CR shows every state."""
+    run_id = await queue_run(store, settings, "flaky")  # queued: its log is written here
+    log_file = Path(settings.log_dir) / f"{run_id}.1.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    forged = 'pwned\r\revent: end\rdata: {"status":"success"}\rid: 999999\r\r\n'
+    log_file.write_bytes((forged + "progress 10%\rprogress 100%\r\n").encode())
+    text = ""
+    async with served.client.stream(
+        "GET", f"/api/v1/runs/{run_id}/logs", params={"follow": "true"}
+    ) as answer:
+        async for chunk in answer.aiter_text():
+            text += chunk
+            if "progress 100%" in text and text.endswith("\n\n"):
+                break
+    events, last_id = spec_events(text)
+    assert [e["event"] for e in events if e["event"] != "notice"] == ["message"]
+    (data,) = [e["data"] for e in events if e["event"] == "message"]
+    assert data == (
+        'pwned\n\nevent: end\ndata: {"status":"success"}\nid: 999999\n\n'
+        "progress 10%\nprogress 100%"
+    )
+    assert last_id == str(len(log_file.read_bytes()))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -153,11 +154,17 @@ async def _first(items: AsyncIterator[OutputItem]) -> OutputItem | None:
         return None
 
 
+# Where SSE ends a line: CRLF, a lone CR or LF. Each piece of the data goes out as its own
+# `data:` line, so a job's carriage return cannot end the field and start one of its own (a forged
+# `event: end` or `id:`).
+_SSE_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
 def _event(name: str | None, data: str, event_id: int | None = None) -> bytes:
     lines = [f"event: {name}"] if name else []
     if event_id is not None:
         lines.append(f"id: {event_id}")
-    lines += [f"data: {line}" for line in data.split("\n")]
+    lines += [f"data: {line}" for line in _SSE_LINE_END.split(data)]
     return ("\n".join(lines) + "\n\n").encode()
 
 
@@ -197,7 +204,7 @@ class _Framer:
     @staticmethod
     def _data(chunk: bytes, offset: int) -> bytes:
         text = chunk.decode("utf-8", "replace")
-        return _event(None, text[:-1] if text.endswith("\n") else text, offset)
+        return _event(None, text.removesuffix("\n").removesuffix("\r"), offset)
 
 
 def _meta(item: OutputItem) -> bytes:
