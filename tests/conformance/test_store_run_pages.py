@@ -347,4 +347,5 @@ async def test_the_retry_of_a_run_is_found_however_busy_its_job_is(harness: Stor
     assert await store.list_runs(RunFilter(retry_of="not-an-id")) == []
     failed = replace(first, status=RunStatus.FAILURE)
     found = await next_attempt(rt, failed)
-    assert found is not None and found.id == retry.id
+    assert found is not None
+    assert found.id == retry.id
