@@ -359,7 +359,7 @@ async def _events(
                 except RunlaneError as exc:
                     getter.cancel()
                     log.info("http.log_stream_ended", code=exc.code)
-                    yield framer.flush()
+                    # Nothing more of the log (not even a held-back line): only why it ends.
                     yield _event("error", _json({"code": exc.code, "message": exc.message}))
                     return
             if not getter.done():
