@@ -462,3 +462,43 @@ async def test_a_followed_pod_run_ends_with_its_end(
     assert isinstance(items[-1], RunEnded)
     assert items[-1].run.status is RunStatus.CANCELLED
     assert len(items) == 2
+
+
+async def test_a_followed_pod_run_goes_on_to_its_retry(
+    rt: Runtime, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uuid
+
+    from runlane.core.runs import NewRun
+    from runlane.service.operations import Retrying, logs
+
+    async def pod_run() -> str:
+        new = NewRun(
+            id=str(uuid.uuid4()),
+            job="hello",
+            trigger=Trigger.CLI,
+            dedupe_key=str(uuid.uuid4()),
+            executor="pod",
+            overlap="allow",
+        )
+        return (await store.accept(new)).run.id
+
+    first, second = await pod_run(), await pod_run()
+
+    async def pod_log(_job: str, run_id: str, *_: Any, **__: Any) -> Any:
+        yield f"pod of {run_id}"
+        await store.request_cancel(run_id, by="alice")
+
+    async def next_attempt(_rt: Runtime, run: Any) -> Any:
+        return await store.get_run(second) if run.id == first else None
+
+    monkeypatch.setattr(logs, "pod_log", pod_log)
+    monkeypatch.setattr(logs, "next_attempt", next_attempt)
+    async with asyncio.timeout(10):
+        items = [item async for item in operations.run_output(rt, first, follow=True)]
+    items = [i for i in items if not isinstance(i, operations.Notice)]
+    assert [type(i) for i in items] == [OutputText, Retrying, OutputText, RunEnded]
+    assert items[0] == OutputText(f"pod of {first}\n")
+    assert items[2] == OutputText(f"pod of {second}\n")
+    assert isinstance(items[-1], RunEnded)
+    assert items[-1].run.id == second
