@@ -298,6 +298,22 @@ async def test_follow_through_a_retry(
     assert int(events[2]["id"]) == len(b"attempt 1\nattempt 2\n")
 
 
+async def until_keepalives(
+    client: httpx.AsyncClient, run_id: str, count: int = 2
+) -> tuple[str, httpx.Response]:
+    """A run's followed log up to its `count`th keep-alive (bounded: 5 s)."""
+    text = ""
+    async with (
+        asyncio.timeout(5),
+        client.stream("GET", f"/api/v1/runs/{run_id}/logs", params={"follow": "true"}) as answer,
+    ):
+        async for chunk in answer.aiter_text():
+            text += chunk
+            if text.count(": keep-alive") >= count:
+                break
+    return text, answer
+
+
 async def test_follow_keeps_quiet_streams_alive(
     served: Served, store: Store, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -305,14 +321,7 @@ async def test_follow_keeps_quiet_streams_alive(
 
     monkeypatch.setattr(logs, "KEEPALIVE_SECONDS", 0.05)
     run_id = await queue_run(store, settings, "flaky")  # queued: no launcher runs it
-    text = ""
-    async with served.client.stream(
-        "GET", f"/api/v1/runs/{run_id}/logs", params={"follow": "true"}
-    ) as answer:
-        async for chunk in answer.aiter_text():
-            text += chunk
-            if text.count(": keep-alive") >= 2:
-                break
+    text, _ = await until_keepalives(served.client, run_id)
     notices = [e for e in parse_events(text) if e.get("event") == "notice"]
     assert notices
     assert json.loads(notices[0]["data"])["code"] == "no_launcher"
@@ -456,14 +465,7 @@ async def test_carriage_returns_in_the_output_cannot_forge_events(
     log_file.parent.mkdir(parents=True, exist_ok=True)
     forged = 'pwned\r\revent: end\rdata: {"status":"success"}\rid: 999999\r\r\n'
     log_file.write_bytes((forged + "progress 10%\rprogress 100%\r\n").encode())
-    text = ""
-    async with served.client.stream(
-        "GET", f"/api/v1/runs/{run_id}/logs", params={"follow": "true"}
-    ) as answer:
-        async for chunk in answer.aiter_text():
-            text += chunk
-            if "progress 100%" in text and text.endswith("\n\n"):
-                break
+    text, _ = await read_until(served.client, f"/api/v1/runs/{run_id}/logs", "progress 100%")
     events, last_id = spec_events(text)
     assert [e["event"] for e in events if e["event"] != "notice"] == ["message"]
     (data,) = [e["data"] for e in events if e["event"] == "message"]
@@ -488,19 +490,9 @@ async def test_a_quiet_run_is_streamed_at_once(
 
     monkeypatch.setattr(output, "no_launcher_notices", no_notices)
     run_id = await queue_run(store, settings, "flaky")  # queued: no launcher runs it
-    text = ""
-    async with (
-        asyncio.timeout(5),
-        served.client.stream(
-            "GET", f"/api/v1/runs/{run_id}/logs", params={"follow": "true"}
-        ) as answer,
-    ):
-        assert answer.status_code == 200
-        assert answer.headers["content-type"].startswith("text/event-stream")
-        async for chunk in answer.aiter_text():
-            text += chunk
-            if text.count(": keep-alive") >= 2:
-                break
+    text, answer = await until_keepalives(served.client, run_id)
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/event-stream")
     assert parse_events(text) == []
 
 

@@ -426,28 +426,32 @@ async def test_output_of_a_run_that_never_started_says_how_it_ended(rt: Runtime)
     assert [type(i) for i in followed] == [RunEnded]
 
 
+async def queued_pod_run(store: Store) -> str:
+    """A queued run of `hello` on the pod executor (its pod's log is the test's fake)."""
+    import uuid
+
+    from runlane.core.runs import NewRun
+
+    new = NewRun(
+        id=str(uuid.uuid4()),
+        job="hello",
+        trigger=Trigger.CLI,
+        dedupe_key=str(uuid.uuid4()),
+        executor="pod",
+        overlap="allow",
+    )
+    return (await store.accept(new)).run.id
+
+
 async def test_a_followed_pod_run_ends_with_its_end(
     rt: Runtime, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The pod's log is followed to its container's end, then the run's end is waited for and
     said (`RunEnded`), as for a local run: without it a client cannot tell the end from a
     dropped connection, and reconnects forever."""
-    import uuid
-
-    from runlane.core.runs import NewRun
     from runlane.service.operations import logs
 
-    accepted = await store.accept(
-        NewRun(
-            id=str(uuid.uuid4()),
-            job="hello",
-            trigger=Trigger.CLI,
-            dedupe_key=str(uuid.uuid4()),
-            executor="pod",
-            overlap="allow",
-        )
-    )
-    run_id = accepted.run.id
+    run_id = await queued_pod_run(store)
 
     async def pod_log(*_: Any, **__: Any) -> Any:
         yield "hello from the pod"
@@ -467,23 +471,9 @@ async def test_a_followed_pod_run_ends_with_its_end(
 async def test_a_followed_pod_run_goes_on_to_its_retry(
     rt: Runtime, store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import uuid
-
-    from runlane.core.runs import NewRun
     from runlane.service.operations import Retrying, logs
 
-    async def pod_run() -> str:
-        new = NewRun(
-            id=str(uuid.uuid4()),
-            job="hello",
-            trigger=Trigger.CLI,
-            dedupe_key=str(uuid.uuid4()),
-            executor="pod",
-            overlap="allow",
-        )
-        return (await store.accept(new)).run.id
-
-    first, second = await pod_run(), await pod_run()
+    first, second = await queued_pod_run(store), await queued_pod_run(store)
 
     async def pod_log(_job: str, run_id: str, *_: Any, **__: Any) -> Any:
         yield f"pod of {run_id}"
