@@ -244,6 +244,14 @@ class RequestTimeout(RunlaneError):
     http_status = 503
 
 
+class TooManyStreams(RunlaneError):
+    """The requester has as many followed logs open as one may (each polls the database): close
+    one, or wait for one to end, and try again."""
+
+    code = "too_many_streams"
+    http_status = 429
+
+
 class IdempotencyKeyReused(RunlaneError):
     """The Idempotency-Key was used before with another request (another method, path or body)."""
 

@@ -322,3 +322,30 @@ async def test_each_filter_reads_its_own_index_on_sqlite(tmp_path: Path) -> None
             assert steps[0].startswith(plan), (filters, steps)
     finally:
         conn.close()
+
+
+async def test_the_retry_of_a_run_is_found_however_busy_its_job_is(harness: StoreHarness) -> None:
+    # A follow goes on to the retry through `next_attempt`; it read only the job's 200 newest
+    # runs, so on a busy job a follow ended at the failed attempt.
+    from dataclasses import replace
+
+    from runlane.service.operations.runs import next_attempt
+
+    rt, store, clock = await pinned(harness)
+    first = (await store.accept(new_run("busy", max_attempts=2))).run
+    clock.advance(1)
+    retry = (
+        await store.accept(
+            new_run("busy", attempt=2, retry_of=first.id, max_attempts=2, trigger=Trigger.RETRY)
+        )
+    ).run
+    for _ in range(205):
+        clock.advance(1)
+        await store.accept(new_run("busy"))
+    assert [r.id for r in await store.list_runs(RunFilter(retry_of=first.id))] == [retry.id]
+    assert await store.list_runs(RunFilter(retry_of=retry.id)) == []
+    assert await store.list_runs(RunFilter(retry_of="not-an-id")) == []
+    failed = replace(first, status=RunStatus.FAILURE)
+    found = await next_attempt(rt, failed)
+    assert found is not None
+    assert found.id == retry.id

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import socket
 import sys
 import time
@@ -30,6 +31,7 @@ from runlane.ports import Store
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.config import Settings
 from runlane.service.operations import Requester
+from tests.support.waiting import eventually
 
 from .conftest import Running
 
@@ -296,6 +298,22 @@ async def test_follow_through_a_retry(
     assert int(events[2]["id"]) == len(b"attempt 1\nattempt 2\n")
 
 
+async def until_keepalives(
+    client: httpx.AsyncClient, run_id: str, count: int = 2
+) -> tuple[str, httpx.Response]:
+    """A run's followed log up to its `count`th keep-alive (bounded: 5 s)."""
+    text = ""
+    async with (
+        asyncio.timeout(5),
+        client.stream("GET", f"/api/v1/runs/{run_id}/logs", params={"follow": "true"}) as answer,
+    ):
+        async for chunk in answer.aiter_text():
+            text += chunk
+            if text.count(": keep-alive") >= count:
+                break
+    return text, answer
+
+
 async def test_follow_keeps_quiet_streams_alive(
     served: Served, store: Store, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -303,14 +321,7 @@ async def test_follow_keeps_quiet_streams_alive(
 
     monkeypatch.setattr(logs, "KEEPALIVE_SECONDS", 0.05)
     run_id = await queue_run(store, settings, "flaky")  # queued: no launcher runs it
-    text = ""
-    async with served.client.stream(
-        "GET", f"/api/v1/runs/{run_id}/logs", params={"follow": "true"}
-    ) as answer:
-        async for chunk in answer.aiter_text():
-            text += chunk
-            if text.count(": keep-alive") >= 2:
-                break
+    text, _ = await until_keepalives(served.client, run_id)
     notices = [e for e in parse_events(text) if e.get("event") == "notice"]
     assert notices
     assert json.loads(notices[0]["data"])["code"] == "no_launcher"
@@ -417,3 +428,157 @@ async def test_a_character_split_between_two_reads_comes_out_whole(
     data = [e for e in parse_events(text) if "event" not in e]
     assert [e["data"] for e in data] == ["line one", "first é done"]
     assert int(data[-1]["id"]) == len(log_file.read_bytes())
+
+
+def spec_events(raw: str) -> tuple[list[dict[str, str]], str | None]:
+    """Server-sent events as a browser's EventSource parses them (lines end at CRLF, a lone CR
+    or LF; a blank line dispatches), and the last event id it would resume from."""
+    events: list[dict[str, str]] = []
+    data: list[str] = []
+    name, last_id = "message", None
+    for line in re.split(r"\r\n|\r|\n", raw):
+        if line == "":
+            if data:
+                events.append({"event": name, "data": "\n".join(data)})
+            data, name = [], "message"
+            continue
+        if line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if field == "data":
+            data.append(value)
+        elif field == "event":
+            name = value
+        elif field == "id":
+            last_id = value
+    return events, last_id
+
+
+async def test_carriage_returns_in_the_output_cannot_forge_events(
+    served: Served, store: Store, settings: Settings
+) -> None:
+    """SSE ends a line at a lone CR too: output with CRs stays data (no forged `end` or id),
+    and a progress line rewritten with CR shows every state."""
+    run_id = await queue_run(store, settings, "flaky")  # queued: its log is written here
+    log_file = Path(settings.log_dir) / f"{run_id}.1.log"
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    forged = 'pwned\r\revent: end\rdata: {"status":"success"}\rid: 999999\r\r\n'
+    log_file.write_bytes((forged + "progress 10%\rprogress 100%\r\n").encode())
+    text, _ = await read_until(served.client, f"/api/v1/runs/{run_id}/logs", "progress 100%")
+    events, last_id = spec_events(text)
+    assert [e["event"] for e in events if e["event"] != "notice"] == ["message"]
+    (data,) = [e["data"] for e in events if e["event"] == "message"]
+    assert data == (
+        'pwned\n\nevent: end\ndata: {"status":"success"}\nid: 999999\n\nprogress 10%\nprogress 100%'
+    )
+    assert last_id == str(len(log_file.read_bytes()))
+
+
+async def test_a_quiet_run_is_streamed_at_once(
+    served: Served, store: Store, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A followed run that has printed nothing (and has nothing to say) gets its status, its
+    headers and keep-alives at once, not silence until its first line (a proxy cuts that)."""
+    from runlane.api.routes import logs
+    from runlane.service.operations import logs as output
+
+    monkeypatch.setattr(logs, "KEEPALIVE_SECONDS", 0.05)
+
+    async def no_notices(_rt: Any) -> list[Any]:
+        return []  # a launcher is up, say: the queued run waits in silence
+
+    monkeypatch.setattr(output, "no_launcher_notices", no_notices)
+    run_id = await queue_run(store, settings, "flaky")  # queued: no launcher runs it
+    text, answer = await until_keepalives(served.client, run_id)
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/event-stream")
+    assert parse_events(text) == []
+
+
+async def token_app(settings: Settings) -> tuple[Any, Any]:
+    """The real app (real auth) and a function making viewer tokens for it."""
+    from runlane.service import operations
+
+    app = create_app(settings)
+
+    async def token(name: str) -> dict[str, str]:
+        made = await operations.create_token(
+            app.state.runtime, name, role=Role.VIEWER, requester=Requester(None, Trigger.CLI)
+        )
+        return {"Authorization": f"Bearer {made.secret}"}
+
+    return app, token
+
+
+async def test_a_revoked_token_ends_its_open_stream(
+    settings: Settings, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream's token is checked again at its keep-alives: revoked, the stream ends with an
+    `error` event `unauthenticated` (and no `end`), rather than outlive the revocation."""
+    from runlane.api.routes import logs
+    from runlane.service import operations
+
+    monkeypatch.setattr(logs, "KEEPALIVE_SECONDS", 0.05)
+    app, token = await token_app(settings)
+    run_id = await queue_run(store, settings, "flaky")  # queued: it does not end
+    async with serving(app) as s:
+        bearer = await token("watcher")
+        text = ""
+        async with (
+            asyncio.timeout(10),
+            s.client.stream(
+                "GET", f"/api/v1/runs/{run_id}/logs", headers=bearer, params={"follow": "true"}
+            ) as answer,
+        ):
+            chunks = answer.aiter_text()
+            async for chunk in chunks:
+                text += chunk
+                if ": keep-alive" in text:  # checked again already, and still good
+                    break
+            await operations.revoke_token(
+                app.state.runtime, "watcher", requester=Requester(None, Trigger.CLI)
+            )
+            text += "".join([chunk async for chunk in chunks])  # to its close
+    events = parse_events(text)
+    assert [e.get("event") for e in events][-1] == "error"
+    assert json.loads(events[-1]["data"])["code"] == "unauthenticated"
+    assert "event: end" not in text
+
+
+async def test_streams_per_requester_are_capped(
+    settings: Settings, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A requester may follow MAX_STREAMS_PER_REQUESTER logs at once (20); one more is a 429
+    `too_many_streams` problem, another requester is not held by it, and a closed stream's
+    slot is free again."""
+    from runlane.api.routes import logs
+
+    assert logs.MAX_STREAMS_PER_REQUESTER == 20
+    monkeypatch.setattr(logs, "MAX_STREAMS_PER_REQUESTER", 2)
+    monkeypatch.setattr(logs, "KEEPALIVE_SECONDS", 0.05)
+    app, token = await token_app(settings)
+    run_id = await queue_run(store, settings, "flaky")  # queued: its streams stay open
+    url = f"/api/v1/runs/{run_id}/logs"
+    follow = {"follow": "true"}
+    async with serving(app) as s, contextlib.AsyncExitStack() as held:
+        ana, bo = await token("ana"), await token("bo")
+        for _ in range(2):
+            opened = await held.enter_async_context(
+                s.client.stream("GET", url, headers=ana, params=follow)
+            )
+            assert opened.status_code == 200
+        refused = await s.client.get(url, headers=ana, params=follow)
+        assert (refused.status_code, refused.json()["code"]) == (429, "too_many_streams")
+        assert refused.headers["content-type"].startswith("application/problem+json")
+        # Not a stream: not counted.
+        assert (await s.client.get(url, headers=ana)).status_code == 200
+        async with s.client.stream("GET", url, headers=bo, params=follow) as other:
+            assert other.status_code == 200
+        await held.aclose()  # ana's streams close
+
+        async def slot_free() -> bool:
+            async with s.client.stream("GET", url, headers=ana, params=follow) as again:
+                return again.status_code == 200
+
+        await eventually(slot_free, "a closed stream's slot is given back")

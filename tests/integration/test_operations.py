@@ -4,6 +4,7 @@ codes of docs/errors.md."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import sys
 from dataclasses import replace
@@ -423,3 +424,71 @@ async def test_output_of_a_run_that_never_started_says_how_it_ended(rt: Runtime)
     assert "it ended cancelled" in ended.message
     followed = [item async for item in operations.follow_run(rt, queued.run.id)]
     assert [type(i) for i in followed] == [RunEnded]
+
+
+async def queued_pod_run(store: Store) -> str:
+    """A queued run of `hello` on the pod executor (its pod's log is the test's fake)."""
+    import uuid
+
+    from runlane.core.runs import NewRun
+
+    new = NewRun(
+        id=str(uuid.uuid4()),
+        job="hello",
+        trigger=Trigger.CLI,
+        dedupe_key=str(uuid.uuid4()),
+        executor="pod",
+        overlap="allow",
+    )
+    return (await store.accept(new)).run.id
+
+
+async def test_a_followed_pod_run_ends_with_its_end(
+    rt: Runtime, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pod's log is followed to its container's end, then the run's end is waited for and
+    said (`RunEnded`), as for a local run: without it a client cannot tell the end from a
+    dropped connection, and reconnects forever."""
+    from runlane.service.operations import logs
+
+    run_id = await queued_pod_run(store)
+
+    async def pod_log(*_: Any, **__: Any) -> Any:
+        yield "hello from the pod"
+        # The container has ended; the launcher records the end a little later.
+        await store.request_cancel(run_id, by="alice")
+
+    monkeypatch.setattr(logs, "pod_log", pod_log)
+    async with asyncio.timeout(10):
+        items = [item async for item in operations.run_output(rt, run_id, follow=True)]
+    items = [i for i in items if not isinstance(i, operations.Notice)]
+    assert items[0] == OutputText("hello from the pod\n")
+    assert isinstance(items[-1], RunEnded)
+    assert items[-1].run.status is RunStatus.CANCELLED
+    assert len(items) == 2
+
+
+async def test_a_followed_pod_run_goes_on_to_its_retry(
+    rt: Runtime, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runlane.service.operations import Retrying, logs
+
+    first, second = await queued_pod_run(store), await queued_pod_run(store)
+
+    async def pod_log(_job: str, run_id: str, *_: Any, **__: Any) -> Any:
+        yield f"pod of {run_id}"
+        await store.request_cancel(run_id, by="alice")
+
+    async def next_attempt(_rt: Runtime, run: Any) -> Any:
+        return await store.get_run(second) if run.id == first else None
+
+    monkeypatch.setattr(logs, "pod_log", pod_log)
+    monkeypatch.setattr(logs, "next_attempt", next_attempt)
+    async with asyncio.timeout(10):
+        items = [item async for item in operations.run_output(rt, first, follow=True)]
+    items = [i for i in items if not isinstance(i, operations.Notice)]
+    assert [type(i) for i in items] == [OutputText, Retrying, OutputText, RunEnded]
+    assert items[0] == OutputText(f"pod of {first}\n")
+    assert items[2] == OutputText(f"pod of {second}\n")
+    assert isinstance(items[-1], RunEnded)
+    assert items[-1].run.id == second

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
-from urllib.parse import parse_qsl
 
 from runlane.api.headers import SECURITY_HEADERS
 from runlane.api.problems import PROBLEM_MEDIA_TYPE, problem_bytes
@@ -115,43 +114,45 @@ class BodyLimit:
                 )
 
 
-TRUE_WORDS = frozenset({"1", "on", "t", "true", "y", "yes"})
+EVENT_STREAM = b"text/event-stream"
 
 
-def streams(scope: Scope) -> bool:
-    """Whether the request follows a stream (a run's log as server-sent events): those last
-    as long as the run and are exempt from the request timeout."""
-    path: str = scope.get("path", "")
-    if not path.endswith("/logs"):
-        return False
-    query: bytes = scope.get("query_string", b"")
-    # Every spelling of true the route's boolean accepts (pydantic's), so no followed stream
-    # is cut at the request timeout because it wrote `follow=yes`.
-    for name, value in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
-        if name == "follow" and value.strip().lower() in TRUE_WORDS:
-            return True
+def is_event_stream(message: Message) -> bool:
+    """Whether a response's start says it is a stream of server-sent events (a run's log
+    followed to its end): such a response lasts as long as the run, past any request timeout."""
     return any(
-        name == b"accept" and b"text/event-stream" in value
-        for name, value in scope.get("headers", ())
+        name.lower() == b"content-type" and value.split(b";")[0].strip().lower() == EVENT_STREAM
+        for name, value in message.get("headers", ())
     )
 
 
 class RequestTimeout:
     """Bound each request to `seconds`: past it, 503 `request_timeout` (the work is cancelled;
-    a write that had committed stays written, which an Idempotency-Key makes safe to retry)."""
+    a write that had committed stays written, which an Idempotency-Key makes safe to retry).
+
+    A response that starts as server-sent events is exempt from then on: the route decided to
+    stream (after it had checked the request and found the run, inside the bound). What the
+    request says (its path, its `follow`, its Accept) decides nothing here, so no other request
+    can spell its way out of the bound."""
 
     def __init__(self, app: ASGIApp, seconds: float) -> None:
         self.app = app
         self.seconds = seconds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self.seconds <= 0 or streams(scope):
+        if scope["type"] != "http" or self.seconds <= 0:
             await self.app(scope, receive, send)
             return
         tracked = _Tracked(send)
         try:
-            async with asyncio.timeout(self.seconds):
-                await self.app(scope, receive, tracked)
+            async with asyncio.timeout(self.seconds) as bound:
+
+                async def exempting(message: Message) -> None:
+                    if message["type"] == "http.response.start" and is_event_stream(message):
+                        bound.reschedule(None)
+                    await tracked(message)
+
+                await self.app(scope, receive, exempting)
         except TimeoutError:
             if not tracked.started:
                 await send_problem(

@@ -68,6 +68,7 @@ TITLES: Mapping[str, str] = {
     "malformed_request": "The request is malformed",
     "method_not_allowed": "Method not allowed",
     "request_timeout": "The request took too long",
+    "too_many_streams": "Too many followed logs are open",
     "idempotency_key_reused": "The idempotency key was used with another request",
     "idempotency_key_in_flight": "A request with this idempotency key is in progress",
     "token_exists": "A token of that name exists",

@@ -74,6 +74,9 @@ class RunFilter:
     since: datetime | None = None
     until: datetime | None = None
     before: tuple[datetime, str] | None = None
+    # The retry of this run (`retry_of`): how a follow finds the next attempt however busy the
+    # job is, rather than by looking through its newest runs.
+    retry_of: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

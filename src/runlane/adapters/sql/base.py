@@ -133,6 +133,7 @@ RUN_LIST_FILTERS = (
     "requested_by",
     "parent_run_id",
     "chain_root_id",
+    "retry_of",
     "since",
     "until",
     "before",
@@ -144,7 +145,7 @@ def run_list_statement(statements: dict[str, str], filters: tuple[str, ...]) -> 
     """The name of the run-list statement for this set of filters, composed once from the
     dialect's fixed clause texts and kept in `statements` under `list_runs[job,status]`.
 
-    One text per shape (at most 2**9, in practice a handful) rather than one text with
+    One text per shape (at most 2**10, in practice a handful) rather than one text with
     `(:x IS NULL OR col = :x)` for every filter: PostgreSQL's generic plan of that text cannot
     use any filter's index, so it walked the whole run log under a prepared statement.
     """
@@ -216,7 +217,12 @@ class SqlStoreBase:
         return None if row is None else self._read.run(row)
 
     async def list_runs(self, flt: RunFilter) -> list[Run]:
-        ids = (flt.parent_run_id, flt.chain_root_id, None if flt.before is None else flt.before[1])
+        ids = (
+            flt.parent_run_id,
+            flt.chain_root_id,
+            flt.retry_of,
+            None if flt.before is None else flt.before[1],
+        )
         if any(value is not None and not self._is_id(value) for value in ids):
             return []
         params: dict[str, object] = {
@@ -226,6 +232,7 @@ class SqlStoreBase:
             "requested_by": flt.requested_by,
             "parent_run_id": flt.parent_run_id,
             "chain_root_id": flt.chain_root_id,
+            "retry_of": flt.retry_of,
             "since": self._param_time(flt.since),
             "until": self._param_time(flt.until),
             "before_at": None if flt.before is None else self._param_time(flt.before[0]),

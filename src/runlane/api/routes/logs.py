@@ -14,17 +14,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any
 
 import structlog
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
-from runlane.api.auth import Viewer
+from runlane.api.auth import Viewer, bearer_secret, proxy_auth_of
 from runlane.api.deps import RuntimeDep
-from runlane.api.problems import problem_responses
-from runlane.errors import InvalidArgument, MalformedRequest, RunlaneError
+from runlane.api.problems import PROBLEM_MEDIA_TYPE, problem_responses
+from runlane.core.runs import Trigger
+from runlane.errors import InvalidArgument, MalformedRequest, RunlaneError, TooManyStreams
+from runlane.service import operations
 from runlane.service.operations import (
     LogIncomplete,
     Notice,
@@ -35,13 +38,17 @@ from runlane.service.operations import (
     RunEnded,
     run_output,
 )
+from runlane.service.runtime import Runtime
 from runlane.service.views import run_dict
 
 router = APIRouter(tags=["runs"])
 log = structlog.get_logger("runlane.api")
 
-# A comment this often keeps idle proxies (nginx: 60 s by default) from closing a quiet stream.
+# A comment this often keeps idle proxies (nginx: 60 s by default) from closing a quiet stream;
+# a stream's token is checked again as often (a revoked or expired token ends it).
 KEEPALIVE_SECONDS = 15.0
+# Followed logs one requester may have open at once: each polls the database while it lasts.
+MAX_STREAMS_PER_REQUESTER = 20
 MAX_TAIL_LINES = 100_000
 SSE_HEADERS = {
     "Cache-Control": "no-cache",
@@ -91,6 +98,11 @@ def _incomplete_text(item: LogIncomplete) -> str:
     response_class=PlainTextResponse,
     responses={
         **problem_responses(400, 403, 404),
+        429: {
+            "description": f"With `follow=true`: the requester has {MAX_STREAMS_PER_REQUESTER} "
+            "followed logs open already (`too_many_streams`)",
+            "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
+        },
         200: {
             "content": {
                 "text/plain": {"schema": {"type": "string"}},
@@ -126,19 +138,27 @@ async def run_logs(
     """The run's log (by id or unique prefix of 6+ characters): the log file as text, or with
     `follow=true` server-sent events to the end of the run and its retries (docs/serving.md).
     `unknown_run` 404, `ambiguous_id` 422, a `Last-Event-ID` that is not a byte offset
-    `malformed_request` 400."""
+    `malformed_request` 400, a requester's 21st open stream `too_many_streams` 429."""
     if tail is not None and not 1 <= tail <= MAX_TAIL_LINES:
         raise InvalidArgument(f"tail {tail}: expected a number of lines from 1 to {MAX_TAIL_LINES}")
     if follow:
         if tail is not None:
             raise InvalidArgument("tail: not with follow=true (resume with Last-Event-ID)")
         offset = _last_event_id(last_event_id)
-        items = run_output(rt, run_id, follow=True)
-        first = await _first(items)  # an unknown run is a 404 before the stream starts
-        return StreamingResponse(
-            _events(first, items, offset, getattr(request.app.state, "http_stopping", None)),
-            media_type="text/event-stream",
-            headers=SSE_HEADERS,
+        # The run is found (404, 422) before the stream starts; from then on the answer is the
+        # stream, sent at once: headers, then keep-alives while the run is queued or quiet.
+        run = await operations.resolve_run(rt, run_id)
+        holder, recheck = _stream_owner(request, rt, _reader)
+        slots = _slots(request)
+        slots.take(holder)
+        return _EventStream(
+            _events(
+                run_output(rt, run.id, follow=True),
+                offset,
+                getattr(request.app.state, "http_stopping", None),
+                recheck=recheck,
+            ),
+            release=lambda: slots.give(holder),
         )
     body = b"".join([_plain_text(item) async for item in run_output(rt, run_id)])
     if tail is not None:
@@ -146,18 +166,83 @@ async def run_logs(
     return PlainTextResponse(body, media_type="text/plain; charset=utf-8")
 
 
-async def _first(items: AsyncIterator[OutputItem]) -> OutputItem | None:
-    try:
-        return await anext(items)
-    except StopAsyncIteration:
-        return None
+class _StreamSlots:
+    """The followed logs each requester has open (the app's; one server process), so that one
+    token cannot hold the database with a poll per stream without end."""
+
+    def __init__(self) -> None:
+        self.open: dict[str, int] = {}
+
+    def take(self, holder: str) -> None:
+        if self.open.get(holder, 0) >= MAX_STREAMS_PER_REQUESTER:
+            raise TooManyStreams(
+                f"{MAX_STREAMS_PER_REQUESTER} followed logs are open for this requester "
+                "already: close one (or let one end) and try again"
+            )
+        self.open[holder] = self.open.get(holder, 0) + 1
+
+    def give(self, holder: str) -> None:
+        left = self.open.get(holder, 0) - 1
+        if left > 0:
+            self.open[holder] = left
+        else:
+            self.open.pop(holder, None)
+
+
+def _slots(request: Request) -> _StreamSlots:
+    slots: _StreamSlots | None = getattr(request.app.state, "log_streams", None)
+    if slots is None:
+        slots = request.app.state.log_streams = _StreamSlots()
+    return slots
+
+
+def _stream_owner(
+    request: Request, rt: Runtime, reader: operations.Requester
+) -> tuple[str, Callable[[], Awaitable[None]] | None]:
+    """Whose the stream is (proxy users and tokens apart: they may share a name), and how its
+    credentials are checked again while it lasts: the bearer token through `authenticate`
+    (revoked or expired: the stream ends); a trusted proxy's user needs no check (the proxy
+    vouched for the request, and has no token to revoke)."""
+    proxy = getattr(request.app.state, "proxy_auth", None) or proxy_auth_of(rt.settings)
+    peer = request.client.host if request.client else None
+    if proxy.trusts(peer) and request.headers.get(proxy.user_header) is not None:
+        return f"proxy:{reader.name}", None
+    secret = bearer_secret(request)
+    if secret is None:  # no token: the app's auth was replaced (a test's, an embedding's)
+        return f"token:{reader.name}", None
+
+    async def recheck() -> None:
+        await operations.authenticate(rt, secret, trigger=Trigger.MANUAL)
+
+    return f"token:{reader.name}", recheck
+
+
+class _EventStream(StreamingResponse):
+    """Server-sent events that give their requester's slot back when the response ends, however
+    it ends (the run's end, the client gone, the server stopping)."""
+
+    def __init__(self, content: AsyncIterator[bytes], *, release: Callable[[], None]) -> None:
+        super().__init__(content, media_type="text/event-stream", headers=SSE_HEADERS)
+        self._release = release
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
+
+
+# Where SSE ends a line: CRLF, a lone CR or LF. Each piece of the data goes out as its own
+# `data:` line, so a job's carriage return cannot end the field and start one of its own (a forged
+# `event: end` or `id:`).
+_SSE_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 def _event(name: str | None, data: str, event_id: int | None = None) -> bytes:
     lines = [f"event: {name}"] if name else []
     if event_id is not None:
         lines.append(f"id: {event_id}")
-    lines += [f"data: {line}" for line in data.split("\n")]
+    lines += [f"data: {line}" for line in _SSE_LINE_END.split(data)]
     return ("\n".join(lines) + "\n\n").encode()
 
 
@@ -197,7 +282,7 @@ class _Framer:
     @staticmethod
     def _data(chunk: bytes, offset: int) -> bytes:
         text = chunk.decode("utf-8", "replace")
-        return _event(None, text[:-1] if text.endswith("\n") else text, offset)
+        return _event(None, text.removesuffix("\n").removesuffix("\r"), offset)
 
 
 def _meta(item: OutputItem) -> bytes:
@@ -223,14 +308,19 @@ def _meta(item: OutputItem) -> bytes:
 
 
 async def _events(
-    first: OutputItem | None,
     items: AsyncIterator[OutputItem],
     skip: int,
     stopping: asyncio.Event | None = None,
+    *,
+    recheck: Callable[[], Awaitable[None]] | None = None,
 ) -> AsyncIterator[bytes]:
     """The stream: the operations layer's items as events, a keep-alive comment after every
     KEEPALIVE_SECONDS of silence, and nothing after `end`. Items are read by a task, so a
-    quiet run's stream still sends its keep-alives.
+    quiet run's stream still sends its keep-alives from its start.
+
+    Every KEEPALIVE_SECONDS (at each keep-alive, and as often on a busy stream) `recheck`
+    checks the requester's token again: once it fails (revoked, expired), the stream ends
+    with an `error` event of its code (`unauthenticated`) and no `end`.
 
     When the server stops (`stopping`, set by `serve_http`), the stream ends at once after the
     last whole event, without `end`: the client reconnects (to another replica behind the
@@ -239,8 +329,6 @@ async def _events(
 
     async def read() -> None:
         try:
-            if first is not None:
-                await queue.put(first)
             async for item in items:
                 await queue.put(item)
         except Exception as exc:  # noqa: BLE001 - passed on to the stream, which ends on it
@@ -251,6 +339,8 @@ async def _events(
     framer = _Framer(skip)
     reader = asyncio.create_task(read())
     stop_wait = asyncio.create_task(stopping.wait()) if stopping is not None else None
+    loop = asyncio.get_running_loop()
+    checked = loop.time()
     try:
         yield b"retry: 2000\n\n"  # how long an EventSource waits before it reconnects
         while True:
@@ -259,10 +349,21 @@ async def _events(
             await asyncio.wait(
                 waits, timeout=KEEPALIVE_SECONDS, return_when=asyncio.FIRST_COMPLETED
             )
+            if stop_wait is not None and stop_wait.done() and not getter.done():
+                getter.cancel()
+                return
+            if recheck is not None and loop.time() - checked >= KEEPALIVE_SECONDS:
+                checked = loop.time()
+                try:
+                    await recheck()
+                except RunlaneError as exc:
+                    getter.cancel()
+                    log.info("http.log_stream_ended", code=exc.code)
+                    # Nothing more of the log (not even a held-back line): only why it ends.
+                    yield _event("error", _json({"code": exc.code, "message": exc.message}))
+                    return
             if not getter.done():
                 getter.cancel()  # nothing was taken from the queue
-                if stop_wait is not None and stop_wait.done():
-                    return
                 yield b": keep-alive\n\n"
                 continue
             item = getter.result()

@@ -190,6 +190,10 @@ async def run_output(
     if follow and run.status is RunStatus.QUEUED:
         for notice in await no_launcher_notices(rt):
             yield notice
+    if follow and run.executor == "pod":
+        async for item in _follow_pod_run(rt, run):
+            yield item
+        return
     if run.executor == "pod" and not (run.status.is_final and run.log_tail):
         # The pod's log, from the cluster; the saved tail once the run has ended.
         try:
@@ -228,6 +232,37 @@ async def run_output(
             f"run {run.id} has no output; it ended {run.status.value}{reason}{why}",
             "info",
         )
+
+
+async def _follow_pod_run(rt: Runtime, run: Run) -> AsyncIterator[OutputItem]:
+    """A pod run followed as `follow_run` follows a local one: the pod's log (the saved tail
+    once the run has ended), then, once the run is final, `Retrying` and its retry, or
+    `RunEnded` last. Without the end a client cannot tell the run ended from a dropped
+    connection (an EventSource reconnects and reads the whole pod log again, forever)."""
+    while run.executor == "pod":
+        if run.status.is_final and run.log_tail:
+            yield OutputText(run.log_tail)
+        else:
+            try:
+                async for pod_item in _pod_output(rt, run, follow=True):
+                    yield pod_item
+            except NotFound:
+                if not run.log_tail:
+                    raise
+                yield OutputText(run.log_tail)
+        # The container has ended; the run is final once its launcher has recorded how.
+        run = await rt.store.get_run(run.id)
+        while not run.status.is_final:
+            await asyncio.sleep(FOLLOW_POLL_SECONDS)
+            run = await rt.store.get_run(run.id)
+        nxt = await next_attempt(rt, run)
+        if nxt is None:
+            yield RunEnded(run)
+            return
+        yield Retrying(run, nxt)
+        run = nxt
+    async for item in follow_run(rt, run.id):  # a retry that runs inline (a changed catalog)
+        yield item
 
 
 async def _pod_output(rt: Runtime, run: Run, *, follow: bool) -> AsyncIterator[OutputText | Notice]:

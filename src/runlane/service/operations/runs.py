@@ -240,13 +240,12 @@ async def show_run(rt: Runtime, run_id: str) -> Run:
 
 
 async def next_attempt(rt: Runtime, run: Run) -> Run | None:
-    """The retry of `run` (failed or timed out with tries left), once it is queued."""
+    """The retry of `run` (failed or timed out with tries left), once it is queued: looked up
+    by its `retry_of`, so it is found however many runs of the job came after."""
     if run.status not in (RunStatus.FAILURE, RunStatus.TIMEOUT) or run.attempt >= run.max_attempts:
         return None
-    for other in await rt.store.list_runs(RunFilter(job=run.job, limit=200)):
-        if other.retry_of == run.id:
-            return other
-    return None
+    found = await rt.store.list_runs(RunFilter(job=run.job, retry_of=run.id, limit=1))
+    return found[0] if found else None
 
 
 async def cancel(

@@ -432,6 +432,9 @@ parent_run_id = %(parent_run_id)s::uuid
 -- name: list_runs_where_chain_root_id
 chain_root_id = %(chain_root_id)s::uuid
 
+-- name: list_runs_where_retry_of
+retry_of = %(retry_of)s::uuid
+
 -- name: list_runs_where_since
 queued_at >= %(since)s::timestamptz
 

@@ -227,6 +227,9 @@ parent_run_id = :parent_run_id
 -- name: list_runs_where_chain_root_id
 chain_root_id = :chain_root_id
 
+-- name: list_runs_where_retry_of
+retry_of = :retry_of
+
 -- name: list_runs_where_since
 queued_at >= :since
 
