@@ -24,6 +24,7 @@ from runlane.api.models import (
 from runlane.api.problems import problem_responses
 from runlane.api.writes import IdempotencyKey, audited, created
 from runlane.catalog.params import params_json_schema
+from runlane.core.access import Role
 from runlane.service import operations
 from runlane.service.operations import JobInfo, JobSchedule
 from runlane.service.views import iso, job_dict, run_dict
@@ -90,13 +91,17 @@ async def run_job(
     `Idempotency-Key` header a retry returns the first run (header `Idempotency-Replayed:
     true`); the key with another body is 422 `idempotency_key_reused`."""
 
-    async def queue() -> dict[str, Any]:
+    async def allowed() -> None:
+        who.require(Role.OPERATOR, jobs=[job], action="run")
+
+    async def queue(dedupe_key: str | None) -> dict[str, Any]:
         queued = await operations.run_job(
             rt,
             job,
             requester=who,
             params=body.params,
             confirmed=body.confirm is not None and body.confirm == job,
+            dedupe_key=dedupe_key,
         )
         return run_dict(queued.run)
 
@@ -108,6 +113,7 @@ async def run_job(
         target=job,
         key=idempotency_key,
         body=body,
+        allowed=allowed,
         make=queue,
         location="/api/v1/runs/{id}",
     )

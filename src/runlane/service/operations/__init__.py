@@ -31,6 +31,7 @@ from runlane.service.operations.chains import (
 from runlane.service.operations.events import EventEmitted, emit
 from runlane.service.operations.idempotency import (
     Replayable,
+    idempotency_dedupe_key,
     idempotent,
     request_fingerprint,
 )
@@ -125,6 +126,7 @@ __all__ = [
     "emit",
     "explain",
     "follow_run",
+    "idempotency_dedupe_key",
     "idempotent",
     "job_schedules",
     "list_audit",
