@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from runlane.api.auth import Operator, Viewer
 from runlane.api.deps import RuntimeDep
+from runlane.api.inputs import storable_parameters
 from runlane.api.models import (
     ExplainView,
     JobPageView,
@@ -29,7 +30,7 @@ from runlane.service import operations
 from runlane.service.operations import JobInfo, JobSchedule
 from runlane.service.views import iso, job_dict, run_dict
 
-router = APIRouter(prefix="/api/v1", tags=["jobs"])
+router = APIRouter(prefix="/api/v1", tags=["jobs"], dependencies=[Depends(storable_parameters)])
 
 JobName = Annotated[str, Path(description="The job's name in the catalog (explain: or a chain's)")]
 

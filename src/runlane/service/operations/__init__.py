@@ -15,6 +15,7 @@ pause, resume, explain), `status` (status, launchers, doctor), `logs` (a run's o
 
 from __future__ import annotations
 
+from runlane.service.accept import text_problem
 from runlane.service.operations.arguments import Requester, check_limit
 from runlane.service.operations.audit import AuditPage, list_audit, record_audit
 from runlane.service.operations.chains import (
@@ -155,4 +156,5 @@ __all__ = [
     "show_job",
     "show_run",
     "status",
+    "text_problem",
 ]

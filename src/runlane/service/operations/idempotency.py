@@ -78,7 +78,9 @@ def idempotency_dedupe_key(owner: str, key: str, fingerprint: str) -> str:
     `owner`'s Idempotency-Key `key`: the same for every retry of that request, another for
     another owner, key or request (so a key released and reused for another body writes
     another run)."""
-    digest = hashlib.sha256(f"{owner}\0{key}\0{fingerprint}".encode("utf-8", "surrogatepass")).hexdigest()
+    digest = hashlib.sha256(
+        f"{owner}\0{key}\0{fingerprint}".encode("utf-8", "surrogatepass")
+    ).hexdigest()
     return f"idem:{digest}"
 
 
