@@ -6,8 +6,9 @@ never a 500; a job-scoped token may not emit an event nobody listens to."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from runlane.errors import InvalidArgument, StoreError
 from runlane.service import operations
 from runlane.service.operations import chains as chain_operations
 from runlane.service.operations import runs as run_operations
+from runlane.service.runtime import Runtime
 
 from .conftest import ApiServer, api_settings, running_api
 from .test_endpoints import audit_rows, problem_of
@@ -27,32 +29,42 @@ TEN_NET_USER = {
 }
 
 
+def trusting(
+    factory: pytest.TempPathFactory, networks: tuple[str, ...]
+) -> contextlib.AbstractContextManager[ApiServer]:
+    """The API (SQLite) trusting `networks` as auth proxies; groups `ops` and `all` mapped."""
+    tmp = factory.mktemp("api-hardening")
+    roles = (("ops", "operator"), ("all", "viewer"))
+    url = f"sqlite:///{tmp / 'runlane.db'}"
+    settings = api_settings(tmp, url, http_trusted_proxies=networks, http_group_roles=roles)
+    return running_api(settings, "sqlite")
+
+
 @pytest.fixture(scope="module")
 def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    """The API trusting 127.0.0.0/8 (where the tests connect from) as an auth proxy."""
-    tmp = tmp_path_factory.mktemp("api-hardening-proxy")
-    settings = api_settings(
-        tmp,
-        f"sqlite:///{tmp / 'runlane.db'}",
-        http_trusted_proxies=("127.0.0.0/8",),
-        http_group_roles=(("ops", "operator"), ("all", "viewer")),
-    )
-    with running_api(settings, "sqlite") as server:
+    """Trusting 127.0.0.0/8, where the tests connect from."""
+    with trusting(tmp_path_factory, ("127.0.0.0/8",)) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
 def ten_net(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
-    """The API trusting only 10.0.0.0/8 as an auth proxy: loopback is not one of them."""
-    tmp = tmp_path_factory.mktemp("api-hardening-ten")
-    settings = api_settings(
-        tmp,
-        f"sqlite:///{tmp / 'runlane.db'}",
-        http_trusted_proxies=("10.0.0.0/8",),
-        http_group_roles=(("ops", "operator"),),
-    )
-    with running_api(settings, "sqlite") as server:
+    """Trusting only 10.0.0.0/8: loopback is not one of them."""
+    with trusting(tmp_path_factory, ("10.0.0.0/8",)) as server:
         yield server
+
+
+def fail_once(monkeypatch: pytest.MonkeyPatch, module: Any, name: str, message: str) -> None:
+    """`module.name` (a coroutine function) raises StoreError(message) at its next call only."""
+    real = getattr(module, name)
+    failures = [StoreError(message)]
+
+    async def failing_once(*args: Any, **kwargs: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, failing_once)
 
 
 # ------------------------------------------------------------------------------ 1: the peer
@@ -75,54 +87,42 @@ def test_the_audit_records_the_peer_not_a_forwarded_for(ten_net: ApiServer) -> N
 # ------------------------------------------------------------------------------ 3: key and run
 
 
+async def run_ids(rt: Runtime) -> set[str]:
+    return {r.id for r in await operations.list_runs(rt, job="etl.clean", limit=500)}
+
+
+async def chain_run_ids(rt: Runtime) -> set[str]:
+    return {v.run.id for v in await operations.list_chain_runs(rt, limit=10_000)}
+
+
+@pytest.mark.parametrize(
+    ("path", "module", "late", "written_ids"),
+    [
+        ("/api/v1/jobs/etl.clean/runs", run_operations, "queued_run_notices", run_ids),
+        ("/api/v1/chains/pair/runs", chain_operations, "chain_notices", chain_run_ids),
+    ],
+    ids=["run", "chain-run"],
+)
 def test_a_retry_after_a_failure_past_the_write_finds_the_same_run(
-    api: ApiServer, monkeypatch: pytest.MonkeyPatch
+    api: ApiServer,
+    monkeypatch: pytest.MonkeyPatch,
+    path: str,
+    module: Any,
+    late: str,
+    written_ids: Callable[[Runtime], Awaitable[set[str]]],
 ) -> None:
-    real = run_operations.queued_run_notices
-    failures = [StoreError("the database went away after the run was committed")]
-
-    async def failing_once(*args: Any, **kwargs: Any) -> Any:
-        if failures:
-            raise failures.pop()
-        return await real(*args, **kwargs)
-
-    monkeypatch.setattr(run_operations, "queued_run_notices", failing_once)
-    key = uuid.uuid4().hex
-    with api.client("operator", **{"Idempotency-Key": key}) as c:
-        failed = c.post("/api/v1/jobs/etl.clean/runs", json={})
-        problem_of(failed, 500, "store_error")
-        written = api.call(lambda rt: operations.list_runs(rt, job="etl.clean", limit=500))
-        retry = c.post("/api/v1/jobs/etl.clean/runs", json={})
-        replay = c.post("/api/v1/jobs/etl.clean/runs", json={})
+    # The run is committed, then a read after it fails: the client sees a 500 and retries.
+    fail_once(monkeypatch, module, late, "gone after the commit")
+    with api.client("operator", **{"Idempotency-Key": uuid.uuid4().hex}) as c:
+        problem_of(c.post(path, json={}), 500, "store_error")
+        written = api.call(written_ids)
+        retry = c.post(path, json={})
+        replay = c.post(path, json={})
     assert retry.status_code == 201, retry.text
-    after = api.call(lambda rt: operations.list_runs(rt, job="etl.clean", limit=500))
-    assert retry.json()["id"] in {r.id for r in written}
-    assert len(after) == len(written)
+    assert retry.json()["id"] in written
+    assert api.call(written_ids) == written
     assert replay.json()["id"] == retry.json()["id"]
     assert replay.headers["idempotency-replayed"] == "true"
-
-
-def test_a_chain_run_retried_after_a_late_failure_is_the_same_chain_run(
-    api: ApiServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    real = chain_operations.chain_notices
-    failures = [StoreError("the database went away after the chain run was committed")]
-
-    async def failing_once(*args: Any, **kwargs: Any) -> Any:
-        if failures:
-            raise failures.pop()
-        return await real(*args, **kwargs)
-
-    monkeypatch.setattr(chain_operations, "chain_notices", failing_once)
-    key = uuid.uuid4().hex
-    with api.client("operator", **{"Idempotency-Key": key}) as c:
-        problem_of(c.post("/api/v1/chains/pair/runs", json={}), 500, "store_error")
-        written = api.call(lambda rt: operations.list_chain_runs(rt, limit=10_000))
-        retry = c.post("/api/v1/chains/pair/runs", json={})
-    assert retry.status_code == 201, retry.text
-    after = api.call(lambda rt: operations.list_chain_runs(rt, limit=10_000))
-    assert retry.json()["id"] in {v.run.id for v in written}
-    assert len(after) == len(written)
 
 
 # ------------------------------------------------------------------------------ 9: replays
