@@ -125,6 +125,19 @@ def test_a_retry_after_a_failure_past_the_write_finds_the_same_run(
     assert replay.headers["idempotency-replayed"] == "true"
 
 
+def test_an_answer_that_could_not_be_kept_is_sent_and_its_retry_finds_the_run(
+    api: ApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Keeping the answer fails: the client still gets its run, and the key is not left in
+    # flight (409 for a minute and a half); the retry finds the same run.
+    fail_once(monkeypatch, api.runtime.store, "complete_key", "gone before the answer was kept")
+    with api.client("operator", **{"Idempotency-Key": uuid.uuid4().hex}) as c:
+        first = c.post("/api/v1/jobs/etl.clean/runs", json={})
+        retry = c.post("/api/v1/jobs/etl.clean/runs", json={})
+    assert first.status_code == retry.status_code == 201, retry.text
+    assert retry.json()["id"] == first.json()["id"]
+
+
 # ------------------------------------------------------------------------------ 9: replays
 
 

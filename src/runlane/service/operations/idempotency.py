@@ -125,7 +125,16 @@ async def idempotent(
         await _release(rt, owner, key)
         raise
     if 200 <= status < 300:
-        await rt.store.complete_key(owner, key, status, json.dumps(body, separators=(",", ":")))
+        try:
+            await rt.store.complete_key(
+                owner, key, status, json.dumps(body, separators=(",", ":"))
+            )
+        except StoreError as exc:
+            # The effect is written and this is its answer: the client gets it. Unkept, the
+            # key is released rather than left in flight until abandoned; a retry runs
+            # `action` again, which finds what it wrote (its dedupe key) and answers alike.
+            log.warning("idempotency.complete_failed", owner=owner, error=exc.code)
+            await _release(rt, owner, key)
     else:
         await _release(rt, owner, key)
     return Replayable(status, body, replayed=False)
