@@ -126,9 +126,7 @@ async def idempotent(
         raise
     if 200 <= status < 300:
         try:
-            await rt.store.complete_key(
-                owner, key, status, json.dumps(body, separators=(",", ":"))
-            )
+            await rt.store.complete_key(owner, key, status, json.dumps(body, separators=(",", ":")))
         except StoreError as exc:
             # The effect is written and this is its answer: the client gets it. Unkept, the
             # key is released rather than left in flight until abandoned; a retry runs
