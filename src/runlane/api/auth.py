@@ -126,7 +126,9 @@ async def requester_of(request: Request, rt: RuntimeDep) -> Requester:
     if proxy.trusts(peer):
         found = _proxy_requester(request, proxy)
         if found is not None:
+            request.state.requester_kind = "proxy"  # whose Idempotency-Keys (api.writes)
             return found
+    request.state.requester_kind = "token"
     return await operations.authenticate(rt, bearer_secret(request), trigger=Trigger.MANUAL)
 
 

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from runlane.api.inputs import EventText, Reason, StoredText
 from runlane.core.runs import RunStatus
 
 
@@ -25,7 +26,7 @@ class RunCreate(Body):
     for a job with `acts: true`, `confirm` equal to the job's name."""
 
     params: dict[str, Any] = Field(default_factory=dict)
-    confirm: str | None = None
+    confirm: StoredText | None = None
 
 
 class ChainRunCreate(Body):
@@ -39,9 +40,9 @@ class EventCreate(Body):
     """`POST /events`: the event's key, its data, and an id that makes emitting it again
     idempotent (default: a new one). `confirm: true` confirms listeners with `acts: true`."""
 
-    key: str
+    key: EventText
     data: dict[str, Any] = Field(default_factory=dict)
-    id: str | None = None
+    id: EventText | None = None
     confirm: bool = False
 
 
@@ -49,8 +50,8 @@ class PauseCreate(Body):
     """`POST /jobs/{job}/pause`: until a time (ISO-8601) or for a duration (`2h`); absent:
     until resumed."""
 
-    until: str | None = None
-    reason: str | None = None
+    until: StoredText | None = None
+    reason: Reason | None = None
 
 
 class View(BaseModel):

@@ -130,6 +130,11 @@ async def _serve(
         log_config=None,
         access_log=False,
         server_header=False,
+        # Never rewrite the peer from X-Forwarded-For: uvicorn trusts it from loopback by
+        # default, so any local process could pose as a trusted proxy (runlane.api.auth) and
+        # forge the audit's remote address. runlane's own trusted-proxy mode reads the peer.
+        proxy_headers=False,
+        forwarded_allow_ips=[],
         timeout_graceful_shutdown=SHUTDOWN_GRACE_SECONDS,
     )
     server = _Server(config)

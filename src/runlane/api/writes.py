@@ -12,7 +12,7 @@ from fastapi import Header, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from runlane.errors import RunlaneError
+from runlane.errors import InvalidArgument, RunlaneError
 from runlane.service import operations
 from runlane.service.operations import Requester
 from runlane.service.runtime import Runtime
@@ -46,11 +46,14 @@ async def audited(
     action: str,
     target: str | None,
     call: Callable[[], Awaitable[T]],
+    outcome_of: Callable[[T], str] | None = None,
 ) -> T:
-    """`call()`, recorded in the audit table with its outcome. A refusal is recorded and then
-    raised; when the audit row of a refusal cannot be written, the refusal still reaches the
-    client (and the failure the log). The role and job scope are checked by the operation
-    (`Requester.require`), so its refusal (`forbidden`) is recorded like any other."""
+    """`call()`, recorded in the audit table with its outcome (`ok`, or what `outcome_of`
+    says of the result: `replayed` for an Idempotency-Key's stored answer). A refusal is
+    recorded and then raised; when the audit row of a refusal cannot be written, the refusal
+    still reaches the client (and the failure the log). The role and job scope are checked by
+    the operation (`Requester.require`), so its refusal (`forbidden`) is recorded like any
+    other."""
     remote = remote_of(request)
     try:
         result = await call()
@@ -68,34 +71,27 @@ async def audited(
         except RunlaneError as audit_exc:
             log.warning("api_audit_failed", action=action, target=target, error=audit_exc.code)
         raise
+    outcome = "ok" if outcome_of is None else outcome_of(result)
     await operations.record_audit(
-        rt, requester=requester, action=action, target=target, outcome="ok", remote=remote
+        rt, requester=requester, action=action, target=target, outcome=outcome, remote=remote
     )
     return result
 
 
-async def maybe_idempotent(
-    request: Request,
-    rt: Runtime,
-    requester: Requester,
-    key: str | None,
-    body: Any,
-    action: Callable[[], Awaitable[tuple[int, dict[str, Any]]]],
-) -> tuple[int, dict[str, Any], bool]:
-    """`action()` once per `Idempotency-Key` (per caller): a retry with the same key and body
-    gets the first answer again (`replayed`), another body with the key is refused. Without
-    the header, `action()` as it is."""
-    if key is None:
-        status, payload = await action()
-        return status, payload, False
-    done = await operations.idempotent(
-        rt,
-        owner=requester.name or "",
-        key=key,
-        fingerprint=operations.request_fingerprint(request.method, request.url.path, body),
-        action=action,
-    )
-    return done.status, done.body, done.replayed
+def idempotency_owner(request: Request, requester: Requester) -> str:
+    """Whose keys a request's Idempotency-Key is one of: the token's or the proxy user's, by
+    kind, so a proxy user named like a token (or the other way round) has keys of its own."""
+    kind = getattr(request.state, "requester_kind", "token")
+    return f"{kind}:{requester.name or ''}"
+
+
+def body_json(body: BaseModel) -> Any:
+    """The request body as JSON values, for its fingerprint. A body nested too deep to be
+    serialised (hundreds of levels in `params`) is the client's error, not a 500."""
+    try:
+        return body.model_dump(mode="json")
+    except ValueError as exc:
+        raise InvalidArgument(f"the request body cannot be read: {exc}") from None
 
 
 async def created(
@@ -107,23 +103,47 @@ async def created(
     target: str,
     key: str | None,
     body: BaseModel,
-    make: Callable[[], Awaitable[dict[str, Any]]],
+    allowed: Callable[[], Awaitable[None]],
+    make: Callable[[str | None], Awaitable[dict[str, Any]]],
     location: str,
 ) -> JSONResponse:
-    """A write that creates something (a run, a chain run): `make()` under the request's
-    Idempotency-Key and recorded in the audit table; 201 with `Location` (`location` with the
-    new thing's `id`) and, for a replay, `Idempotency-Replayed: true`."""
+    """A write that creates something (a run, a chain run): `make(dedupe_key)` under the
+    request's Idempotency-Key and recorded in the audit table; 201 with `Location` (`location`
+    with the new thing's `id`) and, for a replay, `Idempotency-Replayed: true`.
 
-    async def once() -> tuple[int, dict[str, Any]]:
-        return 201, await make()
+    `allowed()` raises `Forbidden` unless the requester may do it: it is called before the key
+    is looked at, so a stored answer is replayed only to a caller that may still ask for it
+    (a token demoted since, or scoped to other jobs, is refused). `make` writes its run under
+    the dedupe key derived from the owner, key and request (`idempotency_dedupe_key`; None
+    without a key), so a retry after a failure that came after the write finds the same run.
+    A replay is audited as `replayed`, not as a second `ok`."""
 
     async def call() -> tuple[int, dict[str, Any], bool]:
-        return await maybe_idempotent(
-            request, rt, requester, key, body.model_dump(mode="json"), once
+        await allowed()
+        if key is None:
+            return 201, await make(None), False
+        owner = idempotency_owner(request, requester)
+        fingerprint = operations.request_fingerprint(
+            request.method, request.url.path, body_json(body)
         )
+        dedupe_key = operations.idempotency_dedupe_key(owner, key, fingerprint)
+
+        async def once() -> tuple[int, dict[str, Any]]:
+            return 201, await make(dedupe_key)
+
+        done = await operations.idempotent(
+            rt, owner=owner, key=key, fingerprint=fingerprint, action=once
+        )
+        return done.status, done.body, done.replayed
 
     status, payload, replayed = await audited(
-        request, rt, requester, action=action, target=target, call=call
+        request,
+        rt,
+        requester,
+        action=action,
+        target=target,
+        call=call,
+        outcome_of=lambda done: "replayed" if done[2] else "ok",
     )
     headers = {"Location": location.format(id=payload["id"])}
     if replayed:

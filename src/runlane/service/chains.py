@@ -155,9 +155,12 @@ class ChainRunner:
         slot: datetime | None = None,
         skipped_reason: str | None = None,
         confirmed: bool = False,
+        dedupe_key: str | None = None,
     ) -> ChainRun:
         """Record a chain run and start its first steps. With `slot`, idempotent by
-        `chain@slot`; `skipped_reason` records the slot as `skipped` without steps.
+        `chain@slot`; with `dedupe_key` (an Idempotency-Key's), by that key: the run written
+        under it is the one returned (and advanced) again; `skipped_reason` records the slot
+        as `skipped` without steps.
 
         Started by a person (`trigger` CLI, manual, MCP), a chain with a step whose job has
         `acts: true` needs `confirmed`, as `runlane run` of that job would: raises
@@ -179,7 +182,7 @@ class ChainRunner:
             run_id = scheduled_chain_run_id(chain_name, slot)
         else:
             run_id = str(uuid.uuid4())
-            dedupe = run_id
+            dedupe = dedupe_key or run_id
         run, created = await self.store.create_chain_run(
             NewChainRun(
                 id=run_id,

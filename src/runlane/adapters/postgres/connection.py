@@ -28,10 +28,18 @@ from runlane.adapters.postgres.statements import Q
 from runlane.adapters.sql.base import wait_for_event
 from runlane.adapters.sql.rows import RowReader, aware_utc
 from runlane.core.secrets import mask_url
-from runlane.errors import DatabaseConflict, DatabaseUnavailable, StoreError
+from runlane.errors import DatabaseConflict, DatabaseUnavailable, InvalidArgument, StoreError
 from runlane.ports.clock import Clock, SystemClock
 
 _Conn = AsyncConnection[Any]
+
+
+def _refused_value(exc: BaseException) -> InvalidArgument:
+    """What a value PostgreSQL cannot store is to the caller: `invalid_argument`, saying why."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return InvalidArgument(f"a value cannot be stored in the database: {first[:200]}")
+
+
 _SESSION_UTC = Q["session_utc"].encode()  # bytes: sent as they are, no conversion per connection
 
 
@@ -402,7 +410,13 @@ class PostgresConnections:
                 raise self._no_answer() from exc
             if isinstance(exc, psycopg.OperationalError):
                 raise self._failure(exc) from exc
+            if isinstance(exc, psycopg.DataError):
+                # A value the server refuses (U+0000 in text, a number out of range) came
+                # from a request: the client's error to fix, not the store's.
+                raise _refused_value(exc) from exc
             raise
+        except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 encoding exists
+            raise _refused_value(exc) from exc
         finally:
             if watchdog is not None:
                 watchdog.cancel()

@@ -5,19 +5,21 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from runlane.api.auth import Operator, Viewer
 from runlane.api.deps import RuntimeDep
+from runlane.api.inputs import storable_parameters
 from runlane.api.models import ChainPageView, ChainRunCreate, ChainRunPageView, ChainRunView
 from runlane.api.problems import problem_responses
 from runlane.api.writes import IdempotencyKey, created
+from runlane.core.access import Role
 from runlane.service import operations
 from runlane.service.operations import ChainInfo
 from runlane.service.views import chain_run_dict
 
-router = APIRouter(prefix="/api/v1", tags=["chains"])
+router = APIRouter(prefix="/api/v1", tags=["chains"], dependencies=[Depends(storable_parameters)])
 
 ChainName = Annotated[str, Path(description="The chain's name in the catalog")]
 ChainRunId = Annotated[
@@ -69,9 +71,14 @@ async def run_chain(
     has `acts: true` needs `confirm` equal to the chain's name. `Idempotency-Key` as for runs."""
     wanted = body or ChainRunCreate()
 
-    async def start() -> dict[str, Any]:
+    async def allowed() -> None:
+        who.require(Role.OPERATOR, action="run chain")
+        info = await operations.show_chain(rt, chain)  # unknown_chain
+        who.require(Role.OPERATOR, jobs=[s.job for s in info.steps], action="run chain")
+
+    async def start(dedupe_key: str | None) -> dict[str, Any]:
         started = await operations.run_chain(
-            rt, chain, requester=who, confirmed=wanted.confirm == chain
+            rt, chain, requester=who, confirmed=wanted.confirm == chain, dedupe_key=dedupe_key
         )
         return chain_run_dict(started.view.run, started.view.steps)
 
@@ -83,6 +90,7 @@ async def run_chain(
         target=chain,
         key=idempotency_key,
         body=wanted,
+        allowed=allowed,
         make=start,
         location="/api/v1/chain-runs/{id}",
     )

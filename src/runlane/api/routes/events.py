@@ -5,18 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from runlane.api.auth import Operator
 from runlane.api.deps import RuntimeDep
+from runlane.api.inputs import storable_parameters
 from runlane.api.models import EventCreate, EventEmittedView
 from runlane.api.problems import problem_responses
 from runlane.api.writes import audited
 from runlane.service import operations
 from runlane.service.views import emitted_dict
 
-router = APIRouter(prefix="/api/v1", tags=["events"])
+router = APIRouter(prefix="/api/v1", tags=["events"], dependencies=[Depends(storable_parameters)])
 
 
 @router.post(

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from runlane.api.auth import Operator, Viewer
 from runlane.api.deps import RuntimeDep
+from runlane.api.inputs import storable_parameters
 from runlane.api.models import (
     ExplainView,
     JobPageView,
@@ -24,11 +25,12 @@ from runlane.api.models import (
 from runlane.api.problems import problem_responses
 from runlane.api.writes import IdempotencyKey, audited, created
 from runlane.catalog.params import params_json_schema
+from runlane.core.access import Role
 from runlane.service import operations
 from runlane.service.operations import JobInfo, JobSchedule
 from runlane.service.views import iso, job_dict, run_dict
 
-router = APIRouter(prefix="/api/v1", tags=["jobs"])
+router = APIRouter(prefix="/api/v1", tags=["jobs"], dependencies=[Depends(storable_parameters)])
 
 JobName = Annotated[str, Path(description="The job's name in the catalog (explain: or a chain's)")]
 
@@ -90,13 +92,17 @@ async def run_job(
     `Idempotency-Key` header a retry returns the first run (header `Idempotency-Replayed:
     true`); the key with another body is 422 `idempotency_key_reused`."""
 
-    async def queue() -> dict[str, Any]:
+    async def allowed() -> None:
+        who.require(Role.OPERATOR, jobs=[job], action="run")
+
+    async def queue(dedupe_key: str | None) -> dict[str, Any]:
         queued = await operations.run_job(
             rt,
             job,
             requester=who,
             params=body.params,
             confirmed=body.confirm is not None and body.confirm == job,
+            dedupe_key=dedupe_key,
         )
         return run_dict(queued.run)
 
@@ -108,6 +114,7 @@ async def run_job(
         target=job,
         key=idempotency_key,
         body=body,
+        allowed=allowed,
         make=queue,
         location="/api/v1/runs/{id}",
     )

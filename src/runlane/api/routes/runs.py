@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from runlane.api.auth import Operator, Viewer
 from runlane.api.deps import RuntimeDep
+from runlane.api.inputs import storable_parameters
 from runlane.api.models import ChainRunView, RunPageView, RunView
 from runlane.api.problems import problem_responses
 from runlane.api.writes import audited
@@ -18,7 +19,7 @@ from runlane.service import operations
 from runlane.service.operations import CancelledRun
 from runlane.service.views import chain_run_dict, run_dict
 
-router = APIRouter(prefix="/api/v1", tags=["runs"])
+router = APIRouter(prefix="/api/v1", tags=["runs"], dependencies=[Depends(storable_parameters)])
 
 RunId = Annotated[
     str, Path(description="A run's id, or a unique prefix of it (at least 6 characters)")

@@ -15,6 +15,7 @@ pause, resume, explain), `status` (status, launchers, doctor), `logs` (a run's o
 
 from __future__ import annotations
 
+from runlane.service.accept import text_problem
 from runlane.service.operations.arguments import Requester, check_limit
 from runlane.service.operations.audit import AuditPage, list_audit, record_audit
 from runlane.service.operations.chains import (
@@ -31,6 +32,7 @@ from runlane.service.operations.chains import (
 from runlane.service.operations.events import EventEmitted, emit
 from runlane.service.operations.idempotency import (
     Replayable,
+    idempotency_dedupe_key,
     idempotent,
     request_fingerprint,
 )
@@ -125,6 +127,7 @@ __all__ = [
     "emit",
     "explain",
     "follow_run",
+    "idempotency_dedupe_key",
     "idempotent",
     "job_schedules",
     "list_audit",
@@ -153,4 +156,5 @@ __all__ = [
     "show_job",
     "show_run",
     "status",
+    "text_problem",
 ]

@@ -117,11 +117,17 @@ async def view_of(rt: Runtime, run: ChainRun) -> ChainRunView:
 
 
 async def run_chain(
-    rt: Runtime, chain: str, *, requester: Requester, confirmed: bool = False
+    rt: Runtime,
+    chain: str,
+    *,
+    requester: Requester,
+    confirmed: bool = False,
+    dedupe_key: str | None = None,
 ) -> ChainStarted:
     """Start a run of `chain` now: its first steps are queued, a launcher advances it.
     `unknown_chain`; `confirmation_required` for a step whose job has `acts: true`;
-    `forbidden` unless the requester may operate every step's job."""
+    `forbidden` unless the requester may operate every step's job. With `dedupe_key` (an
+    Idempotency-Key's) the chain run is written at most once under it, as for `run_job`."""
     from runlane.service.chains import ChainRunner
 
     requester.require(Role.OPERATOR, action="run chain")
@@ -130,7 +136,11 @@ async def run_chain(
     requester.require(Role.OPERATOR, jobs=[s.job for s in info.steps], action="run chain")
     runner = ChainRunner(rt.store, cat, rt.accept)
     run = await runner.start(
-        chain, trigger=requester.trigger, requested_by=requester.name, confirmed=confirmed
+        chain,
+        trigger=requester.trigger,
+        requested_by=requester.name,
+        confirmed=confirmed,
+        dedupe_key=dedupe_key,
     )
     warnings = await chain_notices(rt, chain)
     return ChainStarted(await view_of(rt, run), tuple(warnings))

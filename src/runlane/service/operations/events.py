@@ -8,6 +8,7 @@ from typing import Any
 
 from runlane.core.access import Role
 from runlane.core.runs import AcceptResult
+from runlane.errors import Forbidden
 from runlane.ports import Event, EventLink
 from runlane.service.accept import PERSON_TRIGGERS
 from runlane.service.operations.arguments import Requester
@@ -40,11 +41,20 @@ async def emit(
     event a person emits that starts a job with `acts: true` needs `confirmed`. Refusals:
     `bad_event`, `event_id_taken`, `confirmation_required`, and each listener's accept refusal
     (checked for all of them before anything is written); `forbidden` unless the requester
-    may operate every job listening for `key` (each run it would start or join)."""
+    may operate every job listening for `key` (each run it would start or join), and for a
+    key nobody listens to unless the requester may operate every job (a job-scoped token may
+    not: the event would still take its id, so another job's later event with that id would be
+    refused as `event_id_taken`)."""
     from runlane.service.events import emit_event, subscribers
 
     listeners = sorted({job for job, _ in subscribers(rt.require_catalog(), key)})
     requester.require(Role.OPERATOR, jobs=listeners, action="emit")
+    if not listeners and requester.access is not None and requester.access.jobs:
+        raise Forbidden(
+            f"emit of event key {key!r}: no job listens to it, and a token scoped to jobs "
+            f"matching {', '.join(requester.access.jobs)} may only emit events its jobs "
+            "listen to (an unheard event would still take its id from every other job)"
+        )
 
     emitted = await emit_event(
         rt.store,

@@ -6,7 +6,13 @@ The first request with a key reserves it (per owner: each token has its own keys
 fingerprint of the request; when it succeeds its status and body are kept for 24 hours, and a
 request with the same key and fingerprint gets them back (`replayed`). The same key with
 another request is refused (`idempotency_key_reused`), and while the first is still running
-(`idempotency_key_in_flight`). A request that fails saves nothing: the key may be used again.
+(`idempotency_key_in_flight`). A request that fails saves no answer: the key may be used again.
+
+The key and the effect are made atomic by the effect itself, not by this table: a write that
+creates a run or a chain run writes it under `idempotency_dedupe_key(owner, key, fingerprint)`
+as its dedupe key, so a retry after any failure (a timeout, a database error after the run was
+committed, a process that died before the answer was kept) finds the run the first attempt
+wrote instead of writing a second one.
 """
 
 from __future__ import annotations
@@ -67,6 +73,17 @@ def request_fingerprint(method: str, path: str, body: object) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def idempotency_dedupe_key(owner: str, key: str, fingerprint: str) -> str:
+    """The dedupe key of the run (or chain run) created by the request `fingerprint` under
+    `owner`'s Idempotency-Key `key`: the same for every retry of that request, another for
+    another owner, key or request (so a key released and reused for another body writes
+    another run)."""
+    digest = hashlib.sha256(
+        f"{owner}\0{key}\0{fingerprint}".encode("utf-8", "surrogatepass")
+    ).hexdigest()
+    return f"idem:{digest}"
+
+
 async def idempotent(
     rt: Runtime,
     *,
@@ -77,7 +94,10 @@ async def idempotent(
 ) -> Replayable:
     """Run `action` once per (owner, key) as described above. `invalid_argument` for a bad
     key. Whatever `action` raises (a `RunlaneError` included) releases the key and
-    propagates; a non-2xx answer is returned but not kept."""
+    propagates; a non-2xx answer is returned but not kept. Releasing after a failure that
+    came once the effect was written is safe only because the effect is keyed by
+    `idempotency_dedupe_key` (see the module's docstring): the retry runs `action` again and
+    it answers with what it wrote the first time."""
     check_key(key)
     await _prune_now_and_then(rt)
     # The HTTP settings come with the API's configuration; until then, its default timeout.
@@ -105,7 +125,14 @@ async def idempotent(
         await _release(rt, owner, key)
         raise
     if 200 <= status < 300:
-        await rt.store.complete_key(owner, key, status, json.dumps(body, separators=(",", ":")))
+        try:
+            await rt.store.complete_key(owner, key, status, json.dumps(body, separators=(",", ":")))
+        except StoreError as exc:
+            # The effect is written and this is its answer: the client gets it. Unkept, the
+            # key is released rather than left in flight until abandoned; a retry runs
+            # `action` again, which finds what it wrote (its dedupe key) and answers alike.
+            log.warning("idempotency.complete_failed", owner=owner, error=exc.code)
+            await _release(rt, owner, key)
     else:
         await _release(rt, owner, key)
     return Replayable(status, body, replayed=False)
@@ -128,4 +155,11 @@ async def _prune_now_and_then(rt: Runtime) -> None:
         await rt.store.prune_keys(KEY_TTL)
 
 
-__all__ = ["KEY_TTL", "Replayable", "check_key", "idempotent", "request_fingerprint"]
+__all__ = [
+    "KEY_TTL",
+    "Replayable",
+    "check_key",
+    "idempotency_dedupe_key",
+    "idempotent",
+    "request_fingerprint",
+]

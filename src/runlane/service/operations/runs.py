@@ -66,11 +66,14 @@ async def run_job(
     params: Mapping[str, object] | None = None,
     params_from_strings: bool = False,
     confirmed: bool = False,
+    dedupe_key: str | None = None,
 ) -> RunQueued:
     """Queue a run of `job` through the one accept path. Raises what it refuses with
     (`unknown_job`, `param_invalid`, `payload_too_large`, `confirmation_required`,
     `overlap_refused` with the active run's id); `forbidden` unless the requester may operate
-    `job`."""
+    `job`. With `dedupe_key` (an Idempotency-Key's, `idempotency_dedupe_key`) the run is
+    written at most once under it: a retry gets the run the first attempt wrote, even when
+    that attempt failed after the write."""
     requester.require(Role.OPERATOR, jobs=[job], action="run")
     result = await rt.accept(
         RunRequest(
@@ -80,6 +83,7 @@ async def run_job(
             params_from_strings=params_from_strings,
             requested_by=requester.name,
             confirmed=confirmed,
+            dedupe_key=dedupe_key,
         )
     )
     warnings = await queued_run_notices(rt, [result.run])
