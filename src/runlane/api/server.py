@@ -125,7 +125,7 @@ async def _serve(
         app,
         lifespan="off",  # run by `serve_http`
         loop="none",
-        http="h11",
+        http="httptools",
         ws="none",
         log_config=None,
         access_log=False,
