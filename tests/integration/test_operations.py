@@ -175,6 +175,15 @@ async def test_a_confirmed_acting_job_is_queued(rt: Runtime) -> None:
     assert queued.run.status is RunStatus.QUEUED
 
 
+async def test_typing_the_jobs_name_confirms_and_another_name_does_not(rt: Runtime) -> None:
+    """The API, UI and MCP pass the name the person typed; only the job's own name confirms."""
+    for typed in ("Careful", "careful ", "other", ""):
+        with pytest.raises(ConfirmationRequired):
+            await operations.run_job(rt, "careful", requester=ALICE, confirm=typed)
+    queued = await operations.run_job(rt, "careful", requester=ALICE, confirm="careful")
+    assert queued.run.status is RunStatus.QUEUED
+
+
 async def test_overlap_forbid_refuses_with_the_active_run_id(rt: Runtime) -> None:
     first = await operations.run_job(rt, "single", requester=ALICE)
     with pytest.raises(OverlapRefused) as refused:

@@ -14,7 +14,6 @@ from runlane.api.inputs import storable_parameters
 from runlane.api.models import ChainPageView, ChainRunCreate, ChainRunPageView, ChainRunView
 from runlane.api.problems import problem_responses
 from runlane.api.writes import IdempotencyKey, created
-from runlane.core.access import Role
 from runlane.service import operations
 from runlane.service.operations import ChainInfo
 from runlane.service.views import chain_run_dict
@@ -72,13 +71,11 @@ async def run_chain(
     wanted = body or ChainRunCreate()
 
     async def allowed() -> None:
-        who.require(Role.OPERATOR, action="run chain")
-        info = await operations.show_chain(rt, chain)  # unknown_chain
-        who.require(Role.OPERATOR, jobs=[s.job for s in info.steps], action="run chain")
+        await operations.authorize_run_chain(rt, chain, requester=who)
 
     async def start(dedupe_key: str | None) -> dict[str, Any]:
         started = await operations.run_chain(
-            rt, chain, requester=who, confirmed=wanted.confirm == chain, dedupe_key=dedupe_key
+            rt, chain, requester=who, confirm=wanted.confirm, dedupe_key=dedupe_key
         )
         return chain_run_dict(started.view.run, started.view.steps)
 

@@ -25,7 +25,6 @@ from runlane.api.models import (
 from runlane.api.problems import problem_responses
 from runlane.api.writes import IdempotencyKey, audited, created
 from runlane.catalog.params import params_json_schema
-from runlane.core.access import Role
 from runlane.service import operations
 from runlane.service.operations import JobInfo, JobSchedule
 from runlane.service.views import iso, job_dict, run_dict
@@ -93,7 +92,7 @@ async def run_job(
     true`); the key with another body is 422 `idempotency_key_reused`."""
 
     async def allowed() -> None:
-        who.require(Role.OPERATOR, jobs=[job], action="run")
+        await operations.authorize_run_job(rt, job, requester=who)
 
     async def queue(dedupe_key: str | None) -> dict[str, Any]:
         queued = await operations.run_job(
@@ -101,7 +100,7 @@ async def run_job(
             job,
             requester=who,
             params=body.params,
-            confirmed=body.confirm is not None and body.confirm == job,
+            confirm=body.confirm,
             dedupe_key=dedupe_key,
         )
         return run_dict(queued.run)

@@ -211,3 +211,9 @@ def run_id_prefix(text: str, what: str = "run") -> str:
             f"of the id (`runlane {'chains' if what == 'chain run' else 'runs'}` lists them)"
         )
     return prefix
+
+
+def confirms(confirm: str | None, name: str) -> bool:
+    """Whether the name a person typed to confirm a run (`confirm`) confirms the job or
+    chain `name`: only that exact name does."""
+    return confirm is not None and confirm == name

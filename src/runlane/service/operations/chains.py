@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from runlane.core.access import Role
 from runlane.errors import UnknownChain
 from runlane.ports import ChainRun
-from runlane.service.operations.arguments import Requester, check_limit
+from runlane.service.operations.arguments import Requester, check_limit, confirms
 from runlane.service.operations.lookup import resolve_chain_run
 from runlane.service.operations.notices import Notice, chain_notices
 from runlane.service.runtime import Runtime
@@ -116,30 +116,38 @@ async def view_of(rt: Runtime, run: ChainRun) -> ChainRunView:
     return ChainRunView(run, tuple(await chain_view(rt.store, rt.require_catalog(), run)))
 
 
+async def authorize_run_chain(rt: Runtime, chain: str, *, requester: Requester) -> None:
+    """`forbidden` unless `requester` may operate every step's job of `chain`
+    (`unknown_chain` when there is no such chain): what `run_chain` checks first."""
+    requester.require(Role.OPERATOR, action="run chain")
+    info = await show_chain(rt, chain)  # unknown_chain, naming the chains there are
+    requester.require(Role.OPERATOR, jobs=[s.job for s in info.steps], action="run chain")
+
+
 async def run_chain(
     rt: Runtime,
     chain: str,
     *,
     requester: Requester,
     confirmed: bool = False,
+    confirm: str | None = None,
     dedupe_key: str | None = None,
 ) -> ChainStarted:
     """Start a run of `chain` now: its first steps are queued, a launcher advances it.
     `unknown_chain`; `confirmation_required` for a step whose job has `acts: true`;
     `forbidden` unless the requester may operate every step's job. With `dedupe_key` (an
-    Idempotency-Key's) the chain run is written at most once under it, as for `run_job`."""
+    Idempotency-Key's) the chain run is written at most once under it, as for `run_job`.
+    `confirm`: the name a person typed; it confirms when it is the chain's name."""
     from runlane.service.chains import ChainRunner
 
-    requester.require(Role.OPERATOR, action="run chain")
+    await authorize_run_chain(rt, chain, requester=requester)
     cat = rt.require_catalog()
-    info = await show_chain(rt, chain)  # unknown_chain, naming the chains there are
-    requester.require(Role.OPERATOR, jobs=[s.job for s in info.steps], action="run chain")
     runner = ChainRunner(rt.store, cat, rt.accept)
     run = await runner.start(
         chain,
         trigger=requester.trigger,
         requested_by=requester.name,
-        confirmed=confirmed,
+        confirmed=confirmed or confirms(confirm, chain),
         dedupe_key=dedupe_key,
     )
     warnings = await chain_notices(rt, chain)

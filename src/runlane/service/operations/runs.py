@@ -19,6 +19,7 @@ from runlane.service.operations.arguments import (
     LATEST,
     Requester,
     check_limit,
+    confirms,
     parse_time,
 )
 from runlane.service.operations.lookup import resolve_chain_run, resolve_run
@@ -58,6 +59,12 @@ class CancelledChainRun:
     steps: tuple[Run, ...]
 
 
+async def authorize_run_job(rt: Runtime, job: str, *, requester: Requester) -> None:
+    """`forbidden` unless `requester` may run `job` (what `run_job` checks first; a face
+    that answers without calling it, such as an idempotent replay, checks this)."""
+    requester.require(Role.OPERATOR, jobs=[job], action="run")
+
+
 async def run_job(
     rt: Runtime,
     job: str,
@@ -66,6 +73,7 @@ async def run_job(
     params: Mapping[str, object] | None = None,
     params_from_strings: bool = False,
     confirmed: bool = False,
+    confirm: str | None = None,
     dedupe_key: str | None = None,
 ) -> RunQueued:
     """Queue a run of `job` through the one accept path. Raises what it refuses with
@@ -73,8 +81,9 @@ async def run_job(
     `overlap_refused` with the active run's id); `forbidden` unless the requester may operate
     `job`. With `dedupe_key` (an Idempotency-Key's, `idempotency_dedupe_key`) the run is
     written at most once under it: a retry gets the run the first attempt wrote, even when
-    that attempt failed after the write."""
-    requester.require(Role.OPERATOR, jobs=[job], action="run")
+    that attempt failed after the write. `confirm`: the name a person typed to confirm
+    (API, UI, MCP); it confirms when it is the job's name, as `confirmed` (the CLI's --yes) does."""
+    await authorize_run_job(rt, job, requester=requester)
     result = await rt.accept(
         RunRequest(
             job=job,
@@ -82,7 +91,7 @@ async def run_job(
             params=params,
             params_from_strings=params_from_strings,
             requested_by=requester.name,
-            confirmed=confirmed,
+            confirmed=confirmed or confirms(confirm, job),
             dedupe_key=dedupe_key,
         )
     )
