@@ -342,6 +342,29 @@ async def test_pause_until_a_past_time_is_refused(rt: Runtime, store: Store) -> 
     assert await store.overrides() == {}
 
 
+async def test_a_pause_reason_is_capped_and_must_be_storable_for_every_face(
+    rt: Runtime, store: Store
+) -> None:
+    for reason, match in (("r" * 501, "501 characters long"), ("a\x00b", "--reason")):
+        with pytest.raises(InvalidArgument, match=match):
+            await operations.pause_job(rt, "hello", requester=ALICE, reason=reason)
+    assert await store.overrides() == {}
+    paused = await operations.pause_job(rt, "hello", requester=ALICE, reason="r" * 500)
+    assert paused.reason == "r" * 500
+
+
+async def test_an_event_key_or_id_past_200_characters_is_refused_for_every_face(
+    rt: Runtime, store: Store
+) -> None:
+    for key, event_id in (("k" * 201, None), ("greet", "i" * 201)):
+        with pytest.raises(RunlaneError, match="201 characters long") as refused:
+            await operations.emit(rt, key, requester=ALICE, event_id=event_id)
+        assert refused.value.code == "bad_event"
+    assert await store.list_runs(RunFilter(limit=10)) == []
+    emitted = await operations.emit(rt, "greet", requester=ALICE, event_id="i" * 200)
+    assert emitted.runs
+
+
 async def test_show_job_has_its_latest_run(rt: Runtime) -> None:
     assert (await operations.show_job(rt, "hello")).last_run is None
     queued = await operations.run_job(rt, "hello", requester=ALICE)

@@ -11,10 +11,13 @@ from fastapi import Request
 from pydantic import AfterValidator, Field
 
 from runlane.errors import InvalidArgument
+from runlane.service.events import MAX_EVENT_TEXT_CHARS
 from runlane.service.operations import text_problem
+from runlane.service.operations.arguments import MAX_REASON_CHARS
 
-MAX_REASON_CHARS = 500  # a pause reason is a line in `runlane jobs`, not a document
-MAX_EVENT_TEXT_CHARS = 200  # an event's key and id are names
+# The caps are the operations' (`pause_job`, `emit`), which enforce them for every face; the
+# body's schema repeats them so that the OpenAPI document says so.
+__all__ = ["MAX_EVENT_TEXT_CHARS", "MAX_REASON_CHARS"]
 
 
 def storable(text: str) -> str:

@@ -38,6 +38,8 @@ MAX_EVENT_DATA_BYTES = MAX_PARAMS_BYTES
 """The largest an event's data may be, as compact JSON (UTF-8): 1 MiB, as for run params."""
 MAX_EVENT_DATA_DEPTH = 64
 """How deeply an event's data may nest objects and arrays."""
+MAX_EVENT_TEXT_CHARS = 200
+"""The longest an event's key and id may be: they are names, shown in lists and logs."""
 
 
 class BadEvent(ConfigError):
@@ -50,13 +52,18 @@ class BadEvent(ConfigError):
 
 def check_event(key: str, event_id: str | None, data: Mapping[str, Any]) -> None:
     """BadEvent, naming the place, for a key, id or data that could not be stored faithfully:
-    strings with U+0000 or lone surrogates, NaN or Infinity, nesting deeper than
+    strings with U+0000 or lone surrogates, a key or id longer than MAX_EVENT_TEXT_CHARS, NaN
+    or Infinity, nesting deeper than
     MAX_EVENT_DATA_DEPTH, or more than MAX_EVENT_DATA_BYTES."""
     if not key or any(c.isspace() for c in key):
         raise BadEvent(f"an event key is one word such as rumor.signal_created, got {key!r}")
     for what, text in (("event key", key), ("event id", event_id)):
         if text is not None and (problem := text_problem(text)) is not None:
             raise BadEvent(f"the {what} {problem}")
+        if text is not None and len(text) > MAX_EVENT_TEXT_CHARS:
+            raise BadEvent(
+                f"the {what} is {len(text)} characters long; at most {MAX_EVENT_TEXT_CHARS}"
+            )
     if event_id is not None and not event_id.strip():
         raise BadEvent("the event id is empty")
     # Iterative, so deep nesting is reported rather than overflowing the stack.

@@ -217,3 +217,21 @@ def confirms(confirm: str | None, name: str) -> bool:
     """Whether the name a person typed to confirm a run (`confirm`) confirms the job or
     chain `name`: only that exact name does."""
     return confirm is not None and confirm == name
+
+
+MAX_REASON_CHARS = 500  # a pause reason is a line in `runlane jobs`, not a document
+
+
+def check_reason(reason: str | None) -> str | None:
+    """`pause --reason`: at most MAX_REASON_CHARS characters, text the database can store."""
+    if reason is None:
+        return None
+    if len(reason) > MAX_REASON_CHARS:
+        raise InvalidArgument(
+            f"--reason is {len(reason)} characters long; at most {MAX_REASON_CHARS}"
+        )
+    from runlane.service.accept import text_problem
+
+    if (problem := text_problem(reason)) is not None:
+        raise InvalidArgument(f"--reason {problem}")
+    return reason

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from runlane.core.access import Role
 from runlane.core.runs import Run
 from runlane.ports import Override, RunFilter
-from runlane.service.operations.arguments import Requester, parse_time, parse_until
+from runlane.service.operations.arguments import Requester, check_reason, parse_time, parse_until
 from runlane.service.runtime import Runtime
 
 if TYPE_CHECKING:
@@ -89,10 +89,11 @@ async def pause_job(
 ) -> Override:
     """Pause `job`'s scheduled and event runs until resumed, or snooze them `until` a time (a
     duration from now such as `2h`, `now+2h`, or an ISO time) that must be later than now
-    (`invalid_argument` otherwise); `unknown_job`; `forbidden` unless the requester may
+    (`invalid_argument` otherwise, as for a `reason` over 500 characters); `unknown_job`; `forbidden` unless the requester may
     operate `job`."""
     requester.require(Role.OPERATOR, jobs=[job], action="pause")
     rt.require_catalog().resolve(job)
+    reason = check_reason(reason)
     paused_until = None if until is None else parse_until(until, await rt.store.now())
     return await rt.store.set_override(
         job, paused_until=paused_until, reason=reason, by=requester.name
