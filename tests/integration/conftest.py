@@ -19,6 +19,7 @@ from runlane.ports import Store
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
+from runlane.service.runtime import Runtime
 from runlane.service.wiring import build_executors, store_from_url
 from tests.support.postgres import PG_URL, scratch_database, truncate_all
 
@@ -121,6 +122,12 @@ async def store(settings: Settings) -> AsyncIterator[Store]:
     await s.upgrade()
     yield s
     await s.close()
+
+
+@pytest.fixture
+def rt(store: Store, settings: Settings, catalog: Catalog) -> Runtime:
+    """The operations' context on the test's store, settings and catalog."""
+    return Runtime(settings=settings, store=store, catalog=catalog)
 
 
 class Events:

@@ -79,11 +79,6 @@ def catalog_file(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture
-def rt(store: Store, settings: Settings, catalog: Catalog) -> Runtime:
-    return Runtime(settings=settings, store=store, catalog=catalog)
-
-
 async def beat(store: Store, launcher_id: str = "L1", jobs: tuple[str, ...] | None = None) -> None:
     now = await store.now()
     await store.beat(

@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from runlane.catalog import Catalog
 from runlane.core.access import Access, Role
 from runlane.core.runs import RunStatus, Trigger
 from runlane.errors import (
@@ -28,7 +27,6 @@ from runlane.errors import (
 )
 from runlane.ports import RunFilter, Store
 from runlane.service import operations
-from runlane.service.config import Settings
 from runlane.service.operations import Requester
 from runlane.service.operations.tokens import hash_secret
 from runlane.service.runtime import Runtime
@@ -72,11 +70,6 @@ def catalog_file(tmp_path: Path) -> Path:
     path = tmp_path / "catalog.yaml"
     path.write_text(CATALOG)
     return path
-
-
-@pytest.fixture
-def rt(store: Store, settings: Settings, catalog: Catalog) -> Runtime:
-    return Runtime(settings=settings, store=store, catalog=catalog)
 
 
 # --- tokens -----------------------------------------------------------------------------------
