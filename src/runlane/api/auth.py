@@ -12,9 +12,9 @@ every face refuses alike; the dependencies check only that a reader is at least 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated
 
 import structlog
 from fastapi import Depends, Request
@@ -24,6 +24,7 @@ from runlane.core.access import Access, Role
 from runlane.core.runs import Trigger
 from runlane.errors import Forbidden, MalformedRequest, Unauthenticated
 from runlane.service import operations
+from runlane.service.config import Settings
 from runlane.service.operations import Requester
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -52,37 +53,16 @@ class ProxyAuth:
         return any(address in net for net in self.networks)
 
 
-def _items(value: Any) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if isinstance(value, str):
-        return tuple(part.strip() for part in value.split(",") if part.strip())
-    return tuple(str(v).strip() for v in value if str(v).strip())
-
-
-def _group_roles(value: Any) -> dict[str, Role]:
-    pairs: Iterable[Any]
-    if isinstance(value, Mapping):
-        pairs = value.items()
-    elif isinstance(value, str):
-        pairs = (part.split("=", 1) for part in _items(value) if "=" in part)
-    else:
-        pairs = value or ()
-    return {str(group).strip(): Role(str(role).strip().lower()) for group, role in pairs}
-
-
-def proxy_auth_of(settings: Any) -> ProxyAuth:
-    """The trusted-proxy configuration of `settings` (none: no proxy is trusted). Settings
-    that lack the fields (an older config) mean off."""
-    networks = tuple(
-        ipaddress.ip_network(text, strict=False)
-        for text in _items(getattr(settings, "http_trusted_proxies", ()))
-    )
+def proxy_auth_of(settings: Settings) -> ProxyAuth:
+    """The trusted-proxy configuration of `settings` (no proxies: off). The settings have
+    checked every value already (service/config.py), so nothing here can fail."""
     return ProxyAuth(
-        networks=networks,
-        user_header=getattr(settings, "http_user_header", None) or "X-Forwarded-User",
-        groups_header=getattr(settings, "http_groups_header", None) or "X-Forwarded-Groups",
-        group_roles=_group_roles(getattr(settings, "http_group_roles", None)),
+        networks=tuple(
+            ipaddress.ip_network(text, strict=False) for text in settings.http_trusted_proxies
+        ),
+        user_header=settings.http_user_header,
+        groups_header=settings.http_groups_header,
+        group_roles={group: Role(role) for group, role in settings.http_group_roles},
     )
 
 
@@ -121,7 +101,7 @@ def _proxy_requester(request: Request, proxy: ProxyAuth) -> Requester | None:
 
 async def requester_of(request: Request, rt: RuntimeDep) -> Requester:
     """Who sends `request`: the trusted proxy's user, or the bearer token's (401 otherwise)."""
-    proxy: ProxyAuth = getattr(request.app.state, "proxy_auth", None) or proxy_auth_of(rt.settings)
+    proxy: ProxyAuth = request.app.state.proxy_auth
     peer = request.client.host if request.client else None
     if proxy.trusts(peer):
         found = _proxy_requester(request, proxy)

@@ -22,7 +22,7 @@ import structlog
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
-from runlane.api.auth import Viewer, bearer_secret, proxy_auth_of
+from runlane.api.auth import ProxyAuth, Viewer, bearer_secret
 from runlane.api.deps import RuntimeDep
 from runlane.api.problems import PROBLEM_MEDIA_TYPE, problem_responses
 from runlane.core.runs import Trigger
@@ -203,7 +203,7 @@ def _stream_owner(
     credentials are checked again while it lasts: the bearer token through `authenticate`
     (revoked or expired: the stream ends); a trusted proxy's user needs no check (the proxy
     vouched for the request, and has no token to revoke)."""
-    proxy = getattr(request.app.state, "proxy_auth", None) or proxy_auth_of(rt.settings)
+    proxy: ProxyAuth = request.app.state.proxy_auth
     peer = request.client.host if request.client else None
     if proxy.trusts(peer) and request.headers.get(proxy.user_header) is not None:
         return f"proxy:{reader.name}", None

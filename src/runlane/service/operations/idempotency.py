@@ -38,7 +38,6 @@ KEY_TTL = 24 * 3600.0  # seconds a completed key is replayed; older ones are pru
 # A reservation still in flight this long after the request's timeout was left by a process
 # that died mid-request (a live one completes or releases it): a retry may take it over.
 ABANDONED_AFTER_TIMEOUT = 60.0
-DEFAULT_REQUEST_TIMEOUT = 30.0  # RUNLANE_HTTP_REQUEST_TIMEOUT's default
 MAX_KEY_CHARS = 255
 PRUNE_EVERY = 3600.0  # seconds between prunes of old keys, per process and store
 
@@ -101,7 +100,7 @@ async def idempotent(
     check_key(key)
     await _prune_now_and_then(rt)
     # The HTTP settings come with the API's configuration; until then, its default timeout.
-    timeout = float(getattr(rt.settings, "http_request_timeout", DEFAULT_REQUEST_TIMEOUT))
+    timeout = rt.settings.http_request_timeout
     held = await rt.store.reserve_key(
         owner, key, fingerprint, ttl=KEY_TTL, abandoned=timeout + ABANDONED_AFTER_TIMEOUT
     )
