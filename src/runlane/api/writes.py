@@ -7,18 +7,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
-import structlog
 from fastapi import Header, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from runlane.errors import InvalidArgument, RunlaneError
+from runlane.errors import InvalidArgument
 from runlane.service import operations
 from runlane.service.operations import Requester
 from runlane.service.runtime import Runtime
 
 T = TypeVar("T")
-log = structlog.get_logger("runlane.api")
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
@@ -48,34 +46,16 @@ async def audited(
     call: Callable[[], Awaitable[T]],
     outcome_of: Callable[[T], str] | None = None,
 ) -> T:
-    """`call()`, recorded in the audit table with its outcome (`ok`, or what `outcome_of`
-    says of the result: `replayed` for an Idempotency-Key's stored answer). A refusal is
-    recorded and then raised; when the audit row of a refusal cannot be written, the refusal
-    still reaches the client (and the failure the log). The role and job scope are checked by
-    the operation (`Requester.require`), so its refusal (`forbidden`) is recorded like any
-    other."""
-    remote = remote_of(request)
-    try:
-        result = await call()
-    except RunlaneError as exc:
-        try:
-            await operations.record_audit(
-                rt,
-                requester=requester,
-                action=action,
-                target=target,
-                outcome=exc.code,
-                remote=remote,
-                detail=exc.message[:500],
-            )
-        except RunlaneError as audit_exc:
-            log.warning("api_audit_failed", action=action, target=target, error=audit_exc.code)
-        raise
-    outcome = "ok" if outcome_of is None else outcome_of(result)
-    await operations.record_audit(
-        rt, requester=requester, action=action, target=target, outcome=outcome, remote=remote
+    """`operations.audited` with the request's peer as the remote address."""
+    return await operations.audited(
+        rt,
+        requester,
+        action=action,
+        target=target,
+        remote=remote_of(request),
+        call=call,
+        outcome_of=outcome_of,
     )
-    return result
 
 
 def idempotency_owner(request: Request, requester: Requester) -> str:

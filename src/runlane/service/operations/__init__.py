@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from runlane.service.accept import text_problem
 from runlane.service.operations.arguments import Requester, check_limit
-from runlane.service.operations.audit import AuditPage, list_audit, record_audit
+from runlane.service.operations.audit import AuditPage, audited, list_audit, record_audit
 from runlane.service.operations.chains import (
     ChainInfo,
     ChainRunView,
@@ -121,6 +121,7 @@ __all__ = [
     "StatusReport",
     "TokenCreated",
     "TokenInfo",
+    "audited",
     "authenticate",
     "authorize_run_chain",
     "authorize_run_job",

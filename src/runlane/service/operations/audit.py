@@ -3,12 +3,19 @@ from where, and how it ended), recorded by the face and listed by `runlane audit
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
-from runlane.errors import InvalidArgument
+import structlog
+
+from runlane.errors import InvalidArgument, RunlaneError
 from runlane.ports import AuditEntry
 from runlane.service.operations.arguments import Requester
 from runlane.service.runtime import Runtime
+
+T = TypeVar("T")
+log = structlog.get_logger("runlane.audit")
 
 MAX_AUDIT_LIMIT = 500
 MAX_FIELD_CHARS = 2000  # a target, remote or detail longer than this is cut: the log stays small
@@ -53,6 +60,46 @@ async def record_audit(
     await rt.store.record_audit(entry)
 
 
+async def audited(
+    rt: Runtime,
+    requester: Requester,
+    *,
+    action: str,
+    target: str | None,
+    remote: str | None,
+    call: Callable[[], Awaitable[T]],
+    outcome_of: Callable[[T], str] | None = None,
+) -> T:
+    """`call()` (a write of a face that authenticates: the API, the web UI, MCP), recorded in
+    the audit table with its outcome: `ok`, or what `outcome_of` says of the result
+    (`replayed` for an Idempotency-Key's stored answer). A refusal is recorded and then
+    raised; when the audit row of a refusal cannot be written, the refusal still reaches the
+    caller (and the failure the log). The role and job scope are checked by the operation
+    (`Requester.require`), so its refusal (`forbidden`) is recorded like any other. `remote`:
+    the client's address, when the face has one."""
+    try:
+        result = await call()
+    except RunlaneError as exc:
+        try:
+            await record_audit(
+                rt,
+                requester=requester,
+                action=action,
+                target=target,
+                outcome=exc.code,
+                remote=remote,
+                detail=exc.message[:500],
+            )
+        except RunlaneError as audit_exc:
+            log.warning("audit_failed", action=action, target=target, error=audit_exc.code)
+        raise
+    outcome = "ok" if outcome_of is None else outcome_of(result)
+    await record_audit(
+        rt, requester=requester, action=action, target=target, outcome=outcome, remote=remote
+    )
+    return result
+
+
 def _before(cursor: str | None) -> int | None:
     if cursor is None:
         return None
@@ -74,4 +121,4 @@ async def list_audit(rt: Runtime, *, limit: int = 50, before: str | None = None)
     return AuditPage(items, str(items[-1].id) if more else None)
 
 
-__all__ = ["AuditPage", "list_audit", "record_audit"]
+__all__ = ["AuditPage", "audited", "list_audit", "record_audit"]
