@@ -148,6 +148,13 @@ class RunLog(Protocol):
         most `flt.limit`; a malformed id in the filter matches nothing."""
         ...
 
+    async def list_run_items(self, flt: RunFilter) -> list[dict[str, Any]]:
+        """The rows `list_runs(flt)` returns, each as the plain dict a face shows (one pass
+        from the row, no `Run` in between): `views.run_dict`'s keys in its order and its
+        values, except that times are aware UTC datetimes rather than their ISO text (a JSON
+        encoder such as msgspec writes them as `iso` does). What a list page serves."""
+        ...
+
     async def count_queued(self) -> int:
         """How many rows are `queued` (due or not): the queue depth a heartbeat reports."""
         ...

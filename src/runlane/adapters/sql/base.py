@@ -16,6 +16,7 @@ import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from runlane.adapters.sql.rows import Row, RowReader, dump_json, running_by_launcher
 from runlane.core.admission import Candidate, select_admissible
@@ -217,6 +218,12 @@ class SqlStoreBase:
         return None if row is None else self._read.run(row)
 
     async def list_runs(self, flt: RunFilter) -> list[Run]:
+        return [self._read.run(r) for r in await self._run_list_rows(flt)]
+
+    async def list_run_items(self, flt: RunFilter) -> list[dict[str, Any]]:
+        return [self._read.run_item(r) for r in await self._run_list_rows(flt)]
+
+    async def _run_list_rows(self, flt: RunFilter) -> list[Row]:
         ids = (
             flt.parent_run_id,
             flt.chain_root_id,
@@ -240,8 +247,7 @@ class SqlStoreBase:
             "limit": max(0, flt.limit),
         }
         keys = tuple(k for k in RUN_LIST_FILTERS if params[_RUN_LIST_PARAM.get(k, k)] is not None)
-        rows = await self._read_all(run_list_statement(self._statements, keys), params)
-        return [self._read.run(r) for r in rows]
+        return await self._read_all(run_list_statement(self._statements, keys), params)
 
     async def count_queued(self) -> int:
         row = await self._read_one("count_queued", {})

@@ -193,6 +193,71 @@ class RowReader:
             lease_expires_at=None if (v := g("lease_expires_at")) is None else decode_time(v),
         )
 
+    def run_item(self, row: Row) -> dict[str, Any]:
+        """A `run_log` row as a face shows it in a list, in one pass (no `Run` in between):
+        what `views.run_dict(self.run(row))` holds, with the same keys in the same order and
+        the same values, except that times stay aware UTC datetimes (a JSON encoder writes
+        them; msgspec's text is `views.iso`'s). The lease token is left out; `params_raw`
+        comes last, and only when `params` does not parse. A conformance test holds the two
+        equal on both dialects.
+
+        About a third of the time of `run` and `run_dict` together: a page of the API's run
+        list converts 50 to 500 rows per request.
+        """
+        g = row.__getitem__
+        t = self._decode_time
+        params_raw = "" if (v := g("params")) is None else str(v)
+        params = parse_params(params_raw)
+        item: dict[str, Any] = {
+            "id": _required_text(g("id"), "id"),
+            "job": _required_text(g("job"), "job"),
+            "status": _run_status(g("status")).value,
+            "trigger": _required_text(g("trigger"), "trigger"),
+            "dedupe_key": _required_text(g("dedupe_key"), "dedupe_key"),
+            "attempt": 1 if (v := g("attempt")) is None else _to_int(v, "attempt"),
+            "executor": _required_text(g("executor"), "executor"),
+            "overlap": _required_text(g("overlap"), "overlap"),
+            "params": params,
+            "queued_at": _required_time(t(g("queued_at")), "queued_at"),
+            "requested_by": None if (v := g("requested_by")) is None else str(v),
+            "parent_run_id": None if (v := g("parent_run_id")) is None else str(v),
+            "chain_root_id": None if (v := g("chain_root_id")) is None else str(v),
+            "event_id": None if (v := g("event_id")) is None else str(v),
+            "downstream": None if (v := g("downstream")) is None else parse_str_list(v),
+            "scheduled_for": None if (v := g("scheduled_for")) is None else t(v),
+            "retry_of": None if (v := g("retry_of")) is None else str(v),
+            "max_attempts": 1 if (v := g("max_attempts")) is None else _to_int(v, "max_attempts"),
+            "deadline_seconds": (
+                3600.0 if (v := g("deadline_seconds")) is None else _to_float(v, "deadline_seconds")
+            ),
+            "kill_grace_seconds": (
+                30.0
+                if (v := g("kill_grace_seconds")) is None
+                else _to_float(v, "kill_grace_seconds")
+            ),
+            "external_id": None if (v := g("external_id")) is None else str(v),
+            "not_before": None if (v := g("not_before")) is None else t(v),
+            "queue_expires_at": None if (v := g("queue_expires_at")) is None else t(v),
+            "started_at": None if (v := g("started_at")) is None else t(v),
+            "finished_at": None if (v := g("finished_at")) is None else t(v),
+            "deadline_at": None if (v := g("deadline_at")) is None else t(v),
+            "exit_code": None if (v := g("exit_code")) is None else _to_int(v, "exit_code"),
+            "end_reason": None if (v := g("end_reason")) is None else str(v),
+            "error_code": None if (v := g("error_code")) is None else str(v),
+            "note": None if (v := g("note")) is None else str(v),
+            "log_tail": None if (v := g("log_tail")) is None else str(v),
+            "traceparent": None if (v := g("traceparent")) is None else str(v),
+            "cancel_requested_at": (None if (v := g("cancel_requested_at")) is None else t(v)),
+            "lease_owner": None if (v := g("lease_owner")) is None else str(v),
+            "lease_generation": (
+                0 if (v := g("lease_generation")) is None else _to_int(v, "lease_generation")
+            ),
+            "lease_expires_at": None if (v := g("lease_expires_at")) is None else t(v),
+        }
+        if params is None:
+            item["params_raw"] = params_raw
+        return item
+
     def override(self, row: Row) -> Override:
         return Override(
             job=self.text(row, "job"),

@@ -3,21 +3,26 @@ cancelling a run (or a chain run) by id."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
+import msgspec
 from fastapi import APIRouter, Depends, Path, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 
-from runlane.api.auth import Operator, Viewer
-from runlane.api.deps import RuntimeDep
+from runlane.api.auth import Operator, Viewer, requester_of, viewer
+from runlane.api.deps import RuntimeDep, get_runtime
 from runlane.api.inputs import storable_parameters
 from runlane.api.models import ChainRunView, RunPageView, RunView
 from runlane.api.problems import problem_responses
 from runlane.api.writes import audited
 from runlane.core.runs import RunStatus, Trigger
 from runlane.service import operations
-from runlane.service.operations import CancelledRun
-from runlane.service.views import chain_run_dict, run_dict
+from runlane.service.operations import CancelledRun, text_problem
+from runlane.service.runtime import Runtime
+from runlane.service.views import chain_run_dict, iso, run_dict
 
 router = APIRouter(prefix="/api/v1", tags=["runs"], dependencies=[Depends(storable_parameters)])
 
@@ -28,7 +33,6 @@ RunId = Annotated[
 DEFAULT_PAGE = 50
 
 
-@router.get("/runs", response_model=RunPageView, responses=problem_responses())
 async def list_runs(
     rt: RuntimeDep,
     _who: Viewer,
@@ -41,10 +45,10 @@ async def list_runs(
     until: Annotated[str | None, Query(description="queued before (ISO-8601, now)")] = None,
     limit: Annotated[int, Query(description="1 to 500 runs a page")] = DEFAULT_PAGE,
     cursor: Annotated[str | None, Query(description="`next_cursor` of the page before")] = None,
-) -> JSONResponse:
+) -> Response:
     """The runs newest first (by queued time, then id), filtered; `next_cursor` (null on the
     last page) fetches the next page, which stays right while runs are inserted."""
-    page = await operations.list_runs_page(
+    return await run_page(
         rt,
         job=job,
         status=status,
@@ -56,9 +60,93 @@ async def list_runs(
         limit=limit,
         cursor=cursor,
     )
-    return JSONResponse(
-        {"items": [run_dict(r) for r in page.items], "next_cursor": page.next_cursor}
+
+
+async def run_page(rt: Runtime, **query: Any) -> Response:
+    """The page `query` asks for, as the route's JSON (both ways in: `RunListRoute`)."""
+    page = await operations.list_run_items_page(rt, **query)
+    return Response(
+        json_bytes({"items": page.items, "next_cursor": page.next_cursor}),
+        media_type="application/json",
     )
+
+
+_ENCODER = msgspec.json.Encoder()
+
+
+def json_bytes(content: Any) -> bytes:
+    """`content` as compact UTF-8 JSON, times as `views.iso` writes them (msgspec writes an
+    aware UTC datetime the same way): ~7x faster than `json.dumps` for a page of runs. A value
+    msgspec refuses (an integer past 64 bits in a run's params) goes through `json.dumps`, as
+    every response did before."""
+    try:
+        return _ENCODER.encode(content)
+    except (TypeError, OverflowError, ValueError):
+        return json.dumps(
+            content, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=iso
+        ).encode("utf-8")
+
+
+# The run list's query, as the hot path takes it: each name at most once, every value a
+# non-empty text the database can compare; `status` and `trigger` one of their values, `limit`
+# at most 4 digits. Anything else (a typo, a repeat, `limit=abc`) goes the general way.
+_TEXT_PARAMS = frozenset({"job", "requested_by", "chain_root_id", "since", "until", "cursor"})
+_STATUSES = frozenset(s.value for s in RunStatus)
+_TRIGGERS = frozenset(t.value for t in Trigger)
+
+
+def plain_query(request: Request) -> dict[str, Any] | None:
+    """The arguments of a run-list request whose query needs no parsing beyond the above, or
+    None for any other (which FastAPI then validates, so its problems stay the route's)."""
+    query: dict[str, Any] = {}
+    for name, value in request.query_params.multi_items():
+        if name in query or not value or text_problem(value) is not None:
+            return None
+        if name in _TEXT_PARAMS:
+            query[name] = value
+        elif name == "limit":
+            if len(value) > 4 or not (value.isascii() and value.isdigit()):
+                return None
+            query[name] = int(value)
+        elif (name == "status" and value in _STATUSES) or (
+            name == "trigger" and value in _TRIGGERS
+        ):
+            query[name] = value
+        else:
+            return None
+    return query
+
+
+class RunListRoute(APIRoute):
+    """`GET /api/v1/runs`, the API's busiest read, with a hot path. A request whose query is
+    plain (`plain_query`) skips FastAPI's per-request solving of dependencies and parameters
+    (a third of the route's fixed cost): it is checked, authenticated and answered by the same
+    functions the dependencies call (`storable_parameters`' check, `auth.requester_of` and
+    `auth.viewer`, then `run_page`), in the same order. Every other request takes FastAPI's
+    way, so the route's validation problems and its OpenAPI document are FastAPI's."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        general = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            query = plain_query(request)
+            if query is None:
+                return await general(request)
+            rt = get_runtime(request)
+            await viewer(await requester_of(request, rt))
+            return await run_page(rt, **query)
+
+        return handle
+
+
+router.add_api_route(
+    "/runs",
+    list_runs,
+    methods=["GET"],
+    response_model=RunPageView,
+    responses=problem_responses(),
+    route_class_override=RunListRoute,
+)
 
 
 @router.get("/runs/{run_id}", response_model=RunView, responses=problem_responses(404))
