@@ -39,7 +39,7 @@ from typing import Any
 
 import httpx
 import psycopg
-from _common import CATALOG, median, percentile, runlane_cmd, scratch_database
+from _common import CATALOG, cpu_seconds, median, percentile, runlane_cmd, scratch_database
 
 from runlane.adapters.postgres import PostgresStore
 from runlane.service.config import Settings
@@ -160,9 +160,13 @@ async def measure(
 
 
 async def run_cases(
-    call: Callable[..., Awaitable[tuple[list[str], str | None]]], args: argparse.Namespace
-) -> dict[str, list[tuple[float, float]]]:
-    """Every filter's first and deep page, `args.repeat` rounds of `args.requests` each."""
+    call: Callable[..., Awaitable[tuple[list[str], str | None]]],
+    args: argparse.Namespace,
+    server_cpu: Callable[[], float] | None = None,
+) -> dict[str, list[tuple[float, ...]]]:
+    """Every filter's first and deep page, `args.repeat` rounds of `args.requests` each; with
+    `server_cpu` (the server's CPU seconds so far), each figure also holds the server's CPU
+    per request in ms."""
     clients = args.clients
     cases: dict[str, dict[str, Any]] = {}
     for name, flt in FILTERS.items():
@@ -174,21 +178,33 @@ async def run_cases(
             print(f"  ({name}: fewer than {DEEP} rows match; no deep page)")
     for kwargs in cases.values():  # warm: each shape planned, the pool full
         await measure(call, kwargs, clients, clients, args.rate)
-    figures: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
+    figures: dict[str, list[tuple[float, ...]]] = {name: [] for name in cases}
     for rnd in range(1, args.repeat + 1):
         for name, kwargs in cases.items():
+            cpu0 = server_cpu() if server_cpu else 0.0
             p50, p99 = await measure(call, kwargs, args.requests, clients, args.rate)
-            figures[name].append((p50, p99))
-            print(f"round {rnd} {name:<20} p50={p50:.2f} ms p99={p99:.2f} ms", flush=True)
+            if server_cpu:
+                cpu = (server_cpu() - cpu0) / args.requests * 1000
+                figures[name].append((p50, p99, cpu))
+                extra = f" server CPU {cpu:.2f} ms/request"
+            else:
+                figures[name].append((p50, p99))
+                extra = ""
+            print(f"round {rnd} {name:<20} p50={p50:.2f} ms p99={p99:.2f} ms{extra}", flush=True)
     return figures
 
 
-def report(title: str, figures: dict[str, list[tuple[float, float]]]) -> None:
+def report(title: str, figures: dict[str, list[tuple[float, ...]]]) -> None:
     print(f"\n{title}: medians of {len(next(iter(figures.values())))} rounds")
     for name, rounds in figures.items():
         p50 = median([r[0] for r in rounds])
         p99 = median([r[1] for r in rounds])
-        print(f"  {name:<20} p50={p50:.2f} ms p99={p99:.2f} ms")
+        cpu = (
+            f" server CPU {median([r[2] for r in rounds]):.2f} ms/request"
+            if len(rounds[0]) > 2
+            else ""
+        )
+        print(f"  {name:<20} p50={p50:.2f} ms p99={p99:.2f} ms{cpu}")
 
 
 async def operations_mode(url: str, args: argparse.Namespace) -> None:
@@ -233,9 +249,9 @@ async def operator_token(url: str) -> str:
 
 
 @contextlib.contextmanager
-def web_server(url: str, workdir: Path) -> Iterator[str]:
+def web_server(url: str, workdir: Path) -> Iterator[tuple[str, int]]:
     """`runlane web` in its own process (its own CPU, as in production) on a free port; its
-    base URL once `/healthz` answers."""
+    base URL, once `/healthz` answers, and its pid."""
     catalog = workdir / "catalog.yaml"
     catalog.write_text(CATALOG)
     port = free_port()
@@ -263,7 +279,7 @@ def web_server(url: str, workdir: Path) -> Iterator[str]:
             if time.monotonic() > deadline:
                 raise SystemExit("runlane web did not answer /healthz in 30 s")
             time.sleep(0.1)  # a benchmark's start-up poll, not a test's synchronisation
-        yield base
+        yield base, proc.pid
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -277,7 +293,7 @@ async def http_mode(url: str, args: argparse.Namespace) -> None:
     """The same cases through `runlane web` (uvicorn) with httpx clients and an operator
     token; then `POST /api/v1/jobs/noop/runs` and an idempotent replay of one."""
     secret = await operator_token(url)
-    with tempfile.TemporaryDirectory() as tmp, web_server(url, Path(tmp)) as base:
+    with tempfile.TemporaryDirectory() as tmp, web_server(url, Path(tmp)) as (base, pid):
         limits = httpx.Limits(max_connections=args.clients, max_keepalive_connections=args.clients)
         headers = {"Authorization": f"Bearer {secret}"}
         async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits) as client:
@@ -290,7 +306,7 @@ async def http_mode(url: str, args: argparse.Namespace) -> None:
                 body = resp.json()
                 return [r["id"] for r in body["items"]], body["next_cursor"]
 
-            figures = await run_cases(call, args)
+            figures = await run_cases(call, args, lambda: cpu_seconds(pid))
 
             async def post(key: str | None = None) -> None:
                 extra = {} if key is None else {"Idempotency-Key": key}
@@ -308,8 +324,10 @@ async def http_mode(url: str, args: argparse.Namespace) -> None:
                 await measure(fn, {}, args.clients, args.clients, args.rate)  # warm
             for rnd in range(1, args.repeat + 1):
                 for name, fn in writes.items():
+                    cpu0 = cpu_seconds(pid)
                     p50, p99 = await measure(fn, {}, args.requests, args.clients, args.rate)
-                    figures.setdefault(name, []).append((p50, p99))
+                    cpu = (cpu_seconds(pid) - cpu0) / args.requests * 1000
+                    figures.setdefault(name, []).append((p50, p99, cpu))
                     print(f"round {rnd} {name:<20} p50={p50:.2f} ms p99={p99:.2f} ms", flush=True)
         pace = f"{args.rate:g}/s each" if args.rate else "back to back"
         report(f"HTTP (runlane web, httpx), {args.clients} clients ({pace})", figures)

@@ -1,4 +1,5 @@
-"""Pages of the run list (`operations.list_runs_page` over `Store.list_runs`), on SQLite and
+"""Pages of the run list (`operations.list_runs_page` over `Store.list_runs`, and the API's
+`Store.list_run_items`), on SQLite and
 PostgreSQL: every filter and their combinations, a keyset walk that returns each row exactly
 once (ties in queued_at included), stability while runs are inserted between pages, and the
 refusal of every cursor this list did not write."""
@@ -7,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import sqlite3
 import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import pytest
 
 from runlane.adapters.sql.base import run_list_statement
@@ -25,6 +28,7 @@ from runlane.service.config import Settings
 from runlane.service.operations import RunPage, list_runs_page
 from runlane.service.operations.runs import encode_cursor
 from runlane.service.runtime import Runtime
+from runlane.service.views import iso, run_dict
 from runlane.testing.clock import FixedClock
 from tests.support.waiting import eventually
 
@@ -349,3 +353,60 @@ async def test_the_retry_of_a_run_is_found_however_busy_its_job_is(harness: Stor
     found = await next_attempt(rt, failed)
     assert found is not None
     assert found.id == retry.id
+
+
+async def test_list_run_items_are_run_dict_of_list_runs(harness: StoreHarness) -> None:
+    """`Store.list_run_items` (the API's page, one pass from the row) holds what
+    `views.run_dict` makes of `list_runs`' rows: the same keys in the same order and the same
+    values, times as UTC datetimes whose msgspec text is `iso`'s; for rows with every column
+    set, a claimed (leased) row, a finished one and params that do not parse."""
+    _, store, clock = await pinned(harness)
+    full = new_run(
+        "full",
+        params={"week": 3, "tags": ["a", "é"], "nested": {"x": None, "y": 1.5}},
+        requested_by="ana",
+        parent_run_id=str(uuid.uuid4()),
+        chain_root_id=str(uuid.uuid4()),
+        event_id="evt-1",
+        downstream=["b", "c"],
+        scheduled_for=T0 - timedelta(minutes=1),
+        max_attempts=3,
+        deadline_seconds=90.5,
+        kill_grace_seconds=2.0,
+        not_before=T0 - timedelta(seconds=5),
+        queue_ttl_seconds=600,
+        traceparent="00-" + "1" * 32 + "-" + "2" * 16 + "-01",
+        note="a note",
+    )
+    made = [(await store.accept(full)).run]
+    clock.advance(1)
+    for i in range(3):
+        made.append((await store.accept(new_run(f"plain{i}"))).run)
+        clock.advance(1)
+    claimed = await store.claim(
+        "launcher-1", limit=1, lease_ttl=30, executors=["inline"], executor_caps={}
+    )
+    assert claimed, "nothing claimed"
+    await store.finish_unleased(made[2].id, RunStatus.QUEUED, FAILURE)
+    broken = "{not json" if harness.dialect == "sqlite" else "[1, 2]"
+    cast = "" if harness.dialect == "sqlite" else "::jsonb"
+    harness.query(
+        f"UPDATE run_log SET params = :p{cast} WHERE id = :id", {"p": broken, "id": made[3].id}
+    )
+    for flt in (RunFilter(), RunFilter(job="full"), RunFilter(limit=2)):
+        runs = await store.list_runs(flt)
+        items = await store.list_run_items(flt)
+        assert [r.id for r in runs] == [i["id"] for i in items]
+        for run, item in zip(runs, items, strict=True):
+            shown = run_dict(run)
+            assert list(item) == list(shown), run.job
+            as_text = {k: iso(v) if isinstance(v, datetime) else v for k, v in item.items()}
+            assert as_text == shown, run.job
+            assert json.loads(msgspec.json.encode(item)) == shown, run.job
+            assert all(v.tzinfo is UTC for v in item.values() if isinstance(v, datetime))
+    leased = [i for i in await store.list_run_items(RunFilter()) if i["lease_owner"]]
+    assert [i["id"] for i in leased] == [claimed[0].run.id]
+    assert "lease_token" not in leased[0]
+    [corrupt] = [i for i in await store.list_run_items(RunFilter()) if i["id"] == made[3].id]
+    assert corrupt["params"] is None
+    assert corrupt["params_raw"] == broken
