@@ -17,6 +17,9 @@ concurrent clients, through the operations layer (`operations.list_runs_page`, w
 `--http` also runs the same cases through the real HTTP server: `runlane web` (uvicorn) in its
 own process, httpx clients with an operator token made through the operations layer, and then
 measures `POST /api/v1/jobs/noop/runs` and an idempotent replay of one (`Idempotency-Key`).
+Each HTTP figure comes with the server process's CPU per request (from /proc). `--client raw`
+measures the GETs with a light keep-alive socket client instead (`RawClient`: httpx itself
+costs ~2 ms of CPU per 50-run page on the same cores), `--client both` with each in turn.
 
     .venv/bin/python bench/api_runs.py --http               # both
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -36,6 +40,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import psycopg
@@ -289,11 +294,81 @@ def web_server(url: str, workdir: Path) -> Iterator[tuple[str, int]]:
             proc.wait()
 
 
+class RawClient:
+    """A light HTTP/1.1 client for the run-list GETs: `size` keep-alive connections over
+    asyncio streams, each request written by hand and its answer read by Content-Length, its
+    JSON body parsed with `json.loads` (as a client must, to read `next_cursor`). It measures
+    what the server and the network cost without httpx's own ~2 ms of CPU per 50-run page on
+    the same two cores; httpx stays the default, the figure a typical Python client sees."""
+
+    def __init__(self, base: str, secret: str, size: int) -> None:
+        host, port = base.removeprefix("http://").rsplit(":", 1)
+        self.host, self.port, self.size = host, int(port), size
+        self.head = f"Host: {host}:{port}\r\nAuthorization: Bearer {secret}\r\n\r\n".encode()
+        self.idle: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = (
+            asyncio.Queue()
+        )
+
+    async def open(self) -> None:
+        for _ in range(self.size):
+            self.idle.put_nowait(await asyncio.open_connection(self.host, self.port))
+
+    async def close(self) -> None:
+        while not self.idle.empty():
+            _, writer = self.idle.get_nowait()
+            writer.close()
+
+    async def get_json(self, target: str) -> tuple[int, Any]:
+        reader, writer = await self.idle.get()
+        try:
+            writer.write(f"GET {target} HTTP/1.1\r\n".encode() + self.head)
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            status = int(lines[0].split(" ", 2)[1])
+            length = next(
+                int(line.split(":", 1)[1])
+                for line in lines[1:]
+                if line.lower().startswith("content-length:")
+            )
+            body = await reader.readexactly(length)
+        finally:
+            self.idle.put_nowait((reader, writer))
+        return status, json.loads(body)
+
+
+async def raw_cases(
+    base: str, secret: str, pid: int, args: argparse.Namespace
+) -> dict[str, list[tuple[float, ...]]]:
+    """The run-list cases again, with `RawClient` instead of httpx."""
+    raw = RawClient(base, secret, args.clients)
+    await raw.open()
+    try:
+
+        async def call(**kwargs: Any) -> tuple[list[str], str | None]:
+            params = {k: v for k, v in kwargs.items() if v is not None}
+            status, body = await raw.get_json(f"/api/v1/runs?{urlencode(params)}")
+            if status != 200:
+                raise SystemExit(f"GET /api/v1/runs {kwargs}: {status} {body}")
+            return [r["id"] for r in body["items"]], body["next_cursor"]
+
+        return await run_cases(call, args, lambda: cpu_seconds(pid))
+    finally:
+        await raw.close()
+
+
 async def http_mode(url: str, args: argparse.Namespace) -> None:
     """The same cases through `runlane web` (uvicorn) with httpx clients and an operator
     token; then `POST /api/v1/jobs/noop/runs` and an idempotent replay of one."""
     secret = await operator_token(url)
     with tempfile.TemporaryDirectory() as tmp, web_server(url, Path(tmp)) as (base, pid):
+        if args.client in ("raw", "both"):
+            raw = await raw_cases(base, secret, pid, args)
+            pace = f"{args.rate:g}/s each" if args.rate else "back to back"
+            report(
+                f"HTTP (runlane web, raw keep-alive client), {args.clients} clients ({pace})", raw
+            )
+            if args.client == "raw":
+                return
         limits = httpx.Limits(max_connections=args.clients, max_keepalive_connections=args.clients)
         headers = {"Authorization": f"Bearer {secret}"}
         async with httpx.AsyncClient(base_url=base, headers=headers, limits=limits) as client:
@@ -372,6 +447,13 @@ def main() -> None:
     ap.add_argument("--no-seed", action="store_true", help="with --url: it is seeded already")
     ap.add_argument("--http", action="store_true", help="through `runlane web` (uvicorn) too")
     ap.add_argument("--http-only", action="store_true", help="only through `runlane web`")
+    ap.add_argument(
+        "--client",
+        choices=("httpx", "raw", "both"),
+        default="httpx",
+        help="--http's clients: httpx (default), a raw keep-alive socket client (RawClient; "
+        "no POST cases), or both in turn on one server",
+    )
     args = ap.parse_args()
     with database(args) as url:
         asyncio.run(prepare(url, args))
