@@ -260,8 +260,10 @@ async def test_list_runs_filters_pages_and_bounds(connect: Connect, rt: Runtime)
         bad_cursor = refusal(await client.call_tool("list_runs", {"cursor": "garbage"}))
         bad_since = refusal(await client.call_tool("list_runs", {"since": "yesterday-ish"}))
     assert [r["job"] for r in hello["items"]] == ["hello"] * 3
-    assert len(first["items"]) == 3 and first["next_cursor"]
-    assert len(rest["items"]) == 1 and rest["next_cursor"] is None
+    assert len(first["items"]) == 3
+    assert first["next_cursor"]
+    assert len(rest["items"]) == 1
+    assert rest["next_cursor"] is None
     ids = [r["id"] for r in first["items"] + rest["items"]]
     assert len(set(ids)) == 4
     assert len(cli["items"]) == 4
@@ -281,7 +283,8 @@ async def test_get_run(connect: Connect, rt: Runtime) -> None:
         )
         short = refusal(await client.call_tool("get_run", {"run_id": "abc"}))
     assert whole == prefix
-    assert whole["id"] == queued.run.id and whole["status"] == "queued"
+    assert whole["id"] == queued.run.id
+    assert whole["status"] == "queued"
     assert missing[0] == "unknown_run"
     assert short[0] == "invalid_argument"
 
@@ -325,12 +328,15 @@ async def test_pause_and_resume(connect: Connect, rt: Runtime) -> None:
     assert paused["pause_reason"] == "maintenance"
     assert paused["paused_by"] == "operator"
     assert paused["paused_until"].endswith("Z")
-    assert described["paused"] is True and described["paused_until"] == paused["paused_until"]
+    assert described["paused"] is True
+    assert described["paused_until"] == paused["paused_until"]
     assert resumed == {"job": "hello", "was_paused": True}
     assert again == {"job": "hello", "was_paused": False}
-    assert past[0] == "invalid_argument" and "past" in past[1]
+    assert past[0] == "invalid_argument"
+    assert "past" in past[1]
     assert long_reason[0] == "invalid_argument"
-    assert unknown[0] == "unknown_job" and unknown_resume[0] == "unknown_job"
+    assert unknown[0] == "unknown_job"
+    assert unknown_resume[0] == "unknown_job"
     assert all(not j.pause for j in await operations.list_jobs(rt))
 
 
@@ -345,10 +351,12 @@ async def test_emit_event(connect: Connect, rt: Runtime) -> None:
             await client.call_tool("emit_event", {"key": "poke", "confirm": True})
         )
         bad = refusal(await client.call_tool("emit_event", {"key": "bad key!"}))
-    assert emitted["event"]["key"] == "greet" and emitted["event"]["new"] is True
+    assert emitted["event"]["key"] == "greet"
+    assert emitted["event"]["new"] is True
     assert [r["job"] for r in emitted["runs"]] == ["hello"]
     assert replay["event"]["new"] is False
-    assert acting[0] == "confirmation_required" and "confirm: true" in acting[1]
+    assert acting[0] == "confirmation_required"
+    assert "confirm: true" in acting[1]
     assert [r["job"] for r in confirmed["runs"]] == ["careful"]
     assert bad[0] == "bad_event"
     jobs = sorted(r.job for r in await operations.list_runs(rt))
@@ -372,12 +380,14 @@ async def test_run_chain_and_get_chain_run(connect: Connect, rt: Runtime) -> Non
             )
         )
         cancelled = structured(await client.call_tool("cancel_run", {"run_id": started["id"]}))
-    assert started["chain"] == "pair" and started["trigger"] == "mcp"
+    assert started["chain"] == "pair"
+    assert started["trigger"] == "mcp"
     assert started["requested_by"] == "operator"
     assert [s["step"] for s in shown["steps"]] == ["first", "second"]
     assert shown["id"] == started["id"]
     assert unknown[0] == "unknown_chain"
-    assert risky[0] == "confirmation_required" and "careful" in risky[1]
+    assert risky[0] == "confirmation_required"
+    assert "careful" in risky[1]
     assert confirmed["chain"] == "risky"
     assert missing[0] == "unknown_chain_run"
     assert cancelled["id"] == started["id"]
