@@ -36,6 +36,7 @@ from runlane.service.views import (
     emitted_dict,
     explanation_dict,
     job_view,
+    log_tail_dict,
     pause_dict,
     run_dict,
 )
@@ -43,6 +44,11 @@ from runlane.service.views import (
 MAX_RUNS_PAGE = 100  # a page of `list_runs` holds at most this many runs
 DEFAULT_RUNS_PAGE = 20
 LAST_RUNS = 5  # `describe_job` shows this many of the job's latest runs
+# `get_run_logs`: a tail an assistant can read, never megabytes.
+DEFAULT_LOG_LINES = 200
+MAX_LOG_LINES = 2000
+DEFAULT_LOG_BYTES = 16 * 1024
+MAX_LOG_BYTES = 64 * 1024
 NO_TOKEN = (
     "this MCP server has no token, so it can only read: set RUNLANE_TOKEN in its environment "  # noqa: S105 - a sentence
     "to a token that may write (`runlane token create NAME --role operator`) to run, cancel, "
@@ -307,6 +313,32 @@ def build_server(runtime_of: RuntimeOf, caller_of: CallerOf) -> RunlaneServer:
         except RunlaneError as exc:
             return error_result(exc)
         return ok(run_dict(run))
+
+    @server.tool(annotations=READ)
+    async def get_run_logs(
+        run_id: RunIdArg,
+        ctx: Context,
+        lines: Annotated[
+            int, Field(ge=1, le=MAX_LOG_LINES, description="The last N lines (1 to 2000)")
+        ] = DEFAULT_LOG_LINES,
+        max_bytes: Annotated[
+            int,
+            Field(ge=1, le=MAX_LOG_BYTES, description="At most this many bytes of them (to 65536)"),
+        ] = DEFAULT_LOG_BYTES,
+    ) -> CallToolResult:
+        """The end of a run's output: its last LINES lines, at most MAX_BYTES, read from the
+        log's end. `cut_bytes` says how much output comes before the text (left out);
+        `start_offset`/`end_offset` are the text's place in the log."""
+        try:
+            tail = await operations.run_output_tail(
+                reader(ctx), run_id, lines=lines, max_bytes=max_bytes
+            )
+        except RunlaneError as exc:
+            return error_result(exc)
+        data = log_tail_dict(tail)
+        if data["saved_tail"] is not None:  # saved with the run: bounded there, and here too
+            data["saved_tail"] = data["saved_tail"][-max_bytes:]
+        return ok(data, () if tail.notice is None else (tail.notice,))
 
     @server.tool(annotations=READ)
     async def get_chain_run(

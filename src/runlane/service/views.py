@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from runlane.service.chains import StepView
     from runlane.service.operations.events import EventEmitted
     from runlane.service.operations.jobs import JobInfo, JobSchedule
+    from runlane.service.operations.logs import LogTail
     from runlane.service.operations.status import LauncherState, StatusReport
     from runlane.service.operations.tokens import TokenInfo
     from runlane.service.scheduler import Explanation
@@ -173,6 +174,24 @@ def explanation_dict(found: Explanation) -> dict[str, Any]:
         "verdict": found.verdict,
         "run_id": found.run_id,
         "lines": list(found.lines),
+    }
+
+
+def log_tail_dict(tail: LogTail) -> dict[str, Any]:
+    """The end of a run's output (`run_output_tail`): the text, where it is in the log, how
+    many bytes before it were left out, and why there is none (`notice`)."""
+    return {
+        "run_id": tail.run_id,
+        "status": tail.status.value,
+        "text": tail.text,
+        "start_offset": tail.start_offset,
+        "end_offset": tail.end_offset,
+        "cut_bytes": tail.cut_bytes,
+        "line_open": tail.line_open,
+        "source": tail.source,
+        "incomplete": None if tail.incomplete is None else tail.incomplete.marker,
+        "saved_tail": None if tail.incomplete is None else tail.incomplete.tail,
+        "notice": None if tail.notice is None else tail.notice.message,
     }
 
 
