@@ -117,12 +117,16 @@ Connect = Callable[..., contextlib.AbstractAsyncContextManager[Client]]
 async def connect(rt: Runtime) -> Connect:
     """`async with connect("operator") as client`: the SDK's client of an in-process server
     whose caller is that token (None: no token, as `runlane mcp` without RUNLANE_TOKEN).
-    `answer`: what the person answers to an elicitation (None: the client cannot be asked)."""
+    `answer`: what the person answers to an elicitation (None: the client cannot be asked);
+    `asked` collects the questions."""
     secrets = await make_tokens(rt)
 
     @contextlib.asynccontextmanager
     async def open_client(
-        who: str | None = "operator", *, answer: dict[str, Any] | str | None = None
+        who: str | None = "operator",
+        *,
+        answer: dict[str, Any] | str | None = None,
+        asked: list[str] | None = None,
     ) -> AsyncIterator[Client]:
         requester = (
             None
@@ -134,8 +138,10 @@ async def connect(rt: Runtime) -> Connect:
         if answer is not None:
 
             async def callback(
-                _context: Any, _params: types.ElicitRequestParams
+                _context: Any, params: types.ElicitRequestParams
             ) -> types.ElicitResult:
+                if asked is not None:
+                    asked.append(params.message)
                 if isinstance(answer, str):  # decline, cancel
                     return types.ElicitResult(action=answer)  # type: ignore[arg-type]
                 return types.ElicitResult(action="accept", content=answer)

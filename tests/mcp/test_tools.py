@@ -247,10 +247,19 @@ async def test_a_client_that_supports_elicitation_is_asked(connect: Connect, rt:
 
 async def test_a_viewer_is_not_asked_to_confirm(connect: Connect) -> None:
     asked: list[str] = []
-    async with connect("viewer", answer={"confirm": True}) as client:
-        result = await client.call_tool("run_job", {"job": "careful"})
-    assert refusal(result)[0] == "forbidden"
+    async with connect("viewer", answer={"confirm": True}, asked=asked) as client:
+        results = [
+            await client.call_tool("run_job", {"job": "careful"}),
+            await client.call_tool("run_chain", {"chain": "risky"}),
+            await client.call_tool("emit_event", {"key": "poke"}),
+        ]
+    assert [refusal(r)[0] for r in results] == ["forbidden"] * 3
     assert asked == []
+    async with connect("operator", answer={"confirm": True}, asked=asked) as client:
+        structured(await client.call_tool("run_job", {"job": "careful"}))
+    assert len(asked) == 1
+    assert "careful" in asked[0]
+    assert "acts on the outside world" in asked[0]
 
 
 async def test_list_runs_filters_pages_and_bounds(connect: Connect, rt: Runtime) -> None:

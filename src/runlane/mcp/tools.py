@@ -591,6 +591,7 @@ async def ask_run_job(
 async def ask_run_chain(
     chain: str, confirm: str | None, ctx: Context
 ) -> Elicit[Confirmation] | None:
+    """As `ask_run_job`, for a chain with a step whose job acts."""
     if confirm is not None or not can_elicit(ctx):
         return None
     caller = _server(ctx).caller_of(ctx)
@@ -612,6 +613,7 @@ async def ask_run_chain(
 
 
 async def ask_emit(key: str, confirm: bool, ctx: Context) -> Elicit[Confirmation] | None:
+    """As `ask_run_job`, for an event whose listeners act, once the caller may start them."""
     if confirm or not can_elicit(ctx):
         return None
     caller = _server(ctx).caller_of(ctx)
@@ -620,6 +622,7 @@ async def ask_emit(key: str, confirm: bool, ctx: Context) -> Elicit[Confirmation
     rt = _server(ctx).runtime_of()
     try:
         acting = _acting_listeners(rt, key)
+        caller.requester.require(Role.OPERATOR, jobs=acting, action="emit")
     except RunlaneError:
         return None
     if not acting:
