@@ -218,23 +218,42 @@ def build_server(runtime_of: RuntimeOf, caller_of: CallerOf) -> RunlaneServer:
             caller.requester.require(Role.VIEWER, action="read")
         return runtime_of()
 
-    def writer(ctx: Context) -> tuple[Runtime, Caller, Requester]:
-        caller = caller_of(ctx)
-        if caller.requester is None:
-            raise Unauthenticated(NO_TOKEN)
-        return runtime_of(), caller, caller.requester
-
-    async def audited(
-        rt: Runtime,
-        caller: Caller,
-        requester: Requester,
+    async def write(
+        ctx: Context,
         action: str,
         target: str,
-        call: Callable[[], Awaitable[CallToolResult]],
+        do: Callable[[Runtime, Requester, str | None], Awaitable[CallToolResult]],
+        *,
+        confirming: tuple[Asked, str | None] | None = None,
+        unconfirmed: Callable[[Runtime], CallToolResult] | None = None,
     ) -> CallToolResult:
-        return await operations.audited(
-            rt, requester, action=action, target=target, remote=caller.remote, call=call
-        )
+        """A write: refused without a token; with `confirming` (the person's answer, the
+        `confirm` given), refused when the person said no; then `do(rt, requester, confirm)`
+        recorded in the audit log as `action` on `target` (refusals too). `unconfirmed(rt)`:
+        the answer to `confirmation_required`, saying what would run and how to confirm."""
+        caller = caller_of(ctx)
+        if caller.requester is None:
+            return error_result(Unauthenticated(NO_TOKEN))
+        requester, rt = caller.requester, runtime_of()
+        confirm = None
+        if confirming is not None:
+            answer = confirmed_by(*confirming, target)
+            if isinstance(answer, CallToolResult):
+                return answer
+            confirm = answer
+        try:
+            return await operations.audited(
+                rt,
+                requester,
+                action=action,
+                target=target,
+                remote=caller.remote,
+                call=lambda: do(rt, requester, confirm),
+            )
+        except ConfirmationRequired as exc:
+            return unconfirmed(rt) if unconfirmed is not None else error_result(exc)
+        except RunlaneError as exc:
+            return error_result(exc)
 
     # --- reads ------------------------------------------------------------------------------
 
@@ -386,26 +405,21 @@ def build_server(runtime_of: RuntimeOf, caller_of: CallerOf) -> RunlaneServer:
         """Queue a run of JOB now (trigger `mcp`, requested by the token's name): the run as
         `get_run` shows it. A job with `acts: true` runs only with `confirm` equal to its name
         (a client that supports elicitation asks the person instead)."""
-        try:
-            rt, caller, requester = writer(ctx)
-        except RunlaneError as exc:
-            return error_result(exc)
-        confirmation = confirmed_by(asked, confirm, job)
-        if isinstance(confirmation, CallToolResult):
-            return confirmation
 
-        async def call() -> CallToolResult:
+        async def do(rt: Runtime, requester: Requester, confirm: str | None) -> CallToolResult:
             queued = await operations.run_job(
-                rt, job, requester=requester, params=params, confirm=confirmation
+                rt, job, requester=requester, params=params, confirm=confirm
             )
             return ok(run_dict(queued.run), queued.warnings)
 
-        try:
-            return await audited(rt, caller, requester, "run_job", job, call)
-        except ConfirmationRequired:
-            return _confirm_job(rt, job, params)
-        except RunlaneError as exc:
-            return error_result(exc)
+        return await write(
+            ctx,
+            "run_job",
+            job,
+            do,
+            confirming=(asked, confirm),
+            unconfirmed=lambda rt: _confirm_job(rt, job, params),
+        )
 
     @server.tool(annotations=ACT)
     async def run_chain(
@@ -422,50 +436,36 @@ def build_server(runtime_of: RuntimeOf, caller_of: CallerOf) -> RunlaneServer:
     ) -> CallToolResult:
         """Start a run of CHAIN now (its first steps are queued): the chain run with its
         steps. A chain with an `acts: true` step runs only with `confirm` equal to its name."""
-        try:
-            rt, caller, requester = writer(ctx)
-        except RunlaneError as exc:
-            return error_result(exc)
-        confirmation = confirmed_by(asked, confirm, chain)
-        if isinstance(confirmation, CallToolResult):
-            return confirmation
 
-        async def call() -> CallToolResult:
-            started = await operations.run_chain(
-                rt, chain, requester=requester, confirm=confirmation
-            )
+        async def do(rt: Runtime, requester: Requester, confirm: str | None) -> CallToolResult:
+            started = await operations.run_chain(rt, chain, requester=requester, confirm=confirm)
             return ok(chain_run_dict(started.view.run, started.view.steps), started.warnings)
 
-        try:
-            return await audited(rt, caller, requester, "run_chain", chain, call)
-        except ConfirmationRequired:
-            acting = ", ".join(_acting_steps(rt, chain))
+        def unconfirmed(rt: Runtime) -> CallToolResult:
             return refused(
                 "confirmation_required",
                 f"chain {chain!r} runs jobs that act on the outside world (acts: true): "
-                f"{acting}; nothing was started. To run it, ask the person, then call "
-                f"run_chain again with confirm: {chain!r}",
+                f"{', '.join(_acting_steps(rt, chain))}; nothing was started. To run it, ask "
+                f"the person, then call run_chain again with confirm: {chain!r}",
             )
-        except RunlaneError as exc:
-            return error_result(exc)
+
+        return await write(
+            ctx, "run_chain", chain, do, confirming=(asked, confirm), unconfirmed=unconfirmed
+        )
 
     @server.tool(annotations=ACT)
     async def cancel_run(run_id: RunIdArg, ctx: Context) -> CallToolResult:
         """Cancel a queued run (at once) or a running one (its launcher stops it): the run as
         it is now. For a chain run's id, end the chain run with its unfinished steps."""
-        try:
-            rt, caller, requester = writer(ctx)
 
-            async def call() -> CallToolResult:
-                done = await operations.cancel(rt, run_id, requester=requester)
-                if isinstance(done, CancelledRun):
-                    return ok(run_dict(done.run))
-                view = await operations.show_chain_run(rt, done.chain_run.id)
-                return ok(chain_run_dict(view.run, view.steps))
+        async def do(rt: Runtime, requester: Requester, _confirm: str | None) -> CallToolResult:
+            done = await operations.cancel(rt, run_id, requester=requester)
+            if isinstance(done, CancelledRun):
+                return ok(run_dict(done.run))
+            view = await operations.show_chain_run(rt, done.chain_run.id)
+            return ok(chain_run_dict(view.run, view.steps))
 
-            return await audited(rt, caller, requester, "cancel", run_id, call)
-        except RunlaneError as exc:
-            return error_result(exc)
+        return await write(ctx, "cancel", run_id, do)
 
     @server.tool(annotations=ACT)
     async def pause_job(
@@ -484,32 +484,24 @@ def build_server(runtime_of: RuntimeOf, caller_of: CallerOf) -> RunlaneServer:
     ) -> CallToolResult:
         """Pause JOB's scheduled and event runs until resumed, or snooze them UNTIL a time or
         for a duration; manual runs still run."""
-        try:
-            rt, caller, requester = writer(ctx)
 
-            async def call() -> CallToolResult:
-                override = await operations.pause_job(
-                    rt, job, requester=requester, until=until, reason=reason
-                )
-                return ok(pause_dict(job, override))
+        async def do(rt: Runtime, requester: Requester, _confirm: str | None) -> CallToolResult:
+            override = await operations.pause_job(
+                rt, job, requester=requester, until=until, reason=reason
+            )
+            return ok(pause_dict(job, override))
 
-            return await audited(rt, caller, requester, "pause_job", job, call)
-        except RunlaneError as exc:
-            return error_result(exc)
+        return await write(ctx, "pause_job", job, do)
 
     @server.tool(annotations=RESUME)
     async def resume_job(job: JobArg, ctx: Context) -> CallToolResult:
         """End JOB's pause or snooze (`was_paused`: false when it was not paused)."""
-        try:
-            rt, caller, requester = writer(ctx)
 
-            async def call() -> CallToolResult:
-                resumed = await operations.resume_job(rt, job, requester=requester)
-                return ok({"job": resumed.job, "was_paused": resumed.was_paused})
+        async def do(rt: Runtime, requester: Requester, _confirm: str | None) -> CallToolResult:
+            resumed = await operations.resume_job(rt, job, requester=requester)
+            return ok({"job": resumed.job, "was_paused": resumed.was_paused})
 
-            return await audited(rt, caller, requester, "resume_job", job, call)
-        except RunlaneError as exc:
-            return error_result(exc)
+        return await write(ctx, "resume_job", job, do)
 
     @server.tool(annotations=ACT)
     async def emit_event(
@@ -533,32 +525,24 @@ def build_server(runtime_of: RuntimeOf, caller_of: CallerOf) -> RunlaneServer:
     ) -> CallToolResult:
         """Record the event KEY with DATA and start (or join, when debounced) the runs of the
         jobs listening for it."""
-        try:
-            rt, caller, requester = writer(ctx)
-        except RunlaneError as exc:
-            return error_result(exc)
-        confirmation = confirmed_by(asked, "yes" if confirm else None, key)
-        if isinstance(confirmation, CallToolResult):
-            return confirmation
 
-        async def call() -> CallToolResult:
+        async def do(rt: Runtime, requester: Requester, yes: str | None) -> CallToolResult:
             emitted = await operations.emit(
-                rt, key, data, requester=requester, event_id=id, confirmed=confirmation is not None
+                rt, key, data, requester=requester, event_id=id, confirmed=yes is not None
             )
             return ok(emitted_dict(emitted), emitted.warnings)
 
-        try:
-            return await audited(rt, caller, requester, "emit", key, call)
-        except ConfirmationRequired:
-            acting = ", ".join(_acting_listeners(rt, key))
+        def unconfirmed(rt: Runtime) -> CallToolResult:
             return refused(
                 "confirmation_required",
                 f"event {key!r} starts jobs that act on the outside world (acts: true): "
-                f"{acting}; nothing was recorded. To emit it, ask the person, then call "
-                "emit_event again with confirm: true",
+                f"{', '.join(_acting_listeners(rt, key))}; nothing was recorded. To emit it, "
+                "ask the person, then call emit_event again with confirm: true",
             )
-        except RunlaneError as exc:
-            return error_result(exc)
+
+        # `confirm` is a yes here (the API's boolean), passed on as the key.
+        confirming = (asked, key if confirm else None)
+        return await write(ctx, "emit", key, do, confirming=confirming, unconfirmed=unconfirmed)
 
     return server
 
