@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
@@ -40,6 +40,8 @@ from runlane.service.views import (
     pause_dict,
     run_dict,
 )
+
+T = TypeVar("T")
 
 MAX_RUNS_PAGE = 100  # a page of `list_runs` holds at most this many runs
 DEFAULT_RUNS_PAGE = 20
@@ -255,6 +257,18 @@ def build_server(runtime_of: RuntimeOf, caller_of: CallerOf) -> RunlaneServer:
         except RunlaneError as exc:
             return error_result(exc)
 
+    async def read(
+        ctx: Context,
+        fetch: Callable[[Runtime], Awaitable[T]],
+        show: Callable[[T], Mapping[str, Any]],
+    ) -> CallToolResult:
+        """A read: `show(await fetch(rt))` as the result, or the refusal."""
+        try:
+            found = await fetch(reader(ctx))
+        except RunlaneError as exc:
+            return error_result(exc)
+        return ok(show(found))
+
     # --- reads ------------------------------------------------------------------------------
 
     @server.tool(annotations=READ)
@@ -327,11 +341,7 @@ def build_server(runtime_of: RuntimeOf, caller_of: CallerOf) -> RunlaneServer:
     async def get_run(run_id: RunIdArg, ctx: Context) -> CallToolResult:
         """One run by its id or a unique prefix: status, times, exit code, end reason, error,
         params, trigger and who asked."""
-        try:
-            run = await operations.show_run(reader(ctx), run_id)
-        except RunlaneError as exc:
-            return error_result(exc)
-        return ok(run_dict(run))
+        return await read(ctx, lambda rt: operations.show_run(rt, run_id), run_dict)
 
     @server.tool(annotations=READ)
     async def get_run_logs(
@@ -367,11 +377,11 @@ def build_server(runtime_of: RuntimeOf, caller_of: CallerOf) -> RunlaneServer:
         ctx: Context,
     ) -> CallToolResult:
         """One chain run with its steps, each with its status and run."""
-        try:
-            view = await operations.show_chain_run(reader(ctx), chain_run_id)
-        except RunlaneError as exc:
-            return error_result(exc)
-        return ok(chain_run_dict(view.run, view.steps))
+        return await read(
+            ctx,
+            lambda rt: operations.show_chain_run(rt, chain_run_id),
+            lambda view: chain_run_dict(view.run, view.steps),
+        )
 
     @server.tool(annotations=READ)
     async def explain(
@@ -383,11 +393,7 @@ def build_server(runtime_of: RuntimeOf, caller_of: CallerOf) -> RunlaneServer:
     ) -> CallToolResult:
         """Why JOB did or did not run at AT (default now): its latest slot at or before AT
         fired, was skipped, deduplicated, paused, missed or out of season, and why."""
-        try:
-            found = await operations.explain(reader(ctx), job, at=at)
-        except RunlaneError as exc:
-            return error_result(exc)
-        return ok(explanation_dict(found))
+        return await read(ctx, lambda rt: operations.explain(rt, job, at=at), explanation_dict)
 
     # --- writes -----------------------------------------------------------------------------
 
@@ -547,20 +553,27 @@ def build_server(runtime_of: RuntimeOf, caller_of: CallerOf) -> RunlaneServer:
     return server
 
 
+def _asking(ctx: Context, given: object) -> tuple[Runtime, Requester] | None:
+    """What a confirmation resolver asks with: the runtime and the requester, when nothing was
+    given, the client can be asked and there is a token; None: nobody is asked."""
+    if given not in (None, False) or not can_elicit(ctx):
+        return None
+    server = _server(ctx)
+    requester = server.caller_of(ctx).requester
+    return None if requester is None else (server.runtime_of(), requester)
+
+
 async def ask_run_job(
     job: str, params: dict[str, Any] | None, confirm: str | None, ctx: Context
 ) -> Elicit[Confirmation] | None:
     """Ask the person (when the client can be asked) before an `acts` job runs unconfirmed,
     once the caller may run it; None: nothing to ask."""
-    if confirm is not None or not can_elicit(ctx):
+    if (asking := _asking(ctx, confirm)) is None:
         return None
-    caller = _server(ctx).caller_of(ctx)
-    if caller.requester is None:
-        return None
-    rt = _server(ctx).runtime_of()
+    rt, requester = asking
     try:
         resolved = rt.require_catalog().resolve(job)
-        await operations.authorize_run_job(rt, job, requester=caller.requester)
+        await operations.authorize_run_job(rt, job, requester=requester)
     except RunlaneError:
         return None  # the tool refuses it with the reason
     if not resolved.acts:
@@ -576,14 +589,11 @@ async def ask_run_chain(
     chain: str, confirm: str | None, ctx: Context
 ) -> Elicit[Confirmation] | None:
     """As `ask_run_job`, for a chain with a step whose job acts."""
-    if confirm is not None or not can_elicit(ctx):
+    if (asking := _asking(ctx, confirm)) is None:
         return None
-    caller = _server(ctx).caller_of(ctx)
-    if caller.requester is None:
-        return None
-    rt = _server(ctx).runtime_of()
+    rt, requester = asking
     try:
-        await operations.authorize_run_chain(rt, chain, requester=caller.requester)
+        await operations.authorize_run_chain(rt, chain, requester=requester)
         acting = _acting_steps(rt, chain)
     except RunlaneError:
         return None
@@ -598,15 +608,12 @@ async def ask_run_chain(
 
 async def ask_emit(key: str, confirm: bool, ctx: Context) -> Elicit[Confirmation] | None:
     """As `ask_run_job`, for an event whose listeners act, once the caller may start them."""
-    if confirm or not can_elicit(ctx):
+    if (asking := _asking(ctx, confirm)) is None:
         return None
-    caller = _server(ctx).caller_of(ctx)
-    if caller.requester is None:
-        return None
-    rt = _server(ctx).runtime_of()
+    rt, requester = asking
     try:
         acting = _acting_listeners(rt, key)
-        caller.requester.require(Role.OPERATOR, jobs=acting, action="emit")
+        requester.require(Role.OPERATOR, jobs=acting, action="emit")
     except RunlaneError:
         return None
     if not acting:
