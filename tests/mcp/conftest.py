@@ -5,7 +5,6 @@ runtime of the test's own, on SQLite and PostgreSQL. Tokens are made through the
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,44 +18,20 @@ from runlane.core.runs import Trigger
 from runlane.mcp import Caller, build_server
 from runlane.service import operations
 from runlane.service.config import Settings
-from runlane.service.operations import Requester
 from runlane.service.runtime import Runtime, open_runtime
+from tests.api.conftest import CATALOG as API_CATALOG
+from tests.api.conftest import CLI
 from tests.support.postgres import scratch_database, truncate_all
 
-PY = sys.executable
-CLI = Requester(None, Trigger.CLI)  # the local CLI: full access, as `runlane token create`
-
-CATALOG = f"""
-version: 1
-global: {{max_deadline: 1h, manual_queue_ttl: 1h, kill_grace: 1s, timezone: Europe/Berlin}}
-defaults: {{executor: inline, overlap: allow, max_attempts: 1, deadline: 1m}}
-jobs:
-  hello:
-    command: [{PY}, -c, "print('hello')"]
-    schedules: [{{cron: "0 * * * *"}}, {{cron: "30 6 * * *", tz: America/New_York}}]
-    on_event: [{{key: greet}}]
-    description: says hello
-  typed:
-    command: [{PY}, -c, "pass"]
-    params: {{count: int, label: str?}}
-  careful:
-    command: [{PY}, -c, "print('acted')"]
-    acts: true
-    on_event: [{{key: poke}}]
-  single:
-    command: [{PY}, -c, "pass"]
-    overlap: forbid
-  etl.load:
-    command: [{PY}, -c, "pass"]
-chains:
-  pair:
+# The API tests' catalog, with an event an `acts` job listens to and a chain that runs it.
+CATALOG = (
+    API_CATALOG.replace("    acts: true\n", "    acts: true\n    on_event: [{key: poke}]\n", 1)
+    + """  risky:
     steps:
-      first: {{job: hello}}
-      second: {{job: etl.load, after: [{{step: first, on: success}}]}}
-  risky:
-    steps:
-      only: {{job: careful}}
+      only: {job: careful}
 """
+)
+assert "poke" in CATALOG
 
 # name → (role, job globs) of the tokens every test has
 TOKENS: dict[str, tuple[Role, tuple[str, ...]]] = {
