@@ -12,11 +12,15 @@ import httpx
 import httpx2
 import pytest
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from mcp import Client
+from runlane.core.access import Role
+from runlane.mcp.http import transport_security
 from runlane.service import operations
+from runlane.service.config import Settings
 from tests.api.conftest import ApiServer, running_api
-from tests.mcp.conftest import mcp_settings, refusal, structured
+from tests.mcp.conftest import CLI, mcp_settings, refusal, structured
 from tests.support.postgres import scratch_database
 
 INITIALIZE = {
@@ -115,3 +119,51 @@ def test_the_api_is_unchanged_beside_mcp(api: ApiServer) -> None:
         spec = http.get("/api/v1/openapi.json").json()
     assert jobs.status_code == 200
     assert "/mcp" not in spec["paths"]
+
+
+async def test_a_token_revoked_during_a_session_is_refused_at_its_next_request(
+    api: ApiServer,
+) -> None:
+    made = api.call(
+        lambda rt: operations.create_token(rt, "short-lived", role=Role.OPERATOR, requester=CLI)
+    )
+    api.tokens["short-lived"] = made.secret
+    answered: list[Any] = []
+
+    async def session() -> None:
+        async with mcp_client(api, "short-lived") as client:
+            structured(await client.call_tool("list_jobs", {}))
+            api.call(lambda rt: operations.revoke_token(rt, "short-lived", requester=CLI))
+            answered.append(await client.call_tool("list_jobs", {}))
+
+    with pytest.raises(BaseExceptionGroup) as refused:
+        await session()
+    assert refused.group_contains(MCPError)  # the SDK's client reports the 401 so
+    assert answered == []
+    async with httpx.AsyncClient(base_url=api.base_url, timeout=30) as http:
+        again = await http.post(
+            "/mcp",
+            json=INITIALIZE,
+            headers={**MCP_HEADERS, "Authorization": f"Bearer {made.secret}"},
+        )
+    assert again.status_code == 401
+
+
+def test_a_host_the_server_does_not_answer_to_is_refused(api: ApiServer) -> None:
+    with api.client("viewer", **MCP_HEADERS, Host="rebound.example") as http:
+        answer = http.post("/mcp", json=INITIALIZE)
+    assert answer.status_code == 421
+
+
+@pytest.mark.parametrize(
+    ("addr", "checked"),
+    [
+        ("127.0.0.1:8080", True),
+        ("localhost:9000", True),
+        ("[::1]:8080", True),
+        ("0.0.0.0:8080", False),
+    ],
+)
+def test_the_host_check_follows_the_listen_address(addr: str, checked: bool) -> None:
+    found = transport_security(Settings(http_addr=addr))
+    assert found.enable_dns_rebinding_protection is checked
