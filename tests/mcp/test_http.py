@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import httpx2
+import mcp_types as types
 import pytest
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
@@ -52,9 +53,11 @@ def api(
 
 
 @contextlib.asynccontextmanager
-async def mcp_client(api: ApiServer, role: str) -> AsyncIterator[Client]:
+async def mcp_client(api: ApiServer, role: str, **options: Any) -> AsyncIterator[Client]:
+    """The SDK's client of `/mcp` with `role`'s token; `options` for `mcp.Client`."""
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {api.tokens[role]}"}, timeout=30)
-    async with http, Client(streamable_http_client(f"{api.base_url}/mcp", http_client=http)) as c:
+    transport = streamable_http_client(f"{api.base_url}/mcp", http_client=http)
+    async with http, Client(transport, **options) as c:
         yield c
 
 
@@ -167,3 +170,20 @@ def test_a_host_the_server_does_not_answer_to_is_refused(api: ApiServer) -> None
 def test_the_host_check_follows_the_listen_address(addr: str, checked: bool) -> None:
     found = transport_security(Settings(http_addr=addr))
     assert found.enable_dns_rebinding_protection is checked
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_an_acts_job_is_confirmed_by_elicitation_over_http(api: ApiServer, mode: str) -> None:
+    asked: list[str] = []
+
+    async def yes(_context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"confirm": True})
+
+    async with mcp_client(api, "operator", elicitation_callback=yes, mode=mode) as client:
+        run = structured(await client.call_tool("run_job", {"job": "careful"}))
+        cancelled = structured(await client.call_tool("cancel_run", {"run_id": run["id"]}))
+    assert run["job"] == "careful"
+    assert cancelled["status"] == "cancelled"
+    assert len(asked) == 1
+    assert "careful" in asked[0]
