@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from starlette.middleware.cors import CORSMiddleware
+from starlette.routing import Route
 
 from runlane import __version__
 from runlane.api.auth import Viewer, proxy_auth_of
@@ -23,6 +24,7 @@ from runlane.api.problems import (
     problem_responses,
 )
 from runlane.api.routes import chains, events, health, jobs, logs, runs, status
+from runlane.mcp.http import MCP_PATH, streamable_http
 from runlane.service.config import Settings
 from runlane.service.runtime import Runtime, open_runtime
 
@@ -42,15 +44,19 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> FastAPI
     schema: `/readyz` reports it) and closes it when it stops. `runtime`: one already open
     (tests, the launcher's own), used as it is and not closed."""
 
+    mcp = streamable_http(settings, lambda: app.state.runtime)  # MCP at /mcp (docs/mcp.md)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if runtime is not None:
             app.state.runtime = runtime
-            yield
+            async with mcp.running():
+                yield
             return
         async with open_runtime(settings, application_name="runlane-api", check_schema=False) as rt:
             app.state.runtime = rt
-            yield
+            async with mcp.running():
+                yield
 
     app = FastAPI(
         title="runlane",
@@ -68,6 +74,7 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> FastAPI
     install_problem_handlers(app)
     for module in (health, jobs, runs, logs, chains, events, status):
         app.include_router(module.router)
+    app.router.routes.append(Route(MCP_PATH, mcp.endpoint, methods=["GET", "POST", "DELETE"]))
     # Outermost last: the headers go on every answer, a refusal of the limits included.
     app.add_middleware(RequestTimeout, seconds=settings.http_request_timeout)
     app.add_middleware(BodyLimit)

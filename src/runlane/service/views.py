@@ -17,12 +17,15 @@ from runlane.core.records import AuditEntry, ChainRun
 from runlane.core.runs import Run
 
 if TYPE_CHECKING:
+    from runlane.core.records import Override
     from runlane.core.schedule import SlotRow
     from runlane.service.chains import StepView
     from runlane.service.operations.events import EventEmitted
-    from runlane.service.operations.jobs import JobInfo
+    from runlane.service.operations.jobs import JobInfo, JobSchedule
+    from runlane.service.operations.logs import LogTail
     from runlane.service.operations.status import LauncherState, StatusReport
     from runlane.service.operations.tokens import TokenInfo
+    from runlane.service.scheduler import Explanation
 
 # The lease token is a secret of the launcher holding it: never shown. `params_raw` is shown
 # only when the params could not be read (see `run_dict`).
@@ -123,6 +126,72 @@ def job_dict(info: JobInfo) -> dict[str, Any]:
         "pause_reason": pause.reason if pause else None,
         "paused_by": pause.created_by if pause else None,
         "description": info.description,
+    }
+
+
+def job_view(
+    info: JobInfo, schedules: Sequence[JobSchedule], *, with_last_run: bool
+) -> dict[str, Any]:
+    """A job as the API and MCP show it: `job_dict`, its params as a JSON Schema, each
+    schedule's next slots (UTC and local) and, from `show_job`, its latest run."""
+    from runlane.catalog.params import params_json_schema  # the catalog: not at start-up
+
+    data = job_dict(info)
+    data["params_schema"] = params_json_schema(info.params)
+    data["schedule_slots"] = [
+        {
+            "cron": s.cron,
+            "timezone": s.timezone,
+            "next_slots": [
+                {"utc": iso(utc), "local": local.isoformat()}
+                for utc, local in zip(s.next_slots, s.local_slots, strict=True)
+            ],
+        }
+        for s in schedules
+    ]
+    if with_last_run:
+        data["last_run"] = None if info.last_run is None else run_dict(info.last_run)
+    return data
+
+
+def pause_dict(job: str, override: Override) -> dict[str, Any]:
+    """A job's pause as `pause_job` set it."""
+    return {
+        "job": job,
+        "paused": True,
+        "paused_until": iso(override.paused_until),
+        "pause_reason": override.reason,
+        "paused_by": override.created_by,
+    }
+
+
+def explanation_dict(found: Explanation) -> dict[str, Any]:
+    """Why a job's (or chain's) latest slot did what it did (`explain`)."""
+    return {
+        "job": found.job,
+        "at": iso(found.at),
+        "slot": iso(found.slot),
+        "verdict": found.verdict,
+        "run_id": found.run_id,
+        "lines": list(found.lines),
+    }
+
+
+def log_tail_dict(tail: LogTail) -> dict[str, Any]:
+    """The end of a run's output (`run_output_tail`): the text, where it is in the log, how
+    many bytes before it were left out, and why there is none (`notice`)."""
+    return {
+        "run_id": tail.run_id,
+        "status": tail.status.value,
+        "text": tail.text,
+        "start_offset": tail.start_offset,
+        "end_offset": tail.end_offset,
+        "cut_bytes": tail.cut_bytes,
+        "line_open": tail.line_open,
+        "source": tail.source,
+        "incomplete": None if tail.incomplete is None else tail.incomplete.marker,
+        "saved_tail": None if tail.incomplete is None else tail.incomplete.tail,
+        "notice": None if tail.notice is None else tail.notice.message,
     }
 
 

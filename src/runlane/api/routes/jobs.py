@@ -24,35 +24,12 @@ from runlane.api.models import (
 )
 from runlane.api.problems import problem_responses
 from runlane.api.writes import IdempotencyKey, audited, created
-from runlane.catalog.params import params_json_schema
 from runlane.service import operations
-from runlane.service.operations import JobInfo, JobSchedule
-from runlane.service.views import iso, job_dict, run_dict
+from runlane.service.views import explanation_dict, job_view, pause_dict, run_dict
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"], dependencies=[Depends(storable_parameters)])
 
 JobName = Annotated[str, Path(description="The job's name in the catalog (explain: or a chain's)")]
-
-
-def job_view(
-    info: JobInfo, schedules: tuple[JobSchedule, ...], *, with_last_run: bool
-) -> dict[str, Any]:
-    data = job_dict(info)
-    data["params_schema"] = params_json_schema(info.params)
-    data["schedule_slots"] = [
-        {
-            "cron": s.cron,
-            "timezone": s.timezone,
-            "next_slots": [
-                {"utc": iso(utc), "local": local.isoformat()}
-                for utc, local in zip(s.next_slots, s.local_slots, strict=True)
-            ],
-        }
-        for s in schedules
-    ]
-    if with_last_run:
-        data["last_run"] = None if info.last_run is None else run_dict(info.last_run)
-    return data
 
 
 @router.get("/jobs", response_model=JobPageView, responses=problem_responses())
@@ -135,13 +112,7 @@ async def pause_job(
         override = await operations.pause_job(
             rt, job, requester=who, until=wanted.until, reason=wanted.reason
         )
-        return {
-            "job": job,
-            "paused": True,
-            "paused_until": iso(override.paused_until),
-            "pause_reason": override.reason,
-            "paused_by": override.created_by,
-        }
+        return pause_dict(job, override)
 
     return JSONResponse(await audited(request, rt, who, action="pause_job", target=job, call=call))
 
@@ -171,13 +142,4 @@ async def explain_job(
     """Why the job's (or chain's) latest slot at or before `at` fired, was skipped,
     deduplicated, paused, missed or out of season."""
     found = await operations.explain(rt, job, at=at)
-    return JSONResponse(
-        {
-            "job": found.job,
-            "at": iso(found.at),
-            "slot": iso(found.slot),
-            "verdict": found.verdict,
-            "run_id": found.run_id,
-            "lines": list(found.lines),
-        }
-    )
+    return JSONResponse(explanation_dict(found))

@@ -8,7 +8,7 @@ launcher is running, the launchers run an older catalog) comes as `Notice`s in t
 decided here once. Runs are accepted only through `service.accept`, never written another way.
 
 By topic: `runs` (run now, list, show, cancel), `chains`, `events` (emit), `jobs` (list, show,
-pause, resume, explain), `status` (status, launchers, doctor), `logs` (a run's output, followed),
+pause, resume, explain), `status` (status, launchers, doctor), `logs` (a run's output, followed, or its tail),
 `schedule` (the schedule table), `tokens` (API tokens, authenticate), `audit` (the audit log),
 `idempotency` (Idempotency-Key replays); `arguments` and `lookup` check what requests carry.
 """
@@ -50,13 +50,16 @@ from runlane.service.operations.jobs import (
 )
 from runlane.service.operations.logs import (
     LogIncomplete,
+    LogTail,
     OutputBytes,
     OutputItem,
+    OutputSkipped,
     OutputText,
     Retrying,
     RunEnded,
     follow_run,
     run_output,
+    run_output_tail,
 )
 from runlane.service.operations.lookup import resolve_chain_run, resolve_run
 from runlane.service.operations.notices import Notice
@@ -108,9 +111,11 @@ __all__ = [
     "JobSchedule",
     "LauncherState",
     "LogIncomplete",
+    "LogTail",
     "Notice",
     "OutputBytes",
     "OutputItem",
+    "OutputSkipped",
     "OutputText",
     "Replayable",
     "Requester",
@@ -159,6 +164,7 @@ __all__ = [
     "run_chain",
     "run_job",
     "run_output",
+    "run_output_tail",
     "schedule_table",
     "show_chain",
     "show_chain_run",

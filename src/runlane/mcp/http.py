@@ -1,0 +1,158 @@
+"""MCP over streamable HTTP, for `runlane.api.app` to mount at `/mcp`: the SDK's session manager
+behind a gate that authenticates every request with the API's bearer tokens
+(`operations.authenticate`, trigger `mcp`), so a token revoked mid-session is refused on its next
+request. No token, or one that is unknown, expired or revoked: 401 with `WWW-Authenticate:
+Bearer` before the SDK sees the request.
+
+The SDK's DNS-rebinding check (the `Host` and `Origin` headers) is on when the server listens on a
+loopback address and off otherwise: a server reached by other names (a Service, an ingress)
+would answer 421 to all of them, and a request needs a bearer token anyway, which a page that
+rebinds a name cannot add.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from mcp.server.mcpserver import Context
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+
+from runlane.core.runs import Trigger
+from runlane.errors import Unauthenticated
+from runlane.mcp.tools import Caller, RuntimeOf, build_server
+from runlane.service import operations
+from runlane.service.config import Settings
+from runlane.service.operations import Requester
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+MCP_PATH = "/mcp"
+REQUESTER_KEY = "runlane.mcp.requester"  # where the gate leaves who asks, in the ASGI scope
+log = structlog.get_logger("runlane.mcp")
+
+
+def _bearer(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"authorization":
+            text: str = value.decode("latin-1")
+            scheme, _, token = text.strip().partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                raise Unauthenticated("the Authorization header must be `Bearer <token>`")
+            return token.strip()
+    return None
+
+
+def _peer(scope: Scope) -> str | None:
+    client = scope.get("client")
+    return str(client[0]) if client else None
+
+
+def caller_of_request(ctx: Context) -> Caller:
+    """Who calls a tool over HTTP: the requester the gate authenticated for this request."""
+    request = ctx.request_context.request
+    scope: Scope = getattr(request, "scope", None) or {}
+    requester = scope.get(REQUESTER_KEY)
+    if not isinstance(requester, Requester):
+        raise Unauthenticated("no bearer token: send the header Authorization: Bearer <token>")
+    return Caller(requester, _peer(scope))
+
+
+class _Gate:
+    """The ASGI endpoint at `/mcp`: authenticate, then hand the request to the SDK."""
+
+    def __init__(self, app: StreamableHTTPASGIApp, runtime_of: RuntimeOf) -> None:
+        self.app = app
+        self.runtime_of = runtime_of
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            requester = await operations.authenticate(
+                self.runtime_of(), _bearer(scope), trigger=Trigger.MCP
+            )
+        except Unauthenticated as exc:
+            log.warning("mcp.refused", code=exc.code, remote=_peer(scope))
+            await _unauthenticated(send, exc.message)
+            return
+        scope[REQUESTER_KEY] = requester
+        await self.app(scope, receive, send)
+
+
+async def _unauthenticated(send: Send, detail: str) -> None:
+    body = json.dumps(
+        {
+            "type": "about:blank",
+            "title": "Unauthorized",
+            "status": 401,
+            "code": "unauthenticated",
+            "detail": detail,
+        }
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [
+                (b"content-type", b"application/problem+json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"www-authenticate", b'Bearer realm="runlane"'),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def transport_security(settings: Settings) -> TransportSecuritySettings:
+    """The SDK's Host/Origin check for `settings`' listen address: on (loopback names only,
+    plus the CORS origins) when it is a loopback address, off otherwise (see the module)."""
+    listen = settings.http_listen
+    host = listen[0] if listen is not None else "127.0.0.1"
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*", "127.0.0.1", "localhost", "[::1]"],
+        allowed_origins=[
+            "http://127.0.0.1:*",
+            "http://localhost:*",
+            "http://[::1]:*",
+            *settings.http_cors_origins,
+        ],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class McpHttp:
+    """What the HTTP server mounts: `endpoint` (the ASGI app for `MCP_PATH`) and `running()`,
+    which the server's lifespan enters (the SDK's session manager runs inside it)."""
+
+    endpoint: Callable[[Scope, Receive, Send], Awaitable[None]]
+    session_manager: StreamableHTTPSessionManager
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        async with self.session_manager.run():
+            yield
+
+
+def streamable_http(settings: Settings, runtime_of: RuntimeOf) -> McpHttp:
+    """The MCP server at `MCP_PATH` over streamable HTTP, serving from `runtime_of()`."""
+    server = build_server(runtime_of, caller_of_request)
+    server.streamable_http_app(
+        streamable_http_path=MCP_PATH, transport_security=transport_security(settings)
+    )
+    manager = server.session_manager
+    return McpHttp(_Gate(StreamableHTTPASGIApp(manager), runtime_of), manager)
