@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.middleware.cors import CORSMiddleware
 
 from runlane import __version__
+from runlane.api import metrics
 from runlane.api.auth import Viewer, proxy_auth_of
 from runlane.api.middleware import BodyLimit, RequestTimeout, SecurityHeaders
 from runlane.api.problems import (
@@ -24,6 +25,7 @@ from runlane.api.problems import (
 )
 from runlane.api.routes import chains, events, health, jobs, logs, runs, status
 from runlane.service.config import Settings
+from runlane.service.metrics import LauncherMetrics
 from runlane.service.runtime import Runtime, open_runtime
 
 API_PREFIX = "/api/v1"
@@ -37,10 +39,16 @@ needs `Authorization: Bearer <token>` (`runlane token create`); every error is
 `application/problem+json` with a stable `code` (docs/errors.md). See docs/api.md."""
 
 
-def create_app(settings: Settings, *, runtime: Runtime | None = None) -> FastAPI:
+def create_app(
+    settings: Settings,
+    *,
+    runtime: Runtime | None = None,
+    launcher_metrics: LauncherMetrics | None = None,
+) -> FastAPI:
     """The app for `settings`: it opens the store when it starts (without refusing an old
     schema: `/readyz` reports it) and closes it when it stops. `runtime`: one already open
-    (tests, the launcher's own), used as it is and not closed."""
+    (tests, the launcher's own), used as it is and not closed. `launcher_metrics`: the counters
+    of the launcher beside it, which `/metrics` serves (docs/monitoring.md)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -68,6 +76,9 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> FastAPI
     install_problem_handlers(app)
     for module in (health, jobs, runs, logs, chains, events, status):
         app.include_router(module.router)
+    if settings.metrics_enabled:
+        app.state.launcher_metrics = launcher_metrics
+        app.include_router(metrics.router)
     # Outermost last: the headers go on every answer, a refusal of the limits included.
     app.add_middleware(RequestTimeout, seconds=settings.http_request_timeout)
     app.add_middleware(BodyLimit)
@@ -76,7 +87,13 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> FastAPI
             CORSMiddleware,
             allow_origins=list(settings.http_cors_origins),
             allow_methods=["GET", "POST"],
-            allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID"],
+            allow_headers=[
+                "Authorization",
+                "Content-Type",
+                "Idempotency-Key",
+                "Last-Event-ID",
+                "traceparent",
+            ],
             expose_headers=["Location", "Idempotency-Replayed"],
         )
     app.add_middleware(SecurityHeaders, api_prefix=f"{API_PREFIX}/")

@@ -23,7 +23,7 @@ from runlane.api.models import (
     RunView,
 )
 from runlane.api.problems import problem_responses
-from runlane.api.writes import IdempotencyKey, audited, created
+from runlane.api.writes import IdempotencyKey, Traceparent, audited, created
 from runlane.catalog.params import params_json_schema
 from runlane.service import operations
 from runlane.service.operations import JobInfo, JobSchedule
@@ -85,6 +85,7 @@ async def run_job(
     rt: RuntimeDep,
     who: Operator,
     idempotency_key: IdempotencyKey = None,
+    traceparent: Traceparent = None,
 ) -> JSONResponse:
     """Queue a run of `job` now (trigger `manual`, `requested_by` the caller). A job with
     `acts: true` needs `confirm` equal to its name (422 `confirmation_required`). With an
@@ -102,6 +103,7 @@ async def run_job(
             params=body.params,
             confirm=body.confirm,
             dedupe_key=dedupe_key,
+            traceparent=traceparent,
         )
         return run_dict(queued.run)
 
