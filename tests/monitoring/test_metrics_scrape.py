@@ -11,7 +11,7 @@ from pathlib import Path
 
 import httpx
 
-from runlane.service.metrics import FINAL_STATUSES
+from runlane.service.metrics import PRIMED_STATUSES
 from tests.acceptance.cli_process import cli_env, runlane
 from tests.acceptance.test_cli_serve import answers, free_port, started, stop
 from tests.monitoring.conftest import (
@@ -35,7 +35,7 @@ def test_every_job_has_its_series_at_zero_from_the_start(served: Served) -> None
         for trigger in ("manual", "cli", "mcp"):
             labels = {"job": job, "trigger": trigger, "executor": executor}
             assert value(samples, "runlane_runs_started_total", **labels) is not None, labels
-            for status in FINAL_STATUSES:
+            for status in PRIMED_STATUSES:
                 finished = value(samples, "runlane_runs_finished_total", **labels, status=status)
                 assert finished is not None, (labels, status)
         assert value(samples, "runlane_lease_losses_total", job=job, executor=executor) == 0

@@ -50,7 +50,10 @@ DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 360
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                    300.0, 900.0, 3600.0)  # fmt: skip
 GAUGE_CACHE_SECONDS = 2.0
-FINAL_STATUSES = tuple(s.value for s in RunStatus if s.is_final)
+# The statuses a run's own execution ends in: their series exist at zero from the start, so a
+# failure ratio or an `increase` is 0, not "no data"; `skipped` and `cancelled` show once one
+# happens (a series each for every job and trigger would be most of a large catalog's scrape).
+PRIMED_STATUSES = (RunStatus.SUCCESS.value, RunStatus.FAILURE.value, RunStatus.TIMEOUT.value)
 PERSON_TRIGGERS = (Trigger.MANUAL.value, Trigger.CLI.value, Trigger.MCP.value)
 
 
@@ -154,8 +157,9 @@ class LauncherMetrics:
             executor: str = job.executor if job.executor in executors else "inline"
             triggers = list(PERSON_TRIGGERS)
             if job.schedules or name in scheduled_chain_jobs:
+                # (Its schedule lag histogram shows from the first scheduled claim: 18 series
+                # a job at zero would be most of a scrape of a large catalog.)
                 triggers.append(Trigger.SCHEDULE.value)
-                self.schedule_lag.prime((name,))
             if name in chain_jobs:
                 triggers.append(Trigger.CHAIN.value)
             if job.on_event:
@@ -164,7 +168,7 @@ class LauncherMetrics:
                 triggers.append(Trigger.RETRY.value)
             for trigger in triggers:
                 self.started.setdefault((name, trigger, executor), 0)
-                for status in FINAL_STATUSES:
+                for status in PRIMED_STATUSES:
                     self.finished.setdefault((name, trigger, executor, status), 0)
             self.lease_losses.setdefault((name, executor), 0)
         for executor in executors:
