@@ -4,6 +4,7 @@
     ├── ConfigError              bad configuration (env, flags, URLs)
     ├── CatalogError             the catalog file is missing or invalid (carries every problem)
     ├── InvalidArgument          an argument of a request is not acceptable (a flag, a limit, a time)
+    │   └── InvalidTraceparent   a traceparent that is not W3C Trace Context
     ├── RunRefused               the accept path said no (unknown job, bad params, overlap)
     │   ├── UnknownJob
     │   ├── UnknownChain
@@ -85,6 +86,14 @@ class InvalidArgument(RunlaneError):
     code = "invalid_argument"
     http_status = 422
     exit_code = 2
+
+
+class InvalidTraceparent(InvalidArgument):
+    """A traceparent (the API's `traceparent` header, the CLI's `--traceparent`) is not a W3C
+    Trace Context traceparent."""
+
+    code = "invalid_traceparent"
+    http_status = 400
 
 
 class RunRefused(RunlaneError):

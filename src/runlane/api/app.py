@@ -14,6 +14,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.routing import Route
 
 from runlane import __version__
+from runlane.api import metrics
 from runlane.api.auth import Viewer, proxy_auth_of
 from runlane.api.middleware import BodyLimit, RequestTimeout, SecurityHeaders
 from runlane.api.problems import (
@@ -26,6 +27,7 @@ from runlane.api.problems import (
 from runlane.api.routes import chains, events, health, jobs, logs, runs, status
 from runlane.mcp.http import MCP_PATH, streamable_http
 from runlane.service.config import Settings
+from runlane.service.metrics import LauncherMetrics
 from runlane.service.runtime import Runtime, open_runtime
 
 API_PREFIX = "/api/v1"
@@ -39,10 +41,16 @@ needs `Authorization: Bearer <token>` (`runlane token create`); every error is
 `application/problem+json` with a stable `code` (docs/errors.md). See docs/api.md."""
 
 
-def create_app(settings: Settings, *, runtime: Runtime | None = None) -> FastAPI:
+def create_app(
+    settings: Settings,
+    *,
+    runtime: Runtime | None = None,
+    launcher_metrics: LauncherMetrics | None = None,
+) -> FastAPI:
     """The app for `settings`: it opens the store when it starts (without refusing an old
     schema: `/readyz` reports it) and closes it when it stops. `runtime`: one already open
-    (tests, the launcher's own), used as it is and not closed."""
+    (tests, the launcher's own), used as it is and not closed. `launcher_metrics`: the counters
+    of the launcher beside it, which `/metrics` serves (docs/monitoring.md)."""
 
     mcp = streamable_http(settings, lambda: app.state.runtime)  # MCP at /mcp (docs/mcp.md)
 
@@ -75,6 +83,9 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> FastAPI
     for module in (health, jobs, runs, logs, chains, events, status):
         app.include_router(module.router)
     app.router.routes.append(Route(MCP_PATH, mcp.endpoint, methods=["GET", "POST", "DELETE"]))
+    if settings.metrics_enabled:
+        app.state.launcher_metrics = launcher_metrics
+        app.include_router(metrics.router)
     # Outermost last: the headers go on every answer, a refusal of the limits included.
     app.add_middleware(RequestTimeout, seconds=settings.http_request_timeout)
     app.add_middleware(BodyLimit)
@@ -83,7 +94,13 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> FastAPI
             CORSMiddleware,
             allow_origins=list(settings.http_cors_origins),
             allow_methods=["GET", "POST"],
-            allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "Last-Event-ID"],
+            allow_headers=[
+                "Authorization",
+                "Content-Type",
+                "Idempotency-Key",
+                "Last-Event-ID",
+                "traceparent",
+            ],
             expose_headers=["Location", "Idempotency-Replayed"],
         )
     app.add_middleware(SecurityHeaders, api_prefix=f"{API_PREFIX}/")

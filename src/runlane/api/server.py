@@ -15,6 +15,7 @@ import errno
 import signal
 import socket
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import structlog
 import uvicorn
@@ -22,6 +23,9 @@ from starlette.applications import Starlette
 
 from runlane.errors import ConfigError
 from runlane.service.config import Settings, parse_http_addr
+
+if TYPE_CHECKING:
+    from runlane.service.metrics import LauncherMetrics
 
 __all__ = [
     "ListenError",
@@ -49,9 +53,11 @@ def shown_addr(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def bind_socket(host: str, port: int) -> socket.socket:
+def bind_socket(
+    host: str, port: int, *, setting: str = "RUNLANE_HTTP_ADDR / --http-addr"
+) -> socket.socket:
     """A listening TCP socket on (host, port), or one `ListenError` line naming the address and
-    the settings that chose it."""
+    the settings that chose it (`setting`)."""
     where = shown_addr(host, port)
     try:
         infos = socket.getaddrinfo(
@@ -59,9 +65,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
         )
     except (socket.gaierror, UnicodeError) as exc:
         reason = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
-        raise ListenError(
-            f"cannot listen on {where}: {reason} (RUNLANE_HTTP_ADDR / --http-addr)"
-        ) from None
+        raise ListenError(f"cannot listen on {where}: {reason} ({setting})") from None
     family, kind, proto, _, address = infos[0]
     sock = socket.socket(family, kind, proto)
     try:
@@ -75,8 +79,7 @@ def bind_socket(host: str, port: int) -> socket.socket:
         sock.close()
         reason = "address already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
         raise ListenError(
-            f"cannot listen on {where}: {(reason or str(exc)).lower()} "
-            "(RUNLANE_HTTP_ADDR / --http-addr)"
+            f"cannot listen on {where}: {(reason or str(exc)).lower()} ({setting})"
         ) from None
     sock.set_inheritable(False)  # a job the launcher spawns does not hold the port open
     return sock
@@ -164,41 +167,73 @@ async def _serve(
 
 async def serve_with_http(settings: Settings, listen: tuple[str, int] | None) -> None:
     """`runlane serve`: the launcher and, unless `listen` is None, the HTTP app in this one
-    event loop. The address is bound and the app started first, so an address in use stops
-    the command before the launcher claims anything; the launcher's SIGTERM/SIGINT stop both
-    (the launcher first: it lets its runs finish, while HTTP keeps answering until it has).
-    Should the HTTP server stop by itself, the launcher stops too: never one without the
-    other."""
+    event loop; and the metrics listener when `RUNLANE_METRICS_ADDR` gives it an address. The
+    addresses are bound and the apps started first, so an address in use stops the command
+    before the launcher claims anything; the launcher's SIGTERM/SIGINT stop them all (the
+    launcher first: it lets its runs finish, while HTTP keeps answering until it has). Should
+    a server stop by itself, the launcher stops too: never one without the other."""
+    from runlane.service.metrics import LauncherMetrics
     from runlane.service.runtime import serve as serve_launcher
 
-    if listen is None:
-        await serve_launcher(settings, freeze_gc=True)
+    metrics = LauncherMetrics()
+    wanted: list[tuple[Starlette, tuple[str, int], str]] = []
+    if listen is not None:
+        wanted.append((_app(settings, metrics), listen, "RUNLANE_HTTP_ADDR / --http-addr"))
+    metrics_listen = settings.metrics_listen if settings.metrics_enabled else None
+    if metrics_listen is not None:
+        from runlane.api.metrics import create_metrics_app
+
+        wanted.append(
+            (create_metrics_app(settings, metrics), metrics_listen, "RUNLANE_METRICS_ADDR")
+        )
+    if not wanted:
+        await serve_launcher(settings, freeze_gc=True, metrics=metrics)
         return
-    host, port = listen
-    sock = bind_socket(host, port)
+    socks: list[socket.socket] = []
+    try:
+        for _, (host, port), setting in wanted:
+            socks.append(bind_socket(host, port, setting=setting))
+    except BaseException:
+        for sock in socks:
+            sock.close()
+        raise
     http_stop = asyncio.Event()
     launcher_stop = asyncio.Event()
-    started = asyncio.Event()
-    http = asyncio.create_task(
-        serve_http(_app(settings), host, port, stop=http_stop, started=started, sock=sock)
-    )
-    http.add_done_callback(lambda _: launcher_stop.set())
-    up = asyncio.create_task(started.wait())
+    servers: list[asyncio.Task[None]] = []
+    ready: list[asyncio.Event] = []
+    for (app, (host, port), _), sock in zip(wanted, socks, strict=True):
+        started = asyncio.Event()
+        task = asyncio.create_task(
+            serve_http(app, host, port, stop=http_stop, started=started, sock=sock)
+        )
+        task.add_done_callback(lambda _: launcher_stop.set())
+        servers.append(task)
+        ready.append(started)
+    up = asyncio.create_task(_all_set(ready))
     try:
-        await asyncio.wait({http, up}, return_when=asyncio.FIRST_COMPLETED)
-        if not started.is_set():
-            await http  # it ended before it served: its error is the command's
+        await asyncio.wait({*servers, up}, return_when=asyncio.FIRST_COMPLETED)
+        if not up.done():
+            http_stop.set()
+            for task in servers:
+                await task  # one ended before it served: its error is the command's
             return
-        await serve_launcher(settings, stop=launcher_stop, freeze_gc=True)
+        await serve_launcher(settings, stop=launcher_stop, freeze_gc=True, metrics=metrics)
     except BaseException:
         http_stop.set()
-        with contextlib.suppress(Exception, asyncio.CancelledError):
-            await http
+        for task in servers:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await task
         raise
     finally:
         up.cancel()
     http_stop.set()
-    await http  # an HTTP server that failed while the launcher ran: its error is the command's
+    for task in servers:
+        await task  # a server that failed while the launcher ran: its error is the command's
+
+
+async def _all_set(events: list[asyncio.Event]) -> None:
+    for event in events:
+        await event.wait()
 
 
 async def serve_web(settings: Settings, listen: tuple[str, int]) -> None:
@@ -216,7 +251,7 @@ async def serve_web(settings: Settings, listen: tuple[str, int]) -> None:
             loop.remove_signal_handler(sig)
 
 
-def _app(settings: Settings) -> Starlette:
+def _app(settings: Settings, metrics: LauncherMetrics | None = None) -> Starlette:
     from runlane.api.app import create_app
 
-    return create_app(settings)
+    return create_app(settings, launcher_metrics=metrics)

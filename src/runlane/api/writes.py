@@ -30,6 +30,16 @@ IdempotencyKey = Annotated[
     ),
 ]
 
+Traceparent = Annotated[
+    str | None,
+    Header(
+        alias="traceparent",
+        description="The caller's W3C Trace Context: stored on the run (every step's run of a "
+        "chain, every run an event starts, each with a span id of its own) and given to its "
+        "process as `TRACEPARENT`. Not one: 400 `invalid_traceparent`.",
+    ),
+]
+
 
 def remote_of(request: Request) -> str | None:
     """The peer's address (the proxy's, behind one: the audit records who connected)."""

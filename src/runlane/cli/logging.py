@@ -40,6 +40,8 @@ def configure_logging(default_level: str = "warning") -> None:
     # lease tokens and params (structlog's rich formatter shows them by default).
     renderer: Any
     processors: list[Any] = [
+        # What a task bound for its whole life (a supervised run's trace_id) joins its lines.
+        structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]

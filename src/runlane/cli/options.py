@@ -27,6 +27,17 @@ DatabaseOpt = Annotated[
     typer.Option("--database", "-d", help="Database URL (env RUNLANE_DATABASE_URL)."),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON and nothing else.")]
+# A run started from inside a run (or any traced process) joins its trace: the OpenTelemetry
+# environment carrier is the default.
+TraceparentOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--traceparent",
+        envvar="TRACEPARENT",
+        show_envvar=False,
+        help="W3C traceparent the run joins (default: env TRACEPARENT).",
+    ),
+]
 
 
 def settings_from(catalog: str | None = None, database: str | None = None) -> Settings:

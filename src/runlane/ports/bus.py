@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-# Outbox topic of a queued run (the payload: run_id, job, executor, attempt as JSON).
+# Outbox topic of a queued run (the payload: run_id, job, executor, attempt as JSON, and the
+# run's W3C `traceparent` when it has one: a broker relay sends it as the `traceparent` header).
 TOPIC_RUN_QUEUED = "job_runs"
 
 

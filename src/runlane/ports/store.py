@@ -159,6 +159,16 @@ class RunLog(Protocol):
         """How many rows are `queued` (due or not): the queue depth a heartbeat reports."""
         ...
 
+    async def queued_by_executor(self) -> dict[str, int]:
+        """How many rows are `queued`, by executor (the exporter's queue depth): O(queued),
+        through the partial index of the queued runs, never a scan of the whole log."""
+        ...
+
+    async def outbox_oldest_pending(self) -> datetime | None:
+        """When the oldest outbox row not yet published was written; None when none waits
+        (or the store feeds no bus). One probe of the outbox's partial index."""
+        ...
+
     async def running_by_launcher(self) -> dict[str, dict[str, int]]:
         """The runs running now, counted by the launcher holding each (its id; "" for rows
         nobody leases, such as the SDK's child rows) and executor: live from the run log, where

@@ -31,6 +31,7 @@ from runlane.core.chains import (
 )
 from runlane.core.durations import format_duration
 from runlane.core.runs import AcceptResult, Outcome, Run, RunStatus, Trigger
+from runlane.core.trace import child_traceparent
 from runlane.errors import ConfirmationRequired, InvalidTransition, NotFound, RunlaneError
 from runlane.ports import ChainLog, ChainRun, ChainStore, NewChainRun, RunFilter, RunLog
 from runlane.service.accept import PERSON_TRIGGERS, RunRequest
@@ -156,6 +157,7 @@ class ChainRunner:
         skipped_reason: str | None = None,
         confirmed: bool = False,
         dedupe_key: str | None = None,
+        traceparent: str | None = None,
     ) -> ChainRun:
         """Record a chain run and start its first steps. With `slot`, idempotent by
         `chain@slot`; with `dedupe_key` (an Idempotency-Key's), by that key: the run written
@@ -164,7 +166,8 @@ class ChainRunner:
 
         Started by a person (`trigger` CLI, manual, MCP), a chain with a step whose job has
         `acts: true` needs `confirmed`, as `runlane run` of that job would: raises
-        `ConfirmationRequired` before anything is recorded."""
+        `ConfirmationRequired` before anything is recorded. `traceparent` (checked by the
+        caller): the trace every step's run joins, each with a span id of its own."""
         chain = self.catalog.chains.get(chain_name)
         if chain is None:
             raise NotFound(f"unknown chain {chain_name!r}")
@@ -201,7 +204,7 @@ class ChainRunner:
             if self.hook is not None:
                 self.hook("chain_started", run.id)
         if run.status == "running":
-            await self.advance(run)
+            await self.advance(run, traceparent=traceparent)
         return run
 
     async def start_scheduled(self, chain: str, slot: datetime, reason: str | None) -> None:
@@ -225,7 +228,10 @@ class ChainRunner:
                 return seen
             after = page[-1]
 
-    async def advance(self, run: ChainRun) -> ChainPlan | None:
+    async def advance(self, run: ChainRun, *, traceparent: str | None = None) -> ChainPlan | None:
+        """Start, skip or expire the steps the plan says, and end the chain run when it is
+        done. The steps join the trace of `traceparent` (the chain run's start), else that of
+        the steps already recorded (a chain run keeps no trace of its own)."""
         chain = self.catalog.chains.get(run.chain)
         if chain is None:
             await self._unknown_chain(run)
@@ -233,6 +239,7 @@ class ChainRunner:
         specs = step_specs(self.catalog, chain, run)
         rows = await self.store.list_runs(RunFilter(chain_root_id=run.id, limit=10_000))
         attempts = latest_attempts(specs, run.id, rows)
+        trace = traceparent or next((r.traceparent for r in rows if r.traceparent), None)
         now = await self.store.now()
         plan = plan_chain(
             specs, {s: r.status.value for s, r in attempts.items()}, now, run.deadline_at
@@ -252,13 +259,15 @@ class ChainRunner:
                     ),
                 )
         for step, reason in plan.skip:
-            await self._step(run, specs[step], now, skipped=reason)
+            await self._step(run, specs[step], now, skipped=reason, trace=trace)
         overrides = await self.store.overrides() if plan.start else {}
         for step in plan.start:
             # A paused (or snoozed) job's step is recorded `skipped` / `paused` instead of run:
             # pausing a job stops every automatic start of it, chains included.
             paused = pause_of(overrides.get(specs[step].job), now) is not None
-            await self._step(run, specs[step], now, skipped="paused" if paused else None)
+            await self._step(
+                run, specs[step], now, skipped="paused" if paused else None, trace=trace
+            )
         if plan.start or plan.skip or plan.expire_queued:
             # Skips can unblock `on: finish` steps at once; plan again rather than wait a tick.
             return await self.advance(await self.store.get_chain_run(run.id))
@@ -386,7 +395,13 @@ class ChainRunner:
         return any(h.catalog_jobs is None or jobs <= set(h.catalog_jobs) for h in unlisted)
 
     async def _step(
-        self, run: ChainRun, step: StepSpec, now: datetime, *, skipped: str | None
+        self,
+        run: ChainRun,
+        step: StepSpec,
+        now: datetime,
+        *,
+        skipped: str | None,
+        trace: str | None = None,
     ) -> None:
         ttl = None
         if step.latest is not None:
@@ -399,6 +414,7 @@ class ChainRunner:
             requested_by=run.requested_by,
             queue_ttl_seconds=ttl,
             record_skipped=skipped,
+            traceparent=child_traceparent(trace),
         )
         try:
             result = await self.accept(request)
@@ -413,6 +429,7 @@ class ChainRunner:
                         dedupe_key=request.dedupe_key,
                         chain_root_id=run.id,
                         record_skipped="start_failed",
+                        traceparent=request.traceparent,
                     )
                 )
             else:

@@ -253,6 +253,10 @@ class Settings:
     http_user_header: str = "X-Forwarded-User"
     http_groups_header: str = "X-Forwarded-Groups"
     http_group_roles: tuple[tuple[str, str], ...] = ()  # (group, role), in the order given
+    # Prometheus metrics (docs/monitoring.md): "" serves /metrics on the HTTP server only (a
+    # viewer token); `off` serves it nowhere; HOST:PORT also serves it, without a token, on
+    # a listener of its own beside the launcher (`runlane serve`, HTTP on or off).
+    metrics_addr: str = ""
     launcher_id: str = field(default_factory=default_launcher_id)
 
     @classmethod
@@ -284,6 +288,7 @@ class Settings:
             http_user_header=_env_header(e, "RUNLANE_HTTP_USER_HEADER", "X-Forwarded-User"),
             http_groups_header=_env_header(e, "RUNLANE_HTTP_GROUPS_HEADER", "X-Forwarded-Groups"),
             http_group_roles=parse_group_roles(e.get("RUNLANE_HTTP_GROUP_ROLES") or ""),
+            metrics_addr=(e.get("RUNLANE_METRICS_ADDR") or "").strip(),
         )
         settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
         settings.validate()
@@ -293,6 +298,18 @@ class Settings:
     def http_listen(self) -> tuple[str, int] | None:
         """Where the HTTP face listens (host, port); None when it is off."""
         return parse_http_addr(self.http_addr)
+
+    @property
+    def metrics_enabled(self) -> bool:
+        """Whether /metrics is served at all (`RUNLANE_METRICS_ADDR=off` turns it off)."""
+        return self.metrics_addr.strip().lower() != HTTP_ADDR_OFF
+
+    @property
+    def metrics_listen(self) -> tuple[str, int] | None:
+        """The metrics listener's own address (host, port); None when it has none."""
+        if not self.metrics_addr.strip():
+            return None
+        return parse_http_addr(self.metrics_addr, name="RUNLANE_METRICS_ADDR")
 
     @property
     def launcher_stale_after(self) -> float:
@@ -331,6 +348,7 @@ class Settings:
                 f"RUNLANE_DB_TIMEOUT ({self.db_timeout:g}s): must be between 1s and 5m"
             )
         self.http_listen  # noqa: B018 - raises the address's ConfigError now, not at serve time
+        self.metrics_listen  # noqa: B018 - the same for the metrics address
         if not 0 < self.http_request_timeout <= MAX_HTTP_REQUEST_TIMEOUT:
             raise ConfigError(
                 f"RUNLANE_HTTP_REQUEST_TIMEOUT ({self.http_request_timeout:g}s): "
@@ -385,4 +403,5 @@ ENV_NAMES: dict[str, str] = {
     "http_user_header": "RUNLANE_HTTP_USER_HEADER",
     "http_groups_header": "RUNLANE_HTTP_GROUPS_HEADER",
     "http_group_roles": "RUNLANE_HTTP_GROUP_ROLES",
+    "metrics_addr": "RUNLANE_METRICS_ADDR",
 }

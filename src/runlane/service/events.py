@@ -23,6 +23,7 @@ import structlog
 from runlane.catalog import Catalog
 from runlane.catalog.params import MAX_PARAMS_BYTES
 from runlane.core.runs import AcceptResult, RunStatus, Trigger, event_dedupe_key
+from runlane.core.trace import child_traceparent
 from runlane.errors import ConfigError, ConfirmationRequired, EventIdTaken
 from runlane.ports import Event, EventLink, EventStore
 from runlane.service.accept import RunRequest, prepare_run, text_problem
@@ -138,6 +139,7 @@ async def emit_event(
     by_person: bool = False,
     confirmed: bool = False,
     check: CheckFn | None = None,
+    traceparent: str | None = None,
 ) -> Emitted:
     """Record the event and start (or join) the runs of every job listening for `key`.
 
@@ -148,7 +150,10 @@ async def emit_event(
     `check` raises what `accept` would refuse a listener's run with, writing nothing (the
     runtime's `check_accept`; by default the catalog's own checks, `prepare_run`). Every
     listener is checked before the event is recorded, so a refused emit writes nothing: not
-    the event, nor the run of a listener that comes before the refused one."""
+    the event, nor the run of a listener that comes before the refused one.
+
+    `traceparent` (checked by the caller): the trace the runs it starts join, each with a
+    span id of its own (a run it joins, debounced, keeps the trace it started with)."""
     check_event(key, event_id, data or {})
     listeners = subscribers(catalog, key)
     if by_person and not confirmed:
@@ -189,6 +194,7 @@ async def emit_event(
                 event_id=event.id,
                 requested_by="event",
                 record_skipped="paused" if paused else None,
+                traceparent=child_traceparent(traceparent),
             )
         )
         runs.append(result)

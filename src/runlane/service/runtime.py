@@ -34,6 +34,7 @@ from runlane.service.wiring import (
 if TYPE_CHECKING:
     from runlane.catalog import Catalog
     from runlane.service.launcher import LauncherHook
+    from runlane.service.metrics import LauncherMetrics
 
 log = structlog.get_logger("runlane.runtime")
 
@@ -166,18 +167,21 @@ async def serve(
     stop: asyncio.Event | None = None,
     install_signals: bool = True,
     freeze_gc: bool = False,
+    metrics: LauncherMetrics | None = None,
 ) -> None:
     """`runlane serve`: run the launcher until SIGTERM/SIGINT (or `stop` is set).
 
     `freeze_gc` (the `runlane serve` process): once started, everything allocated so far (the
     imported modules, the catalog, the connections: ~68,000 objects) is moved out of the cyclic
     garbage collector's sight, so its collections under load look only at what runs allocate
-    (bench/throughput.py: ~11 of 33 ms of collections per 2,000 runs saved)."""
+    (bench/throughput.py: ~11 of 33 ms of collections per 2,000 runs saved). `metrics`: the
+    counters the launcher keeps, for the exporter that serves them (its own otherwise)."""
     async with open_runtime(
         settings, application_name=f"runlane-launcher:{settings.launcher_id}", bounded=True
     ) as rt:
         await probe_writable(rt.store)
         from runlane.service.launcher import Launcher  # only `serve` needs it (~45 ms to import)
+        from runlane.service.metrics import LauncherMetrics
 
         catalog = rt.require_catalog()
         bus = build_bus(rt.store)
@@ -190,6 +194,7 @@ async def serve(
             hook=hook,
             executor_caps={"pod": catalog.global_.max_concurrent_pods},
             retry_base_seconds=settings.retry_base,
+            metrics=LauncherMetrics() if metrics is None else metrics,
         )
         loop = asyncio.get_running_loop()
         if install_signals:

@@ -50,7 +50,9 @@ class PostgresLeases(PostgresConnections):
         params["queue_ttl_seconds"] = new.queue_ttl_seconds
         params["outbox"] = self._outbox
         params["outbox_topic"] = base.OUTBOX_TOPIC_RUN_QUEUED
-        params["outbox_payload"] = base.outbox_payload(new.id, new.job, new.executor, new.attempt)
+        params["outbox_payload"] = base.outbox_payload(
+            new.id, new.job, new.executor, new.attempt, new.traceparent
+        )
         return params
 
     # --- claims ---------------------------------------------------------------------------------

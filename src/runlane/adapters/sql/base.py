@@ -38,9 +38,20 @@ from runlane.ports.bus import TOPIC_RUN_QUEUED
 OUTBOX_TOPIC_RUN_QUEUED = TOPIC_RUN_QUEUED
 
 
-def outbox_payload(run_id: str, job: str, executor: str, attempt: int) -> str:
-    """What the bus relay publishes for a queued run (the row stays the authority)."""
-    return dump_json({"run_id": run_id, "job": job, "executor": executor, "attempt": attempt})
+def outbox_payload(
+    run_id: str, job: str, executor: str, attempt: int, traceparent: str | None = None
+) -> str:
+    """What the bus relay publishes for a queued run (the row stays the authority); with the
+    run's `traceparent` when it has one, for the relay to send as the message's header."""
+    payload: dict[str, object] = {
+        "run_id": run_id,
+        "job": job,
+        "executor": executor,
+        "attempt": attempt,
+    }
+    if traceparent is not None:
+        payload["traceparent"] = traceparent
+    return dump_json(payload)
 
 
 async def wait_for_event(event: asyncio.Event, max_wait: float) -> bool:
@@ -252,6 +263,14 @@ class SqlStoreBase:
     async def count_queued(self) -> int:
         row = await self._read_one("count_queued", {})
         return 0 if row is None else RowReader.integer(row, "n")
+
+    async def queued_by_executor(self) -> dict[str, int]:
+        rows = await self._read_all("queued_by_executor", {})
+        return {RowReader.text(r, "executor"): RowReader.integer(r, "n") for r in rows}
+
+    async def outbox_oldest_pending(self) -> datetime | None:
+        row = await self._read_one("outbox_oldest_pending", {})
+        return None if row is None else self._read.time(row, "created_at")
 
     async def running_by_launcher(self) -> dict[str, dict[str, int]]:
         return running_by_launcher(await self._read_all("running_by_launcher", {}))

@@ -152,7 +152,9 @@ class SqliteStore(SqliteConnection):
                 Q["insert_outbox"],
                 {
                     "topic": base.OUTBOX_TOPIC_RUN_QUEUED,
-                    "payload": base.outbox_payload(new.id, new.job, new.executor, new.attempt),
+                    "payload": base.outbox_payload(
+                        new.id, new.job, new.executor, new.attempt, new.traceparent
+                    ),
                     "now": format_time(now),
                 },
             )

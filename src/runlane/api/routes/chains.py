@@ -13,7 +13,7 @@ from runlane.api.deps import RuntimeDep
 from runlane.api.inputs import storable_parameters
 from runlane.api.models import ChainPageView, ChainRunCreate, ChainRunPageView, ChainRunView
 from runlane.api.problems import problem_responses
-from runlane.api.writes import IdempotencyKey, created
+from runlane.api.writes import IdempotencyKey, Traceparent, created
 from runlane.service import operations
 from runlane.service.operations import ChainInfo
 from runlane.service.views import chain_run_dict
@@ -65,6 +65,7 @@ async def run_chain(
     who: Operator,
     body: ChainRunCreate | None = None,
     idempotency_key: IdempotencyKey = None,
+    traceparent: Traceparent = None,
 ) -> JSONResponse:
     """Start a run of `chain` now (its first steps are queued). A chain with a step whose job
     has `acts: true` needs `confirm` equal to the chain's name. `Idempotency-Key` as for runs."""
@@ -75,7 +76,12 @@ async def run_chain(
 
     async def start(dedupe_key: str | None) -> dict[str, Any]:
         started = await operations.run_chain(
-            rt, chain, requester=who, confirm=wanted.confirm, dedupe_key=dedupe_key
+            rt,
+            chain,
+            requester=who,
+            confirm=wanted.confirm,
+            dedupe_key=dedupe_key,
+            traceparent=traceparent,
         )
         return chain_run_dict(started.view.run, started.view.steps)
 

@@ -13,7 +13,7 @@ from runlane.api.deps import RuntimeDep
 from runlane.api.inputs import storable_parameters
 from runlane.api.models import EventCreate, EventEmittedView
 from runlane.api.problems import problem_responses
-from runlane.api.writes import audited
+from runlane.api.writes import Traceparent, audited
 from runlane.service import operations
 from runlane.service.views import emitted_dict
 
@@ -26,14 +26,24 @@ router = APIRouter(prefix="/api/v1", tags=["events"], dependencies=[Depends(stor
     responses=problem_responses(400, 403, 404, 409, 413),
 )
 async def emit_event(
-    body: EventCreate, request: Request, rt: RuntimeDep, who: Operator
+    body: EventCreate,
+    request: Request,
+    rt: RuntimeDep,
+    who: Operator,
+    traceparent: Traceparent = None,
 ) -> JSONResponse:
     """Record the event `key` with `data` (idempotent by `id`: the same id again returns the
     event as first recorded, `new: false`) and start its listeners' runs."""
 
     async def call() -> dict[str, Any]:
         emitted = await operations.emit(
-            rt, body.key, body.data, requester=who, event_id=body.id, confirmed=body.confirm
+            rt,
+            body.key,
+            body.data,
+            requester=who,
+            event_id=body.id,
+            confirmed=body.confirm,
+            traceparent=traceparent,
         )
         return emitted_dict(emitted)
 

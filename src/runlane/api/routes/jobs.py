@@ -23,7 +23,7 @@ from runlane.api.models import (
     RunView,
 )
 from runlane.api.problems import problem_responses
-from runlane.api.writes import IdempotencyKey, audited, created
+from runlane.api.writes import IdempotencyKey, Traceparent, audited, created
 from runlane.service import operations
 from runlane.service.views import explanation_dict, job_view, pause_dict, run_dict
 
@@ -62,6 +62,7 @@ async def run_job(
     rt: RuntimeDep,
     who: Operator,
     idempotency_key: IdempotencyKey = None,
+    traceparent: Traceparent = None,
 ) -> JSONResponse:
     """Queue a run of `job` now (trigger `manual`, `requested_by` the caller). A job with
     `acts: true` needs `confirm` equal to its name (422 `confirmation_required`). With an
@@ -79,6 +80,7 @@ async def run_job(
             params=body.params,
             confirm=body.confirm,
             dedupe_key=dedupe_key,
+            traceparent=traceparent,
         )
         return run_dict(queued.run)
 

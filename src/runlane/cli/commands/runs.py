@@ -15,6 +15,7 @@ from runlane.cli.options import (
     CatalogOpt,
     DatabaseOpt,
     JsonOpt,
+    TraceparentOpt,
     cli_requester,
     settings_from,
     with_runtime,
@@ -41,6 +42,7 @@ def run_cmd(
     as_json: JsonOpt = False,
     catalog: CatalogOpt = None,
     database: DatabaseOpt = None,
+    traceparent: TraceparentOpt = None,
 ) -> None:
     """Queue a run of JOB (exit 2: bad params, 3: overlap refused)."""
     from runlane.service import operations
@@ -51,7 +53,13 @@ def run_cmd(
 
     async def queue_and_follow(rt: Runtime) -> int:
         queued = await operations.run_job(
-            rt, job, requester=requester, params=params, params_from_strings=True, confirmed=yes
+            rt,
+            job,
+            requester=requester,
+            params=params,
+            params_from_strings=True,
+            confirmed=yes,
+            traceparent=traceparent,
         )
         run = queued.run
         if not wait:

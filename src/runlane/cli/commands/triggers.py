@@ -12,6 +12,7 @@ from runlane.cli.options import (
     CatalogOpt,
     DatabaseOpt,
     JsonOpt,
+    TraceparentOpt,
     run_async,
     settings_from,
     with_runtime,
@@ -99,6 +100,7 @@ def emit_cmd(
     as_json: JsonOpt = False,
     catalog: CatalogOpt = None,
     database: DatabaseOpt = None,
+    traceparent: TraceparentOpt = None,
 ) -> None:
     """Record an event and start (or join, when debounced) the jobs listening for KEY."""
     from runlane.service import operations
@@ -113,6 +115,7 @@ def emit_cmd(
             requester=operations.Requester(None, Trigger.CLI),
             event_id=event_id,
             confirmed=yes,
+            traceparent=traceparent,
         )
         if as_json:
             print_json(emitted_dict(emitted))
@@ -142,13 +145,18 @@ def chain_run_cmd(
     as_json: JsonOpt = False,
     catalog: CatalogOpt = None,
     database: DatabaseOpt = None,
+    traceparent: TraceparentOpt = None,
 ) -> None:
     """Start a run of chain NAME now (its first steps are queued; a launcher advances it)."""
     from runlane.service import operations
 
     async def start(rt: Runtime) -> None:
         started = await operations.run_chain(
-            rt, name, requester=operations.Requester("cli", Trigger.CLI), confirmed=yes
+            rt,
+            name,
+            requester=operations.Requester("cli", Trigger.CLI),
+            confirmed=yes,
+            traceparent=traceparent,
         )
         print_notices(started.warnings)
         run, steps = started.view.run, started.view.steps

@@ -153,9 +153,9 @@ class Finisher:
 
     # ------------------------------------------------------------------ recording an outcome
 
-    async def record(self, sup: Supervised, outcome: Outcome) -> None:
-        """Save how the run ended (and its next attempt, if it is retried); raises LeaseLost
-        when another launcher holds the run now."""
+    async def record(self, sup: Supervised, outcome: Outcome) -> FinishedRun:
+        """Save how the run ended (and its next attempt, if it is retried), and return what was
+        saved; raises LeaseLost when another launcher holds the run now."""
         run = sup.claimed.run
         if run.cancel_requested_at is not None and outcome.end_reason == EndReason.LAUNCHER_LOST:
             # Someone asked to cancel while no launcher supervised the run (its launcher was
@@ -219,6 +219,7 @@ class Finisher:
             attempt=run.attempt,
             retry=retry.id if retry else None,
         )
+        return final
 
     async def _saved_already(self, sup: Supervised, outcome: Outcome) -> FinishedRun | None:
         """The run's row when it already holds this outcome under this launcher's lease: a save

@@ -37,6 +37,7 @@ from runlane.service.launcher.leases import LeaseKeeper, LeaseWrites
 from runlane.service.launcher.signals import EXPIRED, ORPHANED, LauncherHook
 from runlane.service.launcher.supervised import Supervised
 from runlane.service.launcher.supervisor import Supervisor
+from runlane.service.metrics import LauncherMetrics
 from runlane.service.wiring import absolute_url
 
 log = structlog.get_logger("runlane.launcher")
@@ -71,9 +72,12 @@ class Launcher:
     # The run log's transport, for its wake-ups (`service.wiring.build_bus`); None: the store's
     # own, which is what the database bus is.
     bus: Bus | None = None
+    # What the exporter reads (service/metrics.py): given by whoever serves /metrics, else its own.
+    metrics: LauncherMetrics = field(default_factory=LauncherMetrics)
 
     def __post_init__(self) -> None:
         settings = self.settings
+        self.metrics.prime(self.catalog, tuple(self.executors), settings.launcher_id)
         self._wakeups: Wakeups = self.store if self.bus is None else self.bus
         self.owner = settings.launcher_id
         self._active: dict[str, Supervised] = {}  # the runs this launcher holds a lease on
@@ -120,6 +124,7 @@ class Launcher:
             # records child rows in this database, not another.
             run_database_url=absolute_url(settings.database_url),
             launcher_stale_after=settings.launcher_stale_after,
+            metrics=self.metrics,
         )
 
     # ------------------------------------------------------------------ lifecycle
@@ -188,13 +193,16 @@ class Launcher:
         from runlane.service.scheduler import Scheduler
 
         async def accept(request: RunRequest) -> Any:
-            return await accept_run(
+            result = await accept_run(
                 self.store,
                 self.catalog,
                 request,
                 available_executors=tuple(self.executors),
                 pod_fallback=self.settings.pod_fallback,
             )
+            if result.created and result.run.status.is_final:  # a slot or step recorded skipped
+                self.metrics.run_finished(result.run, result.run.status.value)
+            return result
 
         chains = ChainRunner(
             self.store,
@@ -288,11 +296,13 @@ class Launcher:
                     self._last_expire = now
                     for run in await self.store.expire_queued():
                         log.info("run.expired", run_id=run.id, job=run.job)
+                        self.metrics.run_finished(run, run.status.value)
                         emit(EXPIRED, run.id)
                 if now - self._last_orphan_check >= settings.orphan_check_interval:
                     self._last_orphan_check = now
                     for run in await self.store.sweep_orphans(grace=settings.orphan_grace):
                         log.warning("run.orphaned", run_id=run.id, job=run.job)
+                        self.metrics.run_finished(run, run.status.value)
                         emit(ORPHANED, run.id)
                 if now - self._last_cancel_poll >= settings.claim_interval:
                     self._last_cancel_poll = now

@@ -58,6 +58,10 @@ def build_env(
     env["RUNLANE_JOB"] = run.job
     env["RUNLANE_ATTEMPT"] = str(run.attempt)
     env["RUNLANE_PARAMS"] = _params_json(params) if params else "{}"
+    if run.traceparent is not None:
+        # The OpenTelemetry environment carrier: a child process that extracts it joins the
+        # caller's trace. Only a run that has one gets it (no TRACEPARENT beats an empty one).
+        env["TRACEPARENT"] = run.traceparent
     if run.executor == "inline":
         env["RUNLANE_DATABASE_URL"] = database_url
     for name, value in params.items():

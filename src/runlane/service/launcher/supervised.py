@@ -43,6 +43,7 @@ class Supervised:
     task: asyncio.Task[None] | None = None
     claimed_at: float = field(default_factory=lambda: loop_time())
     ended_monotonic: float | None = None  # time.monotonic() when the execution ended
+    started_monotonic: float | None = None  # time.monotonic() when it started (not reattached)
 
     async def cancel_execution(self, *, grace: float) -> None:
         """Ask the executor to end the execution, once; its end still arrives as an event."""

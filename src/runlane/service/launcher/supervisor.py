@@ -11,6 +11,7 @@ import structlog
 
 from runlane.catalog import Catalog
 from runlane.core.runs import Claimed, EndReason, Outcome, RunStatus, joined_notes
+from runlane.core.trace import trace_id_of
 from runlane.errors import (
     LeaseLost,
     PermanentExecutorError,
@@ -25,6 +26,7 @@ from runlane.service.launcher.journal import OutcomeJournal, seconds_since_wall
 from runlane.service.launcher.signals import CLAIMED, FINISHED, LEASE_LOST, STARTED, LauncherHook
 from runlane.service.launcher.spec import JobPlan, execution_spec
 from runlane.service.launcher.supervised import Supervised, Tunables, loop_time
+from runlane.service.metrics import LauncherMetrics
 
 log = structlog.get_logger("runlane.launcher")
 
@@ -53,6 +55,7 @@ class Supervisor:
         owner: str,
         run_database_url: str,
         launcher_stale_after: float,
+        metrics: LauncherMetrics,
     ) -> None:
         self._store = store
         self._catalog = catalog
@@ -65,6 +68,7 @@ class Supervisor:
         self._run_database_url = run_database_url
         self._tunables = tunables
         self._launcher_stale_after = launcher_stale_after
+        self._metrics = metrics
         self._record = finisher.record
         self._write_until_landed = finisher.write_until_landed
         # Resolved jobs by name, with what every run of each shares (its environment and
@@ -83,6 +87,8 @@ class Supervisor:
             claimed=claimed, lease=claimed.lease, executor=self._executors[claimed.run.executor]
         )
         self._active[claimed.run.id] = sup
+        if not claimed.recovered:
+            self._metrics.run_claimed(claimed.run, claimed.db_now)
         sup.task = asyncio.create_task(self._supervise(sup), name=f"run-{claimed.run.id}")
         self.emit(CLAIMED, claimed.run.id)
 
@@ -90,6 +96,9 @@ class Supervisor:
         """The run's whole supervision: its outcome recorded (or the run given back), then its
         slot and lease let go."""
         run = sup.claimed.run
+        if run.traceparent is not None:
+            # This task's own context: every line it logs about the run names its trace.
+            structlog.contextvars.bind_contextvars(trace_id=trace_id_of(run.traceparent))
         outcome: Outcome | None = None
         try:
             outcome = await self._execute(sup)
@@ -100,7 +109,11 @@ class Supervisor:
             sup.executing = False
             self._wake.set()
             if outcome is not None:
-                await self._record(sup, outcome)
+                final = await self._record(sup, outcome)
+                ran = None
+                if sup.started_monotonic is not None and sup.ended_monotonic is not None:
+                    ran = sup.ended_monotonic - sup.started_monotonic
+                self._metrics.run_finished(run, final.status.value, ran)
         except LeaseLost:
             sup.lost = True
         except Exception:  # a bug must not take the launcher down; the lease will expire
@@ -121,6 +134,7 @@ class Supervisor:
                     "what this launcher saw of the run is not recorded",
                 )
                 self.emit(LEASE_LOST, run.id)
+                self._metrics.lease_lost(run)
                 if sup.execution is not None and sup.executor.name == "inline":
                     await sup.cancel_execution(grace=0.0)
             self._active.pop(run.id, None)
@@ -170,6 +184,7 @@ class Supervisor:
             # The provider is unreachable right now: give the run back and look again later
             # (an execution that was started keeps running and is reattached then).
             delay, code, note = exc.retry_after, exc.code, str(exc)
+            self._metrics.executor_error(sup.executor.name, code)
             await self._write_until_landed(
                 lambda: self._store.release(
                     sup.lease, retry_after=delay, error_code=code, note=note
@@ -182,6 +197,7 @@ class Supervisor:
             )
             return None
         except PermanentExecutorError as exc:
+            self._metrics.executor_error(sup.executor.name, exc.code)
             if not recovered:
                 return Outcome(
                     RunStatus.FAILURE,
@@ -235,6 +251,9 @@ class Supervisor:
             await self._write_until_landed(
                 lambda: self._store.set_external_id(sup.lease, external_id)
             )
+        if not recovered:  # (a reattached run's duration is not known here)
+            sup.started_monotonic = time.monotonic()
+            self._metrics.run_started(run)
         self.emit(STARTED, run.id)
         log.debug("run.started", run_id=run.id, job=run.job, external_id=execution.external_id)
         outcome: Outcome | None = None

@@ -16,7 +16,8 @@ from datetime import UTC, datetime, timedelta
 from runlane.core.access import Access, Role
 from runlane.core.durations import parse_duration
 from runlane.core.runs import Trigger
-from runlane.errors import Forbidden, InvalidArgument
+from runlane.core.trace import TraceparentError, parse_traceparent
+from runlane.errors import Forbidden, InvalidArgument, InvalidTraceparent
 
 # Times a person may give (`--from`, `--to`, `--at`, `--until`): far enough either way for any
 # real schedule, and far from the edges of what `datetime` and the databases can hold.
@@ -217,6 +218,17 @@ def confirms(confirm: str | None, name: str) -> bool:
     """Whether the name a person typed to confirm a run (`confirm`) confirms the job or
     chain `name`: only that exact name does."""
     return confirm is not None and confirm == name
+
+
+def check_traceparent(traceparent: str | None) -> str | None:
+    """A caller's traceparent (the API's header, the CLI's `--traceparent`) as the run stores
+    it, or `invalid_traceparent` saying what is wrong with it."""
+    if traceparent is None:
+        return None
+    try:
+        return str(parse_traceparent(traceparent.strip()))
+    except TraceparentError as exc:
+        raise InvalidTraceparent(f"traceparent {traceparent[:80]!r} {exc}") from None
 
 
 MAX_REASON_CHARS = 500  # a pause reason is a line in `runlane jobs`, not a document

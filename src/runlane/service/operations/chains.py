@@ -9,7 +9,12 @@ from typing import TYPE_CHECKING
 from runlane.core.access import Role
 from runlane.errors import UnknownChain
 from runlane.ports import ChainRun
-from runlane.service.operations.arguments import Requester, check_limit, confirms
+from runlane.service.operations.arguments import (
+    Requester,
+    check_limit,
+    check_traceparent,
+    confirms,
+)
 from runlane.service.operations.lookup import resolve_chain_run
 from runlane.service.operations.notices import Notice, chain_notices
 from runlane.service.runtime import Runtime
@@ -132,14 +137,17 @@ async def run_chain(
     confirmed: bool = False,
     confirm: str | None = None,
     dedupe_key: str | None = None,
+    traceparent: str | None = None,
 ) -> ChainStarted:
     """Start a run of `chain` now: its first steps are queued, a launcher advances it.
     `unknown_chain`; `confirmation_required` for a step whose job has `acts: true`;
     `forbidden` unless the requester may operate every step's job. With `dedupe_key` (an
     Idempotency-Key's) the chain run is written at most once under it, as for `run_job`.
-    `confirm`: the name a person typed; it confirms when it is the chain's name."""
+    `confirm`: the name a person typed; it confirms when it is the chain's name.
+    `traceparent`: the caller's trace, which every step's run joins (`invalid_traceparent`)."""
     from runlane.service.chains import ChainRunner
 
+    trace = check_traceparent(traceparent)
     await authorize_run_chain(rt, chain, requester=requester)
     cat = rt.require_catalog()
     runner = ChainRunner(rt.store, cat, rt.accept)
@@ -149,6 +157,7 @@ async def run_chain(
         requested_by=requester.name,
         confirmed=confirmed or confirms(confirm, chain),
         dedupe_key=dedupe_key,
+        traceparent=trace,
     )
     warnings = await chain_notices(rt, chain)
     return ChainStarted(await view_of(rt, run), tuple(warnings))

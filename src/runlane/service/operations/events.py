@@ -11,7 +11,7 @@ from runlane.core.runs import AcceptResult
 from runlane.errors import Forbidden
 from runlane.ports import Event, EventLink
 from runlane.service.accept import PERSON_TRIGGERS
-from runlane.service.operations.arguments import Requester
+from runlane.service.operations.arguments import Requester, check_traceparent
 from runlane.service.operations.notices import Notice, queued_run_notices
 from runlane.service.runtime import Runtime
 
@@ -36,6 +36,7 @@ async def emit(
     requester: Requester,
     event_id: str | None = None,
     confirmed: bool = False,
+    traceparent: str | None = None,
 ) -> EventEmitted:
     """Record the event `key` (idempotent by `event_id`) and start its listeners' runs. An
     event a person emits that starts a job with `acts: true` needs `confirmed`. Refusals:
@@ -44,9 +45,11 @@ async def emit(
     may operate every job listening for `key` (each run it would start or join), and for a
     key nobody listens to unless the requester may operate every job (a job-scoped token may
     not: the event would still take its id, so another job's later event with that id would be
-    refused as `event_id_taken`)."""
+    refused as `event_id_taken`). `traceparent`: the caller's trace, which the runs it starts
+    join (`invalid_traceparent`)."""
     from runlane.service.events import emit_event, subscribers
 
+    trace = check_traceparent(traceparent)
     listeners = sorted({job for job, _ in subscribers(rt.require_catalog(), key)})
     requester.require(Role.OPERATOR, jobs=listeners, action="emit")
     if not listeners and requester.access is not None and requester.access.jobs:
@@ -66,6 +69,7 @@ async def emit(
         by_person=requester.trigger in PERSON_TRIGGERS,
         confirmed=confirmed,
         check=rt.check_accept,
+        traceparent=trace,
     )
     runs = [r.run for r in emitted.runs]
     warnings = await queued_run_notices(rt, runs, always=False)

@@ -20,6 +20,7 @@ from runlane.service.operations.arguments import (
     LATEST,
     Requester,
     check_limit,
+    check_traceparent,
     confirms,
     parse_time,
 )
@@ -76,6 +77,7 @@ async def run_job(
     confirmed: bool = False,
     confirm: str | None = None,
     dedupe_key: str | None = None,
+    traceparent: str | None = None,
 ) -> RunQueued:
     """Queue a run of `job` through the one accept path. Raises what it refuses with
     (`unknown_job`, `param_invalid`, `payload_too_large`, `confirmation_required`,
@@ -83,7 +85,10 @@ async def run_job(
     `job`. With `dedupe_key` (an Idempotency-Key's, `idempotency_dedupe_key`) the run is
     written at most once under it: a retry gets the run the first attempt wrote, even when
     that attempt failed after the write. `confirm`: the name a person typed to confirm
-    (API, UI, MCP); it confirms when it is the job's name, as `confirmed` (the CLI's --yes) does."""
+    (API, UI, MCP); it confirms when it is the job's name, as `confirmed` (the CLI's --yes) does.
+    `traceparent`: the caller's W3C trace context, stored on the run and given to its process
+    as TRACEPARENT (`invalid_traceparent` when it is not one)."""
+    trace = check_traceparent(traceparent)
     await authorize_run_job(rt, job, requester=requester)
     result = await rt.accept(
         RunRequest(
@@ -94,6 +99,7 @@ async def run_job(
             requested_by=requester.name,
             confirmed=confirmed or confirms(confirm, job),
             dedupe_key=dedupe_key,
+            traceparent=trace,
         )
     )
     warnings = await queued_run_notices(rt, [result.run])

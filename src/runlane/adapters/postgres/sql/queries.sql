@@ -453,6 +453,14 @@ LIMIT %(limit)s
 -- name: count_queued
 SELECT count(*) AS n FROM run_log WHERE status = 'queued'
 
+-- name: queued_by_executor
+-- O(queued), for the metrics exporter: the claim's partial index holds only queued rows.
+SELECT executor, count(*) AS n FROM run_log WHERE status = 'queued' GROUP BY executor
+
+-- name: outbox_oldest_pending
+-- The first unpublished row by id is the oldest: one probe of outbox_unpublished_idx.
+SELECT created_at FROM outbox WHERE published_at IS NULL ORDER BY id LIMIT 1
+
 -- name: running_by_launcher
 SELECT coalesce(lease_owner, '') AS owner, executor, count(*) AS n
 FROM run_log WHERE status = 'running'

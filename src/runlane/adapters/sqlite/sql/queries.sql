@@ -248,6 +248,16 @@ LIMIT :limit
 -- run_log_job_status_idx: O(table)).
 SELECT count(*) AS n FROM run_log INDEXED BY run_log_claim_idx WHERE status = 'queued'
 
+-- name: queued_by_executor
+-- O(queued), for the metrics exporter, through the partial index of the queued runs.
+SELECT executor, count(*) AS n FROM run_log INDEXED BY run_log_claim_idx
+WHERE status = 'queued' GROUP BY executor
+
+-- name: outbox_oldest_pending
+-- The first unpublished row by id is the oldest: one probe of outbox_unpublished_idx.
+SELECT created_at FROM outbox INDEXED BY outbox_unpublished_idx
+WHERE published_at IS NULL ORDER BY id LIMIT 1
+
 -- name: running_by_launcher
 -- O(running), like count_queued: through the partial index of the running runs.
 SELECT coalesce(lease_owner, '') AS owner, executor, count(*) AS n
