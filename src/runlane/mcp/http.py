@@ -16,12 +16,11 @@ import ipaddress
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
 from mcp.server.mcpserver import Context
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 
 from runlane.core.runs import Trigger
@@ -68,11 +67,12 @@ def caller_of_request(ctx: Context) -> Caller:
 
 
 class _Gate:
-    """The ASGI endpoint at `/mcp`: authenticate, then hand the request to the SDK."""
+    """The ASGI endpoint at `/mcp`: authenticate, then hand the request to the SDK's session
+    manager of the running server (`McpHttp.running`)."""
 
-    def __init__(self, app: StreamableHTTPASGIApp, runtime_of: RuntimeOf) -> None:
-        self.app = app
+    def __init__(self, runtime_of: RuntimeOf) -> None:
         self.runtime_of = runtime_of
+        self.app: StreamableHTTPASGIApp | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -83,6 +83,8 @@ class _Gate:
             log.warning("mcp.refused", code=exc.code, remote=_peer(scope))
             await _unauthenticated(send, exc.message)
             return
+        if self.app is None:  # served outside the app's lifespan: nothing to answer with
+            raise RuntimeError("the MCP session manager is not running")
         scope[REQUESTER_KEY] = requester
         await self.app(scope, receive, send)
 
@@ -134,25 +136,31 @@ def transport_security(settings: Settings) -> TransportSecuritySettings:
     )
 
 
-@dataclass(frozen=True, slots=True)
 class McpHttp:
     """What the HTTP server mounts: `endpoint` (the ASGI app for `MCP_PATH`) and `running()`,
-    which the server's lifespan enters (the SDK's session manager runs inside it)."""
+    which the server's lifespan enters. Each entry runs a new session manager of the SDK (one
+    runs once only), so an app whose lifespan runs again (tests) serves again."""
 
-    endpoint: Callable[[Scope, Receive, Send], Awaitable[None]]
-    session_manager: StreamableHTTPSessionManager
+    def __init__(self, settings: Settings, runtime_of: RuntimeOf) -> None:
+        self.server = build_server(runtime_of, caller_of_request)
+        self.security = transport_security(settings)
+        self.gate = _Gate(runtime_of)
+        self.endpoint: Callable[[Scope, Receive, Send], Awaitable[None]] = self.gate
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        async with self.session_manager.run():
-            yield
+        self.server.streamable_http_app(
+            streamable_http_path=MCP_PATH, transport_security=self.security
+        )
+        manager = self.server.session_manager
+        async with manager.run():
+            self.gate.app = StreamableHTTPASGIApp(manager)
+            try:
+                yield
+            finally:
+                self.gate.app = None
 
 
 def streamable_http(settings: Settings, runtime_of: RuntimeOf) -> McpHttp:
     """The MCP server at `MCP_PATH` over streamable HTTP, serving from `runtime_of()`."""
-    server = build_server(runtime_of, caller_of_request)
-    server.streamable_http_app(
-        streamable_http_path=MCP_PATH, transport_security=transport_security(settings)
-    )
-    manager = server.session_manager
-    return McpHttp(_Gate(StreamableHTTPASGIApp(manager), runtime_of), manager)
+    return McpHttp(settings, runtime_of)
