@@ -1,4 +1,5 @@
-"""Events: record one and start (or join, when debounced) the jobs listening for its key."""
+"""Events: record one and start (or join, when debounced) the jobs listening for its key; the
+recent events with the runs they started; the catalog's listeners."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from runlane.core.runs import AcceptResult
 from runlane.errors import Forbidden
 from runlane.ports import Event, EventLink
 from runlane.service.accept import PERSON_TRIGGERS
-from runlane.service.operations.arguments import Requester
+from runlane.service.operations.arguments import Requester, check_limit
 from runlane.service.operations.notices import Notice, queued_run_notices
 from runlane.service.runtime import Runtime
 
@@ -72,3 +73,42 @@ async def emit(
     return EventEmitted(
         emitted.event, emitted.created, tuple(emitted.links), tuple(emitted.runs), tuple(warnings)
     )
+
+
+@dataclass(frozen=True, slots=True)
+class EventListener:
+    """A job that listens for an event key (its `on_event` entry) and the debounce window in
+    which further events of the key join the run the first one started."""
+
+    key: str
+    job: str
+    debounce_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class RecentEvent:
+    """A recorded event and the runs it started or joined."""
+
+    event: Event
+    links: tuple[EventLink, ...]
+
+
+def event_listeners(rt: Runtime) -> tuple[EventListener, ...]:
+    """Every `on_event` entry of the catalog, by key, then job."""
+    cat = rt.require_catalog()
+    found = [
+        EventListener(trigger.key, name, trigger.debounce)
+        for name in cat.job_names()
+        for trigger in cat.jobs[name].on_event
+    ]
+    return tuple(sorted(found, key=lambda li: (li.key, li.job)))
+
+
+async def list_events(
+    rt: Runtime, *, key: str | None = None, limit: int = 50
+) -> tuple[RecentEvent, ...]:
+    """The newest recorded events first (of `key`, when given; `limit`: 1 to 10000), each with
+    the runs it started or joined."""
+    check_limit(limit)
+    events = await rt.store.list_events(key=key, limit=limit)
+    return tuple([RecentEvent(e, tuple(await rt.store.event_links(e.id))) for e in events])
