@@ -8,8 +8,9 @@ launcher is running, the launchers run an older catalog) comes as `Notice`s in t
 decided here once. Runs are accepted only through `service.accept`, never written another way.
 
 By topic: `runs` (run now, list, show, cancel), `chains`, `events` (emit), `jobs` (list, show,
-pause, resume, explain), `status` (status, launchers, doctor), `logs` (a run's output, followed, or its tail),
-`schedule` (the schedule table), `tokens` (API tokens, authenticate), `audit` (the audit log),
+pause, resume, explain), `status` (status, launchers, doctor), `logs` (a run's output, followed,
+or its tail), `schedule` (the schedule table), `tokens` (API tokens, authenticate), `sessions`
+(the web UI's sessions, CSRF tokens, login links), `audit` (the audit log),
 `idempotency` (Idempotency-Key replays); `arguments` and `lookup` check what requests carry.
 """
 
@@ -46,11 +47,13 @@ from runlane.service.operations.idempotency import (
 )
 from runlane.service.operations.jobs import (
     JobInfo,
+    JobPage,
     JobSchedule,
     Resumed,
     explain,
     job_schedules,
     list_jobs,
+    list_jobs_page,
     pause_job,
     resume_job,
     show_job,
@@ -116,6 +119,7 @@ __all__ = [
     "EventEmitted",
     "EventListener",
     "JobInfo",
+    "JobPage",
     "JobSchedule",
     "LauncherState",
     "LogIncomplete",
@@ -159,6 +163,7 @@ __all__ = [
     "list_chains",
     "list_events",
     "list_jobs",
+    "list_jobs_page",
     "list_launchers",
     "list_runs",
     "list_runs_page",
