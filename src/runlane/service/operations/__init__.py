@@ -38,6 +38,7 @@ from runlane.service.operations.events import (
     emit,
     event_listeners,
     list_events,
+    parse_event_data,
 )
 from runlane.service.operations.idempotency import (
     Replayable,
@@ -168,6 +169,7 @@ __all__ = [
     "list_runs",
     "list_runs_page",
     "list_tokens",
+    "parse_event_data",
     "parse_status",
     "parse_trigger",
     "pause_job",
