@@ -10,6 +10,9 @@ import time
 import urllib.parse
 from pathlib import Path
 
+import pytest
+
+from runlane.core.access import Role
 from runlane.core.runs import RunStatus, Trigger
 from runlane.service import operations
 from runlane.service.operations import Requester
@@ -220,3 +223,37 @@ def test_the_live_list_reads_the_api_with_the_session_cookie(seeded: Seeded) -> 
         r = c.get("/api/v1/runs", params={"limit": 50, "status": "running"})
     assert r.status_code == 200
     assert [run["id"] for run in r.json()["items"]] == [seeded.runs["running"]]
+
+
+def test_a_followed_log_ends_when_the_sessions_token_is_revoked(
+    seeded: Seeded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The live log's stream checks the session as often as a keep-alive goes out: once its
+    token is revoked (which ends its sessions), the stream ends with an `error` event."""
+    from runlane.api.routes import logs
+
+    monkeypatch.setattr(logs, "KEEPALIVE_SECONDS", 0.05)
+    made = seeded.server.call(
+        lambda rt: operations.create_token(
+            rt, "streamer", role=Role.VIEWER, requester=Requester(None, Trigger.CLI)
+        )
+    )
+    url = f"/api/v1/runs/{seeded.runs['running']}/logs"
+    with logged_in(seeded.server, secret=made.secret) as c:
+        params = {"follow": "true", "after": seeded.big_log_size + 10**6}
+        with c.stream("GET", url, params=params, timeout=30) as stream:
+            assert stream.status_code == 200
+            seeded.server.call(
+                lambda rt: operations.revoke_token(
+                    rt, "streamer", requester=Requester(None, Trigger.CLI)
+                )
+            )
+            text = ""
+            deadline = time.perf_counter() + 20
+            for chunk in stream.iter_text():  # to its end: the server closes it
+                text += chunk
+                if time.perf_counter() > deadline:
+                    break  # keep-alives would go on for ever: the asserts below fail
+    assert "event: error" in text
+    assert '"code":"unauthenticated"' in text
+    assert "event: end" not in text
