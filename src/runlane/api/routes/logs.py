@@ -192,7 +192,7 @@ async def run_logs(
     if after is not None:
         raise InvalidArgument("after: only with follow=true")
     if tail is not None:
-        end = await run_output_tail(rt, run_id, lines=tail, max_bytes=MAX_TAIL_BYTES)
+        end = await run_output_tail(rt, run_id, lines=tail, max_bytes=MAX_TAIL_BYTES, strict=True)
         text = end.text + (_incomplete_text(end.incomplete) if end.incomplete else "")
         return PlainTextResponse(
             text,
