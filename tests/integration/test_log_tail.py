@@ -13,7 +13,7 @@ import pytest
 
 from runlane.catalog import Catalog
 from runlane.core.runs import RunStatus, Trigger
-from runlane.errors import InvalidArgument, UnknownRun
+from runlane.errors import InvalidArgument, NotFound, UnknownRun
 from runlane.ports import Store
 from runlane.service import operations
 from runlane.service.config import Settings
@@ -162,6 +162,8 @@ async def test_a_pod_runs_tail_keeps_only_its_last_bytes(
     assert missing.text == ""
     assert missing.notice is not None
     assert missing.notice.code == "not_found"
+    with pytest.raises(NotFound):  # the API's ?tail=N answers 404, as for the whole log
+        await operations.run_output_tail(rt, run_id, lines=2, max_bytes=100, strict=True)
 
 
 async def test_a_follow_from_a_tails_end_reads_only_what_follows(rt: Runtime, store: Store) -> None:

@@ -46,6 +46,7 @@ from runlane.service.operations import (
 )
 from runlane.service.runtime import Runtime
 from runlane.service.views import run_dict
+from runlane.web.session import SESSION_COOKIE
 
 router = APIRouter(tags=["runs"])
 log = structlog.get_logger("runlane.api")
@@ -191,7 +192,7 @@ async def run_logs(
     if after is not None:
         raise InvalidArgument("after: only with follow=true")
     if tail is not None:
-        end = await run_output_tail(rt, run_id, lines=tail, max_bytes=MAX_TAIL_BYTES)
+        end = await run_output_tail(rt, run_id, lines=tail, max_bytes=MAX_TAIL_BYTES, strict=True)
         text = end.text + (_incomplete_text(end.incomplete) if end.incomplete else "")
         return PlainTextResponse(
             text,
@@ -239,14 +240,24 @@ def _stream_owner(
     request: Request, rt: Runtime, reader: operations.Requester
 ) -> tuple[str, Callable[[], Awaitable[None]] | None]:
     """Whose the stream is (proxy users and tokens apart: they may share a name), and how its
-    credentials are checked again while it lasts: the bearer token through `authenticate`
-    (revoked or expired: the stream ends); a trusted proxy's user needs no check (the proxy
-    vouched for the request, and has no token to revoke)."""
+    credentials are checked again while it lasts: the bearer token through `authenticate`, a
+    web UI session cookie through `session_requester` (revoked, expired, logged out: the
+    stream ends); a trusted proxy's user needs no check (the proxy vouched for the request,
+    and has no token to revoke)."""
     proxy: ProxyAuth = request.app.state.proxy_auth
     peer = request.client.host if request.client else None
     if proxy.trusts(peer) and request.headers.get(proxy.user_header) is not None:
         return f"proxy:{reader.name}", None
     secret = bearer_secret(request)
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if secret is None and cookie and getattr(request.state, "requester_kind", None) == "session":
+        # The web UI's live log: its session is checked as a token is (logged out, or its
+        # token revoked: the stream ends). A session is its token's: they share the slots.
+
+        async def recheck_session() -> None:
+            await operations.sessions.session_requester(rt, cookie)
+
+        return f"token:{reader.name}", recheck_session
     if secret is None:  # no token: the app's auth was replaced (a test's, an embedding's)
         return f"token:{reader.name}", None
 

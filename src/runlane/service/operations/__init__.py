@@ -8,9 +8,9 @@ launcher is running, the launchers run an older catalog) comes as `Notice`s in t
 decided here once. Runs are accepted only through `service.accept`, never written another way.
 
 By topic: `runs` (run now, list, show, cancel), `chains`, `events` (emit), `jobs` (list, show,
-pause, resume, explain), `status` (status, launchers, doctor), `logs` (a run's output, followed, or its tail),
-`schedule` (the schedule table), `tokens` (API tokens, authenticate), `sessions` (the web
-UI's sessions, CSRF tokens, login links), `audit` (the audit log),
+pause, resume, explain), `status` (status, launchers, doctor), `logs` (a run's output, followed,
+or its tail), `schedule` (the schedule table), `tokens` (API tokens, authenticate), `sessions`
+(the web UI's sessions, CSRF tokens, login links), `audit` (the audit log),
 `idempotency` (Idempotency-Key replays); `arguments` and `lookup` check what requests carry.
 """
 
@@ -31,7 +31,15 @@ from runlane.service.operations.chains import (
     show_chain,
     show_chain_run,
 )
-from runlane.service.operations.events import EventEmitted, emit
+from runlane.service.operations.events import (
+    EventEmitted,
+    EventListener,
+    RecentEvent,
+    emit,
+    event_listeners,
+    list_events,
+    parse_event_data,
+)
 from runlane.service.operations.idempotency import (
     Replayable,
     idempotency_dedupe_key,
@@ -72,6 +80,8 @@ from runlane.service.operations.runs import (
     RunItemsPage,
     RunPage,
     RunQueued,
+    attempt_chain,
+    authorize_cancel,
     authorize_run_job,
     cancel,
     list_run_items_page,
@@ -110,6 +120,7 @@ __all__ = [
     "ChainStepInfo",
     "DoctorReport",
     "EventEmitted",
+    "EventListener",
     "JobInfo",
     "JobPage",
     "JobSchedule",
@@ -121,6 +132,7 @@ __all__ = [
     "OutputItem",
     "OutputSkipped",
     "OutputText",
+    "RecentEvent",
     "Replayable",
     "Requester",
     "Resumed",
@@ -133,8 +145,10 @@ __all__ = [
     "StatusReport",
     "TokenCreated",
     "TokenInfo",
+    "attempt_chain",
     "audited",
     "authenticate",
+    "authorize_cancel",
     "authorize_run_chain",
     "authorize_run_job",
     "cancel",
@@ -142,6 +156,7 @@ __all__ = [
     "create_token",
     "doctor",
     "emit",
+    "event_listeners",
     "explain",
     "follow_run",
     "idempotency_dedupe_key",
@@ -150,6 +165,7 @@ __all__ = [
     "list_audit",
     "list_chain_runs",
     "list_chains",
+    "list_events",
     "list_jobs",
     "list_jobs_page",
     "list_launchers",
@@ -157,6 +173,7 @@ __all__ = [
     "list_runs",
     "list_runs_page",
     "list_tokens",
+    "parse_event_data",
     "parse_status",
     "parse_trigger",
     "pause_job",

@@ -346,22 +346,23 @@ def _tail_of(
 
 
 async def run_output_tail(
-    rt: Runtime, run_id_or_run: str | Run, *, lines: int, max_bytes: int
+    rt: Runtime, run_id_or_run: str | Run, *, lines: int, max_bytes: int, strict: bool = False
 ) -> LogTail:
     """The last `lines` lines of a run's output (by id or unique prefix, or the `Run` itself),
     at most `max_bytes` of them (`invalid_argument` when either is below 1).
 
     A local log file is read from its end (a 100 MB log costs a seek and a few blocks). A pod
     run's log comes from the cluster (its saved tail once it has ended), and only its last
-    `max_bytes` are kept while it is read. Without output, `notice` says why; an unreadable
-    pod log too, rather than `not_found`, so a page can still show the run."""
+    `max_bytes` are kept while it is read. Without output, `notice` says why; a pod log that
+    cannot be read too (no pod, no cluster configured), so a page can still show the run, or
+    with `strict` that error is raised (`not_found`, as `run_output` raises it)."""
     if lines < 1:
         raise InvalidArgument(f"lines {lines}: expected at least 1")
     if max_bytes < 1:
         raise InvalidArgument(f"max_bytes {max_bytes}: expected at least 1")
     run = run_id_or_run if isinstance(run_id_or_run, Run) else await resolve_run(rt, run_id_or_run)
     if run.executor == "pod" and not (run.status.is_final and run.log_tail):
-        return await _pod_tail(rt, run, lines=lines, max_bytes=max_bytes)
+        return await _pod_tail(rt, run, lines=lines, max_bytes=max_bytes, strict=strict)
     if run.executor == "pod":
         return _tail_of(
             run, (run.log_tail or "").encode(), lines=lines, max_bytes=max_bytes, source="saved"
@@ -391,7 +392,7 @@ async def run_output_tail(
     return _tail_of(run, instead.text.encode(), lines=lines, max_bytes=max_bytes, source="saved")
 
 
-async def _pod_tail(rt: Runtime, run: Run, *, lines: int, max_bytes: int) -> LogTail:
+async def _pod_tail(rt: Runtime, run: Run, *, lines: int, max_bytes: int, strict: bool) -> LogTail:
     """`run_output_tail` of a pod run whose log is read from the cluster: only the last
     `max_bytes` are kept while it streams in."""
     kept = bytearray()
@@ -407,7 +408,9 @@ async def _pod_tail(rt: Runtime, run: Run, *, lines: int, max_bytes: int) -> Log
                 excess = len(kept) - max_bytes
                 del kept[:excess]
                 dropped += excess
-    except NotFound as exc:
+    except RunlaneError as exc:
+        if strict:
+            raise
         notice = Notice(exc.code, exc.message, "info")
     tail = _tail_of(
         run, bytes(kept), lines=lines, max_bytes=max_bytes, source="pod", dropped=dropped
