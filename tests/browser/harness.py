@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 import httpx
 import pytest
 
+from runlane.core.runs import RunStatus
 from tests.support.waiting import eventually_sync
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +45,7 @@ CHROMIUM_ARGS = (
 AXE_SCRIPT = ROOT / "node_modules" / "axe-core" / "axe.min.js"
 STEP_TIMEOUT_MS = 10_000  # any one browser action or expectation
 
-# The seeded catalog. `report` has one param of each type; `trade` acts on the world; `slow`
+# The seeded catalog. `report` has one param of each type; `sync` has schedules in two zones; `trade` acts on the world; `slow`
 # prints a line every 0.4 s for a few seconds; `broken` fails; `echo` prints its param, and
 # `hostile` prints markup meant to run (both must show as text); `nightly` is a chain with a
 # success edge and a finish edge after a failing step.
@@ -57,8 +58,10 @@ jobs:
   report:
     command: [{PY}, -c, "import os; print('count', os.environ['RUNLANE_PARAM_COUNT'])"]
     params: {{count: int, label: str?, mode: "choice[fast,slow]?", dry: bool?}}
-    schedules: [{{cron: "0 6 * * *", tz: America/New_York}}, {{cron: "30 * * * *"}}]
     description: a job with typed params
+  sync:
+    command: [{PY}, -c, "print('synced')"]
+    schedules: [{{cron: "0 6 * * *", tz: America/New_York}}, {{cron: "15 3 * * 1"}}]
   trade:
     command: [{PY}, -c, "print('traded')"]
     acts: true
@@ -81,7 +84,6 @@ chains:
       fourth: {{job: hostile, after: [{{step: second, on: success}}]}}
 """
 ROLES = ("admin", "operator", "viewer")
-TERMINAL = frozenset({"success", "failed", "cancelled", "timed_out", "expired", "skipped"})
 
 
 def in_ci() -> bool:
@@ -181,7 +183,7 @@ class UiServer:
     def finished(self, run_id: str, *, within: float = 30) -> dict[str, Any]:
         """The run once it has ended (polled through the API, bounded)."""
         return eventually_sync(
-            lambda: (found := self.run(run_id))["status"] in TERMINAL and found,
+            lambda: RunStatus((found := self.run(run_id))["status"]).is_final and found,
             f"run {run_id} ends",
             within=within,
             poll=0.1,
