@@ -20,6 +20,7 @@ from tests.browser.harness import (
     serving,
 )
 from tests.browser.pages import log_in
+from tests.support.waiting import eventually_sync
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -108,3 +109,30 @@ def page_as(new_context: ContextFactory) -> Callable[..., Page]:
         return new_context(role, **options).new_page()
 
     return make
+
+
+@pytest.fixture(scope="session")
+def seeded(ui: UiServer) -> dict[str, str]:
+    """Finished runs of every kind the pages show, queued through the API once per session:
+    a success with params, a failure, a run whose output is hostile markup, and a chain run
+    (success, failure, a finish edge that runs, a success edge that is skipped)."""
+    ids = {
+        "success": ui.queue("report", count=3, mode="fast"),
+        "failure": ui.queue("broken"),
+        "hostile": ui.queue("hostile"),
+    }
+    chain = ui.run_chain("nightly")
+    for run_id in ids.values():
+        ui.finished(run_id)
+    wait_for_chain(ui, chain)
+    ids["chain"] = chain
+    return ids
+
+
+def wait_for_chain(ui: UiServer, chain_run_id: str) -> dict[str, Any]:
+    return eventually_sync(
+        lambda: (found := ui.chain_run(chain_run_id))["finished_at"] is not None and found,
+        f"chain run {chain_run_id} ends",
+        within=60,
+        poll=0.2,
+    )

@@ -157,14 +157,35 @@ class UiServer:
             timeout=10,
         )
 
-    def queue(self, job: str, *params: str, acts: bool = False) -> str:
-        """Queue a run of `job` through the CLI (params as NAME=VALUE); its id."""
-        args = ["run", job, "--json"]
-        for param in params:
-            args += ["-p", param]
+    def queue(self, job: str, acts: bool = False, **params: Any) -> str:
+        """Queue a run of `job` through the API (as the admin); its id."""
+        body: dict[str, Any] = {"params": params}
         if acts:
-            args.append("--yes")
-        return str(json.loads(self.cli(*args).stdout)["id"])
+            body["confirm"] = job
+        with self.api() as api:
+            answer = api.post(f"/api/v1/jobs/{job}/runs", json=body)
+            assert answer.status_code in (200, 201), answer.text
+            return str(answer.json()["id"])
+
+    def run_chain(self, chain: str) -> str:
+        with self.api() as api:
+            answer = api.post(f"/api/v1/chains/{chain}/runs", json={})
+            assert answer.status_code in (200, 201), answer.text
+            return str(answer.json()["id"])
+
+    def chain_run(self, chain_run_id: str) -> dict[str, Any]:
+        with self.api() as api:
+            answer = api.get(f"/api/v1/chain-runs/{chain_run_id}")
+            assert answer.status_code == 200, answer.text
+            found: dict[str, Any] = answer.json()
+            return found
+
+    def job(self, job: str) -> dict[str, Any]:
+        with self.api() as api:
+            answer = api.get(f"/api/v1/jobs/{job}")
+            assert answer.status_code == 200, answer.text
+            found: dict[str, Any] = answer.json()
+            return found
 
     def run(self, run_id: str) -> dict[str, Any]:
         with self.api() as api:
