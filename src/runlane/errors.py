@@ -21,6 +21,7 @@
     ├── Unauthenticated          no usable credentials (HTTP 401)
     ├── Forbidden                the role or job globs do not allow the action (HTTP 403)
     ├── TokenExists              an API token of that name exists already
+    ├── CsrfRefused              a web form posted without its session's CSRF token (HTTP 403)
     ├── MalformedRequest         an HTTP request that cannot be read (not JSON, a bad header)
     ├── MethodNotAllowed         an HTTP method a path does not take
     ├── RequestTimeout           an HTTP request past the per-request timeout
@@ -218,6 +219,15 @@ class TokenExists(RunlaneError):
     code = "token_exists"
     exit_code = 2
     http_status = 409
+
+
+class CsrfRefused(RunlaneError):
+    """(Web UI only) a form was posted without the CSRF token of its session, with another
+    one, or (the login form) from another site: nothing was done."""
+
+    code = "csrf_refused"
+    exit_code = 1
+    http_status = 403
 
 
 class MalformedRequest(RunlaneError):

@@ -13,8 +13,8 @@ from fastapi.responses import JSONResponse
 from starlette.middleware.cors import CORSMiddleware
 
 from runlane import __version__
-from runlane.api.auth import Viewer, proxy_auth_of
-from runlane.api.middleware import BodyLimit, RequestTimeout, SecurityHeaders
+from runlane.api.auth import Viewer, peer_is_trusted, proxy_auth_of, proxy_requester
+from runlane.api.middleware import BodyLimit, PageGzip, RequestTimeout, SecurityHeaders
 from runlane.api.problems import (
     PROBLEM_MEDIA_TYPE,
     FieldProblem,
@@ -25,6 +25,8 @@ from runlane.api.problems import (
 from runlane.api.routes import chains, events, health, jobs, logs, runs, status
 from runlane.service.config import Settings
 from runlane.service.runtime import Runtime, open_runtime
+from runlane.web import mount_static
+from runlane.web import router as web_router
 
 API_PREFIX = "/api/v1"
 OPENAPI_URL = f"{API_PREFIX}/openapi.json"
@@ -63,11 +65,16 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> FastAPI
     )
     app.state.settings = settings
     app.state.proxy_auth = proxy_auth_of(settings)
+    # The web UI identifies trusted-proxy users with the API's own rule (it cannot import it).
+    app.state.proxy_requester = proxy_requester
+    app.state.proxy_trusted = peer_is_trusted
     if runtime is not None:
         app.state.runtime = runtime
     install_problem_handlers(app)
     for module in (health, jobs, runs, logs, chains, events, status):
         app.include_router(module.router)
+    app.include_router(web_router)  # the web UI's pages (docs/ui.md)
+    mount_static(app)
     # Outermost last: the headers go on every answer, a refusal of the limits included.
     app.add_middleware(RequestTimeout, seconds=settings.http_request_timeout)
     app.add_middleware(BodyLimit)
@@ -80,6 +87,7 @@ def create_app(settings: Settings, *, runtime: Runtime | None = None) -> FastAPI
             expose_headers=["Location", "Idempotency-Replayed"],
         )
     app.add_middleware(SecurityHeaders, api_prefix=f"{API_PREFIX}/")
+    app.add_middleware(PageGzip, api_prefix=f"{API_PREFIX}/")
     app.openapi = lambda: openapi_of(app)  # type: ignore[method-assign]
 
     @app.get(OPENAPI_URL, include_in_schema=False)

@@ -4,7 +4,9 @@ A request carries `Authorization: Bearer <token>`, checked by `operations.authen
 unknown, expired or revoked token is 401). In trusted-proxy mode (`RUNLANE_HTTP_TRUSTED_PROXIES`
 set) a request from one of those addresses may instead name its user in
 `RUNLANE_HTTP_USER_HEADER` and its groups in `RUNLANE_HTTP_GROUPS_HEADER`, mapped to the highest
-role of `RUNLANE_HTTP_GROUP_ROLES`; from any other address the headers are ignored. The role a
+role of `RUNLANE_HTTP_GROUP_ROLES`; from any other address the headers are ignored. A GET or
+HEAD without an Authorization header may instead carry the web UI's session cookie (its
+token's role and globs; docs/ui.md). The role a
 write needs, and a token's job scope, are checked by the operations (`Requester.require`), so
 every face refuses alike; the dependencies check only that a reader is at least a viewer.
 """
@@ -25,7 +27,8 @@ from runlane.core.runs import Trigger
 from runlane.errors import Forbidden, MalformedRequest, Unauthenticated
 from runlane.service import operations
 from runlane.service.config import Settings
-from runlane.service.operations import Requester
+from runlane.service.operations import Requester, sessions
+from runlane.web.session import SESSION_COOKIE
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 log = structlog.get_logger("runlane.api")
@@ -99,17 +102,41 @@ def _proxy_requester(request: Request, proxy: ProxyAuth) -> Requester | None:
     return Requester(user, Trigger.MANUAL, access=Access(role))
 
 
-async def requester_of(request: Request, rt: RuntimeDep) -> Requester:
-    """Who sends `request`: the trusted proxy's user, or the bearer token's (401 otherwise)."""
+def peer_is_trusted(request: Request) -> bool:
+    """Whether the TCP peer is one of the trusted proxies (never X-Forwarded-For)."""
     proxy: ProxyAuth = request.app.state.proxy_auth
-    peer = request.client.host if request.client else None
-    if proxy.trusts(peer):
-        found = _proxy_requester(request, proxy)
-        if found is not None:
-            request.state.requester_kind = "proxy"  # whose Idempotency-Keys (api.writes)
-            return found
+    return proxy.trusts(request.client.host if request.client else None)
+
+
+def proxy_requester(request: Request) -> Requester | None:
+    """The trusted proxy's user of `request`; None when the peer is not a trusted proxy or
+    sends no user header. The web UI identifies its browsers with this too (it is handed over
+    as `app.state.proxy_requester`: the UI does not import the API)."""
+    if not peer_is_trusted(request):
+        return None
+    return _proxy_requester(request, request.app.state.proxy_auth)
+
+
+SAFE_METHODS = frozenset({"GET", "HEAD"})
+
+
+async def requester_of(request: Request, rt: RuntimeDep) -> Requester:
+    """Who sends `request`: the trusted proxy's user, or the bearer token's, or (for a GET or
+    HEAD without an Authorization header) the web UI session of its cookie, so the UI's
+    script can read the API; 401 otherwise. Writes never take the cookie: a page's forms post
+    to the UI, which checks their CSRF token."""
+    found = proxy_requester(request)
+    if found is not None:
+        request.state.requester_kind = "proxy"  # whose Idempotency-Keys (api.writes)
+        return found
+    secret = bearer_secret(request)
+    if secret is None and request.method in SAFE_METHODS:
+        cookie = request.cookies.get(SESSION_COOKIE)
+        if cookie:
+            request.state.requester_kind = "session"
+            return await sessions.session_requester(rt, cookie)
     request.state.requester_kind = "token"
-    return await operations.authenticate(rt, bearer_secret(request), trigger=Trigger.MANUAL)
+    return await operations.authenticate(rt, secret, trigger=Trigger.MANUAL)
 
 
 async def viewer(requester: Annotated[Requester, Depends(requester_of)]) -> Requester:

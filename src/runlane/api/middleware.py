@@ -190,3 +190,23 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+class PageGzip:
+    """Gzip the web UI's pages and static files for browsers that accept it (a jobs page of a
+    big catalog shrinks about tenfold); never the API (its clients are programs, and its hot
+    paths should not spend CPU on it) and never server-sent events (Starlette's gzip leaves
+    `text/event-stream` alone, and a stream must not wait for a compressor's buffer)."""
+
+    def __init__(self, app: ASGIApp, api_prefix: str = "/api/", minimum_size: int = 1000) -> None:
+        from starlette.middleware.gzip import GZipMiddleware
+
+        self.app = app
+        self.api_prefix = api_prefix
+        self.gzip = GZipMiddleware(app, minimum_size=minimum_size, compresslevel=6)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("path", "").startswith(self.api_prefix):
+            await self.app(scope, receive, send)
+            return
+        await self.gzip(scope, receive, send)

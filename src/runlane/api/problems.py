@@ -72,6 +72,7 @@ TITLES: Mapping[str, str] = {
     "idempotency_key_reused": "The idempotency key was used with another request",
     "idempotency_key_in_flight": "A request with this idempotency key is in progress",
     "token_exists": "A token of that name exists",
+    "csrf_refused": "The form was not sent by its page",
     "unknown_token": "No such token",
     "internal_error": "Internal server error",
 }

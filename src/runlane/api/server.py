@@ -14,13 +14,14 @@ import contextlib
 import errno
 import signal
 import socket
+import sys
 from collections.abc import Iterator
 
 import structlog
 import uvicorn
 from starlette.applications import Starlette
 
-from runlane.errors import ConfigError
+from runlane.errors import ConfigError, RunlaneError
 from runlane.service.config import Settings, parse_http_addr
 
 __all__ = [
@@ -98,6 +99,7 @@ async def serve_http(
     stop: asyncio.Event,
     started: asyncio.Event | None = None,
     sock: socket.socket | None = None,
+    login_link: bool = False,
 ) -> None:
     """Serve `app` on host:port in this event loop until `stop` is set, then shut down
     gracefully (requests in flight get SHUTDOWN_GRACE_SECONDS) and return.
@@ -107,18 +109,56 @@ async def serve_http(
     app's own error, which the CLI prints in one line, not a traceback in uvicorn's log.
     `started` is set once the app has started and the socket listens, and `serving
     http://HOST:PORT` is logged. An address that cannot be listened on raises `ListenError`
-    before the app starts. `sock`: a socket already bound by `bind_socket`."""
+    before the app starts. `sock`: a socket already bound by `bind_socket`. `login_link`: on
+    a database that has no token yet, make the first admin token and print a one-time login
+    link for it (`runlane serve`, `runlane web`; docs/ui.md)."""
     sock = sock if sock is not None else bind_socket(host, port)
     app.state.http_stopping = stop  # followed logs end when it is set (routes/logs.py)
     try:
         async with app.router.lifespan_context(app):
-            await _serve(app, sock, stop, started)
+            await _serve(app, sock, stop, started, login_link)
     finally:
         sock.close()
 
 
+def browser_url(host: str, port: int) -> str:
+    """The URL a person on this machine opens: an address that means every interface
+    (`0.0.0.0`, `::`) is reached as 127.0.0.1 (or [::1])."""
+    shown = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)  # noqa: S104
+    return f"http://{shown_addr(shown, port)}"
+
+
+async def print_login_link(app: Starlette, base_url: str) -> None:
+    """On a database that has never had a token, make the first admin token (its secret is
+    shown to nobody) and print a one-time link that opens a UI session for it: usable once,
+    for `LOGIN_CODE_TTL`. Nothing on a database with tokens (`runlane token create`), or one
+    whose schema is not current (the readiness probe says so)."""
+    from runlane.service.operations import sessions
+
+    try:
+        link = await sessions.first_admin_login(app.state.runtime)
+    except RunlaneError as exc:
+        log.warning("http.login_link_failed", error=exc.code, message=exc.message)
+        return
+    if link is None:
+        log.info("http.no_login_link", reason="the database has API tokens")
+        return
+    minutes = int(link.ttl_seconds // 60)
+    # For the person at the terminal, not for the log (whose format may be JSON).
+    sys.stderr.write(
+        f"runlane: no API token existed, so an admin token {link.token!r} was made; log in to "
+        f"the web UI with this one-time link (valid {minutes} minutes, once):\n"
+        f"    {base_url}/login?code={link.code}\n"
+    )
+    sys.stderr.flush()
+
+
 async def _serve(
-    app: Starlette, sock: socket.socket, stop: asyncio.Event, started: asyncio.Event | None
+    app: Starlette,
+    sock: socket.socket,
+    stop: asyncio.Event,
+    started: asyncio.Event | None,
+    login_link: bool = False,
 ) -> None:
     bound_host, bound_port = sock.getsockname()[:2]
     config = uvicorn.Config(
@@ -150,6 +190,8 @@ async def _serve(
             await asyncio.sleep(0.02)
         # The one line that says where (with port 0, the port the system chose).
         log.info(f"serving http://{shown_addr(bound_host, bound_port)}")
+        if login_link:
+            await print_login_link(app, browser_url(bound_host, bound_port))
         if started is not None:
             started.set()
 
@@ -180,7 +222,15 @@ async def serve_with_http(settings: Settings, listen: tuple[str, int] | None) ->
     launcher_stop = asyncio.Event()
     started = asyncio.Event()
     http = asyncio.create_task(
-        serve_http(_app(settings), host, port, stop=http_stop, started=started, sock=sock)
+        serve_http(
+            _app(settings),
+            host,
+            port,
+            stop=http_stop,
+            started=started,
+            sock=sock,
+            login_link=True,
+        )
     )
     http.add_done_callback(lambda _: launcher_stop.set())
     up = asyncio.create_task(started.wait())
@@ -210,7 +260,7 @@ async def serve_web(settings: Settings, listen: tuple[str, int]) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     try:
-        await serve_http(_app(settings), host, port, stop=stop, sock=sock)
+        await serve_http(_app(settings), host, port, stop=stop, sock=sock, login_link=True)
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)

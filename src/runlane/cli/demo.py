@@ -6,6 +6,7 @@ import asyncio
 import shutil
 import tempfile
 import time
+from dataclasses import replace
 from importlib.resources import files
 from pathlib import Path
 
@@ -35,11 +36,18 @@ STEPS = [
 ]
 
 
-def run_demo(*, keep: bool = False, time_limit: float = 50.0) -> int:
-    """Run the tour; return the exit code (0 when every run ended as the tour expects)."""
+def run_demo(
+    *, keep: bool = False, time_limit: float = 50.0, serve: tuple[str, int] | None = None
+) -> int:
+    """Run the tour; return the exit code (0 when every run ended as the tour expects). With
+    `serve` (host, port), keep the launcher and the web UI running on the demo's database
+    afterwards, until SIGINT or SIGTERM (the one-time login link is printed)."""
     workdir = Path(tempfile.mkdtemp(prefix="runlane-demo-"))
     try:
-        return asyncio.run(_tour(workdir, time_limit))
+        code = asyncio.run(_tour(workdir, time_limit))
+        if serve is not None and code == 0:
+            _serve(workdir, serve)
+        return code
     finally:
         if keep:
             out.print(f"\nthe demo's database and logs are in {workdir}")
@@ -47,13 +55,31 @@ def run_demo(*, keep: bool = False, time_limit: float = 50.0) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
+def _settings(workdir: Path) -> Settings:
+    """The demo's database, catalog and logs in `workdir`, with the default settings."""
+    return Settings(
+        database_url=f"sqlite:///{workdir / 'runlane.db'}",
+        catalog_path=str(workdir / "catalog.yaml"),
+        log_dir=str(workdir / "logs"),
+    )
+
+
+def _serve(workdir: Path, listen: tuple[str, int]) -> None:
+    """`runlane serve` on the demo's database: the launcher and the web UI, until a signal."""
+    from runlane.api.server import serve_with_http
+
+    out.print(
+        "\n[bold]the launcher and the web UI keep running[/] on the demo's database: open "
+        "the one-time login link printed below in a browser; Ctrl-C stops them"
+    )
+    asyncio.run(serve_with_http(_settings(workdir), listen))
+
+
 async def _tour(workdir: Path, time_limit: float) -> int:
     catalog_path = workdir / "catalog.yaml"
     catalog_path.write_text(files("runlane.cli").joinpath("demo_catalog.yaml").read_text())
-    settings = Settings(
-        database_url=f"sqlite:///{workdir / 'runlane.db'}",
-        catalog_path=str(catalog_path),
-        log_dir=str(workdir / "logs"),
+    settings = replace(
+        _settings(workdir),
         concurrency=8,
         lease_ttl=15.0,
         lease_renew_interval=5.0,

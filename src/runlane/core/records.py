@@ -182,6 +182,19 @@ class TokenRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class WebSession:
+    """A web UI session (row of `web_sessions`) and the live token it belongs to. `id` is the
+    SHA-256 (hex) of the cookie's secret; `expires_at` is its absolute end, `last_seen_at`
+    (written at most once a minute) what its idle limit counts from."""
+
+    id: str
+    token: TokenRecord
+    created_at: datetime
+    expires_at: datetime
+    last_seen_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class AuditEntry:
     """One write through a face that authenticates (row of `audit_log`): who (`actor`, the
     token or proxy user), what (`action`, such as `run_job`), on what (`target`), the outcome

@@ -7,7 +7,7 @@ contracts in executable form (every Store adapter passes the same tests).
 
 - `store`: the run log, cut into roles (`RunLog`, `Leases`, `Sweeps`, `Launchers`,
   `Overrides`, `Schedules`, `ChainRuns`, `Events`, `EventHistory`, `Wakeups`, `Tokens`,
-  `Audit`, `Idempotency`, `Schema`);
+  `Audit`, `Idempotency`, `WebSessions`, `Schema`);
   `Store` is all of them.
 - `executor`: where a run executes. `clock`: where time comes from.
 - `bus`: the run log's transport (outbox out, wake-ups, commands in). `notifier`: alerts out.
@@ -28,6 +28,7 @@ from runlane.core.records import (
     Override,
     RunFilter,
     TokenRecord,
+    WebSession,
 )
 from runlane.ports.bus import Bus, Delivery, OutboxMessage
 from runlane.ports.clock import Clock, SystemClock
@@ -56,6 +57,7 @@ from runlane.ports.store import (
     Sweeps,
     Tokens,
     Wakeups,
+    WebSessions,
 )
 
 __all__ = [
@@ -104,4 +106,6 @@ __all__ = [
     "TokenRecord",
     "Tokens",
     "Wakeups",
+    "WebSession",
+    "WebSessions",
 ]

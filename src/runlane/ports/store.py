@@ -32,7 +32,7 @@ Who uses which role (the narrowest the caller needs):
 - event emission: `Events`, `Overrides` (`EventStore`);
 - the accept path: `RunLog`; faces (CLI, later API/UI/MCP): reads of every role plus
   `Overrides`, `RunLog.request_cancel` and `Schema`; the faces that authenticate: `Tokens`,
-  `Audit`, `Idempotency`.
+  `Audit`, `Idempotency`; the web UI `WebSessions`.
 
 Internal and unstable: implemented only inside runlane (see `runlane.ports`).
 """
@@ -56,6 +56,7 @@ from runlane.core.records import (
     Override,
     RunFilter,
     TokenRecord,
+    WebSession,
 )
 from runlane.core.runs import (
     AcceptResult,
@@ -146,6 +147,11 @@ class RunLog(Protocol):
     async def list_runs(self, flt: RunFilter) -> list[Run]:
         """Rows matching every set field of `flt`, newest first (by `queued_at`, then id), at
         most `flt.limit`; a malformed id in the filter matches nothing."""
+        ...
+
+    async def latest_runs(self, jobs: Sequence[str]) -> dict[str, Run]:
+        """The newest run (by `queued_at`, then id) of each of `jobs` that has one, in one
+        statement (the web UI's jobs page: one read for every job, never one per job)."""
         ...
 
     async def count_queued(self) -> int:
@@ -467,6 +473,51 @@ class Tokens(Protocol):
         ...
 
 
+class WebSessions(Protocol):
+    """The web UI's sessions (`web_sessions`) and one-time login codes (`web_login_codes`),
+    each keyed by the SHA-256 of a secret the store never sees (`service.operations.sessions`).
+    A session is live only while its token is: the lookup joins `api_tokens`, so revoking or
+    expiring a token ends its sessions at the next request."""
+
+    async def create_web_session(
+        self, session_id: str, token_name: str, *, lifetime: float
+    ) -> WebSession | None:
+        """Insert a session of `token_name` from now, ending `lifetime` seconds from now (its
+        absolute end); the session as `web_session` reads it, None when the token is not live."""
+        ...
+
+    async def web_session(self, session_id: str, *, idle: float) -> WebSession | None:
+        """The session, with its token, when it is live: before its absolute end, seen less
+        than `idle` seconds ago, and its token neither revoked nor expired; None otherwise."""
+        ...
+
+    async def touch_web_session(self, session_id: str, *, every: float = 60.0) -> None:
+        """Set `last_seen_at` = now unless it was set less than `every` seconds ago."""
+        ...
+
+    async def delete_web_session(self, session_id: str) -> bool:
+        """Delete the session (logout); False when there was none."""
+        ...
+
+    async def prune_web_sessions(self, *, idle: float) -> int:
+        """Delete sessions past their end or idle for `idle` seconds, and login codes past
+        theirs; how many rows went."""
+        ...
+
+    async def create_login_code(self, code_id: str, token_name: str, *, ttl: float) -> None:
+        """Insert a one-time login code for `token_name`, valid for `ttl` seconds from now."""
+        ...
+
+    async def redeem_login_code(self, code_id: str) -> str | None:
+        """Use the code: the name of its token the first time, before it expires; None after
+        (atomic: of concurrent callers at most one gets the name)."""
+        ...
+
+    async def count_tokens(self) -> int:
+        """How many tokens the database has ever had (revoked and expired ones included)."""
+        ...
+
+
 class Audit(Protocol):
     """The audit log (`audit_log`): every write through a face that authenticates."""
 
@@ -557,6 +608,7 @@ class Store(
     Tokens,
     Audit,
     Idempotency,
+    WebSessions,
     Protocol,
 ):
     """The run log and everything stored next to it: every role above. Adapters implement it
@@ -587,4 +639,5 @@ __all__ = [
     "Sweeps",
     "Tokens",
     "Wakeups",
+    "WebSessions",
 ]

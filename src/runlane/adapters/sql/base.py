@@ -29,6 +29,7 @@ from runlane.core.records import (
     Override,
     RunFilter,
     TokenRecord,
+    WebSession,
 )
 from runlane.core.runs import NewRun, Outcome, Run, RunStatus
 from runlane.errors import NotFound, StoreError, TokenExists
@@ -438,6 +439,83 @@ class SqlStoreBase:
 
     async def touch_token(self, name: str, *, every: float = 60.0) -> None:
         await self._execute("touch_token", {"name": name, **self._ago(every)})
+
+    # --- the web UI: sessions and login codes ---------------------------------------------------
+
+    async def latest_runs(self, jobs: Sequence[str]) -> dict[str, Run]:
+        if not jobs:
+            return {}
+        rows = await self._read_all("latest_runs", {"jobs": dump_json(list(jobs))})
+        return {run.job: run for run in map(self._read.run, rows)}
+
+    def _web_session(self, row: Row) -> WebSession:
+        token = self._read.token(
+            {
+                "name": row["token_name"],
+                **{key[6:]: value for key, value in row.items() if key.startswith("token_")},
+            }
+        )
+        return WebSession(
+            id=self._read.text(row, "id"),
+            token=token,
+            created_at=self._read.time(row, "created_at"),
+            expires_at=self._read.time(row, "expires_at"),
+            last_seen_at=self._read.time(row, "last_seen_at"),
+        )
+
+    async def create_web_session(
+        self, session_id: str, token_name: str, *, lifetime: float
+    ) -> WebSession | None:
+        params = {
+            "id": session_id,
+            "token_name": token_name,
+            "now": self._param_now(),
+            "absolute": lifetime,
+            "expires_at": self._param_since(-lifetime),  # SQLite: now + lifetime
+        }
+        await self._write_one("insert_web_session", params)
+        return await self.web_session(session_id, idle=lifetime)
+
+    async def web_session(self, session_id: str, *, idle: float) -> WebSession | None:
+        params = {
+            "id": session_id,
+            "now": self._param_now(),
+            "idle": idle,
+            "idle_since": self._param_since(idle),
+        }
+        row = await self._read_one("web_session", params)
+        return None if row is None else self._web_session(row)
+
+    async def touch_web_session(self, session_id: str, *, every: float = 60.0) -> None:
+        await self._execute("touch_web_session", {"id": session_id, **self._ago(every)})
+
+    async def delete_web_session(self, session_id: str) -> bool:
+        return await self._write_one("delete_web_session", {"id": session_id}) is not None
+
+    async def prune_web_sessions(self, *, idle: float) -> int:
+        params = {"now": self._param_now(), "idle": idle, "idle_since": self._param_since(idle)}
+        sessions = await self._write_all("prune_web_sessions", params)
+        codes = await self._write_all("prune_login_codes", {"now": self._param_now()})
+        return len(sessions) + len(codes)
+
+    async def create_login_code(self, code_id: str, token_name: str, *, ttl: float) -> None:
+        params = {
+            "id": code_id,
+            "token_name": token_name,
+            "now": self._param_now(),
+            "ttl": ttl,
+            "expires_at": self._param_since(-ttl),  # SQLite: now + ttl
+        }
+        if await self._write_one("insert_login_code", params) is None:
+            raise StoreError("the login code was not saved")
+
+    async def redeem_login_code(self, code_id: str) -> str | None:
+        row = await self._write_one("redeem_login_code", {"id": code_id, "now": self._param_now()})
+        return None if row is None else self._read.text(row, "token_name")
+
+    async def count_tokens(self) -> int:
+        row = await self._read_one("count_tokens", {})
+        return 0 if row is None else self._read.integer(row, "n")
 
     async def record_audit(self, entry: AuditEntry) -> AuditEntry:
         params = {

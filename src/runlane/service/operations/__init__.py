@@ -9,7 +9,8 @@ decided here once. Runs are accepted only through `service.accept`, never writte
 
 By topic: `runs` (run now, list, show, cancel), `chains`, `events` (emit), `jobs` (list, show,
 pause, resume, explain), `status` (status, launchers, doctor), `logs` (a run's output, followed),
-`schedule` (the schedule table), `tokens` (API tokens, authenticate), `audit` (the audit log),
+`schedule` (the schedule table), `tokens` (API tokens, authenticate), `sessions` (the web
+UI's sessions, CSRF tokens, login links), `audit` (the audit log),
 `idempotency` (Idempotency-Key replays); `arguments` and `lookup` check what requests carry.
 """
 
@@ -39,11 +40,13 @@ from runlane.service.operations.idempotency import (
 )
 from runlane.service.operations.jobs import (
     JobInfo,
+    JobPage,
     JobSchedule,
     Resumed,
     explain,
     job_schedules,
     list_jobs,
+    list_jobs_page,
     pause_job,
     resume_job,
     show_job,
@@ -103,6 +106,7 @@ __all__ = [
     "DoctorReport",
     "EventEmitted",
     "JobInfo",
+    "JobPage",
     "JobSchedule",
     "LauncherState",
     "LogIncomplete",
@@ -139,6 +143,7 @@ __all__ = [
     "list_chain_runs",
     "list_chains",
     "list_jobs",
+    "list_jobs_page",
     "list_launchers",
     "list_runs",
     "list_runs_page",

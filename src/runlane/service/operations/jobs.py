@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from runlane.core.access import Role
 from runlane.core.runs import Run
+from runlane.errors import InvalidArgument
 from runlane.ports import Override, RunFilter
 from runlane.service.operations.arguments import Requester, check_reason, parse_time, parse_until
 from runlane.service.runtime import Runtime
@@ -68,6 +69,49 @@ async def list_jobs(rt: Runtime) -> tuple[JobInfo, ...]:
     overrides = await rt.store.overrides()
     now = await rt.store.now()
     return tuple(_job_info(cat.resolve(n), overrides.get(n), now) for n in cat.job_names())
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """A page of the catalog's jobs (by name) whose names contain `match`: `total` is how many
+    match, `offset` where this page starts; each job with its latest run (one read for all)."""
+
+    items: tuple[JobInfo, ...]
+    total: int
+    offset: int
+    limit: int
+    match: str | None
+
+
+MAX_JOB_PAGE = 500
+MAX_MATCH_CHARS = 200
+
+
+async def list_jobs_page(
+    rt: Runtime, *, match: str | None = None, offset: int = 0, limit: int = 100
+) -> JobPage:
+    """The jobs whose names contain `match` (case-insensitive; None or empty: every job), by
+    name, `limit` (1-500) of them from `offset`, each with its pause state and latest run: one
+    read of the pauses and one of the latest runs, whatever the page's size (the web UI's jobs
+    page). `invalid_argument` for a limit, offset or match out of range."""
+    if not 1 <= limit <= MAX_JOB_PAGE:
+        raise InvalidArgument(f"limit {limit}: expected a whole number from 1 to {MAX_JOB_PAGE}")
+    if offset < 0:
+        raise InvalidArgument(f"offset {offset}: expected a whole number, 0 or more")
+    wanted = (match or "").strip().lower()
+    if len(wanted) > MAX_MATCH_CHARS:
+        raise InvalidArgument(f"match: at most {MAX_MATCH_CHARS} characters")
+    cat = rt.require_catalog()
+    names = [n for n in cat.job_names() if wanted in n.lower()] if wanted else cat.job_names()
+    chosen = list(names[offset : offset + limit])
+    overrides = await rt.store.overrides()
+    now = await rt.store.now()
+    latest = await rt.store.latest_runs(chosen)
+    items = tuple(
+        replace(_job_info(cat.resolve(n), overrides.get(n), now), last_run=latest.get(n))
+        for n in chosen
+    )
+    return JobPage(items, len(names), offset, limit, wanted or None)
 
 
 async def show_job(rt: Runtime, job: str) -> JobInfo:

@@ -591,6 +591,65 @@ ON CONFLICT (event_id, run_id) DO NOTHING
 -- name: events_of_run
 SELECT * FROM event_runs WHERE run_id = %(run_id)s::uuid ORDER BY event_id
 
+-- --- the web UI: sessions, one-time login codes, the latest run of each job -------------------
+
+-- name: latest_runs
+-- The newest run of each job of :jobs (a JSON list), one probe of run_log_job_queued_idx each.
+SELECT r.* FROM jsonb_array_elements_text(%(jobs)s::jsonb) AS j(job)
+CROSS JOIN LATERAL (
+    SELECT * FROM run_log WHERE run_log.job = j.job ORDER BY queued_at DESC, id DESC LIMIT 1
+) AS r
+
+-- name: insert_web_session
+INSERT INTO web_sessions (id, token_name, created_at, expires_at, last_seen_at)
+SELECT %(id)s, %(token_name)s, n.now, n.now + make_interval(secs => %(absolute)s), n.now
+FROM (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now) AS n
+RETURNING *
+
+-- name: web_session
+-- A live session of a live token: not past its absolute end, seen within %(idle)s seconds,
+-- its token neither revoked nor expired. The token's columns come prefixed with token_.
+SELECT s.*, t.role AS token_role, t.jobs AS token_jobs,
+       t.secret_hash AS token_secret_hash, t.prefix AS token_prefix,
+       t.created_by AS token_created_by, t.created_at AS token_created_at,
+       t.expires_at AS token_expires_at, t.revoked_at AS token_revoked_at,
+       t.last_used_at AS token_last_used_at
+FROM web_sessions AS s JOIN api_tokens AS t ON t.name = s.token_name,
+     (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now) AS n
+WHERE s.id = %(id)s AND s.expires_at > n.now
+  AND s.last_seen_at > n.now - make_interval(secs => %(idle)s)
+  AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > n.now)
+
+-- name: touch_web_session
+UPDATE web_sessions SET last_seen_at = coalesce(%(now)s::timestamptz, clock_timestamp())
+WHERE id = %(id)s AND last_seen_at < coalesce(%(now)s::timestamptz, clock_timestamp()) - make_interval(secs => %(seconds)s)
+
+-- name: delete_web_session
+DELETE FROM web_sessions WHERE id = %(id)s RETURNING id
+
+-- name: prune_web_sessions
+DELETE FROM web_sessions
+WHERE expires_at <= coalesce(%(now)s::timestamptz, clock_timestamp()) OR last_seen_at <= coalesce(%(now)s::timestamptz, clock_timestamp()) - make_interval(secs => %(idle)s)
+RETURNING id
+
+-- name: prune_login_codes
+DELETE FROM web_login_codes WHERE expires_at <= coalesce(%(now)s::timestamptz, clock_timestamp()) RETURNING id
+
+-- name: insert_login_code
+INSERT INTO web_login_codes (id, token_name, created_at, expires_at)
+SELECT %(id)s, %(token_name)s, n.now, n.now + make_interval(secs => %(ttl)s)
+FROM (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now) AS n
+RETURNING *
+
+-- name: redeem_login_code
+-- One redemption per code: the first caller sets used_at and gets the token's name.
+UPDATE web_login_codes SET used_at = coalesce(%(now)s::timestamptz, clock_timestamp())
+WHERE id = %(id)s AND used_at IS NULL AND expires_at > coalesce(%(now)s::timestamptz, clock_timestamp())
+RETURNING token_name
+
+-- name: count_tokens
+SELECT count(*) AS n FROM api_tokens
+
 -- name: insert_token
 INSERT INTO api_tokens (name, role, jobs, secret_hash, prefix, created_by, created_at, expires_at)
 VALUES (%(name)s, %(role)s, %(jobs)s::jsonb, %(secret_hash)s, %(prefix)s, %(created_by)s,

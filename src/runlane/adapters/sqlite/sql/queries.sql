@@ -394,6 +394,59 @@ PRAGMA busy_timeout=5000
 -- name: pragma_foreign_keys_off
 PRAGMA foreign_keys=OFF
 
+-- --- the web UI: sessions, one-time login codes, the latest run of each job -------------------
+
+-- name: latest_runs
+-- The newest run of each job of :jobs (a JSON list), one probe of run_log_job_queued_idx each.
+SELECT r.* FROM json_each(:jobs) AS j
+JOIN run_log AS r ON r.id = (
+    SELECT id FROM run_log WHERE job = j.value ORDER BY queued_at DESC, id DESC LIMIT 1
+)
+
+-- name: insert_web_session
+INSERT INTO web_sessions (id, token_name, created_at, expires_at, last_seen_at)
+VALUES (:id, :token_name, :now, :expires_at, :now)
+RETURNING *
+
+-- name: web_session
+-- A live session of a live token: not past its absolute end, seen since :idle_since, its
+-- token neither revoked nor expired. The token's columns come prefixed with token_.
+SELECT s.*, t.role AS token_role, t.jobs AS token_jobs,
+       t.secret_hash AS token_secret_hash, t.prefix AS token_prefix,
+       t.created_by AS token_created_by, t.created_at AS token_created_at,
+       t.expires_at AS token_expires_at, t.revoked_at AS token_revoked_at,
+       t.last_used_at AS token_last_used_at
+FROM web_sessions AS s JOIN api_tokens AS t ON t.name = s.token_name
+WHERE s.id = :id AND s.expires_at > :now AND s.last_seen_at > :idle_since
+  AND t.revoked_at IS NULL AND (t.expires_at IS NULL OR t.expires_at > :now)
+
+-- name: touch_web_session
+UPDATE web_sessions SET last_seen_at = :now WHERE id = :id AND last_seen_at < :since
+
+-- name: delete_web_session
+DELETE FROM web_sessions WHERE id = :id RETURNING id
+
+-- name: prune_web_sessions
+-- Sessions past their absolute end or idle since :idle_since, and login codes past theirs.
+DELETE FROM web_sessions WHERE expires_at <= :now OR last_seen_at <= :idle_since RETURNING id
+
+-- name: prune_login_codes
+DELETE FROM web_login_codes WHERE expires_at <= :now RETURNING id
+
+-- name: insert_login_code
+INSERT INTO web_login_codes (id, token_name, created_at, expires_at)
+VALUES (:id, :token_name, :now, :expires_at)
+RETURNING *
+
+-- name: redeem_login_code
+-- One redemption per code: the first caller sets used_at and gets the token's name.
+UPDATE web_login_codes SET used_at = :now
+WHERE id = :id AND used_at IS NULL AND expires_at > :now
+RETURNING token_name
+
+-- name: count_tokens
+SELECT count(*) AS n FROM api_tokens
+
 -- name: insert_token
 INSERT INTO api_tokens (name, role, jobs, secret_hash, prefix, created_by, created_at, expires_at)
 VALUES (:name, :role, :jobs, :secret_hash, :prefix, :created_by, :now, :expires_at)

@@ -189,3 +189,28 @@ CREATE TABLE idempotency_keys (
 );
 
 CREATE INDEX idempotency_keys_created_idx ON idempotency_keys (created_at);
+
+-- The web UI (migration 0008): server-side sessions and one-time login codes.
+-- web_sessions: id is the SHA-256 (hex) of the cookie's 256-bit secret, never the secret. A
+-- session belongs to a token: a revoked or expired token ends its sessions at once (the lookup
+-- joins api_tokens). expires_at is the absolute end; last_seen_at ends an idle session.
+CREATE TABLE web_sessions (
+    id           TEXT PRIMARY KEY,
+    token_name   TEXT NOT NULL REFERENCES api_tokens (name),
+    created_at   TEXT NOT NULL,
+    expires_at   TEXT NOT NULL,
+    last_seen_at TEXT NOT NULL
+);
+
+CREATE INDEX web_sessions_token_idx ON web_sessions (token_name);
+CREATE INDEX web_sessions_expires_idx ON web_sessions (expires_at);
+
+-- web_login_codes: the one-time login links `runlane serve` prints (the SHA-256 of the code);
+-- used_at is set by the one redemption a code allows.
+CREATE TABLE web_login_codes (
+    id          TEXT PRIMARY KEY,
+    token_name  TEXT NOT NULL REFERENCES api_tokens (name),
+    created_at  TEXT NOT NULL,
+    expires_at  TEXT NOT NULL,
+    used_at     TEXT
+);

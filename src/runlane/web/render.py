@@ -1,0 +1,190 @@
+"""How the UI's pages are rendered: one Jinja2 environment (autoescape on for every
+template), the helpers every template may call, and `page()`, which renders a template into
+an HTML response with the UI's security headers.
+
+Helpers (template globals): `when(dt, zone=None)` a time as `<time>`, always labelled with its
+zone; `status_badge(status)`; `short_id(id)`; `csrf_field()` the hidden CSRF input of the page's
+session; `duration(seconds)`. The context of every page has `request`, `requester` (who is
+logged in, None on the login page), `csrf_token`, `flash` (messages of the last redirect) and
+`nav` (the active section).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import jinja2
+from fastapi import Request
+from fastapi.responses import HTMLResponse
+from markupsafe import Markup, escape
+
+# The policy of every page (docs/ui.md): scripts, styles and requests only from the server
+# itself, no inline script or style, no framing, no plugins, forms post only here.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'; "
+    "object-src 'none'"
+)
+PAGE_HEADERS: Mapping[str, str] = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",  # pages show live state, and who is logged in
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+}
+NAV = (
+    ("jobs", "Jobs", "/jobs"),
+    ("runs", "Runs", "/runs"),
+    ("chains", "Chains", "/chains"),
+    ("events", "Events", "/events"),
+    ("launchers", "Launchers", "/launchers"),
+    ("schedule", "Schedule", "/schedule"),
+)
+SHORT_ID_CHARS = 8
+STATUS_CLASSES = frozenset(
+    {"queued", "running", "success", "failure", "timeout", "skipped", "cancelled"}
+)
+
+
+@lru_cache(maxsize=256)
+def _zone(name: str) -> ZoneInfo:
+    return ZoneInfo(name)
+
+
+def _stamp(utc: datetime) -> str:
+    return (
+        f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}T"
+        f"{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}Z"
+    )
+
+
+def _wall(at: datetime) -> str:
+    return f"{at.year:04d}-{at.month:02d}-{at.day:02d} {at.hour:02d}:{at.minute:02d}"
+
+
+# The helpers below build their few tags with f-strings around `escape()`d values, not
+# `Markup.format`: a jobs page calls them thousands of times, and format costs ten times more.
+def _built(html: str) -> Markup:
+    """HTML a helper below built: every value in it went through `escape()`, or is digits
+    and names the helper wrote itself."""
+    return Markup(html)  # noqa: S704 - see above: nothing unescaped reaches it
+
+
+def when(at: datetime | None, zone: str | None = None, *, empty: str = "—") -> Markup:
+    """`at` as `<time datetime="…Z" data-zone="zone">YYYY-MM-DD HH:MM UTC</time>`: the text is
+    UTC and says so; the zone switch (app.js) rewrites it in the viewer's or `zone` (the job's)
+    zone, labelled again. None renders `empty`."""
+    if at is None:
+        return _built(f'<span class="none">{escape(empty)}</span>')
+    utc = at.astimezone(UTC) if at.tzinfo else at.replace(tzinfo=UTC)
+    if zone:
+        return _built(
+            f'<time datetime="{_stamp(utc)}" data-zone="{escape(zone)}">{_wall(utc)} UTC</time>'
+        )
+    return _built(f'<time datetime="{_stamp(utc)}">{_wall(utc)} UTC</time>')
+
+
+def in_zone(at: datetime, zone: str) -> Markup:
+    """`at` in `zone`, labelled with the zone's name, for text that stays in that zone (a
+    schedule's slots in the schedule's own zone)."""
+    local = at.astimezone(_zone(zone))
+    stamp = _stamp(at.astimezone(UTC))
+    return _built(f'<time datetime="{stamp}" data-fixed="1">{_wall(local)} {escape(zone)}</time>')
+
+
+def status_badge(status: object) -> Markup:
+    """A run (or chain run) status as a coloured badge whose text is the status."""
+    text = str(getattr(status, "value", status))
+    css = text if text in STATUS_CLASSES else "other"
+    return _built(f'<span class="badge status-{css}">{escape(text)}</span>')
+
+
+def short_id(run_id: str | None) -> str:
+    """The first characters of an id: enough to tell runs apart on a page (`runlane` takes
+    a prefix of 6 or more)."""
+    return (run_id or "")[:SHORT_ID_CHARS]
+
+
+def duration(seconds: float | None) -> str:
+    """`1h 02m`, `3m 04s`, `5.2s`; an em dash for None."""
+    if seconds is None:
+        return "—"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m"
+
+
+@jinja2.pass_context
+def csrf_field(context: jinja2.runtime.Context) -> Markup:
+    """The hidden CSRF input every form of the page carries (`csrf_token` of the context)."""
+    token = escape(context.get("csrf_token") or "")
+    return _built(f'<input type="hidden" name="csrf_token" value="{token}">')
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("runlane.web", "templates"),
+        autoescape=True,  # every template, whatever its name
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        auto_reload=False,
+    )
+    env.globals.update(
+        when=when,
+        in_zone=in_zone,
+        status_badge=status_badge,
+        short_id=short_id,
+        duration=duration,
+        csrf_field=csrf_field,
+        NAV=NAV,
+    )
+    return env
+
+
+templates = _environment()
+"""The UI's templates (`runlane/web/templates/`); pages by every author render through it."""
+
+
+def page_context(request: Request, **context: Any) -> dict[str, Any]:
+    """What every template gets besides its own values (see the module docstring)."""
+    state = request.state
+    base: dict[str, Any] = {
+        "request": request,
+        "requester": getattr(state, "web_requester", None),
+        "csrf_token": getattr(state, "csrf_token", None),
+        "flash": getattr(state, "flash", ()),
+        "nav": None,
+    }
+    base.update(context)
+    return base
+
+
+def page(
+    request: Request,
+    template: str,
+    status: int = 200,
+    *,
+    headers: Mapping[str, str] | None = None,
+    **context: Any,
+) -> HTMLResponse:
+    """Render `template` with `context` (plus `page_context`) into an HTML response with the
+    page headers (CSP, no-store, …) and `headers`."""
+    html = templates.get_template(template).render(page_context(request, **context))
+    response = HTMLResponse(html, status_code=status, headers={**PAGE_HEADERS, **(headers or {})})
+    for cookie in getattr(request.state, "clear_cookies", ()):
+        response.delete_cookie(cookie, path="/")
+    return response
+
+
+def text_of(value: object) -> str:
+    """`value` as escaped text (for messages built outside templates)."""
+    return str(escape(value))

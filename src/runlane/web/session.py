@@ -1,0 +1,220 @@
+"""Who looks at a page: the `WebViewer` and `WebOperator` dependencies of the UI's routes,
+the session cookie, the CSRF checks, flash messages, and the route class that renders every
+error of a page as an HTML page.
+
+A browser is identified by its session cookie (`runlane_session`, opened by the login page:
+`service.operations.sessions`), or, in trusted-proxy mode, by the proxy's user headers (the
+HTTP server that mounts the UI hands over its check as `app.state.proxy_requester`, so the
+rule is written once, in `runlane.api.auth`). A browser that is neither is sent to
+`/login?next=<path>`. A POST also needs the CSRF token of its session (`csrf_token` field);
+the role and job scope of a write are checked by the operation it calls.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
+
+import structlog
+from fastapi import Depends, Request, Response
+from fastapi.responses import RedirectResponse
+from fastapi.routing import APIRoute
+
+from runlane.core.access import Role
+from runlane.errors import CsrfRefused, RunlaneError, Unauthenticated
+from runlane.service.operations import Requester
+from runlane.service.operations import sessions as web_sessions
+from runlane.service.runtime import Runtime
+
+SESSION_COOKIE = "runlane_session"
+FLASH_COOKIE = "runlane_flash"
+MAX_FLASH_CHARS = 300
+log = structlog.get_logger("runlane.web")
+
+
+class LoginRequired(Exception):
+    """Raised by `WebViewer` for a browser with no session: answered 303 to the login page."""
+
+    def __init__(self, next_path: str) -> None:
+        super().__init__(next_path)
+        self.next_path = next_path
+
+
+def runtime_of(request: Request) -> Runtime:
+    """The app's runtime (opened by the HTTP server's lifespan)."""
+    runtime: Runtime = request.app.state.runtime
+    return runtime
+
+
+WebRuntime = Annotated[Runtime, Depends(runtime_of)]
+
+
+def is_https(request: Request) -> bool:
+    """Whether the browser reached us over HTTPS: the request's scheme, or X-Forwarded-Proto
+    when it comes from a trusted proxy (from anyone else the header is ignored)."""
+    if request.url.scheme == "https":
+        return True
+    trusts: Callable[[Request], bool] | None = getattr(request.app.state, "proxy_trusted", None)
+    if trusts is not None and trusts(request):
+        return request.headers.get("x-forwarded-proto", "").strip().lower() == "https"
+    return False
+
+
+def set_session_cookie(response: Response, request: Request, secret: str, max_age: int) -> None:
+    """The session cookie: HttpOnly, SameSite=Strict, Path=/, Secure over HTTPS."""
+    response.set_cookie(
+        SESSION_COOKIE,
+        secret,
+        max_age=max_age,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=is_https(request),
+    )
+
+
+def clear_session_cookie(response: Response) -> None:
+    response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
+
+
+def safe_next(path: str | None) -> str:
+    """A `next` target that stays on this site: a path starting with one `/` (never `//host`
+    or a scheme); `/jobs` otherwise."""
+    if not path or not path.startswith("/") or path.startswith("//") or "\\" in path:
+        return "/jobs"
+    if any(ch in path for ch in "\r\n") or len(path) > 2000:
+        return "/jobs"
+    return path
+
+
+def redirect(url: str, *, flash: str | None = None) -> RedirectResponse:
+    """303 to `url` (a POST's answer: the browser then GETs it), with a message for the next
+    page when `flash` is given."""
+    response = RedirectResponse(url, status_code=303)
+    if flash:
+        response.set_cookie(
+            FLASH_COOKIE,
+            urllib.parse.quote(flash[:MAX_FLASH_CHARS]),
+            path="/",
+            httponly=True,
+            samesite="strict",
+        )
+    return response
+
+
+def _take_flash(request: Request) -> None:
+    text = request.cookies.get(FLASH_COOKIE)
+    if text:
+        request.state.flash = (urllib.parse.unquote(text)[:MAX_FLASH_CHARS],)
+        request.state.clear_cookies = (FLASH_COOKIE,)
+
+
+async def _identify(request: Request, rt: Runtime) -> Requester:
+    proxy: Callable[[Request], Requester | None] | None = getattr(
+        request.app.state, "proxy_requester", None
+    )
+    found = proxy(request) if proxy is not None else None
+    if found is not None:
+        request.state.web_proxy = True
+        return found
+    secret = request.cookies.get(SESSION_COOKIE)
+    requester = await web_sessions.session_requester(rt, secret)
+    request.state.session_secret = secret
+    request.state.csrf_token = web_sessions.csrf_token(secret or "")
+    return requester
+
+
+async def web_viewer(request: Request, rt: WebRuntime) -> Requester:
+    """Whoever may read the UI: a live session's token, or the trusted proxy's user. A browser
+    with neither is redirected to `/login?next=<this path>`."""
+    try:
+        requester = await _identify(request, rt)
+    except Unauthenticated:
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        raise LoginRequired(target) from None
+    requester.require(Role.VIEWER, action="read")
+    request.state.web_requester = requester
+    _take_flash(request)
+    return requester
+
+
+WebViewer = Annotated[Requester, Depends(web_viewer)]
+"""A browser that may read (any role)."""
+
+
+async def web_operator(request: Request, rt: WebRuntime) -> Requester:
+    """A browser that posts a form: identified as `WebViewer` is, and the form's `csrf_token`
+    must be its session's (403 `csrf_refused` otherwise; nothing is done). A trusted proxy's
+    user has no session: its forms are checked by origin (`check_same_origin`). The role and
+    scope are the operation's to check."""
+    requester = await web_viewer(request, rt)
+    form = await request.form()
+    sent = form.get("csrf_token")
+    if getattr(request.state, "web_proxy", False):
+        check_same_origin(request)
+        return requester
+    web_sessions.check_csrf(
+        getattr(request.state, "session_secret", None), sent if isinstance(sent, str) else None
+    )
+    return requester
+
+
+WebOperator = Annotated[Requester, Depends(web_operator)]
+"""A browser that posts a form with its session's CSRF token."""
+
+
+def check_same_origin(request: Request) -> None:
+    """`csrf_refused` for a POST that a browser says came from another site: `Sec-Fetch-Site`
+    other than same-origin (or none, a typed URL), or an `Origin` that is not this server's.
+    A client that sends neither (not a browser) passes: it cannot be forged into sending."""
+    site = request.headers.get("sec-fetch-site")
+    if site is not None and site.strip().lower() not in ("same-origin", "none"):
+        raise CsrfRefused("the form was posted from another site: nothing was done")
+    origin = request.headers.get("origin")
+    if origin is not None:
+        own = f"{request.url.scheme}://{request.url.netloc}"
+        host = request.headers.get("host")
+        allowed = {own} | ({f"http://{host}", f"https://{host}"} if host else set())
+        if origin.strip().rstrip("/") not in allowed:
+            raise CsrfRefused("the form was posted from another site: nothing was done")
+
+
+def remote_of(request: Request) -> str | None:
+    """The TCP peer's address, as the audit log records it."""
+    return request.client.host if request.client else None
+
+
+def render_error(request: Request, exc: RunlaneError) -> Response:
+    """An error of a page as a page: its code and message, with the error's HTTP status."""
+    from runlane.web.render import page
+
+    return page(
+        request,
+        "error.html",
+        status=exc.http_status,
+        code=exc.code,
+        message=exc.message,
+        nav=None,
+    )
+
+
+class PageRoute(APIRoute):
+    """The UI's routes: a `LoginRequired` becomes 303 to the login page, and any `RunlaneError`
+    a page (error.html) with its status, never a JSON problem or a traceback."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except LoginRequired as exc:
+                query = urllib.parse.urlencode({"next": safe_next(exc.next_path)})
+                return RedirectResponse(f"/login?{query}", status_code=303)
+            except RunlaneError as exc:
+                if exc.http_status >= 500:
+                    log.warning("web.page_failed", code=exc.code, path=request.url.path)
+                return render_error(request, exc)
+
+        return handle

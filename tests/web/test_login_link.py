@@ -1,0 +1,162 @@
+"""The one-time login link: `runlane web` (and `runlane serve`) on a database with no token
+makes an admin token and prints a link that opens a session once; the CLI runs as a
+subprocess, the browser is httpx."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.api.conftest import CATALOG
+from tests.support.waiting import eventually_sync
+
+LINK = re.compile(r"(http://127\.0\.0\.1:\d+)/login\?code=([A-Za-z0-9_-]+)")
+
+
+def runlane(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runlane", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "catalog.yaml").write_text(CATALOG)
+    e = dict(os.environ)
+    e.update(
+        RUNLANE_DATABASE_URL=f"sqlite:///{tmp_path / 'runlane.db'}",
+        RUNLANE_CATALOG=str(tmp_path / "catalog.yaml"),
+        RUNLANE_LOG_DIR=str(tmp_path / "logs"),
+        RUNLANE_LOG_LEVEL="warning",
+    )
+    assert runlane("db", "upgrade", env=e).returncode == 0
+    return e
+
+
+class Output:
+    """The lines a subprocess writes, read on a thread so the test can wait for one."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        assert proc.stderr is not None
+        stream = proc.stderr
+        self.thread = threading.Thread(target=lambda: self.lines.extend(stream), daemon=True)
+        self.thread.start()
+
+    def text(self) -> str:
+        return "".join(list(self.lines))
+
+
+@contextlib.contextmanager
+def web_process(env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[str], Output]]:
+    """`runlane web` on a free port until the block ends (then SIGTERM, and its pipe closed)."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "runlane", "web", "--http-addr", "127.0.0.1:0"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        output = Output(proc)
+        try:
+            yield proc, output
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            output.thread.join(timeout=10)
+
+
+@pytest.fixture
+def served(env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[str], Output]]:
+    with web_process(env) as running:
+        yield running
+
+
+def test_the_login_link_opens_a_session_once(
+    served: tuple[subprocess.Popen[str], Output], env: dict[str, str]
+) -> None:
+    proc, output = served
+    eventually_sync(lambda: LINK.search(output.text()) is not None, "the login link", within=30)
+    found = LINK.search(output.text())
+    assert found is not None
+    base, code = found.groups()
+    assert "admin" in output.text()
+    assert "rl_" not in output.text()  # the token's secret is printed nowhere
+    with httpx.Client(base_url=base, timeout=30) as browser:
+        opened = browser.get("/login", params={"code": code})
+        assert opened.status_code == 303
+        assert opened.headers["location"] == "/jobs"
+        page = browser.get("/jobs")
+        assert page.status_code == 200
+        assert "admin" in page.text
+    with httpx.Client(base_url=base, timeout=30) as second:
+        again = second.get("/login", params={"code": code})
+        assert again.status_code == 401  # once only
+        assert "not valid" in again.text
+        assert "runlane_session" not in second.cookies
+    listed = runlane("token", "list", "--json", env=env)
+    assert '"admin"' in listed.stdout
+    assert proc.poll() is None
+
+
+def test_no_link_on_a_database_that_has_a_token(env: dict[str, str]) -> None:
+    assert runlane("token", "create", "me", "--role", "viewer", env=env).returncode == 0
+    with web_process({**env, "RUNLANE_LOG_LEVEL": "info"}) as (_proc, output):
+        eventually_sync(lambda: "http.no_login_link" in output.text(), "no link", within=30)
+    assert "login?code=" not in output.text()
+    assert "Traceback" not in output.text()
+    listed = runlane("token", "list", "--json", env=env)
+    assert '"admin"' not in listed.stdout
+
+
+def test_the_demo_keeps_the_ui_running_with_serve(tmp_path: Path) -> None:
+    env = {**os.environ, "RUNLANE_LOG_LEVEL": "warning", "TMPDIR": str(tmp_path)}
+    with subprocess.Popen(
+        [sys.executable, "-m", "runlane", "demo", "--serve", "--http-addr", "127.0.0.1:0"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        output = Output(proc)
+        try:
+            eventually_sync(lambda: LINK.search(output.text()) is not None, "link", within=90)
+            found = LINK.search(output.text())
+            assert found is not None
+            base, code = found.groups()
+            with httpx.Client(base_url=base, timeout=30) as browser:
+                assert browser.get("/login", params={"code": code}).status_code == 303
+                page = browser.get("/jobs")
+                assert page.status_code == 200
+                assert 'href="/jobs/nightly-sync"' in page.text  # the demo's catalog
+                assert "status-success" in page.text  # the tour's runs
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                code_ = proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                raise
+            output.thread.join(timeout=10)
+    assert code_ == 0, output.text()
+    assert "Traceback" not in output.text()
