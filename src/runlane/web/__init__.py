@@ -11,10 +11,10 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from runlane.web.pages import jobs, login
+from runlane.web.pages import chains, jobs, login, runs, system
 
 STATIC_PATH = "/static"
-PAGE_ROUTERS = (login.router, jobs.router)
+PAGE_ROUTERS = (login.router, jobs.router, runs.router, chains.router, system.router)
 
 router = APIRouter(include_in_schema=False)
 for _pages in PAGE_ROUTERS:

@@ -6,7 +6,11 @@ Where the log is and when the run has ended are the operations layer's (`run_out
 run's output (its attempts one after another, an incomplete log's marker and saved tail
 included), and each `data` event's `id` is the offset just after it. A client that reconnects
 with `Last-Event-ID: <offset>` gets exactly the rest: the operations layer reads the log from its
-start again and the bytes before the offset are skipped, so nothing is lost or repeated.
+start again and the bytes before the offset are skipped, so nothing is lost or repeated (when
+the run's own log file holds the offset, it is read from there, not from its start). `?after=`
+says the same for the first request of an EventSource, which cannot set the header: the web UI
+follows a run from the end of the tail its page shows. `?tail=N` reads the log from its end
+(`run_output_tail`), at most MAX_TAIL_BYTES, and says which bytes it is in headers.
 """
 
 from __future__ import annotations
@@ -33,13 +37,16 @@ from runlane.service.operations import (
     Notice,
     OutputBytes,
     OutputItem,
+    OutputSkipped,
     OutputText,
     Retrying,
     RunEnded,
     run_output,
+    run_output_tail,
 )
 from runlane.service.runtime import Runtime
 from runlane.service.views import run_dict
+from runlane.web.session import SESSION_COOKIE
 
 router = APIRouter(tags=["runs"])
 log = structlog.get_logger("runlane.api")
@@ -50,28 +57,33 @@ KEEPALIVE_SECONDS = 15.0
 # Followed logs one requester may have open at once: each polls the database while it lasts.
 MAX_STREAMS_PER_REQUESTER = 20
 MAX_TAIL_LINES = 100_000
+# The most of a log `?tail=N` answers with (the lines before are left out).
+MAX_TAIL_BYTES = 8 * 1024 * 1024
+# Where the text of `?tail=N` is in the log: its first byte's offset and the offset after it.
+TAIL_HEADERS = {
+    "Log-Start-Offset": "The byte offset of the first byte of the text in the log (as many "
+    "bytes before it are left out).",
+    "Log-End-Offset": "The byte offset just after the text: `after` for a follow that goes on "
+    "from there.",
+}
 SSE_HEADERS = {
     "Cache-Control": "no-cache",
     "X-Accel-Buffering": "no",  # nginx (and ingress-nginx) pass each event on at once
 }
 
 
-def _last_event_id(value: str | None) -> int:
-    """The byte offset a reconnecting client already has (0 when it has none)."""
+def _last_event_id(value: str | None, after: int | None = None) -> int:
+    """The byte offset a reconnecting client already has: its Last-Event-ID, else `after`
+    (the first request's), else 0. A reconnecting EventSource sends both, and the header is
+    the later."""
     if value is None or value.strip() == "":
-        return 0
+        return after or 0
     text = value.strip()
     if not text.isdigit() or len(text) > 18:
         raise MalformedRequest(
             f"Last-Event-ID {value[:40]!r}: expected the byte offset of an earlier event"
         )
     return int(text)
-
-
-def _tail(text: bytes, lines: int) -> bytes:
-    """The last `lines` lines of `text` (a last line without its newline counts as one)."""
-    parts = text.splitlines(keepends=True)
-    return b"".join(parts[-lines:])
 
 
 def _plain_text(item: OutputItem) -> bytes:
@@ -111,6 +123,10 @@ def _incomplete_text(item: LogIncomplete) -> str:
             "description": "The log as text; with `follow=true`, a stream of events: `data` "
             "(lines of output; `id` is the byte offset after them), `notice`, `retry`, and "
             "`end` (the run's final status) last.",
+            "headers": {
+                name: {"description": f"With `tail`: {text}", "schema": {"type": "integer"}}
+                for name, text in TAIL_HEADERS.items()
+            },
         },
     },
 )
@@ -124,7 +140,20 @@ async def run_logs(
     ] = False,
     tail: Annotated[
         int | None,
-        Query(description=f"Only the last N lines (1..{MAX_TAIL_LINES}); without `follow`."),
+        Query(
+            description=f"Only the last N lines (1..{MAX_TAIL_LINES}), at most "
+            f"{MAX_TAIL_BYTES} bytes of them, read from the log's end; without `follow`."
+        ),
+    ] = None,
+    after: Annotated[
+        int | None,
+        Query(
+            ge=0,
+            le=10**18 - 1,
+            description="With `follow`: the byte offset to start after (a tail's "
+            "`Log-End-Offset`), for a client that cannot send `Last-Event-ID` on its first "
+            "request (an EventSource); `Last-Event-ID`, when sent, wins.",
+        ),
     ] = None,
     last_event_id: Annotated[
         str | None,
@@ -144,7 +173,7 @@ async def run_logs(
     if follow:
         if tail is not None:
             raise InvalidArgument("tail: not with follow=true (resume with Last-Event-ID)")
-        offset = _last_event_id(last_event_id)
+        offset = _last_event_id(last_event_id, after)
         # The run is found (404, 422) before the stream starts; from then on the answer is the
         # stream, sent at once: headers, then keep-alives while the run is queued or quiet.
         run = await operations.resolve_run(rt, run_id)
@@ -153,16 +182,27 @@ async def run_logs(
         slots.take(holder)
         return _EventStream(
             _events(
-                run_output(rt, run.id, follow=True),
+                run_output(rt, run.id, follow=True, start=offset),
                 offset,
                 getattr(request.app.state, "http_stopping", None),
                 recheck=recheck,
             ),
             release=lambda: slots.give(holder),
         )
-    body = b"".join([_plain_text(item) async for item in run_output(rt, run_id)])
+    if after is not None:
+        raise InvalidArgument("after: only with follow=true")
     if tail is not None:
-        body = _tail(body, tail)
+        end = await run_output_tail(rt, run_id, lines=tail, max_bytes=MAX_TAIL_BYTES, strict=True)
+        text = end.text + (_incomplete_text(end.incomplete) if end.incomplete else "")
+        return PlainTextResponse(
+            text,
+            media_type="text/plain; charset=utf-8",
+            headers={
+                "Log-Start-Offset": str(end.start_offset),
+                "Log-End-Offset": str(end.end_offset),
+            },
+        )
+    body = b"".join([_plain_text(item) async for item in run_output(rt, run_id)])
     return PlainTextResponse(body, media_type="text/plain; charset=utf-8")
 
 
@@ -200,14 +240,24 @@ def _stream_owner(
     request: Request, rt: Runtime, reader: operations.Requester
 ) -> tuple[str, Callable[[], Awaitable[None]] | None]:
     """Whose the stream is (proxy users and tokens apart: they may share a name), and how its
-    credentials are checked again while it lasts: the bearer token through `authenticate`
-    (revoked or expired: the stream ends); a trusted proxy's user needs no check (the proxy
-    vouched for the request, and has no token to revoke)."""
+    credentials are checked again while it lasts: the bearer token through `authenticate`, a
+    web UI session cookie through `session_requester` (revoked, expired, logged out: the
+    stream ends); a trusted proxy's user needs no check (the proxy vouched for the request,
+    and has no token to revoke)."""
     proxy: ProxyAuth = request.app.state.proxy_auth
     peer = request.client.host if request.client else None
     if proxy.trusts(peer) and request.headers.get(proxy.user_header) is not None:
         return f"proxy:{reader.name}", None
     secret = bearer_secret(request)
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if secret is None and cookie and getattr(request.state, "requester_kind", None) == "session":
+        # The web UI's live log: its session is checked as a token is (logged out, or its
+        # token revoked: the stream ends). A session is its token's: they share the slots.
+
+        async def recheck_session() -> None:
+            await operations.sessions.session_requester(rt, cookie)
+
+        return f"token:{reader.name}", recheck_session
     if secret is None:  # no token: the app's auth was replaced (a test's, an embedding's)
         return f"token:{reader.name}", None
 
@@ -379,6 +429,9 @@ async def _events(
                 yield framer.flush()
                 yield _event("error", _json({"code": code, "message": message}))
                 return
+            if isinstance(item, OutputSkipped):
+                framer.position += item.size  # read from there: the client has them
+                continue
             if isinstance(item, OutputText):
                 chunk = framer.feed(item.text)
             elif isinstance(item, OutputBytes):

@@ -100,6 +100,7 @@ def print_output(item: OutputItem, *, raw: bool = False) -> RunEnded | None:
         LogIncomplete,
         Notice,
         OutputBytes,
+        OutputSkipped,
         OutputText,
         Retrying,
     )
@@ -130,7 +131,7 @@ def print_output(item: OutputItem, *, raw: bool = False) -> RunEnded | None:
         )
     elif isinstance(item, Notice):
         print_notices((item,))
-    else:
+    elif not isinstance(item, OutputSkipped):  # bytes the reader has: nothing to print
         return item
     return None
 

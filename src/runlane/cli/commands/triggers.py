@@ -7,7 +7,6 @@ from typing import Annotated, Any
 import typer
 
 from runlane.cli.failures import one_line_errors
-from runlane.cli.inputs import parse_data
 from runlane.cli.options import (
     CatalogOpt,
     DatabaseOpt,
@@ -103,7 +102,7 @@ def emit_cmd(
     """Record an event and start (or join, when debounced) the jobs listening for KEY."""
     from runlane.service import operations
 
-    payload: dict[str, Any] = {} if data is None else parse_data(data)
+    payload: dict[str, Any] = {} if data is None else operations.parse_event_data(data)
 
     async def emit(rt: Runtime) -> None:
         emitted = await operations.emit(

@@ -8,9 +8,9 @@ launcher is running, the launchers run an older catalog) comes as `Notice`s in t
 decided here once. Runs are accepted only through `service.accept`, never written another way.
 
 By topic: `runs` (run now, list, show, cancel), `chains`, `events` (emit), `jobs` (list, show,
-pause, resume, explain), `status` (status, launchers, doctor), `logs` (a run's output, followed),
-`schedule` (the schedule table), `tokens` (API tokens, authenticate), `sessions` (the web
-UI's sessions, CSRF tokens, login links), `audit` (the audit log),
+pause, resume, explain), `status` (status, launchers, doctor), `logs` (a run's output, followed,
+or its tail), `schedule` (the schedule table), `tokens` (API tokens, authenticate), `sessions`
+(the web UI's sessions, CSRF tokens, login links), `audit` (the audit log),
 `idempotency` (Idempotency-Key replays); `arguments` and `lookup` check what requests carry.
 """
 
@@ -31,7 +31,15 @@ from runlane.service.operations.chains import (
     show_chain,
     show_chain_run,
 )
-from runlane.service.operations.events import EventEmitted, emit
+from runlane.service.operations.events import (
+    EventEmitted,
+    EventListener,
+    RecentEvent,
+    emit,
+    event_listeners,
+    list_events,
+    parse_event_data,
+)
 from runlane.service.operations.idempotency import (
     Replayable,
     idempotency_dedupe_key,
@@ -53,13 +61,16 @@ from runlane.service.operations.jobs import (
 )
 from runlane.service.operations.logs import (
     LogIncomplete,
+    LogTail,
     OutputBytes,
     OutputItem,
+    OutputSkipped,
     OutputText,
     Retrying,
     RunEnded,
     follow_run,
     run_output,
+    run_output_tail,
 )
 from runlane.service.operations.lookup import resolve_chain_run, resolve_run
 from runlane.service.operations.notices import Notice
@@ -68,6 +79,8 @@ from runlane.service.operations.runs import (
     CancelledRun,
     RunPage,
     RunQueued,
+    attempt_chain,
+    authorize_cancel,
     authorize_run_job,
     cancel,
     list_runs,
@@ -105,15 +118,19 @@ __all__ = [
     "ChainStepInfo",
     "DoctorReport",
     "EventEmitted",
+    "EventListener",
     "JobInfo",
     "JobPage",
     "JobSchedule",
     "LauncherState",
     "LogIncomplete",
+    "LogTail",
     "Notice",
     "OutputBytes",
     "OutputItem",
+    "OutputSkipped",
     "OutputText",
+    "RecentEvent",
     "Replayable",
     "Requester",
     "Resumed",
@@ -125,8 +142,10 @@ __all__ = [
     "StatusReport",
     "TokenCreated",
     "TokenInfo",
+    "attempt_chain",
     "audited",
     "authenticate",
+    "authorize_cancel",
     "authorize_run_chain",
     "authorize_run_job",
     "cancel",
@@ -134,6 +153,7 @@ __all__ = [
     "create_token",
     "doctor",
     "emit",
+    "event_listeners",
     "explain",
     "follow_run",
     "idempotency_dedupe_key",
@@ -142,12 +162,14 @@ __all__ = [
     "list_audit",
     "list_chain_runs",
     "list_chains",
+    "list_events",
     "list_jobs",
     "list_jobs_page",
     "list_launchers",
     "list_runs",
     "list_runs_page",
     "list_tokens",
+    "parse_event_data",
     "parse_status",
     "parse_trigger",
     "pause_job",
@@ -160,6 +182,7 @@ __all__ = [
     "run_chain",
     "run_job",
     "run_output",
+    "run_output_tail",
     "schedule_table",
     "show_chain",
     "show_chain_run",

@@ -1,20 +1,23 @@
 """A run's output: its log file (local, or the pod's from the cluster), followed to the run's end
 and through its retries, as a stream of typed items a face prints (`runlane logs`, `logs
 --follow`, `run --wait`): the output, the notices (kept for repair, waiting for a pod), an
-incomplete log file's marker, each retry, and the run's end."""
+incomplete log file's marker, each retry, and the run's end. Or only its last lines, read from
+the end of the file (`run_output_tail`: the run page, MCP's `get_run_logs`, `logs?tail=`)."""
 
 from __future__ import annotations
 
 import asyncio
 import codecs
 import contextlib
+import io
 import re
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePath
+from typing import BinaryIO
 
 from runlane.core.runs import Run, RunStatus
-from runlane.errors import NotFound, RunlaneError
+from runlane.errors import InvalidArgument, NotFound, RunlaneError
 from runlane.service.operations.lookup import resolve_run
 from runlane.service.operations.notices import Notice, kept_for_repair_notice, no_launcher_notices
 from runlane.service.operations.runs import next_attempt
@@ -23,6 +26,8 @@ from runlane.service.wiring import pod_log
 
 # How often a followed run is read again while it has not ended.
 FOLLOW_POLL_SECONDS = 0.2
+# How much of a log file one read takes while a tail looks backwards for its first line.
+TAIL_BLOCK_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +43,14 @@ class OutputBytes:
     """The run's whole log file, byte for byte (`runlane logs` without `--follow`)."""
 
     data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class OutputSkipped:
+    """The first `size` bytes of the followed output are not read: the follow was asked to
+    start after them (`start`), and the first attempt's log file holds them."""
+
+    size: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +79,7 @@ class RunEnded:
     run: Run
 
 
-OutputItem = OutputText | OutputBytes | LogIncomplete | Retrying | RunEnded | Notice
+OutputItem = OutputText | OutputBytes | OutputSkipped | LogIncomplete | Retrying | RunEnded | Notice
 
 # The note the inline executor records on a run whose log file it could not write whole (a full
 # disk, the log directory gone): `Child._outcome` in adapters/local/process.py. Runs carry no
@@ -112,14 +125,19 @@ def incomplete_log(
 
 
 async def follow_run(
-    rt: Runtime, run_id: str, *, read_output: bool = True
+    rt: Runtime, run_id: str, *, read_output: bool = True, start: int = 0
 ) -> AsyncIterator[OutputItem]:
     """Follow a run (and its retries) to the end: its output as it is written (`read_output`),
     a `kept_for_repair` notice once per run a launcher keeps for repair, a `Retrying` between
-    attempts, and `RunEnded` last."""
+    attempts, and `RunEnded` last.
+
+    `start`: a byte offset the reader already has (a tail's `end_offset`). When the run's own
+    log file holds that many bytes, it is read from there (`OutputSkipped` first: a 100 MB log
+    is not read again); otherwise from its start, and the reader skips what it has."""
     from runlane.service.doctor import REPAIR_CODES
 
     run = await rt.store.get_run(run_id)
+    first_id = run.id
     printed: dict[str, int] = {}  # bytes of each log file read
     line_open: dict[str, bool] = {}  # whether what was read of it stops mid-line
     told: set[str] = set()  # runs whose repair was said: once, not on every poll
@@ -140,6 +158,10 @@ async def follow_run(
             yield await kept_for_repair_notice(rt, run)
         path = await log_file(run) if read_output else None
         if path is not None and path.is_file():  # not whatever took its place (a directory)
+            fresh = start > 0 and run.id == first_id and str(path) not in printed
+            if fresh and start <= path.stat().st_size:
+                printed[str(path)] = start
+                yield OutputSkipped(start)
             with path.open("rb") as fh:
                 fh.seek(printed.get(str(path), 0))
                 chunk = fh.read()
@@ -180,12 +202,13 @@ async def follow_run(
 
 
 async def run_output(
-    rt: Runtime, run_id: str, *, follow: bool = False
+    rt: Runtime, run_id: str, *, follow: bool = False, start: int = 0
 ) -> AsyncIterator[OutputItem]:
     """A run's output by id or unique prefix (`unknown_run`, `ambiguous_id`): the log file whole,
     or followed to the end (`follow`; `no_launcher` first for a queued run, else it waits in
-    silence). A pod run's log comes from the cluster (`not_found` when there is no pod to read
-    and no saved tail). Without output, an `info` notice says why."""
+    silence; `start` as `follow_run` takes it). A pod run's log comes from the cluster
+    (`not_found` when there is no pod to read and no saved tail). Without output, an `info`
+    notice says why."""
     run = await resolve_run(rt, run_id)
     if follow and run.status is RunStatus.QUEUED:
         for notice in await no_launcher_notices(rt):
@@ -204,7 +227,7 @@ async def run_output(
             if not run.log_tail:
                 raise
     if follow:
-        async for item in follow_run(rt, run.id):
+        async for item in follow_run(rt, run.id, start=start):
             yield item
         return
     path = await rt.find_log(run)
@@ -215,23 +238,184 @@ async def run_output(
         marker = incomplete_log(run, path, size=len(data), line_open=line_open)
         if marker is not None:
             yield marker
-    elif (marker := incomplete_log(run, path, size=None, line_open=False)) is not None:
-        yield marker  # no file to read, which the note explains: the marker, then the saved tail
-    elif run.log_tail:
-        yield OutputText(run.log_tail)
-    elif not run.status.is_final:
-        yield Notice(
+    else:
+        yield _without_log_file(run, path)
+
+
+def _without_log_file(run: Run, path: Path) -> LogIncomplete | OutputText | Notice:
+    """What stands for a local run's output when `path`, its log file, is not there: the marker
+    of an incomplete log (its note explains; the saved tail follows it), the saved tail, or a
+    notice that says there is no output (yet)."""
+    if (marker := incomplete_log(run, path, size=None, line_open=False)) is not None:
+        return marker
+    if run.log_tail:
+        return OutputText(run.log_tail)
+    if not run.status.is_final:
+        return Notice(
             "no_output_yet", f"run {run.id} has no output yet ({run.status.value})", "info"
         )
+    # Nothing was written (it never started, or printed nothing): say how it ended.
+    why = f": {run.note}" if run.note else ""
+    reason = f" ({run.end_reason})" if run.end_reason else ""
+    return Notice(
+        "no_output",
+        f"run {run.id} has no output; it ended {run.status.value}{reason}{why}",
+        "info",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LogTail:
+    """The end of a run's output: `text`, the last lines (whole lines, unless one line alone is
+    longer than the byte bound), which are the bytes `start_offset` to `end_offset` of the log
+    (`cut_bytes` = `start_offset` bytes before them are left out); `line_open` when the text
+    stops mid-line (a running job's unfinished line). `status` is the run's when it was read.
+
+    `source` says where the text comes from: `file` (the local log file), `pod` (the pod's log
+    from the cluster), `saved` (the tail saved with the run), or `none`. `incomplete`: the log
+    file stops short (its marker, and the complete tail saved with the run); `notice`: why
+    there is no output (yet), or why a pod's log cannot be read."""
+
+    run_id: str
+    status: RunStatus
+    text: str
+    start_offset: int
+    end_offset: int
+    cut_bytes: int
+    line_open: bool
+    source: str
+    incomplete: LogIncomplete | None = None
+    notice: Notice | None = None
+
+
+def _tail_bytes(fh: BinaryIO, *, lines: int, max_bytes: int) -> tuple[bytes, int, int]:
+    """The last `lines` lines of the seekable file `fh`, but at most `max_bytes` of them, read
+    backwards from its end in blocks (never the whole file): (bytes, start, end offsets).
+
+    When the bound cuts a line, the text starts at the next line; a single line longer than the
+    bound is cut at a character's start. A last line without its newline counts as one."""
+    end = fh.seek(0, io.SEEK_END)
+    floor = max(0, end - max_bytes)
+    pos = end
+    data = b""
+    while pos > floor:
+        step = min(TAIL_BLOCK_BYTES, pos - floor)
+        pos -= step
+        fh.seek(pos)
+        data = fh.read(step) + data
+        body = len(data) - 1 if data.endswith(b"\n") else len(data)
+        if data.count(b"\n", 0, body) >= lines:
+            break
+    cut = len(data) - 1 if data.endswith(b"\n") else len(data)
+    for _ in range(lines):
+        cut = data.rfind(b"\n", 0, cut)
+        if cut < 0:
+            break
+    if cut >= 0:
+        start = cut + 1  # just after the newline before the first line wanted
+    elif pos > 0:
+        # The bound was reached before the start of the first line wanted: begin at the first
+        # whole line, or (one line longer than the bound) at the first whole character.
+        first = data.find(b"\n")
+        if 0 <= first < len(data) - 1:
+            start = first + 1
+        else:
+            start = 0
+            while start < min(len(data), 3) and 0x80 <= data[start] < 0xC0:
+                start += 1  # a UTF-8 continuation byte: not a character's start
     else:
-        # Nothing was written (it never started, or printed nothing): say how it ended.
-        why = f": {run.note}" if run.note else ""
-        reason = f" ({run.end_reason})" if run.end_reason else ""
-        yield Notice(
-            "no_output",
-            f"run {run.id} has no output; it ended {run.status.value}{reason}{why}",
-            "info",
+        start = 0
+    return data[start:], pos + start, pos + len(data)
+
+
+def _tail_of(
+    run: Run, data: bytes, *, lines: int, max_bytes: int, source: str, dropped: int = 0
+) -> LogTail:
+    """`LogTail` of output held in memory (`dropped` bytes before `data` were not kept)."""
+    text, start, end = _tail_bytes(io.BytesIO(data), lines=lines, max_bytes=max_bytes)
+    return LogTail(
+        run_id=run.id,
+        status=run.status,
+        text=text.decode("utf-8", "replace"),
+        start_offset=dropped + start,
+        end_offset=dropped + end,
+        cut_bytes=dropped + start,
+        line_open=bool(text) and not text.endswith(b"\n"),
+        source=source,
+    )
+
+
+async def run_output_tail(
+    rt: Runtime, run_id_or_run: str | Run, *, lines: int, max_bytes: int, strict: bool = False
+) -> LogTail:
+    """The last `lines` lines of a run's output (by id or unique prefix, or the `Run` itself),
+    at most `max_bytes` of them (`invalid_argument` when either is below 1).
+
+    A local log file is read from its end (a 100 MB log costs a seek and a few blocks). A pod
+    run's log comes from the cluster (its saved tail once it has ended), and only its last
+    `max_bytes` are kept while it is read. Without output, `notice` says why; a pod log that
+    cannot be read too (no pod, no cluster configured), so a page can still show the run, or
+    with `strict` that error is raised (`not_found`, as `run_output` raises it)."""
+    if lines < 1:
+        raise InvalidArgument(f"lines {lines}: expected at least 1")
+    if max_bytes < 1:
+        raise InvalidArgument(f"max_bytes {max_bytes}: expected at least 1")
+    run = run_id_or_run if isinstance(run_id_or_run, Run) else await resolve_run(rt, run_id_or_run)
+    if run.executor == "pod" and not (run.status.is_final and run.log_tail):
+        return await _pod_tail(rt, run, lines=lines, max_bytes=max_bytes, strict=strict)
+    if run.executor == "pod":
+        return _tail_of(
+            run, (run.log_tail or "").encode(), lines=lines, max_bytes=max_bytes, source="saved"
         )
+    path = await rt.find_log(run)
+    if path.is_file():
+        with path.open("rb") as fh:
+            data, start, end = _tail_bytes(fh, lines=lines, max_bytes=max_bytes)
+        line_open = bool(data) and not data.endswith(b"\n")
+        return LogTail(
+            run_id=run.id,
+            status=run.status,
+            text=data.decode("utf-8", "replace"),
+            start_offset=start,
+            end_offset=end,
+            cut_bytes=start,
+            line_open=line_open,
+            source="file",
+            incomplete=incomplete_log(run, path, size=end, line_open=line_open),
+        )
+    instead = _without_log_file(run, path)
+    empty = LogTail(run.id, run.status, "", 0, 0, 0, line_open=False, source="none")
+    if isinstance(instead, LogIncomplete):
+        return replace(empty, incomplete=instead)
+    if isinstance(instead, Notice):
+        return replace(empty, notice=instead)
+    return _tail_of(run, instead.text.encode(), lines=lines, max_bytes=max_bytes, source="saved")
+
+
+async def _pod_tail(rt: Runtime, run: Run, *, lines: int, max_bytes: int, strict: bool) -> LogTail:
+    """`run_output_tail` of a pod run whose log is read from the cluster: only the last
+    `max_bytes` are kept while it streams in."""
+    kept = bytearray()
+    dropped = 0
+    notice: Notice | None = None
+    try:
+        async for item in _pod_output(rt, run, follow=False):
+            if isinstance(item, Notice):
+                notice = item
+                continue
+            kept += item.text.encode()
+            if len(kept) > 2 * max_bytes:
+                excess = len(kept) - max_bytes
+                del kept[:excess]
+                dropped += excess
+    except RunlaneError as exc:
+        if strict:
+            raise
+        notice = Notice(exc.code, exc.message, "info")
+    tail = _tail_of(
+        run, bytes(kept), lines=lines, max_bytes=max_bytes, source="pod", dropped=dropped
+    )
+    return replace(tail, notice=notice) if notice is not None and not tail.text else tail
 
 
 async def _follow_pod_run(rt: Runtime, run: Run) -> AsyncIterator[OutputItem]:

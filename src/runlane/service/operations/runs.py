@@ -252,6 +252,40 @@ async def show_run(rt: Runtime, run_id: str) -> Run:
     return await resolve_run(rt, run_id)
 
 
+# The most attempts `attempt_chain` walks either way (a catalog's max_attempts is far lower).
+MAX_ATTEMPT_CHAIN = 100
+
+
+async def attempt_chain(rt: Runtime, run: Run) -> tuple[Run, ...]:
+    """Every attempt of the run `run` is one of, first to last: back through `retry_of`, and
+    on to the retry of each (looked up by its `retry_of`), at most MAX_ATTEMPT_CHAIN each way.
+    A first attempt that is gone from the store ends the walk back there."""
+    earlier: list[Run] = []
+    at = run
+    while at.retry_of is not None and len(earlier) < MAX_ATTEMPT_CHAIN:
+        try:
+            at = await rt.store.get_run(at.retry_of)
+        except NotFound:
+            break
+        earlier.append(at)
+    later: list[Run] = []
+    at = run
+    while len(later) < MAX_ATTEMPT_CHAIN:
+        found = await rt.store.list_runs(RunFilter(job=at.job, retry_of=at.id, limit=1))
+        if not found:
+            break
+        at = found[0]
+        later.append(at)
+    return (*reversed(earlier), run, *later)
+
+
+def authorize_cancel(run: Run, *, requester: Requester) -> None:
+    """`forbidden` unless `requester` may cancel `run` (the operator role for its job): what
+    `cancel` checks of a run, for a face that shows a Cancel button only to those who may."""
+    requester.require(Role.OPERATOR, action="cancel")
+    requester.require(Role.OPERATOR, jobs=[run.job], action="cancel")
+
+
 async def next_attempt(rt: Runtime, run: Run) -> Run | None:
     """The retry of `run` (failed or timed out with tries left), once it is queued: looked up
     by its `retry_of`, so it is found however many runs of the job came after."""
@@ -280,7 +314,7 @@ async def cancel(
         if found is None:
             raise
         return await _cancel_chain_run(rt, found, requester)
-    requester.require(Role.OPERATOR, jobs=[run.job], action="cancel")
+    authorize_cancel(run, requester=requester)
     try:
         return CancelledRun(await rt.store.request_cancel(run.id, by=requester.name))
     except InvalidTransition as exc:

@@ -1,0 +1,215 @@
+"""The runs pages: `/runs` (the run list with its filters and keyset pages, kept live by
+`static/runs.js`) and `/runs/{id}` (every field of a run, its attempts, its error explained,
+the tail of its log rendered here and followed live by `static/log.js`, and Cancel).
+
+The list is `operations.list_runs_page` (what the API's `GET /api/v1/runs` serves), the tail
+`operations.run_output_tail`; Cancel calls `operations.cancel` inside `operations.audited`.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response
+
+from runlane.core.run_errors import explain_error_code
+from runlane.core.runs import Run, RunStatus, Trigger
+from runlane.errors import Forbidden, InvalidArgument, NotCancellable, RunlaneError
+from runlane.service import operations
+from runlane.service.operations import Requester
+from runlane.service.runtime import Runtime
+from runlane.web.render import page
+from runlane.web.session import (
+    PageRoute,
+    WebOperator,
+    WebRuntime,
+    WebViewer,
+    redirect,
+    remote_of,
+)
+
+router = APIRouter(route_class=PageRoute, include_in_schema=False)
+
+RUNS_PER_PAGE = 50
+# The run page's log: the last lines rendered with the page, at most this many bytes of them.
+TAIL_LINES = 200
+TAIL_BYTES = 256 * 1024
+# How many lines the live log keeps in the page (log.js drops the oldest beyond).
+LIVE_LINES = 2000
+FILTERS = ("job", "status", "trigger", "requested_by", "since", "until")
+MAX_FILTER_CHARS = 200
+# How the executors name a run's execution (`external_id`) on the run page.
+EXTERNAL_ID_LABELS = {"pod": "Kubernetes Job", "slurm": "Slurm job id", "inline": "Process id"}
+
+Filter = Annotated[str | None, Query(max_length=MAX_FILTER_CHARS)]
+
+
+def _blank_is_none(value: str | None) -> str | None:
+    """An empty filter field (a form submitted with it blank) filters nothing."""
+    return value.strip() or None if value is not None else None
+
+
+@router.get("/runs")
+async def runs_page(
+    request: Request,
+    rt: WebRuntime,
+    _who: WebViewer,
+    job: Filter = None,
+    status: Filter = None,
+    trigger: Filter = None,
+    requested_by: Filter = None,
+    since: Filter = None,
+    until: Filter = None,
+    cursor: Annotated[str | None, Query(max_length=400)] = None,
+) -> Response:
+    """The runs newest first, filtered by the GET parameters, a page at a time ("Older runs"
+    carries the cursor). A filter the operation refuses is shown with its message, 422."""
+    given = {
+        "job": _blank_is_none(job),
+        "status": _blank_is_none(status),
+        "trigger": _blank_is_none(trigger),
+        "requested_by": _blank_is_none(requested_by),
+        "since": _blank_is_none(since),
+        "until": _blank_is_none(until),
+    }
+    filters = {k: v for k, v in given.items() if v is not None}
+    error: RunlaneError | None = None
+    items: tuple[Run, ...] = ()
+    older = None
+    try:
+        listing = await operations.list_runs_page(
+            rt, **filters, limit=RUNS_PER_PAGE, cursor=_blank_is_none(cursor)
+        )
+    except InvalidArgument as exc:
+        error = exc
+    else:
+        items = listing.items
+        if listing.next_cursor is not None:
+            older = "/runs?" + urllib.parse.urlencode({**filters, "cursor": listing.next_cursor})
+    # What runs.js asks the API for: the same filters, the first page only (a later page is
+    # history: nothing new arrives in it).
+    live = None
+    if error is None and not cursor:
+        live = "/api/v1/runs?" + urllib.parse.urlencode({**filters, "limit": RUNS_PER_PAGE})
+    return page(
+        request,
+        "runs.html",
+        status=error.http_status if error else 200,
+        nav="runs",
+        runs=items,
+        filters=filters,
+        given={k: v or "" for k, v in given.items()},
+        statuses=[s.value for s in RunStatus],
+        triggers=[t.value for t in Trigger],
+        error=error,
+        older=older,
+        first_page="/runs?" + urllib.parse.urlencode(filters) if cursor else None,
+        live_url=live,
+    )
+
+
+async def _may_cancel(run: Run, requester: Requester) -> bool:
+    if run.status.is_final:
+        return False
+    try:
+        operations.authorize_cancel(run, requester=requester)
+    except Forbidden:
+        return False
+    return True
+
+
+async def _run_page(
+    request: Request,
+    rt: Runtime,
+    who: Requester,
+    run_id: str,
+    *,
+    status: int = 200,
+    error: RunlaneError | None = None,
+) -> Response:
+    run = await operations.show_run(rt, run_id)
+    attempts = await operations.attempt_chain(rt, run)
+    tail = await operations.run_output_tail(rt, run, lines=TAIL_LINES, max_bytes=TAIL_BYTES)
+    zone = _job_zone(rt, run.job)
+    follow = None
+    if not run.status.is_final:
+        follow = f"/api/v1/runs/{run.id}/logs?" + urllib.parse.urlencode(
+            {"follow": "true", "after": tail.end_offset}
+        )
+    return page(
+        request,
+        "run.html",
+        status=status,
+        nav="runs",
+        run=run,
+        zone=zone,
+        times=run_times(run),
+        attempts=attempts,
+        tail=tail,
+        follow_url=follow,
+        live_lines=LIVE_LINES,
+        params_text=_params_text(run),
+        error_text=explain_error_code(run.error_code),
+        external_label=EXTERNAL_ID_LABELS.get(run.executor, "External id"),
+        may_cancel=await _may_cancel(run, who),
+        error=error,
+    )
+
+
+def _job_zone(rt: Runtime, job: str) -> str | None:
+    """The zone of the job's first schedule (the "job's zone" of the time switch), if any."""
+    try:
+        cat = rt.require_catalog()
+    except RunlaneError:
+        return None
+    spec = cat.jobs.get(job)
+    if spec is None or not spec.schedules:
+        return None
+    return spec.schedules[0].tz or cat.global_.timezone
+
+
+def _params_text(run: Run) -> str:
+    """The run's params as indented JSON; the stored text when it is not valid JSON."""
+    if run.params is None:
+        return run.params_raw
+    return json.dumps(run.params, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+@router.get("/runs/{run_id}")
+async def run_page(request: Request, rt: WebRuntime, who: WebViewer, run_id: str) -> Response:
+    """One run by id or unique prefix: every field, its attempts, its log's tail, Cancel."""
+    return await _run_page(request, rt, who, run_id)
+
+
+@router.post("/runs/{run_id}/cancel")
+async def cancel_run(request: Request, rt: WebRuntime, who: WebOperator, run_id: str) -> Response:
+    """Cancel the run (queued: at once; running: its launcher stops it); back to its page."""
+    run = await operations.show_run(rt, run_id)
+    try:
+        await operations.audited(
+            rt,
+            who,
+            action="cancel",
+            target=run.id,
+            remote=remote_of(request),
+            call=lambda: operations.cancel(rt, run.id, requester=who),
+        )
+    except NotCancellable as exc:
+        return await _run_page(request, rt, who, run.id, status=exc.http_status, error=exc)
+    return redirect(f"/runs/{run.id}", flash=f"Run {run.id[:8]} cancelled (or asked to stop)")
+
+
+def run_times(run: Run) -> list[tuple[str, Any]]:
+    """The run's times in the order they happen, as (label, datetime or None)."""
+    return [
+        ("Queued", run.queued_at),
+        ("Scheduled for", run.scheduled_for),
+        ("Not before", run.not_before),
+        ("Expires from the queue", run.queue_expires_at),
+        ("Started", run.started_at),
+        ("Deadline", run.deadline_at),
+        ("Cancel requested", run.cancel_requested_at),
+        ("Finished", run.finished_at),
+    ]

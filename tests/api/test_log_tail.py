@@ -1,0 +1,72 @@
+"""`GET /api/v1/runs/{id}/logs?tail=N` (read from the log's end, with where the text is in
+headers) and `?follow=true&after=<offset>` (a follow that starts where a tail ended), against
+the real server on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runlane.service import operations
+from tests.api.conftest import CLI, ApiServer
+from tests.api.test_endpoints import problem_of
+
+
+def run_with_log(api: ApiServer, data: bytes) -> tuple[str, Path]:
+    """A queued run of `hello` whose log file holds `data`."""
+    queued = api.call(lambda rt: operations.run_job(rt, "hello", requester=CLI))
+    path = Path(api.runtime.settings.log_dir) / f"{queued.run.id}.{queued.run.attempt}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return queued.run.id, path
+
+
+def data_events(stream: str) -> list[tuple[str | None, str]]:
+    """The (id, data) of each unnamed event of a server-sent event stream."""
+    found: list[tuple[str | None, str]] = []
+    for block in stream.split("\n\n"):
+        fields = [line.split(": ", 1) for line in block.splitlines() if ": " in line]
+        names = {k for k, _ in fields}
+        if "data" in names and "event" not in names:
+            event_id = next((v for k, v in fields if k == "id"), None)
+            found.append((event_id, "\n".join(v for k, v in fields if k == "data")))
+    return found
+
+
+def test_a_tail_is_the_last_lines_with_their_offsets(api: ApiServer) -> None:
+    data = b"".join(b"line %d\n" % i for i in range(1, 101))
+    run_id, _ = run_with_log(api, data)
+    with api.client("viewer") as c:
+        r = c.get(f"/api/v1/runs/{run_id}/logs", params={"tail": 2})
+        problem_of(
+            c.get(f"/api/v1/runs/{run_id}/logs", params={"tail": 0}), 422, "invalid_argument"
+        )
+    assert r.status_code == 200
+    assert r.text == "line 99\nline 100\n"
+    assert int(r.headers["log-end-offset"]) == len(data)
+    assert int(r.headers["log-start-offset"]) == len(data) - len(r.content)
+
+
+def test_a_follow_after_a_tails_end_sends_only_what_came_after(api: ApiServer) -> None:
+    run_id, path = run_with_log(api, b"before\n" * 50)
+    with api.client("viewer") as c:
+        tail = c.get(f"/api/v1/runs/{run_id}/logs", params={"tail": 5})
+        end = int(tail.headers["log-end-offset"])
+        with path.open("ab") as fh:
+            fh.write(b"after one\nafter two\n")
+        api.call(lambda rt: operations.cancel(rt, run_id, requester=CLI))
+        followed = c.get(f"/api/v1/runs/{run_id}/logs", params={"follow": "true", "after": end})
+        # A reconnecting EventSource sends its Last-Event-ID with the first URL: the header wins.
+        resumed = c.get(
+            f"/api/v1/runs/{run_id}/logs",
+            params={"follow": "true", "after": 0},
+            headers={"Last-Event-ID": str(end + len(b"after one\n"))},
+        )
+        problem_of(
+            c.get(f"/api/v1/runs/{run_id}/logs", params={"after": end}), 422, "invalid_argument"
+        )
+        negative = c.get(f"/api/v1/runs/{run_id}/logs", params={"follow": "true", "after": -1})
+    assert negative.status_code == 422
+    assert followed.status_code == 200
+    assert data_events(followed.text) == [(str(end + 20), "after one\nafter two")]
+    assert "event: end" in followed.text
+    assert data_events(resumed.text) == [(str(end + 20), "after two")]
