@@ -11,7 +11,6 @@ from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import ContextFactory
 from tests.browser.harness import UiServer
-from tests.browser.pages import log_in
 
 
 def test_log_in_through_the_form_then_log_out_ends_the_session(
@@ -32,7 +31,8 @@ def test_log_in_through_the_form_then_log_out_ends_the_session(
     expect(page).to_have_url(re.compile(r"/jobs$"))
     expect(page.get_by_role("heading", name="Jobs", exact=True)).to_be_visible()
     (cookie,) = [c for c in context.cookies() if c["name"] == "runlane_session"]
-    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    assert cookie["httpOnly"]
+    assert cookie["sameSite"] == "Strict"
     kept = context.storage_state()
 
     page.get_by_role("button", name="Log out").click()
