@@ -65,6 +65,12 @@ class Incident:
     last_notified_at: datetime | None = None
     notices: Mapping[str, Notice] = field(default_factory=dict)  # by target name
 
+    @property
+    def key(self) -> str:
+        """What the rule keys it by: the fingerprint after `rule:` (a job, a launcher id, a
+        chain run id)."""
+        return self.fingerprint.split(":", 1)[1] if ":" in self.fingerprint else self.fingerprint
+
 
 @dataclass(frozen=True, slots=True)
 class TargetHealth:
