@@ -20,7 +20,6 @@ from datetime import datetime, timedelta
 
 import structlog
 
-from runlane.adapters.notify import HttpNotifier
 from runlane.catalog import Catalog
 from runlane.core.alert_rules import (
     CHAIN_OVERDUE,
@@ -48,6 +47,7 @@ from runlane.ports.notifier import (
 )
 from runlane.service.alerts.stats import ALERT_STATS, AlertStats
 from runlane.service.alerts.targets import Target, resolve_url
+from runlane.service.wiring import HttpPinger, build_pinger
 
 log = structlog.get_logger("runlane.alerts")
 
@@ -181,7 +181,7 @@ class AlertEngine:
     async def _deadman_loop(self, stopping: asyncio.Event) -> None:
         url = self.deadman_url
         assert url is not None
-        pinger = HttpNotifier("deadman")
+        pinger = build_pinger("deadman")
         try:
             while not stopping.is_set():
                 await self.ping_deadman(pinger, url)
@@ -191,7 +191,7 @@ class AlertEngine:
         finally:
             await pinger.aclose()
 
-    async def ping_deadman(self, pinger: HttpNotifier, url: str) -> bool:
+    async def ping_deadman(self, pinger: HttpPinger, url: str) -> bool:
         """One GET of the dead man's switch URL, bounded; a failure is logged and counted."""
         try:
             await pinger.request("GET", url, within=DEADMAN_TIMEOUT)

@@ -40,19 +40,17 @@ def build_target(spec: NotifyTarget, settings: AlertSettings, environ: Mapping[s
     """The target `spec` describes; ValueError (naming unset variables) when it cannot be."""
     url = expand_env(spec.url, environ)
     levels = tuple(spec.levels)
-    from runlane.adapters.notify import NtfyNotifier, WebhookNotifier  # httpx: on use only
+    from runlane.service.wiring import build_notifier
 
-    notifier: Notifier
-    if spec.ntfy is not None:
-        notifier = NtfyNotifier(spec.target_name, url, token=_expand(spec.token, environ))
-    else:
-        notifier = WebhookNotifier(
-            spec.target_name,
-            url,
-            secret=_expand(spec.secret, environ),
-            body_format=spec.format or "runlane",
-            external_url=_expand(settings.ui_url, environ),
-        )
+    notifier = build_notifier(
+        spec.kind,
+        spec.target_name,
+        url,
+        token=_expand(spec.token, environ),
+        secret=_expand(spec.secret, environ),
+        body_format=spec.format,
+        external_url=_expand(settings.ui_url, environ),
+    )
     return Target(spec.target_name, spec.kind, levels, notifier)
 
 
