@@ -67,6 +67,7 @@ from runlane.core.runs import (
     Run,
     RunStatus,
 )
+from runlane.ports.incidents import Incidents
 
 # --- the schema and the connection ------------------------------------------------------------
 
@@ -567,6 +568,7 @@ class Store(
     Tokens,
     Audit,
     Idempotency,
+    Incidents,
     Protocol,
 ):
     """The run log and everything stored next to it: every role above. Adapters implement it
