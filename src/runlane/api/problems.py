@@ -45,6 +45,7 @@ TITLES: Mapping[str, str] = {
     "config_error": "Server configuration is invalid",
     "catalog_invalid": "The catalog is invalid",
     "invalid_argument": "An argument is not acceptable",
+    "invalid_traceparent": "The traceparent is not W3C Trace Context",
     "refused": "The run was refused",
     "unknown_job": "No such job",
     "unknown_chain": "No such chain",
