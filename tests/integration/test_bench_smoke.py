@@ -24,6 +24,11 @@ CASES = [
     ("calibrate.py", "--spawns 50 --repeat 1", r"asyncio_16_in_flight=\d+/s threads_16=\d+/s"),
     ("fencing.py", "--runs 50 --repeat 1", r"cost of fencing=[+-]?\d+\.\d+ ms"),
     (
+        "metrics_scrape.py",
+        "--rows 2000 --scrapes 3 --repeat 1",
+        r"in process: median of 1 rounds \d+\.\d+ ms(.|\n)*http: median of 1 rounds \d+\.\d+ ms",
+    ),
+    (
         "http_overhead.py",
         "--quick",
         r"http on median of 1\] runs_per_s=\d+(.|\n)*RSS median of 1=\d+\.\d+ MiB",

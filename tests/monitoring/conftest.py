@@ -123,6 +123,7 @@ def serving(tmp: Path, database_url: str | None, *args: str, **settings: str) ->
         "RUNLANE_CLAIM_INTERVAL": "0.2",
         "RUNLANE_RETRY_BASE": "0.1",
         "RUNLANE_HEARTBEAT_INTERVAL": "1",
+        "RUNLANE_ALERT_INTERVAL": "1",
     }
     env_serve.update(settings)
     stderr = tmp / "serve-stderr.txt"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 
+from runlane.core.alert_rules import RULES
 from runlane.service.metrics import PRIMED_STATUSES
 from tests.acceptance.cli_process import cli_env, runlane
 from tests.acceptance.test_cli_serve import answers, free_port, started, stop
@@ -118,6 +119,19 @@ def test_counters_and_histograms_follow_real_runs(served: Served) -> None:
     ages = [v for (name, _), v in after.items() if name == "runlane_launcher_heartbeat_age_seconds"]
     assert len(ages) == 1
     assert 0 <= ages[0] < 30
+
+
+def test_open_incidents_by_rule_come_from_the_alert_loop(served: Served) -> None:
+    samples = served.scrape()
+    for rule in RULES:  # every rule has its series from the start
+        assert value(samples, "runlane_open_incidents", rule=rule) is not None, rule
+    # `fail` has `alert: critical`: its failure opens an incident, which the gauge counts.
+    assert served.cli("run", "fail", "--wait").returncode == 1
+    eventually_sync(
+        lambda: (value(served.scrape(), "runlane_open_incidents", rule="run_failed") or 0) >= 1,
+        "the failure's incident is counted",
+        within=30,
+    )
 
 
 def test_the_http_server_needs_a_token_and_the_listener_does_not(served: Served) -> None:

@@ -34,6 +34,7 @@ def test_every_duration_setting_takes_up_to_100_years_and_no_more() -> None:
         "RUNLANE_RETRY_BASE",
         "RUNLANE_DB_TIMEOUT",
         "RUNLANE_HTTP_REQUEST_TIMEOUT",
+        "RUNLANE_ALERT_INTERVAL",
     }
     # (The renewal interval must be shorter than the TTL; the database bound has its own range.)
     at_limit = {
@@ -44,6 +45,7 @@ def test_every_duration_setting_takes_up_to_100_years_and_no_more() -> None:
             "RUNLANE_LEASE_RENEW_INTERVAL",
             "RUNLANE_DB_TIMEOUT",
             "RUNLANE_HTTP_REQUEST_TIMEOUT",
+            "RUNLANE_ALERT_INTERVAL",
         )
     }
     settings = Settings.from_env(at_limit)

@@ -45,6 +45,7 @@ TITLES: Mapping[str, str] = {
     "config_error": "Server configuration is invalid",
     "catalog_invalid": "The catalog is invalid",
     "invalid_argument": "An argument is not acceptable",
+    "invalid_traceparent": "The traceparent is not W3C Trace Context",
     "refused": "The run was refused",
     "unknown_job": "No such job",
     "unknown_chain": "No such chain",
@@ -73,7 +74,6 @@ TITLES: Mapping[str, str] = {
     "idempotency_key_in_flight": "A request with this idempotency key is in progress",
     "token_exists": "A token of that name exists",
     "csrf_refused": "The form was not sent by its page",
-    "invalid_traceparent": "The traceparent is not a W3C traceparent",
     "unknown_token": "No such token",
     "internal_error": "Internal server error",
 }

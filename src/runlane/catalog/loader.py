@@ -15,7 +15,15 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from runlane.catalog.checks import ValidSections, check_cross_references, check_name
-from runlane.catalog.models import Catalog, Chain, Defaults, GlobalSettings, Job, Profile
+from runlane.catalog.models import (
+    AlertSettings,
+    Catalog,
+    Chain,
+    Defaults,
+    GlobalSettings,
+    Job,
+    Profile,
+)
 from runlane.catalog.problems import (
     Loc,
     ProblemReport,
@@ -96,6 +104,8 @@ def _validate(data: Any, report: ProblemReport) -> Catalog | None:
     valid.defaults = _validate_model(
         Defaults, {} if raw_defaults is None else raw_defaults, ("defaults",), report
     )
+    raw_alerts = data.get("alerts")
+    _validate_model(AlertSettings, {} if raw_alerts is None else raw_alerts, ("alerts",), report)
     for section, (kind, model) in _SECTIONS_OF_NAMED.items():
         entries = data.get(section)
         if entries is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
 import re
 import zoneinfo
 from collections.abc import Mapping
@@ -406,6 +407,135 @@ class Chain(_Model):
         return self.steps[step_name].job or step_name
 
 
+# --- alerts (docs/alerts.md) ------------------------------------------------------------------
+
+NotifyLevel = Literal["info", "warning", "critical"]
+NOTIFY_FORMATS = ("runlane", "alertmanager")
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_URL_START = re.compile(r"(https?://|\$\{)", re.IGNORECASE)
+
+
+def _check_url(value: str | None, field_name: str) -> str | None:
+    """An http(s) URL, or one that starts with a `${VAR}` (expanded by the launcher)."""
+    if value is None:
+        return None
+    text = value.strip()
+    if not _URL_START.match(text) or any(c.isspace() for c in text):
+        raise ValueError(f"{field_name} must be an http:// or https:// URL, got {value!r}")
+    return text
+
+
+def _default_levels() -> list[NotifyLevel]:
+    return ["warning", "critical"]
+
+
+class NotifyTarget(_Model):
+    """One place notifications go: an ntfy topic URL or a webhook URL, and the levels it takes.
+    Values may use `${VAR}` from the launcher's environment (tokens and secrets especially)."""
+
+    ntfy: str | None = Field(None, description="The ntfy topic URL (https://ntfy.sh/my-topic).")
+    webhook: str | None = Field(None, description="A URL that receives a JSON POST.")
+    name: str | None = Field(
+        None,
+        pattern=NAME_PATTERN,
+        description="How runlane names the target (status, alerts); default: kind and host.",
+    )
+    token: str | None = Field(None, description="ntfy: an access token sent as Bearer.")
+    secret: str | None = Field(
+        None, description="webhook: signs each body (X-Runlane-Signature: sha256=HMAC)."
+    )
+    format: Literal["runlane", "alertmanager"] | None = Field(
+        None, description="webhook: the body, runlane's JSON or Alertmanager's webhook (v4)."
+    )
+    levels: list[NotifyLevel] = Field(
+        default_factory=_default_levels,
+        min_length=1,
+        json_schema_extra={"default": ["warning", "critical"]},
+    )
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> NotifyTarget:
+        if (self.ntfy is None) == (self.webhook is None):
+            raise ValueError("a notify target has exactly one of ntfy: URL or webhook: URL")
+        _check_url(self.ntfy, "ntfy")
+        _check_url(self.webhook, "webhook")
+        if self.ntfy is not None and (self.secret is not None or self.format is not None):
+            raise ValueError("secret and format are webhook settings; an ntfy target takes token")
+        if self.webhook is not None and self.token is not None:
+            raise ValueError("token is an ntfy setting; a webhook target takes secret")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "ntfy" if self.ntfy is not None else "webhook"
+
+    @property
+    def url(self) -> str:
+        return self.ntfy if self.ntfy is not None else (self.webhook or "")
+
+    @property
+    def target_name(self) -> str:
+        """`name`, or the kind, the URL's host and a short hash of the whole URL as written
+        (`ntfy:ntfy.sh#3f9a1c`): an ntfy topic is as good as a password, so no name shows it."""
+        if self.name is not None:
+            return self.name
+        rest = self.url.split("://", 1)[-1]
+        host = rest.split("/", 1)[0].split("?", 1)[0].rsplit("@", 1)[-1]
+        digest = hashlib.sha256(self.url.encode()).hexdigest()[:6]
+        return f"{self.kind}:{host}#{digest}"
+
+
+class AlertSettings(_Model):
+    """Where alerts go and when: targets, the stale-heartbeat age, repeats, links, dead man."""
+
+    notify: list[NotifyTarget] = Field(default_factory=list)
+    heartbeat_stale: PositiveDuration = _default(300.0, "5m")
+    repeat: PositiveDuration | None = Field(
+        None, description="Notify a still-open incident again this often (default: never)."
+    )
+    ui_url: str | None = Field(
+        None, description="The web UI's base URL, for links to runs (https://runlane.example)."
+    )
+    deadman_url: str | None = Field(
+        None, description="A URL each launcher GETs every minute (a dead man's switch)."
+    )
+
+    @field_validator("ui_url")
+    @classmethod
+    def _ui_url(cls, value: str | None) -> str | None:
+        return _check_url(value, "ui_url")
+
+    @field_validator("deadman_url")
+    @classmethod
+    def _deadman_url(cls, value: str | None) -> str | None:
+        return _check_url(value, "deadman_url")
+
+    @model_validator(mode="after")
+    def _distinct_names(self) -> AlertSettings:
+        seen: set[str] = set()
+        for target in self.notify:
+            name = target.target_name
+            if name in seen:
+                raise ValueError(
+                    f"two notify targets are both named {name!r}: give one a distinct name"
+                )
+            seen.add(name)
+        return self
+
+
+def env_references(text: str) -> list[str]:
+    """The `${VAR}` names in `text`, in order."""
+    return [m.group(1) for m in _ENV_REF.finditer(text)]
+
+
+def expand_env(text: str, environ: Mapping[str, str]) -> str:
+    """`${VAR}` in `text` from `environ`; ValueError naming every unset one."""
+    missing = sorted({name for name in env_references(text) if name not in environ})
+    if missing:
+        raise ValueError(f"{', '.join(missing)} not set in the environment")
+    return _ENV_REF.sub(lambda m: environ[m.group(1)], text)
+
+
 @dataclass(frozen=True, slots=True)
 class ResolvedJob:
     """A job with every default filled in: what the launcher actually uses to run it."""
@@ -450,6 +580,7 @@ class Catalog(_Model):
     chains: dict[str, Chain] = Field(
         default_factory=dict, json_schema_extra=_name_map_extra("Chains")
     )
+    alerts: AlertSettings = Field(default_factory=AlertSettings)
     # The catalog is frozen, so a resolved job never changes: resolve each once (it is on the
     # launcher's per-run path).
     _resolved: dict[str, ResolvedJob] = PrivateAttr(default_factory=dict)

@@ -12,7 +12,18 @@ import sys
 import typer
 
 from runlane.cli import output
-from runlane.cli.commands import access, demo, docs, jobs, mcp, runs, setup, status, triggers
+from runlane.cli.commands import (
+    access,
+    alerts,
+    demo,
+    docs,
+    jobs,
+    mcp,
+    runs,
+    setup,
+    status,
+    triggers,
+)
 from runlane.cli.inputs import invalid_utf8_argument
 from runlane.cli.logging import configure_logging
 from runlane.cli.output import err, print_json
@@ -72,6 +83,13 @@ token_app.command("list")(access.token_list_cmd)
 token_app.command("revoke")(access.token_revoke_cmd)
 app.command("audit")(access.audit_cmd)
 app.command("mcp")(mcp.mcp_cmd)
+# Alerts.
+alerts_app = typer.Typer(
+    invoke_without_command=True, help="Incidents and notifications: list them, test targets."
+)
+app.add_typer(alerts_app, name="alerts")
+alerts_app.callback()(alerts.alerts_cmd)
+alerts_app.command("test")(alerts.alerts_test_cmd)
 
 
 def main() -> None:

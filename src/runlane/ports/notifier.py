@@ -17,6 +17,7 @@ Internal and unstable: implemented only inside runlane (see `runlane.ports`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal, Protocol
 
 from runlane.errors import RunlaneError
@@ -38,6 +39,13 @@ class Notification:
     text: str
     link: str | None = None  # where a person sees more (a run's page)
     count: int = 1
+    # What formats with structured fields (a webhook, Alertmanager's payload) carry besides.
+    rule: str = ""  # run_failed, launcher_stale, chain_overdue, dlq_depth, test
+    subject: str = ""  # the job, launcher or chain run it is about
+    incident_id: str | None = None
+    run_id: str | None = None
+    first_seen: datetime | None = None
+    resolved_at: datetime | None = None
 
 
 class NotifyError(RunlaneError):

@@ -68,6 +68,7 @@ from runlane.core.runs import (
     Run,
     RunStatus,
 )
+from runlane.ports.incidents import Incidents
 
 # --- the schema and the connection ------------------------------------------------------------
 
@@ -625,6 +626,7 @@ class Store(
     Audit,
     Idempotency,
     WebSessions,
+    Incidents,
     Protocol,
 ):
     """The run log and everything stored next to it: every role above. Adapters implement it

@@ -139,6 +139,7 @@ DEFAULT_HTTP_ADDR = "127.0.0.1:8080"
 HTTP_ADDR_OFF = "off"
 DEFAULT_HTTP_REQUEST_TIMEOUT = 30.0
 MAX_HTTP_REQUEST_TIMEOUT = 3600.0
+MAX_ALERT_INTERVAL = 30.0
 HTTP_ROLES = ("viewer", "operator", "admin")
 _HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")  # an RFC 9110 token
 
@@ -257,6 +258,7 @@ class Settings:
     # viewer token); `off` serves it nowhere; HOST:PORT also serves it, without a token, on
     # a listener of its own beside the launcher (`runlane serve`, HTTP on or off).
     metrics_addr: str = ""
+    alert_interval: float = 30.0  # the alert rules' evaluation interval (docs/alerts.md)
     launcher_id: str = field(default_factory=default_launcher_id)
 
     @classmethod
@@ -289,6 +291,7 @@ class Settings:
             http_groups_header=_env_header(e, "RUNLANE_HTTP_GROUPS_HEADER", "X-Forwarded-Groups"),
             http_group_roles=parse_group_roles(e.get("RUNLANE_HTTP_GROUP_ROLES") or ""),
             metrics_addr=(e.get("RUNLANE_METRICS_ADDR") or "").strip(),
+            alert_interval=_env_duration(e, "RUNLANE_ALERT_INTERVAL", 30.0),
         )
         settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
         settings.validate()
@@ -355,6 +358,11 @@ class Settings:
                 "must be more than 0s and at most 1h"
             )
         parse_trusted_proxies(self.http_trusted_proxies)
+        if not 0 < self.alert_interval <= MAX_ALERT_INTERVAL:
+            raise ConfigError(
+                f"RUNLANE_ALERT_INTERVAL ({self.alert_interval:g}s): must be more than 0s and "
+                "at most 30s (the alert rules are evaluated at least that often)"
+            )
         for header_env, header in (
             ("RUNLANE_HTTP_USER_HEADER", self.http_user_header),
             ("RUNLANE_HTTP_GROUPS_HEADER", self.http_groups_header),
@@ -404,4 +412,5 @@ ENV_NAMES: dict[str, str] = {
     "http_groups_header": "RUNLANE_HTTP_GROUPS_HEADER",
     "http_group_roles": "RUNLANE_HTTP_GROUP_ROLES",
     "metrics_addr": "RUNLANE_METRICS_ADDR",
+    "alert_interval": "RUNLANE_ALERT_INTERVAL",
 }

@@ -176,7 +176,16 @@ async def diagnose(settings: Settings, store: Store) -> list[Finding]:
     if repair == 0:
         findings.append(Finding("ok", "repair", f"{len(active)} active runs, none needs repair"))
     findings.extend(await kubernetes_findings(catalog, settings))
+    findings.extend(await _alert_findings(store, catalog))
     return findings
+
+
+async def _alert_findings(store: Store, catalog: Catalog | None) -> list[Finding]:
+    """Notify targets that keep failing, `${VAR}`s unset here, open incidents (service/alerts)."""
+    from runlane.service.alerts.health import alert_health, health_lines
+
+    health = await alert_health(store, catalog)
+    return [Finding(level, "alerts", message) for level, message in health_lines(health)]
 
 
 async def removed_chain_findings(

@@ -21,10 +21,10 @@ import asyncio
 import platform
 import time
 from bisect import bisect_left
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -97,28 +97,13 @@ def _bound(value: float) -> str:
     return f"{value:g}" if value < 1e6 else repr(value)
 
 
-@dataclass
-class Notifications:
-    """What the alert notifiers report (the `halert` side fills it): notifications sent and
-    failed by target, incidents open by rule. `open_incidents`, when set, is called at scrape
-    time (a cheap read of what the alert loop already holds)."""
+class AlertCounters(Protocol):
+    """What the launcher's alert loop counts (service/alerts `AlertStats`), read at scrape
+    time: plain values by target and by rule, every target and rule present from the start."""
 
-    sent: dict[str, int] = field(default_factory=dict)
-    failed: dict[str, int] = field(default_factory=dict)
-    open_incidents: Callable[[], Mapping[str, int]] | None = None
-
-    def notification_sent(self, target: str) -> None:
-        self.sent[target] = self.sent.get(target, 0) + 1
-        self.failed.setdefault(target, 0)
-
-    def notification_failed(self, target: str) -> None:
-        self.failed[target] = self.failed.get(target, 0) + 1
-        self.sent.setdefault(target, 0)
-
-    def prime_targets(self, targets: Iterable[str]) -> None:
-        for target in targets:
-            self.sent.setdefault(target, 0)
-            self.failed.setdefault(target, 0)
+    def notifications_sent(self) -> Mapping[str, int]: ...
+    def notifications_failed(self) -> Mapping[str, int]: ...
+    def open_incidents_by_rule(self) -> Mapping[str, int]: ...
 
 
 class LauncherMetrics:
@@ -136,7 +121,8 @@ class LauncherMetrics:
         self.duration = Histogram(DURATION_BUCKETS)  # (job, executor, status)
         self.pickup = Histogram(LATENCY_BUCKETS)  # (executor,)
         self.schedule_lag = Histogram(LATENCY_BUCKETS)  # (job,)
-        self.notifications = Notifications()
+        # The launcher's alert loop's counters, when it has one (set by the launcher).
+        self.alerts: AlertCounters | None = None
         self.launcher_id: str | None = None
         self.executors: tuple[str, ...] = ("inline",)
 
@@ -249,25 +235,26 @@ class LauncherMetrics:
             ["executor", "code"],
             self.executor_errors.items(),
         )
-        notes = self.notifications
+        alerts = self.alerts
         yield _counter(
             "runlane_notifications_sent",
             "Alert notifications sent, by target.",
             ["target"],
-            [((t,), n) for t, n in notes.sent.items()],
+            [((t,), n) for t, n in (alerts.notifications_sent() if alerts else {}).items()],
         )
         yield _counter(
             "runlane_notifications_failed",
-            "Alert notifications that failed for good (after their retries), by target.",
+            "Alert notification sends that failed, by target.",
             ["target"],
-            [((t,), n) for t, n in notes.failed.items()],
+            [((t,), n) for t, n in (alerts.notifications_failed() if alerts else {}).items()],
         )
         incidents = GaugeMetricFamily(
-            "runlane_incidents_open", "Alert incidents open now, by rule.", labels=["rule"]
+            "runlane_open_incidents",
+            "Alert incidents open, by rule (as of the alert loop's last evaluation).",
+            labels=["rule"],
         )
-        if notes.open_incidents is not None:
-            for rule, n in sorted(notes.open_incidents().items()):
-                incidents.add_metric([rule], float(n))
+        for rule, n in sorted((alerts.open_incidents_by_rule() if alerts else {}).items()):
+            incidents.add_metric([rule], float(n))
         yield incidents
 
 

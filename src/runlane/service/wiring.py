@@ -14,11 +14,11 @@ import os
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from runlane.core.secrets import mask_secrets, mask_url
 from runlane.errors import CatalogError, ConfigError, RunRefused
-from runlane.ports import Bus, Clock, Executor, Store, Wakeups
+from runlane.ports import Bus, Clock, Executor, Notifier, Store, Wakeups
 from runlane.service.config import DEFAULT_LOG_DIR, Settings
 
 if TYPE_CHECKING:
@@ -225,3 +225,43 @@ def build_bus(store: Wakeups) -> Bus:
     from runlane.adapters.sql.bus import DatabaseBus
 
     return DatabaseBus(store)
+
+
+def build_notifier(
+    kind: str,
+    name: str,
+    url: str,
+    *,
+    token: str | None = None,
+    secret: str | None = None,
+    body_format: str | None = None,
+    external_url: str | None = None,
+) -> Notifier:
+    """The notifier of one `alerts.notify` target (`kind` ntfy or webhook), URL and secrets
+    already expanded (service/alerts/targets.py)."""
+    from runlane.adapters.notify import NtfyNotifier, WebhookNotifier  # httpx: on use only
+
+    if kind == "ntfy":
+        return NtfyNotifier(name, url, token=token)
+    return WebhookNotifier(
+        name,
+        url,
+        secret=secret,
+        body_format="alertmanager" if body_format == "alertmanager" else "runlane",
+        external_url=external_url,
+    )
+
+
+def build_pinger(name: str) -> HttpPinger:
+    """A bounded HTTP client for the dead man's switch (`HttpPinger.request`, `aclose`)."""
+    from runlane.adapters.notify import HttpNotifier
+
+    return HttpNotifier(name)
+
+
+class HttpPinger(Protocol):
+    """What the alert loop's dead man's switch calls (`adapters.notify.HttpNotifier`)."""
+
+    async def request(self, method: str, url: str, *, within: float) -> None: ...
+
+    async def aclose(self) -> None: ...

@@ -16,6 +16,7 @@ from runlane.adapters.postgres.leases import PostgresLeases
 from runlane.adapters.postgres.statements import CURRENT_SCHEMA_VERSION, MIGRATIONS, Q
 from runlane.adapters.sql import base
 from runlane.adapters.sql.base import SqlStoreBase
+from runlane.adapters.sql.incidents import SqlIncidents
 from runlane.adapters.sql.migrations import check_schema_version
 from runlane.adapters.sql.rows import Row, RowReader, dump_json
 from runlane.core.accept_rules import (
@@ -48,7 +49,7 @@ from runlane.ports import (
 )
 
 
-class PostgresStore(PostgresLeases, SqlStoreBase):
+class PostgresStore(PostgresLeases, SqlIncidents, SqlStoreBase):
     """`runlane.ports.Store` on PostgreSQL (psycopg 3, async pool)."""
 
     dialect = "postgresql"

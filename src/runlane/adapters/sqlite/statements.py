@@ -1,4 +1,4 @@
-"""The SQLite store's named statements (`sql/queries.sql` plus the shared ones), its connection
+"""The SQLite store's named statements (`sql/queries.sql`, `sql/alerts.sql` and the shared ones), its connection
 PRAGMAs and its migrations, loaded once at import."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from runlane.adapters.sql.queries import load_queries, with_shared
 
 _PACKAGE = "runlane.adapters.sqlite"
 Q = with_shared(load_queries(_PACKAGE), "named")
+Q.update(load_queries(_PACKAGE, "sql/alerts.sql"))  # the Incidents role (migration 0009)
 # `finish` for a batch: only what the launcher reads back (the whole row is ~35 conversions).
 Q["finish_brief"] = Q["finish"].replace("RETURNING *", "RETURNING status, end_reason")
 if Q["finish_brief"] == Q["finish"]:  # pragma: no cover - caught by any finish test

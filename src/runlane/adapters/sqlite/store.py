@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from runlane.adapters.sql import base
+from runlane.adapters.sql.incidents import SqlIncidents
 from runlane.adapters.sql.migrations import Migration, check_schema_version
 from runlane.adapters.sql.rows import RowReader, dump_json
 from runlane.adapters.sqlite.connection import (
@@ -67,7 +68,7 @@ def _ended_at(now: datetime, ended_monotonic: float | None) -> str:
     return format_time(now - timedelta(seconds=ago) if ago else now)
 
 
-class SqliteStore(SqliteConnection):
+class SqliteStore(SqlIncidents, SqliteConnection):
     """`runlane.ports.Store` on a SQLite file (stdlib `sqlite3`, one worker thread)."""
 
     dialect = "sqlite"

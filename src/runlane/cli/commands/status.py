@@ -40,6 +40,13 @@ def status_cmd(
 
         report = await operations.status(rt)
         data = status_dict(report)
+        if report.alerts is not None:
+            from runlane.service.operations.alerts import target_dict
+
+            data["alerts"] = {
+                "open_by_rule": dict(report.alerts.open_by_rule),
+                "failing_targets": [target_dict(t) for t in report.alerts.failing()],
+            }
         if as_json:
             print_json(data)
             return
@@ -63,6 +70,13 @@ def status_cmd(
                 f"[yellow]stuck[/] run {s.run_id} ({output.escape(s.job)}, {s.status}): "
                 f"{output.escape(s.why)}"
             )
+        if report.alerts is not None:
+            from runlane.service.alerts.health import health_lines
+
+            style = {"ok": "green", "warning": "yellow", "error": "red"}
+            for level, message in health_lines(report.alerts):
+                if level != "ok" or any(report.alerts.open_by_rule.values()):
+                    out.print(f"[{style[level]}]alerts[/] {output.escape(message)}")
 
     with_runtime(settings, show, catalog=False)
 

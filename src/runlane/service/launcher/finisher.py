@@ -101,6 +101,7 @@ class Finisher:
         self._lease_ttl = lease_ttl
         self._tunables = tunables
         self.chain_nudge: asyncio.Event | None = None  # set when a chain's step ends
+        self.alert_nudge: Callable[[], None] | None = None  # called when a run fails
         self.database_down = False  # from a failed database call until a write lands
         self.takeover_after = 0.0
         # Outcomes handed over and not yet saved (run id → request): when the database fails,
@@ -210,6 +211,8 @@ class Finisher:
                 raise LeaseLost(f"lease on run {run.id} is lost: outcome not saved")
         if run.chain_root_id is not None and self.chain_nudge is not None:
             self.chain_nudge.set()  # the chain may start its next steps now
+        if self.alert_nudge is not None and final.status in (RunStatus.FAILURE, RunStatus.TIMEOUT):
+            self.alert_nudge()  # the run_failed rule looks now, not at its next interval
         log.info(
             "run.finished",
             run_id=run.id,

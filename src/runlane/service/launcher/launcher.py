@@ -8,6 +8,7 @@ One asyncio process runs these loops:
 - finisher: saves the outcomes in batches (finisher.py);
 - lease keeper: renews the leases of every supervised run (leases.py);
 - heartbeat: one `launcher_heartbeat` row, every `heartbeat_interval` (heartbeat.py);
+- alerts: the alert rules, incidents and notifications (service/alerts);
 - the scheduler and the chain advancer, unless `triggers` is off.
 
 Shutdown (SIGTERM/SIGINT): stop claiming, give running inline runs `shutdown_grace`, then end
@@ -20,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,8 @@ import structlog
 from runlane.catalog import Catalog
 from runlane.errors import DatabaseUnavailable, StoreError
 from runlane.ports import Bus, Executor, Store, Wakeups
+from runlane.service.alerts.engine import AlertEngine, DlqDepth
+from runlane.service.alerts.targets import Target, build_targets, close_targets
 from runlane.service.config import Settings
 from runlane.service.launcher.finisher import Finisher
 from runlane.service.launcher.heartbeat import HeartbeatWriter
@@ -74,6 +77,10 @@ class Launcher:
     bus: Bus | None = None
     # What the exporter reads (service/metrics.py): given by whoever serves /metrics, else its own.
     metrics: LauncherMetrics = field(default_factory=LauncherMetrics)
+    # Alerts (service/alerts): the notification targets (None: built from the catalog's
+    # `alerts:` section and the environment) and the dead-letter depth (None: no broker).
+    alert_targets: Sequence[Target] | None = None
+    dlq_depth: DlqDepth | None = None
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -126,6 +133,21 @@ class Launcher:
             launcher_stale_after=settings.launcher_stale_after,
             metrics=self.metrics,
         )
+        self._own_targets: list[Target] = []
+        if self.alert_targets is None:
+            self._own_targets, problems = build_targets(self.catalog.alerts)
+            for problem in problems:
+                log.error("alerts.target_unusable", target=problem.name, error=problem.problem)
+        self.alerts = AlertEngine(
+            self.store,
+            self.catalog,
+            self._own_targets if self.alert_targets is None else self.alert_targets,
+            owner=self.owner,
+            interval=settings.alert_interval,
+            dlq_depth=self.dlq_depth,
+        )
+        self._finisher.alert_nudge = self.alerts.nudge
+        self.metrics.alerts = self.alerts.stats  # notifications and incidents, for /metrics
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -160,6 +182,7 @@ class Launcher:
             asyncio.create_task(self._finisher.run(), name="runlane-finisher"),
             asyncio.create_task(self._leases.run(), name="runlane-leases"),
             asyncio.create_task(self._heartbeat.run(), name="runlane-heartbeat"),
+            asyncio.create_task(self.alerts.run(self._stopping), name="runlane-alerts"),
         ]
         if self.triggers:
             self._tasks.extend(self._start_trigger_loops())
@@ -251,6 +274,7 @@ class Launcher:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        await close_targets(self._own_targets)
         if not self._finisher.database_down:
             # (A database that does not answer would hold the stop up for another bound; the
             # row then ages out: shown stale, pruned by the other launchers.)

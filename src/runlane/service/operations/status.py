@@ -13,6 +13,8 @@ from runlane.service.operations.notices import Notice
 from runlane.service.runtime import Runtime
 
 if TYPE_CHECKING:
+    from runlane.catalog import Catalog
+    from runlane.service.alerts.health import AlertHealth
     from runlane.service.doctor import Finding, Stuck
 
 # `runlane.service.doctor` and `catalog_stamp` bring the catalog models (~0.2 s): imported by
@@ -48,6 +50,7 @@ class StatusReport:
     catalog_error: str | None
     launchers: tuple[LauncherState, ...]
     warnings: tuple[Notice, ...]
+    alerts: AlertHealth | None = None  # open incidents, targets failing (service/alerts)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,8 @@ async def status(rt: Runtime) -> StatusReport:
     # Live from the run log, by launcher: a heartbeat's counts are as old as its beat.
     running = await rt.store.running_by_launcher()
     stuck = await stuck_runs(rt.store)
+    from runlane.service.alerts.health import alert_health
+
     states: list[LauncherState] = []
     warnings: list[Notice] = []
     for h in launchers:
@@ -124,7 +129,17 @@ async def status(rt: Runtime) -> StatusReport:
         catalog_error=file_error,
         launchers=tuple(states),
         warnings=tuple(warnings),
+        alerts=await alert_health(rt.store, _catalog_of(rt)),
     )
+
+
+def _catalog_of(rt: Runtime) -> Catalog | None:
+    from runlane.errors import CatalogError
+
+    try:
+        return rt.require_catalog()
+    except CatalogError:
+        return None
 
 
 async def list_launchers(rt: Runtime) -> tuple[LauncherState, ...]:
