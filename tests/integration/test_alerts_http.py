@@ -259,7 +259,7 @@ async def test_launchers_send_one_firing_per_incident_over_http(
         assert ntfy["priority"] == "5"
         assert ntfy["click"].startswith("https://runlane.example/runs/")
     finally:
-        for launcher, task in launchers:
+        for launcher, _task in launchers:
             launcher.stop()
         for _launcher, task in launchers:
             async with asyncio.timeout(30):
