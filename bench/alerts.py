@@ -24,15 +24,15 @@ from datetime import UTC, datetime
 
 os.environ.setdefault("RUNLANE_HTTP_ADDR", "off")
 
-from runlane.catalog.loader import parse_catalog_text  # noqa: E402
-from runlane.core.records import Heartbeat  # noqa: E402
-from runlane.core.runs import NewRun, Outcome, RunStatus, Trigger  # noqa: E402
-from runlane.ports.notifier import Notification  # noqa: E402
-from runlane.service.accept import RunRequest, accept_run  # noqa: E402
-from runlane.service.alerts.targets import Target  # noqa: E402
-from runlane.service.config import Settings  # noqa: E402
-from runlane.service.launcher import Launcher  # noqa: E402
-from runlane.service.wiring import build_executors, store_from_url  # noqa: E402
+from runlane.catalog.loader import parse_catalog_text
+from runlane.core.records import Heartbeat
+from runlane.core.runs import NewRun, Outcome, RunStatus, Trigger
+from runlane.ports.notifier import Notification
+from runlane.service.accept import RunRequest, accept_run
+from runlane.service.alerts.targets import Target
+from runlane.service.config import Settings
+from runlane.service.launcher import Launcher
+from runlane.service.wiring import build_executors, store_from_url
 
 PY = sys.executable
 
@@ -64,7 +64,7 @@ def catalog(jobs: int) -> str:
 
 def pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def show(name: str, values: list[float]) -> None:
@@ -92,11 +92,16 @@ async def main(args: argparse.Namespace) -> None:
     await store.upgrade()
     recorder = Clocked()
     settings = Settings(
-        database_url=url, log_dir=f"{tmp}/logs", alert_interval=args.interval,
+        database_url=url,
+        log_dir=f"{tmp}/logs",
+        alert_interval=args.interval,
         launcher_id=f"bench-{uuid.uuid4().hex[:6]}",
     )
     launcher = Launcher(
-        store=store, catalog=cat, executors=build_executors(settings), settings=settings,
+        store=store,
+        catalog=cat,
+        executors=build_executors(settings),
+        settings=settings,
         alert_targets=[Target("bench", "bench", ("critical",), recorder)],
     )
     task = asyncio.create_task(launcher.run())
@@ -106,7 +111,7 @@ async def main(args: argparse.Namespace) -> None:
         for i in range(n):
             result = await accept_run(store, cat, RunRequest(job=f"fail-{i}", trigger="manual"))
             ids.append((f"fail-{i}", result.run.id))
-            await asyncio.sleep(random.uniform(0, 0.5))  # noqa: S311 - spread, not a secret
+            await asyncio.sleep(random.uniform(0, 0.5))
         await wait_for(lambda: all(f"run_failed:{j}" in recorder.arrived for j, _ in ids), 120)
         local = []
         for job, run_id in ids:
@@ -119,25 +124,34 @@ async def main(args: argparse.Namespace) -> None:
         finished: dict[str, float] = {}
         for job in remote_jobs:
             run_id = str(uuid.uuid4())
-            await store.accept(NewRun(run_id, job, Trigger.MANUAL, run_id, executor="slurm",
-                                      overlap="allow"))
-            (claimed,) = await store.claim("elsewhere", limit=1, lease_ttl=30,
-                                           executors=["slurm"], executor_caps={})
-            done = await store.finish(claimed.lease, Outcome(RunStatus.FAILURE, "exit", exit_code=1))
+            await store.accept(
+                NewRun(run_id, job, Trigger.MANUAL, run_id, executor="slurm", overlap="allow")
+            )
+            (claimed,) = await store.claim(
+                "elsewhere", limit=1, lease_ttl=30, executors=["slurm"], executor_caps={}
+            )
+            done = await store.finish(
+                claimed.lease, Outcome(RunStatus.FAILURE, "exit", exit_code=1)
+            )
             assert done.finished_at is not None
             finished[job] = done.finished_at.timestamp()
-            await asyncio.sleep(random.uniform(0, 2 * args.interval / n))  # noqa: S311
-        await wait_for(lambda: all(f"run_failed:{j}" in recorder.arrived for j in remote_jobs),
-                       4 * args.interval + 60)
+            await asyncio.sleep(random.uniform(0, 2 * args.interval / n))
+        await wait_for(
+            lambda: all(f"run_failed:{j}" in recorder.arrived for j in remote_jobs),
+            4 * args.interval + 60,
+        )
         show("remote", [recorder.arrived[f"run_failed:{j}"] - finished[j] for j in remote_jobs])
         # stale: other launchers' last beats, 10 s stale
         stale_ids = [f"ghost-{i}" for i in range(max(3, n // 4))]
         beats: dict[str, float] = {}
         for ghost in stale_ids:
-            await store.beat(Heartbeat(ghost, "nowhere", 1, "0", started_at=datetime.now(UTC),
-                                       heartbeat_interval=1.0))
+            await store.beat(
+                Heartbeat(
+                    ghost, "nowhere", 1, "0", started_at=datetime.now(UTC), heartbeat_interval=1.0
+                )
+            )
             beats[ghost] = time.time()
-            await asyncio.sleep(random.uniform(0, args.interval / len(stale_ids)))  # noqa: S311
+            await asyncio.sleep(random.uniform(0, args.interval / len(stale_ids)))
         await wait_for(
             lambda: all(f"launcher_stale:{g}" in recorder.arrived for g in stale_ids),
             4 * args.interval + 60,
