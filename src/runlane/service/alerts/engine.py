@@ -37,6 +37,7 @@ from runlane.core.alert_rules import (
     send_backoff,
 )
 from runlane.core.incidents import Incident, Notice
+from runlane.core.runs import Run
 from runlane.errors import StoreError
 from runlane.ports import Store
 from runlane.ports.notifier import (
@@ -245,16 +246,13 @@ class AlertEngine:
         )
         after_at, after_id = start, ""
         position = now
+        # Every page first, then one plan: a job's success on a later page resolves what its
+        # failures on an earlier one would otherwise open again.
+        read: list[Run] = []
         for _ in range(MAX_PAGES):
             runs = await store.finished_since(after_at, after_id, limit=PAGE)
-            report.runs_read += len(runs)
+            read.extend(runs)
             if runs:
-                plan = plan_run_failed(runs, self._levels, open_by_job)
-                opened = await self._apply(plan, report)
-                for incident in opened:
-                    open_by_job[incident.key] = incident
-                for resolve in plan.resolve:
-                    open_by_job.pop(resolve.incident.key, None)
                 last = runs[-1]
                 assert last.finished_at is not None
                 after_at, after_id = last.finished_at, last.id
@@ -262,6 +260,9 @@ class AlertEngine:
                 break
         else:
             position = after_at  # more to read: the next evaluation goes on from here
+        report.runs_read += len(read)
+        if read:
+            await self._apply(plan_run_failed(read, self._levels, open_by_job), report)
         await store.advance_alert_cursor(RUN_FAILED, min(position, now))
 
     async def _chain_overdue(

@@ -13,6 +13,7 @@ from runlane.service.alerts.health import AlertHealth, alert_health
 from runlane.service.alerts.targets import build_targets, close_targets, resolve_url
 from runlane.service.operations.arguments import check_limit
 from runlane.service.runtime import Runtime
+from runlane.service.views import iso
 
 TEST_TIMEOUT = 10.0
 
@@ -88,10 +89,6 @@ def _catalog_or_none(rt: Runtime) -> Any:
 
 def incident_dict(incident: Incident) -> dict[str, Any]:
     """An incident as JSON (`runlane alerts --json`), times in ISO-8601 UTC."""
-
-    def iso(value: Any) -> str | None:
-        return None if value is None else value.isoformat().replace("+00:00", "Z")
-
     return {
         "id": incident.id,
         "rule": incident.rule,
@@ -123,9 +120,7 @@ def incident_dict(incident: Incident) -> dict[str, Any]:
 
 
 def target_dict(target: TargetHealth) -> dict[str, Any]:
-    def iso(value: Any) -> str | None:
-        return None if value is None else value.isoformat().replace("+00:00", "Z")
-
+    """A notify target's record as JSON (`runlane alerts --json`, `status --json`)."""
     return {
         "target": target.target,
         "failures": target.failures,
