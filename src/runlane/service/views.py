@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from runlane.core.records import AuditEntry, ChainRun
 from runlane.core.runs import Run
+from runlane.core.times import iso as iso
 
 if TYPE_CHECKING:
     from runlane.core.records import Override
@@ -30,13 +31,6 @@ if TYPE_CHECKING:
 # The lease token is a secret of the launcher holding it: never shown. `params_raw` is shown
 # only when the params could not be read (see `run_dict`).
 HIDDEN = frozenset({"lease_token", "params_raw"})
-
-
-def iso(value: datetime | None) -> str | None:
-    """UTC ISO-8601 with a Z, the one time format of every JSON output."""
-    if value is None:
-        return None
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 # Values JSON takes as they are. Exact types: a StrEnum (a run's status) is a str subclass and

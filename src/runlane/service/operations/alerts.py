@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from runlane.core.incidents import Incident, TargetHealth
+from runlane.core.times import iso
 from runlane.ports.notifier import Notification, NotifyError
 from runlane.service.alerts.health import AlertHealth, alert_health
 from runlane.service.alerts.targets import build_targets, close_targets, resolve_url
 from runlane.service.operations.arguments import check_limit
 from runlane.service.runtime import Runtime
-from runlane.service.views import iso
 
 TEST_TIMEOUT = 10.0
 
