@@ -153,7 +153,7 @@ def main() -> None:
             )
         if not args.no_http:
             token = asyncio.run(operator_token(url))
-            with web_server(url, Path(tmp)) as base:
+            with web_server(url, Path(tmp)) as (base, _pid):
                 for n in range(1, args.repeat + 1):
                     times = over_http(base, token, args.scrapes)
                     rounds["http"].append(median(times))

@@ -54,7 +54,7 @@ async def deep_cursor(client: httpx.AsyncClient, flt: dict[str, str]) -> str | N
 
 async def bench(url: str, args: argparse.Namespace) -> None:
     secret = await operator_token(url)
-    with tempfile.TemporaryDirectory() as tmp, web_server(url, Path(tmp)) as base:
+    with tempfile.TemporaryDirectory() as tmp, web_server(url, Path(tmp)) as (base, _pid):
         limits = httpx.Limits(max_connections=args.clients, max_keepalive_connections=args.clients)
         async with httpx.AsyncClient(base_url=base, limits=limits, timeout=60) as client:
             await logged_in(client, secret)
