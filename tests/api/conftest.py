@@ -135,9 +135,11 @@ def running_api(settings: Settings, dialect: str) -> Iterator[ApiServer]:
 
     thread = threading.Thread(target=thread_main, name=f"api-{dialect}", daemon=True)
     thread.start()
-    ready.wait(timeout=60)
+    started_in_time = ready.wait(timeout=120)
     if failure:
         raise failure[0]
+    if not started_in_time or "port" not in holder:
+        raise AssertionError(f"the {dialect} API server did not start within 120 s")
     server = ApiServer(
         base_url=f"http://127.0.0.1:{holder['port']}",
         dialect=dialect,
