@@ -354,7 +354,19 @@ class Harness:
                 code = proc.wait()
                 self.report.violations.append(f"launcher {slot} did not stop on SIGTERM")
             if code != 0:
-                self.report.violations.append(f"launcher {slot} exited with {code} on SIGTERM")
+                self.report.violations.append(
+                    f"launcher {slot} exited with {code} on SIGTERM; its log ends:\n"
+                    + self.log_tail(slot)
+                )
+
+    def log_tail(self, slot: int, size: int = 3000) -> str:
+        """The last `size` bytes of a launcher's log, for a violation that needs its story."""
+        path = self.cfg.workdir / f"launcher-{slot}.log"
+        try:
+            data = path.read_bytes()[-size:]
+        except OSError as exc:
+            return f"(unreadable: {exc})"
+        return data.decode("utf-8", "replace")
 
     # ------------------------------------------------------------------ the checks
 
