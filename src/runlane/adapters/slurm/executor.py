@@ -140,7 +140,7 @@ class SlurmExecutor:
 
     def _batch_script(self) -> str:
         if self._script is None:
-            path = Path(self.log_dir) / "runlane-batch.sh"
+            path = Path(self.log_dir) / ".runlane-slurm-batch.sh"
             Path(self.log_dir).mkdir(parents=True, exist_ok=True)
             if not path.exists() or path.read_text() != BATCH_SCRIPT:
                 tmp = path.with_suffix(f".{os.getpid()}.tmp")
@@ -273,8 +273,8 @@ class SlurmExecutor:
                             await self._give_up(
                                 run,
                                 EndReason.START_FAILED,
-                                "slurm_unsatisfiable",
-                                f"Slurm cannot run the job as requested (pending reason "
+                                error_code="slurm_unsatisfiable",
+                                note=f"Slurm cannot run the job as requested (pending reason "
                                 f"{verdict.reason}); the job was cancelled",
                             ),
                         )
@@ -285,8 +285,8 @@ class SlurmExecutor:
                             await self._give_up(
                                 run,
                                 EndReason.START_TIMEOUT,
-                                "start_timeout",
-                                f"still pending after start_timeout ({self.start_timeout:g}s), "
+                                error_code="start_timeout",
+                                note=f"still pending after start_timeout ({self.start_timeout:g}s), "
                                 f"pending reason {verdict.reason or 'None'}; the job was "
                                 "cancelled",
                             ),
@@ -440,7 +440,7 @@ class SlurmExecutor:
         log.info("slurm.finished", run_id=run.spec.run_id, job_id=job.job_id, state=job.state)
         return run.outcome
 
-    async def _give_up(self, run: _Run, end_reason: str, error_code: str, note: str) -> Outcome:
+    async def _give_up(self, run: _Run, end_reason: str, *, error_code: str, note: str) -> Outcome:
         await self._scancel(run)
         run.outcome = Outcome(
             RunStatus.FAILURE,
