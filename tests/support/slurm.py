@@ -101,6 +101,7 @@ SelectTypeParameters=CR_Core
 ReturnToService=2
 MinJobAge=3600
 KillWait=2
+MessageTimeout=3
 InactiveLimit=0
 StateSaveLocation={dir}/state
 SlurmdSpoolDir={dir}/spool

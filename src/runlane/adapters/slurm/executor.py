@@ -113,6 +113,7 @@ class SlurmExecutor:
 
     def __post_init__(self) -> None:
         self.log_dir = Path(self.log_dir).absolute()
+        self.log_dir.mkdir(parents=True, exist_ok=True)
         self._base_env = {**os.environ, **(self.slurm_env or {})}
 
     # ------------------------------------------------------------------ plumbing
@@ -141,7 +142,6 @@ class SlurmExecutor:
     def _batch_script(self) -> str:
         if self._script is None:
             path = Path(self.log_dir) / ".runlane-slurm-batch.sh"
-            Path(self.log_dir).mkdir(parents=True, exist_ok=True)
             if not path.exists() or path.read_text() != BATCH_SCRIPT:
                 tmp = path.with_suffix(f".{os.getpid()}.tmp")
                 tmp.write_text(BATCH_SCRIPT)
