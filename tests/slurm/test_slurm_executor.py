@@ -6,8 +6,6 @@ someone else, a name collision, large params, and one poll for many runs."""
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -39,31 +37,12 @@ async def finish(executor: SlurmExecutor, execution: Execution) -> tuple[list[st
     return [e.kind for e in events], events[-1].outcome
 
 
-def tool(cluster: SlurmCluster, *argv: str) -> str:
-    """A Slurm client call on the test cluster, as an operator would make it."""
-    return subprocess.run(
-        list(argv),
-        env={**os.environ, **cluster.env},
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    ).stdout
-
-
 def leftover_params(log_dir: Path) -> list[Path]:
     return list(log_dir.glob("*.params"))
 
 
 def squeue(cluster: SlurmCluster, name: str) -> list[str]:
-    out = subprocess.run(
-        ["squeue", f"--name={name}", "-h", "-t", "all", "-o", "%i|%T|%r"],
-        env={**os.environ, **cluster.env},
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    ).stdout
+    out = cluster.tool("squeue", f"--name={name}", "-h", "-t", "all", "-o", "%i|%T|%r", check=True)
     return [line for line in out.splitlines() if line]
 
 
@@ -186,7 +165,7 @@ async def test_a_job_cancelled_by_someone_else_is_a_failure(
         "the job runs",
         within=WITHIN,
     )
-    tool(slurm, "scancel", execution.external_id)
+    slurm.tool("scancel", execution.external_id, check=True)
     _, outcome = await finish(executor, execution)
     assert (outcome.status, outcome.error_code) == (RunStatus.FAILURE, "cancelled_externally")
 
@@ -196,12 +175,12 @@ async def test_a_foreign_job_of_the_runs_name_is_never_adopted(
 ) -> None:
     spec = python_spec("print('mine')")
     name = job_name(spec.job, spec.run_id, spec.attempt)
-    tool(slurm, "sbatch", "--parsable", f"--job-name={name}", "--comment=someone-else",
-         f"--output={tmp_path}/foreign.out", "--wrap=sleep 30")  # fmt: skip
+    slurm.tool("sbatch", "--parsable", f"--job-name={name}", "--comment=someone-else",
+         f"--output={tmp_path}/foreign.out", "--wrap=sleep 30", check=True)  # fmt: skip
     with pytest.raises(PermanentExecutorError) as err:
         await executor.start(spec)
     assert err.value.code == "name_collision"
-    tool(slurm, "scancel", f"--name={name}")
+    slurm.tool("scancel", f"--name={name}", check=True)
 
 
 async def test_params_too_large_for_the_environment_reach_the_job_as_a_private_file(

@@ -164,15 +164,19 @@ class SlurmCluster:
                 break
             time.sleep(0.05)
 
-    def scontrol(self, *args: str) -> str:
+    def tool(self, *argv: str, check: bool = False) -> str:
+        """A Slurm client call on this cluster (as an operator would make it); its stdout."""
         return subprocess.run(
-            ["scontrol", *args],
+            list(argv),
             env={**os.environ, **self.env},
             capture_output=True,
             text=True,
             timeout=30,
-            check=False,
+            check=check,
         ).stdout
+
+    def scontrol(self, *args: str) -> str:
+        return self.tool("scontrol", *args)
 
     def wait_up(self, within: float = UP_WITHIN) -> None:
         """Until slurmctld answers and the node takes jobs (idle or mixed/allocated)."""
@@ -189,13 +193,7 @@ class SlurmCluster:
             time.sleep(0.1)
 
     def stop(self) -> None:
-        subprocess.run(
-            ["scancel", "--full", "--user", "root"],
-            env={**os.environ, **self.env},
-            capture_output=True,
-            timeout=30,
-            check=False,
-        )
+        self.tool("scancel", "--full", "--user", "root")
         self.stop_daemon("slurmd")
         self.stop_daemon("slurmctld")
 
