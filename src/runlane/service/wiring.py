@@ -14,7 +14,7 @@ import os
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from runlane.core.secrets import mask_secrets, mask_url
 from runlane.errors import CatalogError, ConfigError, RunRefused
@@ -179,6 +179,15 @@ def slurm_configured() -> bool:
     from runlane.adapters.slurm.config import slurm_configured as configured
 
     return configured()
+
+
+async def slurm_report(
+    partitions: list[str],
+) -> list[tuple[Literal["ok", "warning", "error"], str]]:
+    """`runlane doctor`'s Slurm checks as (level, message) (see `adapters.slurm.doctor`)."""
+    from runlane.adapters.slurm.doctor import slurm_report as report
+
+    return await report(partitions)
 
 
 def cluster_configured() -> bool:
