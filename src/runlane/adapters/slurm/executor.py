@@ -189,7 +189,7 @@ class SlurmExecutor:
             raise PermanentExecutorError(
                 f"sbatch answered {answer.stdout.strip()!r}, not a job id", error_code="slurm_error"
             )
-        log.info("slurm.submitted", run_id=spec.run_id, job_id=job_id, name=name)
+        log.debug("slurm.submitted", run_id=spec.run_id, job_id=job_id, name=name)
         return self._execution(self._track(spec, name, job_id, params_dir))
 
     async def reattach(self, spec: ExecutionSpec) -> Execution | None:
@@ -437,7 +437,7 @@ class SlurmExecutor:
             note=verdict.note[:NOTE_MAX_CHARS] if verdict.note else None,
             retryable=verdict.end_reason != EndReason.START_FAILED,
         )
-        log.info("slurm.finished", run_id=run.spec.run_id, job_id=job.job_id, state=job.state)
+        log.debug("slurm.finished", run_id=run.spec.run_id, job_id=job.job_id, state=job.state)
         return run.outcome
 
     async def _give_up(self, run: _Run, end_reason: str, *, error_code: str, note: str) -> Outcome:
