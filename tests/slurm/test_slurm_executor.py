@@ -235,3 +235,20 @@ async def test_a_new_executor_reattaches_to_a_job_that_ended_unwatched(
     assert (outcome.status, outcome.exit_code) == (RunStatus.FAILURE, 4)
     assert outcome.log_tail is not None
     assert "bye" in outcome.log_tail
+
+
+async def test_a_start_while_slurmctld_is_down_is_a_temporary_error(
+    executor: SlurmExecutor, slurm: SlurmCluster
+) -> None:
+    spec = python_spec("print('later')")
+    slurm.stop_daemon("slurmctld")
+    try:
+        with pytest.raises(TemporaryExecutorError) as err:
+            await executor.start(spec)
+    finally:
+        slurm.start_ctld()
+        slurm.wait_up()
+    assert err.value.code in ("slurm_unavailable", "slurm_timeout")
+    execution = await executor.start(spec)  # the launcher's retry, once slurmctld is back
+    _, outcome = await finish(executor, execution)
+    assert outcome.status == RunStatus.SUCCESS
