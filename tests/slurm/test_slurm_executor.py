@@ -252,3 +252,38 @@ async def test_a_start_while_slurmctld_is_down_is_a_temporary_error(
     execution = await executor.start(spec)  # the launcher's retry, once slurmctld is back
     _, outcome = await finish(executor, execution)
     assert outcome.status == RunStatus.SUCCESS
+
+
+async def test_a_job_slurmctld_forgot_is_read_from_the_job_completion_log(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    # As if MinJobAge had passed: slurmctld's answer leaves the job out once it has ended, so
+    # the poll must find its end in the jobcomp/filetxt log (no accounting on this cluster).
+    forgotten: set[str] = set()
+
+    async def forgetful_runner(
+        argv: Sequence[str], env: Mapping[str, str] | None, limit: float
+    ) -> Answer:
+        answer = await run_tool(argv, env, limit)
+        if list(argv[:4]) == ["scontrol", "-o", "show", "job"]:
+            kept = []
+            for line in answer.stdout.splitlines():
+                if any(f"JobId={job_id} " in line for job_id in forgotten) and (
+                    "JobState=FAILED" in line
+                ):
+                    continue
+                kept.append(line)
+            answer = Answer(answer.argv, answer.returncode, "\n".join(kept), answer.stderr)
+        return answer
+
+    executor = make_executor(slurm, tmp_path / "logs", runner=forgetful_runner)
+    spec = python_spec("import sys; print('gone'); sys.exit(6)")
+    try:
+        execution = await executor.start(spec)
+        forgotten.add(execution.external_id)
+        _, outcome = await finish(executor, execution)
+    finally:
+        await executor.aclose()
+    assert (outcome.status, outcome.exit_code) == (RunStatus.FAILURE, 6)
+    comp = (slurm.root / "jobcomp.log").read_text()
+    assert f"JobId={execution.external_id} " in comp
