@@ -9,6 +9,7 @@ from pathlib import Path
 import runlane
 from runlane.adapters.kubernetes.diagnose import WAITING_CODES
 from runlane.core.run_errors import RUN_ERROR_TEXTS, explain_error_code
+from runlane.core.slurm_states import STATE_ERROR_CODES
 
 SRC = Path(runlane.__file__).parent
 # `error_code="..."`, and the codes of the executor errors.
@@ -20,7 +21,7 @@ INDIRECT = {"start_timeout", "corrupt_params", "kubernetes_error", "unknown_job"
 
 
 def written_codes() -> set[str]:
-    found: set[str] = set(WAITING_CODES.values()) | INDIRECT
+    found: set[str] = set(WAITING_CODES.values()) | set(STATE_ERROR_CODES.values()) | INDIRECT
     for path in SRC.rglob("*.py"):
         for match in LITERAL.finditer(path.read_text()):
             found.update(g for g in match.groups() if g)

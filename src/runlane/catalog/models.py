@@ -218,6 +218,66 @@ class Resources(_Model):
     limits: dict[str, ScalarStr] = Field(default_factory=dict)
 
 
+# sbatch options a `slurm.extra_args` item may name. Not listed on purpose: what runlane sets
+# itself (--job-name, --comment, --time, --output, --error, --open-mode, --export, --requeue,
+# --parsable, --chdir via `workdir`) and what would change what a run is (--array, --wrap,
+# --dependency, --hold, --deadline, --kill-on-invalid-dep, --wait). docs/slurm.md lists them.
+SBATCH_EXTRA_OPTIONS = frozenset(
+    {
+        "--begin", "--exclusive", "--exclude", "--nodelist", "--ntasks", "--ntasks-per-node",
+        "--mem-per-cpu", "--mem-per-gpu", "--gpus", "--gpus-per-node", "--gpus-per-task",
+        "--cpus-per-gpu", "--licenses", "--reservation", "--tmp", "--hint", "--nice",
+        "--mail-type", "--mail-user", "--wckey", "--signal", "--cluster-constraint",
+        "--core-spec", "--threads-per-core", "--sockets-per-node", "--cores-per-socket",
+        "--switches", "--network", "--prefer", "--mcs-label", "--spread-job",
+        "--time-min", "--distribution", "--overcommit", "--oversubscribe", "--power",
+        "--priority", "--propagate", "--use-min-nodes", "--get-user-env",
+    }
+)  # fmt: skip
+_SBATCH_ARG = re.compile(r"^(--[a-z][a-z-]*)(=[^\x00-\x1f]+)?$")
+
+
+def _sbatch_extra_arg(value: object) -> object:
+    if not isinstance(value, str):
+        raise ValueError(
+            f"an extra sbatch argument is one string such as --exclusive, got {value!r}"
+        )
+    m = _SBATCH_ARG.match(value)
+    if m is None:
+        raise ValueError(
+            f"extra sbatch argument {value!r} must be --option or --option=value (one item each)"
+        )
+    if m.group(1) not in SBATCH_EXTRA_OPTIONS:
+        raise ValueError(
+            f"sbatch option {m.group(1)} is not allowed in extra_args: runlane sets it itself or "
+            "it changes how a run is tracked (docs/slurm.md lists the allowed options)"
+        )
+    return value
+
+
+SbatchArg = Annotated[str, BeforeValidator(_sbatch_extra_arg)]
+_NO_CONTROL = r"^[^\x00-\x1f]+$"
+
+
+class SlurmSpec(_Model):
+    """How a Slurm job is requested (`sbatch` options); in a profile, and per job on top."""
+
+    partition: str | None = Field(None, pattern=_NO_CONTROL)
+    account: str | None = Field(None, pattern=_NO_CONTROL)
+    qos: str | None = Field(None, pattern=_NO_CONTROL)
+    cpus: StrictInt | None = Field(None, ge=1, description="CPUs per task (--cpus-per-task).")
+    memory: ScalarStr | None = Field(
+        None, pattern=r"^\d+[KMGT]?$", description="Memory per node (--mem), e.g. 4G or 512M."
+    )
+    gres: str | None = Field(None, pattern=_NO_CONTROL, description="e.g. gpu:1")
+    nodes: ScalarStr | None = Field(None, pattern=r"^\d+(-\d+)?$")
+    constraint: str | None = Field(None, pattern=_NO_CONTROL)
+    workdir: str | None = Field(None, pattern=_NO_CONTROL, description="The job's directory.")
+    extra_args: list[SbatchArg] | None = Field(
+        None, description="More sbatch options, from an allowlist (docs/slurm.md)."
+    )
+
+
 class Profile(_Model):
     """How a pod (or other container) runs: image, secrets, identity, volumes, placement, env."""
 
@@ -232,6 +292,7 @@ class Profile(_Model):
     env: dict[Annotated[str, Field(pattern=ENV_NAME_PATTERN)], ScalarStr] = Field(
         default_factory=dict
     )
+    slurm: SlurmSpec | None = None
 
 
 class Defaults(_Model):
@@ -321,6 +382,7 @@ class Job(_Reserved):
     env: dict[Annotated[str, Field(pattern=ENV_NAME_PATTERN)], ScalarStr] = Field(
         default_factory=dict
     )
+    slurm: SlurmSpec | None = Field(None, description="Slurm options on top of the profile's.")
 
 
 class ChainSchedule(Schedule):
@@ -615,7 +677,9 @@ class Catalog(_Model):
             name=name,
             command=tuple(job.command),
             profile=job.profile,
-            profile_spec=self.profiles.get(job.profile) if job.profile else None,
+            profile_spec=_with_job_slurm(
+                self.profiles.get(job.profile) if job.profile else None, job.slurm
+            ),
             executor=job.executor or d.executor,
             overlap=job.overlap or d.overlap,
             max_attempts=job.max_attempts if job.max_attempts is not None else d.max_attempts,
@@ -630,3 +694,15 @@ class Catalog(_Model):
             env=MappingProxyType(dict(job.env)),
             queue_ttl_seconds=g.manual_queue_ttl,
         )
+
+
+def _with_job_slurm(profile: Profile | None, slurm: SlurmSpec | None) -> Profile | None:
+    """The profile a job runs with: its `slurm` fields over the profile's (field by field)."""
+    if slurm is None:
+        return profile
+    base = profile if profile is not None else Profile()
+    merged = {
+        **(base.slurm.model_dump(exclude_none=True) if base.slurm is not None else {}),
+        **slurm.model_dump(exclude_none=True),
+    }
+    return base.model_copy(update={"slurm": SlurmSpec(**merged)})

@@ -34,9 +34,9 @@ RUN_ERROR_TEXTS: Mapping[str, str] = {
     "start_error": "The container was created but could not start its command.",
     "start_timeout": "The pod stayed pending past the start timeout and was deleted.",
     "name_busy": "A Kubernetes Job of this run's name is still being deleted.",
-    "name_collision": "A Kubernetes Job of this run's name belongs to another run.",
-    "deleted_externally": "The run's Kubernetes Job was deleted by someone else (or removed "
-    "by its TTL) before runlane saw it end.",
+    "name_collision": "A Kubernetes Job (or Slurm job) of this run's name belongs to another run.",
+    "deleted_externally": "The run's Kubernetes Job (or Slurm job) was deleted by someone else "
+    "(or removed by its TTL) before runlane saw it end.",
     # The cluster's API
     "forbidden": "Kubernetes refused the launcher's request: its service account lacks a "
     "permission (see the RBAC in docs/kubernetes.md).",
@@ -48,6 +48,22 @@ RUN_ERROR_TEXTS: Mapping[str, str] = {
     "executor_error": "The executor failed (the note says how).",
     "executor_temporary": "The executor could not be reached right now; the launcher tries again.",
     "executor_permanent": "The executor refused the run for good (the note says why).",
+    # Slurm (docs/slurm.md)
+    "cancelled_externally": "The run's Slurm job was cancelled outside runlane (scancel by a "
+    "user or an administrator).",
+    "node_fail": "The Slurm node running the job failed (NODE_FAIL).",
+    "boot_fail": "The Slurm node for the job failed to boot (BOOT_FAIL).",
+    "preempted": "Slurm preempted the job for another one (PREEMPTED); it was not requeued.",
+    "slurm_unsatisfiable": "Slurm can never run the job as requested (a partition, constraint "
+    "or limit no node meets); the note has the pending reason.",
+    "slurm_refused": "sbatch refused the job (an invalid partition, account or QOS, a request "
+    "no node can meet); the note has Slurm's words.",
+    "slurm_unavailable": "slurmctld could not be reached (or a Slurm client tool is missing); "
+    "the launcher tries again.",
+    "slurm_timeout": "A Slurm client tool did not answer in time; the launcher tries again.",
+    "slurm_error": "Slurm gave an answer runlane could not read (the note has it).",
+    "slurm_job_lost": "The run's Slurm job vanished: slurmctld forgot it and no completion "
+    "record names it.",
     # The launcher
     "launcher_lost": "The launcher supervising the run stopped beating; another one took the "
     "run over or ended it.",

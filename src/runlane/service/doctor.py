@@ -20,7 +20,14 @@ from runlane.service.catalog_stamp import (
     live_launchers,
 )
 from runlane.service.config import Settings
-from runlane.service.wiring import cluster_configured, cluster_problem, rbac_lacks, rbac_review
+from runlane.service.wiring import (
+    cluster_configured,
+    cluster_problem,
+    rbac_lacks,
+    rbac_review,
+    slurm_configured,
+    slurm_report,
+)
 
 Level = Literal["ok", "warning", "error"]
 
@@ -176,6 +183,7 @@ async def diagnose(settings: Settings, store: Store) -> list[Finding]:
     if repair == 0:
         findings.append(Finding("ok", "repair", f"{len(active)} active runs, none needs repair"))
     findings.extend(await kubernetes_findings(catalog, settings))
+    findings.extend(await slurm_findings(catalog))
     findings.extend(await _alert_findings(store, catalog))
     return findings
 
@@ -330,6 +338,38 @@ async def kubernetes_findings(
         if not (required or optional or unknown):
             found.append(Finding("ok", "kubernetes", f"RBAC in {where}: every verb allowed"))
     return found
+
+
+async def slurm_findings(catalog: Catalog | None) -> list[Finding]:
+    """What Slurm jobs will meet: without a Slurm client here they run inline (a warning when
+    the catalog has some); with one, the client tools, `scontrol ping` and every partition the
+    catalog's Slurm jobs name."""
+    jobs: list[str] = []
+    partitions: list[str] = []
+    for name in catalog.jobs if catalog is not None else ():
+        try:
+            job = catalog.resolve(name) if catalog is not None else None
+        except RunlaneError:
+            continue
+        if job is None or job.executor != "slurm":
+            continue
+        jobs.append(name)
+        spec = job.profile_spec.slurm if job.profile_spec is not None else None
+        if spec is not None and spec.partition:
+            partitions.append(spec.partition)
+    if not slurm_configured():
+        if not jobs:
+            return [Finding("ok", "slurm", "no Slurm client configured (the catalog needs none)")]
+        shown = ", ".join(sorted(jobs)[:5]) + (", …" if len(jobs) > 5 else "")
+        return [
+            Finding(
+                "warning",
+                "slurm",
+                "no Slurm client configured here (sbatch and SLURM_CONF or "
+                f"/etc/slurm/slurm.conf): Slurm jobs run inline ({shown})",
+            )
+        ]
+    return [Finding(level, "slurm", message) for level, message in await slurm_report(partitions)]
 
 
 def _runs_as_pod(catalog: Catalog, job: str) -> bool:

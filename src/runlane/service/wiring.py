@@ -14,7 +14,7 @@ import os
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from runlane.core.secrets import mask_secrets, mask_url
 from runlane.errors import CatalogError, ConfigError, RunRefused
@@ -146,14 +146,48 @@ def build_executors(
         # A broken KUBECONFIG still gets the pod executor: its runs fail (config_error, naming
         # the path) or wait, never run inline here.
         from runlane.adapters.kubernetes.executor import PodExecutor
-        from runlane.catalog.loader import load_catalog
 
-        if start_timeout is None:
-            start_timeout = 600.0
-            with contextlib.suppress(CatalogError, OSError):
-                start_timeout = load_catalog(settings.catalog_path).global_.start_timeout
+        start_timeout = _start_timeout(settings, start_timeout)
         executors["pod"] = PodExecutor(start_timeout=start_timeout)
+    if slurm_configured():
+        from runlane.adapters.slurm.config import poll_interval
+        from runlane.adapters.slurm.executor import SlurmExecutor
+
+        # Job output goes to the launcher's log directory, as inline runs' does: it must be on
+        # a file system the compute nodes share (docs/slurm.md).
+        executors["slurm"] = SlurmExecutor(
+            settings.log_dir,
+            start_timeout=_start_timeout(settings, start_timeout),
+            poll_interval=poll_interval(),
+        )
     return executors
+
+
+def _start_timeout(settings: Settings, given: float | None) -> float:
+    """The catalog's `global.start_timeout` (read from `settings.catalog_path`) unless given."""
+    if given is not None:
+        return given
+    from runlane.catalog.loader import load_catalog
+
+    with contextlib.suppress(CatalogError, OSError):
+        return load_catalog(settings.catalog_path).global_.start_timeout
+    return 600.0
+
+
+def slurm_configured() -> bool:
+    """Whether a Slurm cluster is configured here (sbatch and a client configuration)."""
+    from runlane.adapters.slurm.config import slurm_configured as configured
+
+    return configured()
+
+
+async def slurm_report(
+    partitions: list[str],
+) -> list[tuple[Literal["ok", "warning", "error"], str]]:
+    """`runlane doctor`'s Slurm checks as (level, message) (see `adapters.slurm.doctor`)."""
+    from runlane.adapters.slurm.doctor import slurm_report as report
+
+    return await report(partitions)
 
 
 def cluster_configured() -> bool:
@@ -173,10 +207,14 @@ def cluster_problem() -> str | None:
 
 def available_executors() -> tuple[str, ...]:
     """The executors this launcher can use now: `pod` only when a cluster is configured (in a
-    cluster, or a kubeconfig via `KUBECONFIG` / `~/.kube/config`). Slurm joins in its issue."""
+    cluster, or a kubeconfig via `KUBECONFIG` / `~/.kube/config`); `slurm` only when sbatch and
+    a Slurm client configuration are here (`SLURM_CONF`, /etc/slurm/slurm.conf, RUNLANE_SLURM)."""
+    found = ["inline"]
     if cluster_configured():
-        return ("inline", "pod")
-    return ("inline",)
+        found.append("pod")
+    if slurm_configured():
+        found.append("slurm")
+    return tuple(found)
 
 
 def refuse_pods(catalog: Catalog, job: str) -> None:

@@ -1,7 +1,7 @@
 """Executor conformance fixtures: every contract test runs against each executor through an
 `ExecutorHarness` — the inline executor (local processes), the pod executor on the local fake
-Kubernetes API (`runlane.testing.kube`, whose kubelet runs pods as local processes), and the
-scripted fake (`runlane.testing.fakes`). A new executor joins by adding one harness here.
+Kubernetes API (`runlane.testing.kube`, whose kubelet runs pods as local processes), the Slurm
+executor on a real one-node Slurm cluster (`tests.support.slurm`), and the scripted fake (`runlane.testing.fakes`). A new executor joins by adding one harness here.
 
 A test says what the run's command does (`Behaviour`); each harness turns that into what its
 executor runs: a Python command for a process, a `Script` for the fake.
@@ -21,10 +21,12 @@ import pytest
 
 from runlane.adapters.kubernetes.executor import PodExecutor
 from runlane.adapters.local.executor import InlineExecutor
+from runlane.adapters.slurm.executor import SlurmExecutor
 from runlane.ports import Execution, ExecutionSpec, Executor
 from runlane.testing.fakes import Script, ScriptedExecutor, exited
 from runlane.testing.kube import KubeFake, run_server
 from tests.integration.test_pod_executor import make_executor
+from tests.support.slurm import SlurmCluster, slurm_cluster
 
 E = TypeVar("E", bound=Executor)
 
@@ -233,6 +235,23 @@ def pod_harness(tmp_path: Path, kube: KubeFake) -> ExecutorHarness:
     )
 
 
+async def close_slurm(executor: SlurmExecutor) -> None:
+    await executor.aclose()
+
+
+def slurm_harness(tmp_path: Path, cluster: SlurmCluster) -> ExecutorHarness:
+    return process_harness(
+        "slurm",
+        ProcessRuns(tmp_path / "runs"),
+        lambda n: SlurmExecutor(
+            tmp_path / "slurm-logs", poll_interval=0.2, cancel_wait=10.0, slurm_env=cluster.env
+        ),
+        close_slurm,
+        reattach_finds_taken_over=True,  # the Slurm job runs on without its launcher
+        reattach_unknown_error="deleted_externally",
+    )
+
+
 def scripted_harness() -> ExecutorHarness:
     executor = ScriptedExecutor()
     others: list[ScriptedExecutor] = []
@@ -280,12 +299,21 @@ def kube() -> Iterator[KubeFake]:
         yield fake
 
 
-@pytest.fixture(params=["inline", "pod", "scripted"])
+@pytest.fixture(scope="session")
+def slurm() -> Iterator[SlurmCluster]:
+    """A one-node Slurm cluster for the session (skipped without Slurm; a failure in CI)."""
+    with slurm_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture(params=["inline", "pod", "slurm", "scripted"])
 async def harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ExecutorHarness]:
     if request.param == "inline":
         made = inline_harness(tmp_path)
     elif request.param == "pod":
         made = pod_harness(tmp_path, request.getfixturevalue("kube"))
+    elif request.param == "slurm":
+        made = slurm_harness(tmp_path, request.getfixturevalue("slurm"))
     else:
         made = scripted_harness()
     try:

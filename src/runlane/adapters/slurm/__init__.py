@@ -1,0 +1,1 @@
+"""The Slurm executor (`executor: slurm`): runs as batch jobs on a Slurm cluster."""
