@@ -34,7 +34,11 @@ CASES = [
         r"http on median of 1\] runs_per_s=\d+(.|\n)*RSS median of 1=\d+\.\d+ MiB",
     ),
     ("inline_executor.py", "--runs 50 --repeat 1", r"cpu_ms_per_run=\d+\.\d+"),
-    ("issue2.py", "--quick", r"machine: \d+ -> \d+ asyncio spawns/s(.|\n)*SQLite CPU ms/run"),
+    (
+        "launcher_figures.py",
+        "--quick",
+        r"machine: \d+ -> \d+ asyncio spawns/s(.|\n)*SQLite CPU ms/run",
+    ),
     ("latency.py", "--quick", r"pickup p50=\d+\.\d+ ms p99=\d+\.\d+ ms"),
     ("multi_launcher.py", "--runs 100 --launchers 1 2 --repeat 1", r"\] \d+ runs/s"),
     ("pod_scale.py", "--runs 20 --repeats 1 --per-kind 2", r"\d+\.\d+ s after the deadline"),
