@@ -3,6 +3,7 @@
     .venv/bin/python bench/pod_scale.py                          # 1,000 concurrent runs, median of 3
     .venv/bin/python bench/pod_scale.py --runs 250 500 1000      # the curve, median of 3 each
     .venv/bin/python bench/pod_scale.py --runs 50 --repeats 1    # CI smoke: it still works
+    .venv/bin/python bench/pod_scale.py --launcher               # through the launcher instead
 
 Figures:
 - API requests per run, by outcome (success, exit-code failure, start timeout, cancel), counted
@@ -39,15 +40,22 @@ from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
+import psycopg
 import structlog
+from _common import scratch_database
 from lightkube.config.kubeconfig import KubeConfig
 
 from runlane.adapters.kubernetes.api import DEFAULT_MAX_IN_FLIGHT, KubeApi, jobs_path, pods_path
 from runlane.adapters.kubernetes.executor import PodExecutor
 from runlane.adapters.kubernetes.manifests import MANAGED_SELECTOR, build_job_plan
 from runlane.adapters.kubernetes.rbac import PERMISSIONS
-from runlane.core.runs import RunStatus
+from runlane.catalog import load_catalog
+from runlane.core.runs import RunStatus, Trigger
 from runlane.ports import Execution, ExecutionSpec
+from runlane.service.accept import RunRequest, accept_run
+from runlane.service.config import Settings
+from runlane.service.launcher import Launcher
+from runlane.service.wiring import store_from_url
 
 NS = "default"
 
@@ -284,6 +292,65 @@ async def scale(
     }
 
 
+LAUNCHER_CATALOG = """
+version: 1
+global: {{max_deadline: 1h, kill_grace: 1s, start_timeout: 10m, max_concurrent_pods: {runs}}}
+defaults: {{executor: pod, overlap: allow, max_attempts: 1, deadline: 10m}}
+profiles:
+  hang: {{image: fake/hang}}
+jobs:
+  hang:
+    profile: hang
+    command: [sleep, "1000"]
+"""
+
+
+async def through_launcher(
+    kubeconfig: Path, database_url: str, workdir: Path, runs: int, qps: float, in_flight: int
+) -> dict[str, float]:
+    """N queued pod runs on PostgreSQL, then a launcher (concurrency N) started on them: the
+    claims, the Job creates, the fenced write of each run's Job name."""
+    catalog_path = workdir / "pods.yaml"
+    catalog_path.write_text(LAUNCHER_CATALOG.format(runs=runs))
+    catalog = load_catalog(catalog_path)
+    settings = Settings(
+        database_url=database_url,
+        catalog_path=str(catalog_path),
+        log_dir=str(workdir / "logs"),
+        concurrency=runs,
+        claim_interval=0.5,
+        launcher_id=f"bench-{uuid.uuid4().hex[:6]}",
+    )
+    store = store_from_url(database_url)
+    await store.open()
+    await store.upgrade()
+    for _ in range(runs):
+        request = RunRequest(job="hang", trigger=Trigger.MANUAL)
+        await accept_run(store, catalog, request, available_executors=("pod",))
+    ex = executor(kubeconfig, qps=qps, in_flight=in_flight)
+    launcher = Launcher(store=store, catalog=catalog, executors={"pod": ex}, settings=settings)
+    recorded = "SELECT count(*) FROM run_log WHERE external_id IS NOT NULL"
+    cpu0 = time.process_time()
+    t0 = time.monotonic()
+    task = asyncio.create_task(launcher.run())
+    try:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as db:
+            while True:  # the launcher records a run's Job name right after creating the Job
+                row = await (await db.execute(recorded)).fetchone()
+                if row is not None and row[0] >= runs:
+                    break
+                await asyncio.sleep(0.05)
+        elapsed = time.monotonic() - t0
+        cpu = time.process_time() - cpu0
+        rss = rss_mib()
+    finally:
+        launcher.stop()
+        await task
+        await ex.aclose()
+        await store.close()
+    return {"recorded_s": elapsed, "cpu_ms_per_run": cpu * 1000 / runs, "rss_mib": rss}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -300,8 +367,17 @@ def main() -> None:
         default=DEFAULT_MAX_IN_FLIGHT,
         help="requests the client keeps on the wire at once (KubeApi max_in_flight)",
     )
+    parser.add_argument(
+        "--launcher",
+        action="store_true",
+        help="instead: N queued runs through the real launcher on PostgreSQL "
+        "(RUNLANE_TEST_POSTGRES_URL's server)",
+    )
     args = parser.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    if args.launcher:
+        launcher_figures(args)
+        return
 
     with fake_server() as (url, kubeconfig):
         per_run = asyncio.run(requests_per_run(url, kubeconfig, args.per_kind, args.in_flight))
@@ -353,6 +429,33 @@ def main() -> None:
         print(f"  time until all seen running     {med['all_running_s']:.2f} s")
         print(
             f"  time until all outcomes         {med['all_ended_s']:.2f} s after the deadline passed"
+        )
+
+
+def launcher_figures(args: argparse.Namespace) -> None:
+    for runs in args.runs:
+        samples = []
+        for i in range(args.repeats):
+            with (
+                tempfile.TemporaryDirectory() as tmp,
+                scratch_database("postgres", Path(tmp)) as database_url,
+                fake_server() as (_, kubeconfig),
+            ):
+                sample = asyncio.run(
+                    through_launcher(
+                        kubeconfig, database_url, Path(tmp), runs, args.qps, args.in_flight
+                    )
+                )
+            samples.append(sample)
+            print(
+                f"  launcher, {runs} runs, repeat {i + 1}: "
+                + json.dumps({k: round(v, 3) for k, v in sample.items()})
+            )
+        med = {k: statistics.median(s[k] for s in samples) for k in samples[0]}
+        print(
+            f"{runs} queued pod runs through the launcher (PostgreSQL), median of {args.repeats}: "
+            f"all Jobs created and recorded {med['recorded_s']:.2f} s after it started, "
+            f"{med['cpu_ms_per_run']:.2f} ms launcher CPU per run, RSS {med['rss_mib']:.1f} MiB"
         )
 
 

@@ -42,6 +42,7 @@ CASES = [
     ("latency.py", "--quick", r"pickup p50=\d+\.\d+ ms p99=\d+\.\d+ ms"),
     ("multi_launcher.py", "--runs 100 --launchers 1 2 --repeat 1", r"\] \d+ runs/s"),
     ("pod_scale.py", "--runs 20 --repeats 1 --per-kind 2", r"\d+\.\d+ s after the deadline"),
+    ("pod_scale.py", "--launcher --runs 20 --repeats 1", r"recorded \d+\.\d+ s after it started"),
     ("recovery.py", "--samples 1 --ttl 2s --claim-interval 0.5s", r"p50=\d+\.\d+s"),
     ("schedule_latency.py", "--jobs 10 --short --db sqlite", r"p99 start lag \d+ ms"),
     ("schedule_tick.py", "--jobs 100 --short", r"\d+\.\d+ ms CPU"),
