@@ -19,11 +19,10 @@ import contextlib
 import json
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import httpx2 as httpx
-from lightkube.config.client_adapter import AsyncClient as lightkube_http_client
 from lightkube.config.client_adapter import ConnectionParams
 from lightkube.config.kubeconfig import SingleConfig
 
@@ -72,27 +71,41 @@ class ApiStatus(Exception):
 
 
 class RateLimiter:
-    """A token bucket shared by every request of one client (client-go's QPS/burst)."""
+    """A token bucket shared by every request of one client (client-go's QPS/burst).
 
-    def __init__(self, qps: float, burst: int) -> None:
+    Each caller reserves the next slot and sleeps until it (golang.org/x/time/rate's
+    `Reserve`): the bucket may go below zero, so a sleep that overshoots on a busy event loop
+    loses no tokens, and the rate holds at `qps` however late the callers wake. A caller
+    cancelled while it waits gives its slot back.
+    """
+
+    def __init__(
+        self,
+        qps: float,
+        burst: int,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
         self.qps = qps
         self.burst = max(1, burst)
+        self._clock = clock
+        self._sleep = sleep
         self._tokens = float(self.burst)
-        self._last = time.monotonic()
-        self._lock = asyncio.Lock()
+        self._last = clock()
 
     async def acquire(self) -> None:
         if self.qps <= 0:
             return
-        async with self._lock:
-            now = time.monotonic()
-            self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
-            self._last = now
-            if self._tokens < 1.0:
-                await asyncio.sleep((1.0 - self._tokens) / self.qps)
-                self._last = time.monotonic()
-                self._tokens = 1.0
-            self._tokens -= 1.0
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps) - 1.0
+        self._last = now
+        if self._tokens < 0.0:
+            try:
+                await self._sleep(-self._tokens / self.qps)
+            except asyncio.CancelledError:
+                self._tokens += 1.0
+                raise
 
 
 def _retry_after(resp: httpx.Response, default: float) -> float:
@@ -103,8 +116,18 @@ def _retry_after(resp: httpx.Response, default: float) -> float:
         return default
 
 
+DEFAULT_MAX_IN_FLIGHT = 32
+
+
 class KubeApi:
-    """JSON requests to one API server, rate-limited and counted (`counts["POST jobs"]`)."""
+    """JSON requests to one API server, rate-limited and counted (`counts["POST jobs"]`).
+
+    At most `max_in_flight` requests (streams apart: watches, followed logs) are on the wire at
+    once; the others wait their turn here, in order. Without that bound a burst of starts
+    queues hundreds of requests inside the HTTP connection pool, whose every hand-over walks
+    the whole queue (most of the launcher's CPU at 1,000 starts), and opens a connection for
+    each request beyond the kept-alive ones.
+    """
 
     def __init__(
         self,
@@ -113,16 +136,32 @@ class KubeApi:
         qps: float = 50.0,
         burst: int = 100,
         throttle_retries: int = 3,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
     ) -> None:
         self._client = client
         self._limiter = RateLimiter(qps, burst)
+        self._in_flight = asyncio.Semaphore(max(1, max_in_flight))
         self.throttle_retries = throttle_retries
         self.counts: Counter[str] = Counter()
 
     @classmethod
-    def from_config(cls, config: SingleConfig, *, timeout: float = 10.0, **kw: Any) -> KubeApi:
+    def from_config(
+        cls,
+        config: SingleConfig,
+        *,
+        timeout: float = 10.0,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        **kw: Any,
+    ) -> KubeApi:
         params = ConnectionParams(timeout=httpx.Timeout(timeout))
-        return cls(lightkube_http_client(config, params), **kw)
+        # lightkube's settings (server, certificates, auth plugins) with a pool that keeps a
+        # connection alive for every request allowed in flight and never makes a stream (a
+        # watch, a followed log) wait for a free connection.
+        client = httpx.AsyncClient(
+            **params.httpx_params(config),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=max_in_flight + 8),
+        )
+        return cls(client, max_in_flight=max_in_flight, **kw)
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -164,17 +203,16 @@ class KubeApi:
         body: Any = None,
     ) -> httpx.Response:
         attempt = 0
+        content = json.dumps(body) if body is not None else None
+        headers = {"Content-Type": "application/json"} if body is not None else None
         while True:
-            await self._limiter.acquire()
-            self._count(method, path)
             try:
-                resp = await self._client.request(
-                    method,
-                    path,
-                    params=_params(params),
-                    content=json.dumps(body) if body is not None else None,
-                    headers={"Content-Type": "application/json"} if body is not None else None,
-                )
+                async with self._in_flight:
+                    await self._limiter.acquire()
+                    self._count(method, path)
+                    resp = await self._client.request(
+                        method, path, params=_params(params), content=content, headers=headers
+                    )
             except httpx.TimeoutException as exc:
                 raise TemporaryExecutorError(
                     f"the Kubernetes API did not answer {method} {path} in time",

@@ -90,6 +90,8 @@ class PodExecutor:
     watch_timeout: int = 290
     scratch: bool | str = False
     check_rbac: bool = True
+    rbac_cache_seconds: float = 600.0  # how long an allowed review set answers for a namespace
+    rbac_refused_cache_seconds: float = 30.0  # … and a refusal (so a fixed Role shows soon)
     deadline_slack: float = 60.0
     cancel_wait: float = 60.0
     settle_seconds: float = 1.0  # how long a failed Job waits for its pod's last state
@@ -98,6 +100,11 @@ class PodExecutor:
     name: str = "pod"
     _watches: dict[str, NamespaceWatch] = field(default_factory=dict, init=False)
     _rbac: dict[str, tuple[float, list[Permission]]] = field(default_factory=dict, init=False)
+    # The review set under way per namespace: every start that finds no fresh answer awaits it.
+    _rbac_inflight: dict[str, asyncio.Task[list[Permission]]] = field(
+        default_factory=dict, init=False
+    )
+    rbac_reviews: int = field(default=0, init=False)  # review sets sent (len(PERMISSIONS) each)
     _events_forbidden: set[str] = field(default_factory=set, init=False)
     _runs: dict[tuple[str, int], _Run] = field(default_factory=dict, init=False)
 
@@ -146,6 +153,9 @@ class PodExecutor:
 
     async def aclose(self) -> None:
         """Stop the watches and close the connection. Jobs are left running on purpose."""
+        for review in list(self._rbac_inflight.values()):
+            review.cancel()
+        self._rbac_inflight.clear()
         for watch in self._watches.values():
             await watch.close()
         self._watches.clear()
@@ -160,32 +170,62 @@ class PodExecutor:
         return asyncio.get_running_loop().time()
 
     async def ensure_allowed(self, namespace: str) -> None:
-        """Refuse pod runs when the launcher may not create, watch and delete Jobs (cached:
-        10 minutes when allowed, 30 seconds when refused)."""
+        """Refuse pod runs when the launcher may not create, watch and delete Jobs.
+
+        The answer is cached per namespace: 10 minutes when allowed, 30 seconds when refused
+        (`rbac_cache_seconds`, `rbac_refused_cache_seconds`).
+        Single-flight: however many starts find no fresh answer at once (a launcher restarting
+        onto a backlog, a fan-out, the cache expiring under load), one review set goes to the
+        API server and every one of them gets its answer — or its error. An error is not
+        cached: the next start after it asks again. A start cancelled while it waits does
+        not cancel the review the others wait on.
+        """
         if not self.check_rbac:
             return
-        cached = self._rbac.get(namespace)
-        now = self._now()
-        if cached is None or now - cached[0] > (600.0 if not cached[1] else 30.0):
-            checks = await check_permissions(self.api, namespace)
-            missing = missing_required(checks)
-            for perm, allowed in checks:
-                if allowed is False and not perm.required:
-                    log.warning(
-                        "kubernetes.permission_missing",
-                        namespace=namespace,
-                        resource=perm.label,
-                        verb=perm.verb,
-                    )
-            cached = (now, missing)
-            self._rbac[namespace] = cached
-        if cached[1]:
-            verbs = ", ".join(f"{p.verb} {p.label}" for p in cached[1])
+        missing = await self._missing_permissions(namespace)
+        if missing:
+            verbs = ", ".join(f"{p.verb} {p.label}" for p in missing)
             raise PermanentExecutorError(
                 f"the launcher may not {verbs} in namespace {namespace!r}; grant them with a "
                 "Role and RoleBinding (deploy/base/rbac.yaml) — `runlane doctor` shows the report",
                 error_code="forbidden",
             )
+
+    async def _missing_permissions(self, namespace: str) -> list[Permission]:
+        cached = self._rbac.get(namespace)
+        if cached is not None:
+            checked_at, missing = cached
+            ttl = self.rbac_refused_cache_seconds if missing else self.rbac_cache_seconds
+            if self._now() - checked_at < ttl:
+                return missing
+        review = self._rbac_inflight.get(namespace)
+        if review is None or review.done():
+            review = asyncio.create_task(
+                self._review(namespace), name=f"k8s-rbac-review-{namespace}"
+            )
+            # Read its error even when every waiter was cancelled (no "never retrieved").
+            review.add_done_callback(lambda t: t.cancelled() or t.exception())
+            self._rbac_inflight[namespace] = review
+        return await asyncio.shield(review)
+
+    async def _review(self, namespace: str) -> list[Permission]:
+        """One SelfSubjectAccessReview set; its answer is cached, its error is not."""
+        self.rbac_reviews += 1
+        try:
+            checks = await check_permissions(self.api, namespace)
+        finally:
+            self._rbac_inflight.pop(namespace, None)
+        missing = missing_required(checks)
+        for perm, allowed in checks:
+            if allowed is False and not perm.required:
+                log.warning(
+                    "kubernetes.permission_missing",
+                    namespace=namespace,
+                    resource=perm.label,
+                    verb=perm.verb,
+                )
+        self._rbac[namespace] = (self._now(), missing)
+        return missing
 
     # ------------------------------------------------------------------ the Executor port
 

@@ -65,8 +65,18 @@ async def access_allowed(api: KubeApi, namespace: str, perm: Permission) -> bool
 
 
 async def check_permissions(api: KubeApi, namespace: str) -> list[tuple[Permission, bool | None]]:
-    answers = await asyncio.gather(*(access_allowed(api, namespace, p) for p in PERMISSIONS))
-    return list(zip(PERMISSIONS, answers, strict=True))
+    """The whole review set, sent at once. When a review fails (the API is away: 5xx, timeout,
+    throttled), the first error is raised once every review of the set has ended, so none is
+    left running behind its caller."""
+    answers = await asyncio.gather(
+        *(access_allowed(api, namespace, p) for p in PERMISSIONS), return_exceptions=True
+    )
+    out: list[tuple[Permission, bool | None]] = []
+    for perm, answer in zip(PERMISSIONS, answers, strict=True):
+        if isinstance(answer, BaseException):
+            raise answer
+        out.append((perm, answer))
+    return out
 
 
 def missing_required(checks: list[tuple[Permission, bool | None]]) -> list[Permission]:

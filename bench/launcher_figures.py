@@ -1,12 +1,14 @@
-"""Issue 2's figures in one go, bracketed by the machine's speed, each against its target.
+"""The launcher's headline figures in one go, bracketed by the machine's speed, each against
+its target: PostgreSQL throughput and launcher + database CPU per run, idle pickup latency,
+launcher memory under load, SQLite throughput and CPU (the targets were set in issue 2).
 
 The VM's speed drifts by minutes (docs/performance.md), so a figure means little without the
-speed it was taken at. This runs `calibrate.py` before and after the others (the issue's
-reference rates were ~1.3k asyncio spawns/s), then the PostgreSQL throughput and CPU, the
-pickup latency and the SQLite throughput, and prints one table: figure, target, met or not.
+speed it was taken at. This runs `calibrate.py` before and after the others (the reference
+rate was ~1.3k asyncio spawns/s), then the PostgreSQL throughput and CPU, the pickup latency
+and the SQLite throughput, and prints one table: figure, target, met or not.
 
-    .venv/bin/python bench/issue2.py                  # the full set, ~3 minutes
-    .venv/bin/python bench/issue2.py --quick          # tiny sizes: checks the script works
+    .venv/bin/python bench/launcher_figures.py            # the full set, ~3 minutes
+    .venv/bin/python bench/launcher_figures.py --quick    # tiny sizes: checks the script works
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ def main() -> None:
         ("SQLite CPU ms/run", number(lite, "cpu_ms_per_run"), "<= 0.5", lambda v: v <= 0.5),
     ]
     print()
-    print(f"machine: {before:.0f} -> {after:.0f} asyncio spawns/s (issue 2's reference: ~1,300)")
+    print(f"machine: {before:.0f} -> {after:.0f} asyncio spawns/s (the targets' reference: ~1,300)")
     for name, value, target, ok in rows:
         print(f"{name:<46}{value:>10.2f}  {target:<28}{'met' if ok(value) else 'NOT MET'}")
 
