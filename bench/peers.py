@@ -29,26 +29,42 @@ up front) it is told to go. Per repetition:
                   Summed over a prefork pool's processes, pages they share count once per process.
                   runlane's are its launcher's alone (its guardian adds ~9 MiB).
 
-The peers (bench/_peer_workers.py has how each is set up; `pip install -e ".[peers]"`):
-  dramatiq       RabbitMQ, its default pika broker, no publisher confirms; one worker process,
-                 16 threads (its default prefetch, twice the threads).
-  celery         RabbitMQ (py-amqp), one worker, `--pool threads --concurrency 16` (or
-                 --celery-pool prefork), prefetch multiplier 4, results ignored, no result
-                 backend, without mingle/gossip/heartbeat/remote control (one worker needs none).
+The spawn floor (`floor/16 threads`) runs in every repetition too: 16 threads each running
+`subprocess.run(["true"])` in a loop, in a process of its own, N spawns in all. It is what
+spawning alone costs this machine now, so `runlane_vs_floor` (runlane's rate over the floor's,
+round by round, then the median) holds when the machine's speed drifts or other work loads it.
+
+The peers (bench/_peer_workers.py has how each is set up; `pip install -e ".[peers]"`), each at
+its documented default and at a small sweep (`settings()` lists them; --defaults-only skips the
+sweep). Why it is fair: the default is what a new user gets; the sweep is what a user tuning for
+this work would try; runlane is compared with the best of them, median against median, and
+round by round in `runlane_vs_best_peer`. The tag names the setting: `dramatiq@2x8` is two
+processes of 8 threads.
+  dramatiq       RabbitMQ, its default pika broker, no publisher confirms. Default: one process
+                 per CPU x 8 threads (the `dramatiq` command's); sweep 1x16, CPUSx16, 4x4. Each
+                 process is built as `dramatiq` builds its worker processes, forked from a small
+                 supervisor (counted too).
+  celery         RabbitMQ (py-amqp), prefetch multiplier 4, results ignored, no result backend,
+                 without mingle/gossip/heartbeat/remote control (one worker needs none). Default:
+                 the prefork pool, one process per CPU; sweep prefork x16, threads 1x16 and
+                 CPUS processes of threads.
   procrastinate  PostgreSQL through its psycopg 3 async connector (its default pool), one
-                 worker, concurrency 16.
+                 worker. Default: concurrency 1 (a worker's default); sweep 16, 32.
   pgqueuer       PostgreSQL through asyncpg (its CLI's default driver; its psycopg driver does
-                 ~16 jobs/s here, --pgqueuer-driver psycopg), a QueueManager with at most 16 jobs
-                 picked at once (batches of 8), on asyncio's own loop: its CLI runs uvloop, whose
-                 fork()-based spawn costs more CPU per child (issue 2: 3.6 ms instead of 1.1, 205
-                 jobs/s instead of 735; --pgqueuer-loop uvloop to see it).
-  runlane        bench/throughput.py --db postgres (its launcher and guardian are the worker).
+                 ~16 jobs/s here, --pgqueuer-driver psycopg), on asyncio's own loop: its CLI
+                 runs uvloop, whose fork()-based spawn costs more CPU per child (issue 2: 3.6 ms
+                 instead of 1.1, 205 jobs/s instead of 735; --pgqueuer-loop uvloop to see it).
+                 Default: `pgq run`'s, batches of 10 and no cap; sweep at most 16 and 32 picked
+                 at once (batches of half that).
+  runlane        bench/throughput.py --db postgres, 16 in flight (its launcher and guardian are
+                 the worker); with --runlane-loop a second time with RUNLANE_INLINE_SPAWN=loop.
 Dramatiq and Celery without publisher confirms are not durable: a published job can be lost.
 Celery acknowledges a job before running it (its default), Dramatiq after.
 
     .venv/bin/python bench/peers.py                          # 3,000 jobs, 16 in flight, 3 turns
     .venv/bin/python bench/peers.py --peers runlane,dramatiq --repeat 5
-    .venv/bin/python bench/peers.py --quick                  # 50 jobs once each: checks it works
+    .venv/bin/python bench/peers.py --quick                  # 50 jobs once, defaults only
+    .venv/bin/python bench/peers.py --runlane-loop           # runlane's spawn on/off the loop
 """
 
 from __future__ import annotations
@@ -371,7 +387,9 @@ RUNLANE_KEYS = {
 }
 
 
-def one_runlane(n: int, concurrency: int, opts: argparse.Namespace) -> dict[str, float]:
+def one_runlane(
+    n: int, concurrency: int, opts: argparse.Namespace, spawn: str = "auto"
+) -> dict[str, float]:
     args = [
         "--db",
         "postgres",
@@ -390,6 +408,7 @@ def one_runlane(n: int, concurrency: int, opts: argparse.Namespace) -> dict[str,
             timeout=opts.timeout or 120 + n / 20,
             check=False,
             cwd=BENCH.parent,
+            env=dict(os.environ, RUNLANE_INLINE_SPAWN=spawn),
         )
     except subprocess.TimeoutExpired as e:
         raise PeerFailed(f"bench/throughput.py took over {e.timeout:g} s") from None
@@ -540,6 +559,11 @@ def main() -> None:
         default=0.0,
         help="seconds each step of a peer may take: enqueue, start, the jobs (default 60 + jobs/20; 30 with --quick)",
     )
+    ap.add_argument(
+        "--runlane-loop",
+        action="store_true",
+        help="runlane a second time with its spawns on the event loop (RUNLANE_INLINE_SPAWN=loop)",
+    )
     ap.add_argument("--pgqueuer-loop", choices=["asyncio", "uvloop"], default="asyncio")
     ap.add_argument("--pgqueuer-driver", choices=["asyncpg", "psycopg"], default="asyncpg")
     args = ap.parse_args()
@@ -557,7 +581,8 @@ def main() -> None:
     chosen = [s for s in settings(args.concurrency) if s.peer in peers]
     if args.defaults_only:
         chosen = [s for s in chosen if s.default]
-    runs: list[str | Setting] = ["floor", *(["runlane"] if "runlane" in peers else []), *chosen]
+    ours = ["runlane", *(["runlane@loop"] if args.runlane_loop else [])]
+    runs: list[str | Setting] = ["floor", *(ours if "runlane" in peers else []), *chosen]
 
     # Per repetition, by tag: the figures (rounds that failed are absent).
     results: dict[str, dict[int, dict[str, float]]] = {}
@@ -570,6 +595,8 @@ def main() -> None:
                 tag = "floor/16 threads"
             elif item == "runlane":
                 tag = "runlane/postgres"
+            elif item == "runlane@loop":
+                tag = "runlane@loop/postgres"
             else:
                 assert isinstance(item, Setting)
                 tag = item.tag
@@ -578,6 +605,8 @@ def main() -> None:
                     r = spawn_floor(args.jobs)
                 elif item == "runlane":
                     r = one_runlane(args.jobs, args.concurrency, args)
+                elif item == "runlane@loop":
+                    r = one_runlane(args.jobs, args.concurrency, args, spawn="loop")
                 else:
                     assert isinstance(item, Setting)
                     r = one_peer(item.peer, item, args.jobs, args)

@@ -33,6 +33,7 @@ CASES = [
         "--quick",
         r"http on median of 1\] runs_per_s=\d+(.|\n)*RSS median of 1=\d+\.\d+ MiB",
     ),
+    ("gil_spawn.py", "--spawns 40 --repeat 1 --threads 1,2", r"ctypes +2 +\d+ +\d+\.\d+"),
     ("inline_executor.py", "--runs 50 --repeat 1", r"cpu_ms_per_run=\d+\.\d+"),
     ("issue2.py", "--quick", r"machine: \d+ -> \d+ asyncio spawns/s(.|\n)*SQLite CPU ms/run"),
     ("latency.py", "--quick", r"pickup p50=\d+\.\d+ ms p99=\d+\.\d+ ms"),
