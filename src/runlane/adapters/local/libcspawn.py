@@ -30,6 +30,7 @@ _POSIX_SPAWN_SETSIGDEF = 0x04
 _ATTR_BYTES = 1024
 _ACTIONS_BYTES = 256
 _SIGSET_BYTES = 256
+_ENCODED_MAX = 4096  # encoded environment entries kept
 
 
 @cache
@@ -77,6 +78,7 @@ class LibcSpawn:
         self._actions_init = libc.posix_spawn_file_actions_init
         self._actions_dup2 = libc.posix_spawn_file_actions_adddup2
         self._actions_destroy = libc.posix_spawn_file_actions_destroy
+        self._encoded: dict[tuple[str, str], bytes] = {}
         self._attr = ctypes.create_string_buffer(_ATTR_BYTES)
         sigset = ctypes.create_string_buffer(_SIGSET_BYTES)
         _check(libc.sigemptyset(sigset), "sigemptyset")
@@ -105,12 +107,22 @@ class LibcSpawn:
         ValueError (a NUL byte in an argument or variable)."""
         path = _encode(executable)
         args = [_encode(a) for a in argv]
+        # Most of a run's environment is the launcher's own, the same strings every run:
+        # encoded once (encoding ~40 variables per spawn would cost more than the spawn call).
+        cache = self._encoded
         envs = []
-        for key, value in env.items():
-            name = _encode(key)
-            if not name or b"=" in name:
-                raise ValueError(f"illegal environment variable name {key!r}")
-            envs.append(name + b"=" + _encode(value))
+        for item in env.items():
+            entry = cache.get(item)
+            if entry is None:
+                key, value = item
+                name = _encode(key)
+                if not name or b"=" in name:
+                    raise ValueError(f"illegal environment variable name {key!r}")
+                entry = name + b"=" + _encode(value)
+                if len(cache) >= _ENCODED_MAX:
+                    cache.clear()  # per-run values (RUN_ID, ...) fill it up; start again
+                cache[item] = entry
+            envs.append(entry)
         argv_c = (ctypes.c_char_p * (len(args) + 1))(*args, None)
         env_c = (ctypes.c_char_p * (len(envs) + 1))(*envs, None)
         actions = ctypes.create_string_buffer(_ACTIONS_BYTES)
@@ -128,8 +140,14 @@ class LibcSpawn:
         return pid.value
 
 
+_FS_UTF8 = sys.getfilesystemencoding() == "utf-8" and sys.getfilesystemencodeerrors() == (
+    "surrogateescape"
+)
+
+
 def _encode(text: str) -> bytes:
-    data = os.fsencode(text)
+    # os.fsencode's own fast path, without its Python-level call overhead
+    data = text.encode("utf-8", "surrogateescape") if _FS_UTF8 else os.fsencode(text)
     if b"\0" in data:
         raise ValueError("embedded null byte")
     return data
