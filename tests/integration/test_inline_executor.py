@@ -657,13 +657,19 @@ async def test_runs_spawn_on_worker_threads_off_the_loop(log_dir: Path) -> None:
 
     spawn.spawn = recording  # type: ignore[method-assign]
     try:
+        # Idle: the first spawn is on the loop thread (no hop to add to its pickup latency).
+        first = await ex.start(make_spec(["sleep", "30"]))
+        assert threads == [threading.current_thread().name]
+        # Busy (a run is live): the others go to the spawn threads.
         outcomes = await asyncio.gather(
             *[finish(ex, await ex.start(make_spec(["true"]))) for _ in range(4)]
         )
         assert [o.exit_code for o in outcomes] == [0, 0, 0, 0]
-        assert len(threads) == 4
-        assert all(name.startswith("runlane-spawn") for name in threads), threads
-        assert threading.current_thread().name not in threads
+        assert len(threads) == 5
+        assert all(name.startswith("runlane-spawn") for name in threads[1:]), threads
+        assert threading.current_thread().name not in threads[1:]
+        await ex.cancel(first, grace=0)
+        assert (await finish(ex, first)).status == RunStatus.CANCELLED
         assert process.RESTORED_SIGNALS  # what the child is given back, as with os.posix_spawn
     finally:
         await asyncio.wait_for(ex.shutdown(grace=0), 10)
@@ -683,6 +689,7 @@ async def test_a_start_cancelled_during_the_spawn_leaves_no_process(log_dir: Pat
         return pid
 
     spawn.spawn = recording  # type: ignore[method-assign]
+    busy = await ex.start(make_spec(["sleep", "30"]))  # so that the next spawn goes to a thread
     task = asyncio.create_task(ex.start(make_spec(["sleep", "30"])))
     await asyncio.sleep(0)  # the spawn is on its worker thread now
     task.cancel()
@@ -690,11 +697,14 @@ async def test_a_start_cancelled_during_the_spawn_leaves_no_process(log_dir: Pat
         await task
     assert ex._spawn_pool is not None
     await asyncio.get_running_loop().run_in_executor(None, ex._spawn_pool.shutdown, True)
-    assert len(pids) == 1  # it was spawned...
+    assert len(pids) == 2  # it was spawned...
     # ... and then killed and reaped, once the loop ran the spawn's done callback.
     await eventually(
-        lambda: not Path(f"/proc/{pids[0]}").exists(), "the cancelled start's process to end"
+        lambda: not Path(f"/proc/{pids[1]}").exists(), "the cancelled start's process to end"
     )
+    assert ex.running_count() == 1  # the busy one alone
+    ex.kill_now(busy)
+    await finish(ex, busy)
     assert ex.running_count() == 0
     ex.close()
 

@@ -74,8 +74,9 @@ class InlineExecutor:
     All methods must be called from the event loop thread: the guardian's pipe has one writer,
     and in the `setpriv`/`prctl` modes the kernel's parent-death signal fires when the *thread*
     that spawned a child exits, so those spawn on the loop thread. With the guardian the spawn
-    itself (and only it) runs on a worker thread (`spawn_off_loop`); the child is registered
-    with the guardian and watched on the loop thread as soon as the spawn returns.
+    itself (and only it) runs on a worker thread (`spawn_off_loop`) whenever another run is
+    live or starting (an idle executor spawns on the loop: lower pickup latency); the child is
+    registered with the guardian and watched on the loop thread as soon as the spawn returns.
     """
 
     name = "inline"
@@ -238,7 +239,11 @@ class InlineExecutor:
         log_path = base + ".log"  # = self.log_path(spec.run_id, spec.attempt)
         spawn = partial(self._spawn, argv, env, log_path)
         try:
-            if self._spawn_pool is not None:
+            if self._spawn_pool is not None and not (
+                # An idle executor spawns on the loop: nothing else is waiting for the loop,
+                # and a hop to a thread and back would only add to the run's pickup latency.
+                self.spawn_off_loop and not self._live and len(self._starting) <= 1
+            ):
                 spawning = asyncio.get_running_loop().run_in_executor(self._spawn_pool, spawn)
                 try:
                     read_fd, proc, log = await asyncio.shield(spawning)
