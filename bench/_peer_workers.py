@@ -9,7 +9,9 @@ the `peers` extra). Two commands:
     _peer_workers.py work PEER --url URL --queue NAME --concurrency C --out FILE
         builds the peer's worker (imports, connections where the peer opens them up front),
         prints `ready ...` on stdout, waits for a line `go` on stdin (blocked in a read: no CPU),
-        then works until SIGTERM. Every job appends one fixed-size record `start end` (monotonic
+        then works until SIGTERM. With `--processes P` (the thread-based peers) it forks P
+        such workers, each built on its own and each with C threads, as `dramatiq --processes P
+        --threads C` does, and lets them go together. Every job appends one fixed-size record `start end` (monotonic
         clock, shared by all processes on the machine) to FILE with a single O_APPEND write:
         the harness learns the count from the file's size and the span from its records without
         asking the peer anything.
@@ -267,10 +269,13 @@ async def pgqueuer_work(args: argparse.Namespace) -> None:
         status(f"ready {ready_note()} loop={loop.__module__}.{loop.__name__}")
         await wait_for_go_async()
         # At most C jobs picked at once (`pgq run --max-concurrent-tasks C`); the dequeue batch
-        # may be at most half of that.
-        await qm.run(
-            batch_size=max(1, args.concurrency // 2), max_concurrent_tasks=args.concurrency
-        )
+        # may be at most half of that. C = 0 is `pgq run`'s default: no cap, batches of 10.
+        if args.concurrency:
+            await qm.run(
+                batch_size=max(1, args.concurrency // 2), max_concurrent_tasks=args.concurrency
+            )
+        else:
+            await qm.run()
     finally:
         await close()
 
@@ -301,6 +306,54 @@ def die_with_parent() -> None:
         raise SystemExit("the harness is gone")
 
 
+def forked(work: Any, args: argparse.Namespace) -> None:
+    """`args.processes` workers, forked from here before any peer is imported, each built on
+    its own; this process is their supervisor (as the `dramatiq` command's parent is): it says
+    `ready` once every one of them is, passes `go` on to each, forwards SIGTERM and waits."""
+    global _status_fd
+    ready_r, ready_w = os.pipe()
+    children: list[tuple[int, int]] = []
+    for _ in range(args.processes):
+        go_r, go_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # a worker: its `ready` goes to the supervisor, its `go` comes from it
+            os.close(ready_r)
+            os.close(go_w)
+            for _, w in children:
+                os.close(w)
+            os.dup2(go_r, 0)
+            os.close(go_r)
+            _status_fd = ready_w
+            try:
+                die_with_parent()  # fork() clears the parent-death signal
+                run(work, args)
+            finally:
+                os._exit(0)
+        os.close(go_r)
+        children.append((pid, go_w))
+    os.close(ready_w)
+    with os.fdopen(ready_r, "rb") as ready:
+        for _ in children:
+            if not ready.readline().startswith(b"ready"):
+                raise SystemExit("a worker process exited before it was ready")
+    pids = " ".join(str(pid) for pid, _ in children)
+    status(f"ready {ready_note()} processes={args.processes} pids={pids}")
+    signal.signal(signal.SIGTERM, lambda *_: [os.kill(pid, signal.SIGTERM) for pid, _ in children])
+    wait_for_go()
+    for _, go_w in children:
+        os.write(go_w, b"go\n")
+        os.close(go_w)
+    for pid, _ in children:
+        while True:
+            try:
+                os.waitpid(pid, 0)
+                break
+            except ChildProcessError:
+                break
+            except InterruptedError:  # pragma: no cover - PEP 475 retries for us
+                continue
+
+
 def main() -> None:
     global _out_fd, _status_fd
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -310,6 +363,7 @@ def main() -> None:
     ap.add_argument("--queue", required=True)
     ap.add_argument("--jobs", type=int, default=0)
     ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--processes", type=int, default=1, help="worker processes (Dramatiq, Celery)")
     ap.add_argument("--out")
     ap.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
     ap.add_argument("--pgqueuer-driver", choices=["asyncpg", "psycopg"], default="asyncpg")
@@ -325,7 +379,10 @@ def main() -> None:
         status(f"enqueue_per_s={run(enqueue, args):.2f}")
         return
     _out_fd = os.open(args.out, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    run(work, args)
+    if args.processes > 1:
+        forked(work, args)
+    else:
+        run(work, args)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ launcher's hook reads it when the run's process has been started (CLOCK_MONOTONI
 both processes). Prints p50/p99 over the samples, median of the repetitions.
 
     .venv/bin/python bench/latency.py --db postgres --samples 200 --repeat 3
+    .venv/bin/python bench/latency.py --inline-spawn loop,thread   # both, in alternate turns
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def enqueuer(url: str, catalog_path: str, pipe: Connection) -> None:
 
 
 async def measure(
-    url: str, work: Path, samples: int
+    url: str, work: Path, samples: int, inline_spawn: str = "auto"
 ) -> tuple[list[float], list[float], list[float]]:
     """Pickup latencies (enqueue -> process started), and for each sample when the accept had
     returned to the client and when the launcher had claimed the run (ms after enqueue)."""
@@ -66,6 +67,7 @@ async def measure(
         claim_interval=10.0,
         lease_ttl=30.0,
         lease_renew_interval=10.0,
+        inline_spawn=inline_spawn,
     )
     launcher_store = store_from_url(url)
     await launcher_store.open()
@@ -134,27 +136,40 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument(
+        "--inline-spawn",
+        default="auto",
+        help="RUNLANE_INLINE_SPAWN for the launcher; several, comma-separated, run in turns",
+    )
     args = ap.parse_args()
     if args.quick:
         args.samples, args.repeat = 10, 1
-    p50s, p99s = [], []
+    modes = [m.strip() for m in args.inline_spawn.split(",") if m.strip()]
+    p50s: dict[str, list[float]] = {m: [] for m in modes}
+    p99s: dict[str, list[float]] = {m: [] for m in modes}
     for i in range(args.repeat):
-        with tempfile.TemporaryDirectory() as tmp:
-            work = Path(tmp)
-            (work / "catalog.yaml").write_text(CATALOG)
-            with scratch_database(args.db, work) as url:
-                lat, accepted, claims = asyncio.run(measure(url, work, args.samples))
-        p50s.append(percentile(lat, 50))
-        p99s.append(percentile(lat, 99))
+        for mode in modes[i % len(modes) :] + modes[: i % len(modes)]:
+            tag = args.db if modes == ["auto"] else f"{args.db} spawn={mode}"
+            with tempfile.TemporaryDirectory() as tmp:
+                work = Path(tmp)
+                (work / "catalog.yaml").write_text(CATALOG)
+                with scratch_database(args.db, work) as url:
+                    lat, accepted, claims = asyncio.run(measure(url, work, args.samples, mode))
+            p50s[mode].append(percentile(lat, 50))
+            p99s[mode].append(percentile(lat, 99))
+            print(
+                f"[{tag} #{i + 1}] pickup p50={p50s[mode][-1]:.2f} ms "
+                f"p99={p99s[mode][-1]:.2f} ms max={max(lat):.2f} ms (n={len(lat)}); p50 of: "
+                f"accept returned {percentile(accepted, 50):.2f} ms, "
+                f"claimed {percentile(claims, 50):.2f} ms",
+                flush=True,
+            )
+    for mode in modes:
+        tag = args.db if modes == ["auto"] else f"{args.db} spawn={mode}"
         print(
-            f"[{args.db} #{i + 1}] pickup p50={p50s[-1]:.2f} ms p99={p99s[-1]:.2f} ms "
-            f"max={max(lat):.2f} ms (n={len(lat)}); p50 of: accept returned "
-            f"{percentile(accepted, 50):.2f} ms, claimed {percentile(claims, 50):.2f} ms",
-            flush=True,
+            f"[{tag} median of {args.repeat}] pickup p50={median(p50s[mode]):.2f} ms "
+            f"p99={median(p99s[mode]):.2f} ms"
         )
-    print(
-        f"[{args.db} median of {args.repeat}] pickup p50={median(p50s):.2f} ms p99={median(p99s):.2f} ms"
-    )
 
 
 if __name__ == "__main__":

@@ -29,26 +29,42 @@ up front) it is told to go. Per repetition:
                   Summed over a prefork pool's processes, pages they share count once per process.
                   runlane's are its launcher's alone (its guardian adds ~9 MiB).
 
-The peers (bench/_peer_workers.py has how each is set up; `pip install -e ".[peers]"`):
-  dramatiq       RabbitMQ, its default pika broker, no publisher confirms; one worker process,
-                 16 threads (its default prefetch, twice the threads).
-  celery         RabbitMQ (py-amqp), one worker, `--pool threads --concurrency 16` (or
-                 --celery-pool prefork), prefetch multiplier 4, results ignored, no result
-                 backend, without mingle/gossip/heartbeat/remote control (one worker needs none).
+The spawn floor (`floor/16 threads`) runs in every repetition too: 16 threads each running
+`subprocess.run(["true"])` in a loop, in a process of its own, N spawns in all. It is what
+spawning alone costs this machine now, so `runlane_vs_floor` (runlane's rate over the floor's,
+round by round, then the median) holds when the machine's speed drifts or other work loads it.
+
+The peers (bench/_peer_workers.py has how each is set up; `pip install -e ".[peers]"`), each at
+its documented default and at a small sweep (`settings()` lists them; --defaults-only skips the
+sweep). Why it is fair: the default is what a new user gets; the sweep is what a user tuning for
+this work would try; runlane is compared with the best of them, median against median, and
+round by round in `runlane_vs_best_peer`. The tag names the setting: `dramatiq@2x8` is two
+processes of 8 threads.
+  dramatiq       RabbitMQ, its default pika broker, no publisher confirms. Default: one process
+                 per CPU x 8 threads (the `dramatiq` command's); sweep 1x16, CPUSx16, 4x4. Each
+                 process is built as `dramatiq` builds its worker processes, forked from a small
+                 supervisor (counted too).
+  celery         RabbitMQ (py-amqp), prefetch multiplier 4, results ignored, no result backend,
+                 without mingle/gossip/heartbeat/remote control (one worker needs none). Default:
+                 the prefork pool, one process per CPU; sweep prefork x16, threads 1x16 and
+                 CPUS processes of threads.
   procrastinate  PostgreSQL through its psycopg 3 async connector (its default pool), one
-                 worker, concurrency 16.
+                 worker. Default: concurrency 1 (a worker's default); sweep 16, 32.
   pgqueuer       PostgreSQL through asyncpg (its CLI's default driver; its psycopg driver does
-                 ~16 jobs/s here, --pgqueuer-driver psycopg), a QueueManager with at most 16 jobs
-                 picked at once (batches of 8), on asyncio's own loop: its CLI runs uvloop, whose
-                 fork()-based spawn costs more CPU per child (issue 2: 3.6 ms instead of 1.1, 205
-                 jobs/s instead of 735; --pgqueuer-loop uvloop to see it).
-  runlane        bench/throughput.py --db postgres (its launcher and guardian are the worker).
+                 ~16 jobs/s here, --pgqueuer-driver psycopg), on asyncio's own loop: its CLI
+                 runs uvloop, whose fork()-based spawn costs more CPU per child (issue 2: 3.6 ms
+                 instead of 1.1, 205 jobs/s instead of 735; --pgqueuer-loop uvloop to see it).
+                 Default: `pgq run`'s, batches of 10 and no cap; sweep at most 16 and 32 picked
+                 at once (batches of half that).
+  runlane        bench/throughput.py --db postgres, 16 in flight (its launcher and guardian are
+                 the worker); with --runlane-loop a second time with RUNLANE_INLINE_SPAWN=loop.
 Dramatiq and Celery without publisher confirms are not durable: a published job can be lost.
 Celery acknowledges a job before running it (its default), Dramatiq after.
 
     .venv/bin/python bench/peers.py                          # 3,000 jobs, 16 in flight, 3 turns
     .venv/bin/python bench/peers.py --peers runlane,dramatiq --repeat 5
-    .venv/bin/python bench/peers.py --quick                  # 50 jobs once each: checks it works
+    .venv/bin/python bench/peers.py --quick                  # 50 jobs once, defaults only
+    .venv/bin/python bench/peers.py --runlane-loop           # runlane's spawn on/off the loop
 """
 
 from __future__ import annotations
@@ -66,6 +82,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from _common import (
@@ -88,6 +105,8 @@ BROKER = {
     "procrastinate": "postgres",
     "pgqueuer": "postgres",
 }
+CPUS = os.cpu_count() or 1
+FLOOR_THREADS = 16
 READY_TIMEOUT = 60.0
 STOP_TIMEOUT = 20.0
 
@@ -260,7 +279,7 @@ def log_tail(path: Path) -> str:
 # --- one repetition of one peer --------------------------------------------------------------
 
 
-def one_peer(peer: str, n: int, concurrency: int, opts: argparse.Namespace) -> dict[str, float]:
+def one_peer(peer: str, setting: Setting, n: int, opts: argparse.Namespace) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         work = Path(tmp)
         if BROKER[peer] == "rabbitmq":
@@ -274,16 +293,11 @@ def one_peer(peer: str, n: int, concurrency: int, opts: argparse.Namespace) -> d
             url,
             "--queue",
             queue,
-            "--concurrency",
-            str(concurrency),
             "--loop",  # asyncio's own, but for PgQueuer when told otherwise
             opts.pgqueuer_loop if peer == "pgqueuer" else "asyncio",
             "--pgqueuer-driver",
             opts.pgqueuer_driver,
-            "--celery-pool",
-            opts.celery_pool,
-            "--celery-prefetch",
-            str(opts.celery_prefetch),
+            *setting.args,
         ]
         try:
             done = subprocess.run(
@@ -373,7 +387,9 @@ RUNLANE_KEYS = {
 }
 
 
-def one_runlane(n: int, concurrency: int, opts: argparse.Namespace) -> dict[str, float]:
+def one_runlane(
+    n: int, concurrency: int, opts: argparse.Namespace, spawn: str = "auto"
+) -> dict[str, float]:
     args = [
         "--db",
         "postgres",
@@ -392,6 +408,7 @@ def one_runlane(n: int, concurrency: int, opts: argparse.Namespace) -> dict[str,
             timeout=opts.timeout or 120 + n / 20,
             check=False,
             cwd=BENCH.parent,
+            env=dict(os.environ, RUNLANE_INLINE_SPAWN=spawn),
         )
     except subprocess.TimeoutExpired as e:
         raise PeerFailed(f"bench/throughput.py took over {e.timeout:g} s") from None
@@ -413,6 +430,109 @@ def show(values: dict[str, float], n: int) -> str:
     return f"jobs={values['jobs']:.0f}/{n}  {figures}"
 
 
+# --- the machine's spawn floor -----------------------------------------------------------------
+
+
+def spawn_floor(n: int, threads: int = FLOOR_THREADS) -> dict[str, float]:
+    """`threads` threads each running `subprocess.run(["true"])` in a loop until `n` spawns are
+    done, in a process of its own (this one's threads and memory stay out of it): spawns a
+    second, and the CPU per spawn of that process and its children (the `true`s) together."""
+    code = (
+        "import os, subprocess, sys, threading, time\n"
+        "n, k = int(sys.argv[1]), int(sys.argv[2])\n"
+        "left = [n]\n"
+        "lock = threading.Lock()\n"
+        "def loop():\n"
+        "    while True:\n"
+        "        with lock:\n"
+        "            if left[0] <= 0: return\n"
+        "            left[0] -= 1\n"
+        "        subprocess.run(['true'], check=True)\n"
+        "ts = [threading.Thread(target=loop) for _ in range(k)]\n"
+        "c0, t0 = os.times(), time.perf_counter()\n"
+        "for t in ts: t.start()\n"
+        "for t in ts: t.join()\n"
+        "dt, c1 = time.perf_counter() - t0, os.times()\n"
+        "cpu = sum(c1[:4]) - sum(c0[:4])\n"
+        "print(f'{n / dt:.2f} {1000 * cpu / n:.4f}')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(n), str(threads)],
+        capture_output=True,
+        text=True,
+        timeout=60 + n / 20,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise PeerFailed(f"the spawn floor failed (exit {done.returncode}):\n{tail(done.stderr)}")
+    per_s, cpu = map(float, done.stdout.split())
+    return {"jobs": float(n), "spawns_per_s": per_s, "cpu_ms_per_spawn": cpu}
+
+
+# --- the settings ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One way to run a peer: `_peer_workers.py` arguments, and whether it is the default."""
+
+    peer: str
+    label: str
+    args: tuple[str, ...]
+    default: bool = False
+
+    @property
+    def tag(self) -> str:
+        return f"{self.peer}@{self.label}/{BROKER[self.peer]}"
+
+
+def settings(concurrency: int) -> list[Setting]:
+    """Each peer at its documented default and at the points of a small sweep around it.
+
+    The defaults, as a new user gets them on this machine (CPUS = its CPU count):
+      dramatiq       `dramatiq` starts one process per CPU with 8 threads each (its CLI's
+                     --processes / --threads defaults).
+      celery         `celery worker`: the prefork pool with one process per CPU, prefetch
+                     multiplier 4.
+      procrastinate  a worker's concurrency is 1.
+      pgqueuer       `pgq run`: batches of 10 and no cap on jobs in flight.
+    The sweep is what a user tuning for this load would try: `concurrency` (16) slots split
+    into processes x threads, and twice that; Celery with prefork processes or threads;
+    procrastinate and PgQueuer at `concurrency` and twice it. Every peer's best setting is
+    the one runlane is compared with, so none is held to a setting that does not suit it.
+    """
+    c, c2 = concurrency, 2 * concurrency
+    return [
+        Setting("dramatiq", f"{CPUS}x8", ("--processes", str(CPUS), "--concurrency", "8"), True),
+        Setting("dramatiq", f"1x{c}", ("--processes", "1", "--concurrency", str(c))),
+        Setting("dramatiq", f"{CPUS}x{c}", ("--processes", str(CPUS), "--concurrency", str(c))),
+        Setting("dramatiq", "4x4", ("--processes", "4", "--concurrency", "4")),
+        Setting(
+            "celery",
+            f"prefork{CPUS}",
+            ("--celery-pool", "prefork", "--concurrency", str(CPUS)),
+            True,
+        ),
+        Setting("celery", f"prefork{c}", ("--celery-pool", "prefork", "--concurrency", str(c))),
+        Setting("celery", f"threads1x{c}", ("--celery-pool", "threads", "--concurrency", str(c))),
+        Setting(
+            "celery",
+            f"threads{CPUS}x{c // CPUS}",
+            ("--celery-pool", "threads", "--processes", str(CPUS), "--concurrency", str(c // CPUS)),
+        ),
+        Setting("procrastinate", "c1", ("--concurrency", "1"), True),
+        Setting("procrastinate", f"c{c}", ("--concurrency", str(c))),
+        Setting("procrastinate", f"c{c2}", ("--concurrency", str(c2))),
+        Setting("pgqueuer", "uncapped", ("--concurrency", "0"), True),
+        Setting("pgqueuer", f"c{c}", ("--concurrency", str(c))),
+        Setting("pgqueuer", f"c{c2}", ("--concurrency", str(c2))),
+    ]
+
+
+def medians_of(rs: list[dict[str, float]]) -> dict[str, float]:
+    return {k: median([r[k] for r in rs]) for k in rs[0]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -423,10 +543,15 @@ def main() -> None:
         help=f"comma-separated, run in this order each repetition (default: {','.join(BROKER)})",
     )
     ap.add_argument("--jobs", type=int, default=3000)
-    ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument("--concurrency", type=int, default=16, help="runlane's, and the sweep's base")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument(
-        "--quick", action="store_true", help="50 jobs, once each: checks the script works"
+        "--defaults-only", action="store_true", help="each peer at its default setting only"
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="50 jobs, once each, defaults only: checks the script works",
     )
     ap.add_argument(
         "--timeout",
@@ -434,54 +559,116 @@ def main() -> None:
         default=0.0,
         help="seconds each step of a peer may take: enqueue, start, the jobs (default 60 + jobs/20; 30 with --quick)",
     )
+    ap.add_argument(
+        "--runlane-loop",
+        action="store_true",
+        help="runlane a second time with its spawns on the event loop (RUNLANE_INLINE_SPAWN=loop)",
+    )
     ap.add_argument("--pgqueuer-loop", choices=["asyncio", "uvloop"], default="asyncio")
     ap.add_argument("--pgqueuer-driver", choices=["asyncpg", "psycopg"], default="asyncpg")
-    ap.add_argument("--celery-pool", choices=["threads", "prefork"], default="threads")
-    ap.add_argument("--celery-prefetch", type=int, default=4, help="Celery's prefetch multiplier")
     args = ap.parse_args()
     if args.quick:
         # Each step of each peer within 30 s (unless told otherwise): the smoke test's own limit
         # is above the sum, so a stuck peer is reported here, with the others' lines.
-        args.jobs, args.repeat = 50, 1
+        args.jobs, args.repeat, args.defaults_only = 50, 1, True
         args.timeout = args.timeout or 30.0
-    if args.jobs < 1 or args.repeat < 1 or args.concurrency < 1:
-        ap.error("--jobs, --repeat and --concurrency must be at least 1")
+    if args.jobs < 1 or args.repeat < 1 or args.concurrency < 2:
+        ap.error("--jobs and --repeat must be at least 1, --concurrency at least 2")
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
     unknown = [p for p in peers if p not in BROKER]
     if unknown:
         ap.error(f"unknown peers {unknown}: choose from {','.join(BROKER)}")
-    if "pgqueuer" in peers and args.concurrency < 2:
-        ap.error("PgQueuer needs --concurrency 2 or more (its cap is at least twice its batch)")
+    chosen = [s for s in settings(args.concurrency) if s.peer in peers]
+    if args.defaults_only:
+        chosen = [s for s in chosen if s.default]
+    ours = ["runlane", *(["runlane@loop"] if args.runlane_loop else [])]
+    runs: list[str | Setting] = ["floor", *(ours if "runlane" in peers else []), *chosen]
 
-    results: dict[str, list[dict[str, float]]] = {p: [] for p in peers}
+    # Per repetition, by tag: the figures (rounds that failed are absent).
+    results: dict[str, dict[int, dict[str, float]]] = {}
     failed = 0
     for i in range(args.repeat):
-        # A different peer first in each repetition: no peer always runs on a machine that
-        # has just been idle, or just been busy.
-        for peer in peers[i % len(peers) :] + peers[: i % len(peers)]:
-            tag = f"[{peer}/{BROKER[peer]} #{i + 1}]"
+        # A different one first in each repetition: none always runs on a machine that has
+        # just been idle, or just been busy. The floor runs in every repetition too.
+        for item in runs[i % len(runs) :] + runs[: i % len(runs)]:
+            if item == "floor":
+                tag = "floor/16 threads"
+            elif item == "runlane":
+                tag = "runlane/postgres"
+            elif item == "runlane@loop":
+                tag = "runlane@loop/postgres"
+            else:
+                assert isinstance(item, Setting)
+                tag = item.tag
             try:
-                if peer == "runlane":
+                if item == "floor":
+                    r = spawn_floor(args.jobs)
+                elif item == "runlane":
                     r = one_runlane(args.jobs, args.concurrency, args)
+                elif item == "runlane@loop":
+                    r = one_runlane(args.jobs, args.concurrency, args, spawn="loop")
                 else:
-                    r = one_peer(peer, args.jobs, args.concurrency, args)
+                    assert isinstance(item, Setting)
+                    r = one_peer(item.peer, item, args.jobs, args)
             except Exception as e:  # one peer failing leaves the others to run
                 failed += 1
-                print(f"{tag} FAILED: {e}", flush=True)
+                print(f"[{tag} #{i + 1}] FAILED: {e}", flush=True)
                 continue
             if r["jobs"] != args.jobs:
                 failed += 1
-                print(f"{tag} FAILED: {show(r, args.jobs)}", flush=True)
+                print(f"[{tag} #{i + 1}] FAILED: {show(r, args.jobs)}", flush=True)
                 continue
-            results[peer].append(r)
-            print(f"{tag} {show(r, args.jobs)}", flush=True)
-    for peer, rs in results.items():
-        if rs:
-            medians = {k: median([r[k] for r in rs]) for k in rs[0]}
-            print(f"[{peer}/{BROKER[peer]} median of {len(rs)}] {show(medians, args.jobs)}")
+            results.setdefault(tag, {})[i] = r
+            print(f"[{tag} #{i + 1}] {show(r, args.jobs)}", flush=True)
+    summarise(results, chosen, args.jobs)
     if failed:
-        print(f"{failed} of {args.repeat * len(peers)} peer runs failed", file=sys.stderr)
+        print(f"{failed} of {args.repeat * len(runs)} runs failed", file=sys.stderr)
         sys.exit(1)
+
+
+def summarise(
+    results: dict[str, dict[int, dict[str, float]]], chosen: list[Setting], n: int
+) -> None:
+    """Medians per setting; each peer's default and best; runlane's ratios to the best peer
+    setting and to the spawn floor, round by round (so a machine that drifts between rounds
+    moves both sides of each ratio), then their median."""
+    for tag, by_round in results.items():
+        print(f"[{tag} median of {len(by_round)}] {show(medians_of(list(by_round.values())), n)}")
+    rate = "jobs_per_s"
+    best: Setting | None = None
+    for peer in dict.fromkeys(s.peer for s in chosen):
+        mine = [s for s in chosen if s.peer == peer and s.tag in results]
+        if not mine:
+            continue
+        top = max(mine, key=lambda s: medians_of(list(results[s.tag].values()))[rate])
+        default = next((s for s in mine if s.default), None)
+        got = {s.label: medians_of(list(results[s.tag].values()))[rate] for s in mine}
+        print(
+            f"[{peer}] default {default.label if default else '-'}="
+            f"{got[default.label] if default else float('nan'):.2f}  "
+            f"best {top.label}={got[top.label]:.2f} jobs/s"
+        )
+        if best is None or got[top.label] > medians_of(list(results[best.tag].values()))[rate]:
+            best = top
+    floor = results.get("floor/16 threads", {})
+    ours = results.get("runlane/postgres", {})
+    lines = []
+    if floor and ours:
+        ratios = [ours[i][rate] / floor[i]["spawns_per_s"] for i in ours if i in floor]
+        if ratios:
+            lines.append(f"runlane_vs_floor={median(ratios):.3f} (rounds={len(ratios)})")
+    if best is not None and ours:
+        theirs = results[best.tag]
+        ratios = [ours[i][rate] / theirs[i][rate] for i in ours if i in theirs]
+        if ratios:
+            lines.append(
+                f"runlane_vs_best_peer={median(ratios):.3f} ({best.tag}, rounds={len(ratios)})"
+            )
+        if floor:
+            ratios = [theirs[i][rate] / floor[i]["spawns_per_s"] for i in theirs if i in floor]
+            lines.append(f"best_peer_vs_floor={median(ratios):.3f}")
+    if lines:
+        print("[ratios, median over rounds] " + "  ".join(lines))
 
 
 if __name__ == "__main__":

@@ -3,10 +3,12 @@
     .venv/bin/python bench/spawn.py                 # 2,000 spawns, 16 in flight, median of 3
     .venv/bin/python bench/spawn.py --spawns 50 --repeats 1   # CI smoke: it still works
 
-Methods: `guardian` (plain vfork Popen; each run's process group is registered with a helper
+Methods: `guardian` (the default: glibc's vfork posix_spawn through ctypes on worker threads,
+the GIL released during the vfork wait; each run's process group is registered with a helper
 process that kills the registered groups when the launcher dies — its CPU is counted too, read
-from /proc), `setpriv` (argv prefixed with `setpriv --pdeathsig KILL --`, vfork spawn), `prctl`
-(`preexec_fn` calling prctl(PR_SET_PDEATHSIG) — forces fork()), `none` (plain Popen, no
+from /proc), `guardian-loop` (the same with os.posix_spawn on the event-loop thread, the GIL
+held), `setpriv` (argv prefixed with `setpriv --pdeathsig KILL --`, vfork spawn), `prctl`
+(`preexec_fn` calling prctl(PR_SET_PDEATHSIG) — forces fork()), `none` (plain spawn, no
 parent-death signal; the floor). Each run goes through the whole executor: pipe, pidfd, log file,
 outcome. CPU = launcher + reaped children (+ the guardian) (user + system), per run. The
 guardian's resident set size is printed after the table.
@@ -104,14 +106,20 @@ async def main() -> None:
     parser.add_argument("--spawns", type=int, default=2000)
     parser.add_argument("--in-flight", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--modes", default="guardian,setpriv,prctl,none")
+    parser.add_argument("--modes", default="guardian,guardian-loop,setpriv,prctl,none")
     args = parser.parse_args()
-    modes: list[PdeathsigMode] = [m for m in args.modes.split(",") if m]  # type: ignore[misc]
+    modes = [m for m in args.modes.split(",") if m]
+
+    def executor_for(mode: str, log_dir: Path) -> InlineExecutor:
+        pdeathsig: PdeathsigMode = mode.removesuffix("-loop")  # type: ignore[assignment]
+        return InlineExecutor(
+            log_dir, pdeathsig=pdeathsig, spawn_off_loop=False if mode.endswith("-loop") else None
+        )
 
     with tempfile.TemporaryDirectory(prefix="runlane-bench-") as tmp:
-        executors = {m: InlineExecutor(Path(tmp) / m, pdeathsig=m) for m in modes}
+        executors = {m: executor_for(m, Path(tmp) / m) for m in modes}
         for mode, executor in executors.items():
-            assert executor.pdeathsig_mode == mode, (mode, executor.pdeathsig_mode)
+            assert executor.pdeathsig_mode == mode.removesuffix("-loop"), mode
             await _one_round(executor, min(100, args.spawns), args.in_flight, f"warm-{mode}")
         samples: dict[str, list[Sample]] = {m: [] for m in modes}
         # Interleave the modes so drift in machine load is shared between them.
@@ -128,10 +136,10 @@ async def main() -> None:
         f"python {sys.version.split()[0]}, {args.spawns} spawns of `true`, "
         f"{args.in_flight} in flight, median of {args.repeats}"
     )
-    print(f"{'method':<10}{'runs/s':>10}{'CPU ms/run':>12}{'launcher ms/run':>17}")
+    print(f"{'method':<14}{'runs/s':>10}{'CPU ms/run':>12}{'launcher ms/run':>17}")
     for mode, rows in samples.items():
         print(
-            f"{mode:<10}"
+            f"{mode:<14}"
             f"{statistics.median(s.runs_per_s for s in rows):>10.0f}"
             f"{statistics.median(s.cpu_ms_per_run for s in rows):>12.3f}"
             f"{statistics.median(s.launcher_cpu_ms_per_run for s in rows):>17.3f}"

@@ -33,6 +33,7 @@ CASES = [
         "--quick",
         r"http on median of 1\] runs_per_s=\d+(.|\n)*RSS median of 1=\d+\.\d+ MiB",
     ),
+    ("gil_spawn.py", "--spawns 40 --repeat 1 --threads 1,2", r"ctypes +2 +\d+ +\d+\.\d+"),
     ("inline_executor.py", "--runs 50 --repeat 1", r"cpu_ms_per_run=\d+\.\d+"),
     (
         "launcher_figures.py",
@@ -101,7 +102,8 @@ def test_peers_bench_runs_every_peer(pg_database: str) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for peer in PEERS:
         found = re.search(
-            rf"^\[{peer}/\w+ #1\] jobs=(\d+)/50 +jobs_per_s=(\d+\.\d+) .*"
+            # each peer at its default setting (`peer@setting/broker`), runlane as itself
+            rf"^\[{peer}(?:@\w+)?/\w+ #1\] jobs=(\d+)/50 +jobs_per_s=(\d+\.\d+) .*"
             rf"cpu_ms_per_job=(\d+\.\d+) +worker_cpu_ms_per_job=(\d+\.\d+) +"
             rf"broker_cpu_ms_per_job=(\d+\.\d+) .*peak_rss_mib=(\d+\.\d+)$",
             proc.stdout,
@@ -113,4 +115,16 @@ def test_peers_bench_runs_every_peer(pg_database: str) -> None:
         assert float(per_s) > 0, found.group(0)
         assert float(cpu) == pytest.approx(float(worker) + float(broker), abs=0.011)
         assert float(rss) > 0, found.group(0)
-        assert re.search(rf"^\[{peer}/\w+ median of 1\] jobs=50/50 ", proc.stdout, re.MULTILINE)
+        assert re.search(
+            rf"^\[{peer}(?:@\w+)?/\w+ median of 1\] jobs=50/50 ", proc.stdout, re.MULTILINE
+        )
+    floor = re.search(
+        r"^\[floor/16 threads #1\] jobs=50/50 +spawns_per_s=(\d+\.\d+)", proc.stdout, re.M
+    )
+    assert floor, proc.stdout[-3000:]
+    assert float(floor.group(1)) > 0, floor.group(0)
+    ratios = re.search(
+        r"^\[ratios, median over rounds\] runlane_vs_floor=(\d+\.\d+)", proc.stdout, re.M
+    )
+    assert ratios, proc.stdout[-3000:]
+    assert float(ratios.group(1)) > 0, ratios.group(0)

@@ -98,9 +98,11 @@ def log_dir(tmp_path: Path) -> Path:
     return tmp_path / "logs"
 
 
-@pytest.fixture
-async def executor(log_dir: Path) -> AsyncIterator[InlineExecutor]:
-    ex = InlineExecutor(log_dir)
+@pytest.fixture(params=["thread", "loop"])
+async def executor(log_dir: Path, request: pytest.FixtureRequest) -> AsyncIterator[InlineExecutor]:
+    # Every behaviour holds with the spawn on a worker thread (the default) and on the loop.
+    ex = InlineExecutor(log_dir, spawn_off_loop=request.param == "thread")
+    assert ex.spawn_off_loop == (request.param == "thread")
     yield ex
     await asyncio.wait_for(ex.shutdown(grace=0), 10)
     ex.close()
@@ -616,10 +618,94 @@ def test_guardian_is_the_default_on_linux(log_dir: Path) -> None:
     assert ex.pdeathsig_mode == "guardian"
     assert ex.guardian_pid is None  # started lazily, on the first spawn
     # The guardian alone: no preexec_fn (it would force fork() instead of vfork()), and spawns
-    # use posix_spawn (vfork) on the loop thread.
+    # use glibc's posix_spawn (vfork) on worker threads, the GIL released while the child execs.
     assert ex._preexec is None
     assert ex._posix_spawn_ok
+    assert ex.spawn_off_loop
+    assert ex._spawn_pool is not None
+    ex.close()
+
+
+def test_spawning_on_the_loop_stays_selectable(log_dir: Path) -> None:
+    ex = InlineExecutor(log_dir, spawn_off_loop=False)
+    assert ex.pdeathsig_mode == "guardian"
+    assert not ex.spawn_off_loop
     assert ex._spawn_pool is None
+    ex.close()
+
+
+def test_spawning_off_the_loop_needs_the_guardian(log_dir: Path) -> None:
+    with pytest.raises(PermanentExecutorError, match="needs the guardian") as caught:
+        InlineExecutor(log_dir, pdeathsig="none", spawn_off_loop=True)
+    assert caught.value.code == "config_error"
+
+
+async def test_runs_spawn_on_worker_threads_off_the_loop(log_dir: Path) -> None:
+    import threading
+
+    from runlane.adapters.local import process
+
+    ex = InlineExecutor(log_dir)
+    threads: list[str] = []
+    spawn = ex._spawner._libc
+    assert spawn is not None
+    real = spawn.spawn
+
+    def recording(*args: object, **kwargs: object) -> int:
+        threads.append(threading.current_thread().name)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    spawn.spawn = recording  # type: ignore[method-assign]
+    try:
+        # Idle: the first spawn is on the loop thread (no hop to add to its pickup latency).
+        first = await ex.start(make_spec(["sleep", "30"]))
+        assert threads == [threading.current_thread().name]
+        # Busy (a run is live): the others go to the spawn threads.
+        outcomes = await asyncio.gather(
+            *[finish(ex, await ex.start(make_spec(["true"]))) for _ in range(4)]
+        )
+        assert [o.exit_code for o in outcomes] == [0, 0, 0, 0]
+        assert len(threads) == 5
+        assert all(name.startswith("runlane-spawn") for name in threads[1:]), threads
+        assert threading.current_thread().name not in threads[1:]
+        await ex.cancel(first, grace=0)
+        assert (await finish(ex, first)).status == RunStatus.CANCELLED
+        assert process.RESTORED_SIGNALS  # what the child is given back, as with os.posix_spawn
+    finally:
+        await asyncio.wait_for(ex.shutdown(grace=0), 10)
+        ex.close()
+
+
+async def test_a_start_cancelled_during_the_spawn_leaves_no_process(log_dir: Path) -> None:
+    ex = InlineExecutor(log_dir)
+    spawn = ex._spawner._libc
+    assert spawn is not None
+    real = spawn.spawn
+    pids: list[int] = []
+
+    def recording(*args: object, **kwargs: object) -> int:
+        pid = real(*args, **kwargs)  # type: ignore[arg-type]
+        pids.append(pid)
+        return pid
+
+    spawn.spawn = recording  # type: ignore[method-assign]
+    busy = await ex.start(make_spec(["sleep", "30"]))  # so that the next spawn goes to a thread
+    task = asyncio.create_task(ex.start(make_spec(["sleep", "30"])))
+    await asyncio.sleep(0)  # the spawn is on its worker thread now
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert ex._spawn_pool is not None
+    await asyncio.get_running_loop().run_in_executor(None, ex._spawn_pool.shutdown, True)
+    assert len(pids) == 2  # it was spawned...
+    # ... and then killed and reaped, once the loop ran the spawn's done callback.
+    await eventually(
+        lambda: not Path(f"/proc/{pids[1]}").exists(), "the cancelled start's process to end"
+    )
+    assert ex.running_count() == 1  # the busy one alone
+    ex.kill_now(busy)
+    await finish(ex, busy)
+    assert ex.running_count() == 0
     ex.close()
 
 

@@ -111,3 +111,11 @@ def test_the_database_bound_follows_the_lease_within_its_range() -> None:
     assert _refused({"RUNLANE_DB_TIMEOUT": "0s"}) == (
         "RUNLANE_DB_TIMEOUT='0s': must be greater than zero"
     )
+
+
+def test_inline_spawn_takes_auto_thread_or_loop_and_nothing_else() -> None:
+    for value in ("auto", "thread", "loop"):
+        assert Settings.from_env({"RUNLANE_INLINE_SPAWN": value}).inline_spawn == value
+    assert Settings.from_env({}).inline_spawn == "auto"
+    message = _refused({"RUNLANE_INLINE_SPAWN": "fork"})
+    assert message.startswith("RUNLANE_INLINE_SPAWN='fork': expected one of auto, thread, loop")

@@ -19,6 +19,8 @@ from runlane.errors import ConfigError
 # database INTEGER (a LIMIT on PostgreSQL, a bound parameter on SQLite) or a thread pool takes.
 MAX_CONCURRENCY = 10_000
 MAX_SPAWN_THREADS = 256
+# RUNLANE_INLINE_SPAWN: whether inline runs are spawned on worker threads (None: where they can)
+INLINE_SPAWN_MODES: dict[str, bool | None] = {"auto": None, "thread": True, "loop": False}
 # RUNLANE_DB_TIMEOUT: shorter than a second cuts ordinary statements short on a busy server
 # (PostgreSQL gets a quarter of it for a lock); longer than five minutes bounds nothing useful.
 MIN_DB_TIMEOUT = 1.0
@@ -240,7 +242,11 @@ class Settings:
     pod_fallback: str = "inline"  # or "refuse": pod jobs without a cluster are refused
     log_level: str | None = None  # None: `info` for `runlane serve`, `warning` otherwise
     log_format: str = "console"  # or "json": one JSON object per line
-    spawn_threads: int = 6  # inline spawns on worker threads, where posix_spawn cannot be used
+    spawn_threads: int = 6  # inline spawns on worker threads (off the loop, or without posix_spawn)
+    # Where inline runs are spawned: `thread` (worker threads, the GIL released during the vfork
+    # wait; needs the guardian and glibc), `loop` (the event-loop thread), `auto` (thread where
+    # it can be). docs/performance.md, "Off the event loop".
+    inline_spawn: str = "auto"
     # The launcher's bound on one PostgreSQL call: past it the database counts as unavailable
     # (the outage handling takes over). PostgreSQL itself gives up on a statement after half of
     # it and on a lock wait after a quarter (adapters/postgres/store.py, `PostgresStore`).
@@ -282,6 +288,7 @@ class Settings:
             log_level=env_log_level(e),
             log_format=env_log_format(e),
             spawn_threads=_env_int(e, "RUNLANE_SPAWN_THREADS", 6, maximum=MAX_SPAWN_THREADS),
+            inline_spawn=(e.get("RUNLANE_INLINE_SPAWN") or "auto").strip(),
             db_timeout=_env_db_timeout(e, ttl),
             http_addr=(e.get("RUNLANE_HTTP_ADDR") or "").strip() or DEFAULT_HTTP_ADDR,
             http_request_timeout=_env_http_timeout(e),
@@ -346,6 +353,11 @@ class Settings:
             )
         if self.spawn_threads < 1:
             raise ConfigError(f"RUNLANE_SPAWN_THREADS={self.spawn_threads!r}: must be at least 1")
+        if self.inline_spawn not in INLINE_SPAWN_MODES:
+            raise ConfigError(
+                f"RUNLANE_INLINE_SPAWN={_shown(self.inline_spawn)}: "
+                "expected one of auto, thread, loop"
+            )
         if not MIN_DB_TIMEOUT <= self.db_timeout <= MAX_DB_TIMEOUT:
             raise ConfigError(
                 f"RUNLANE_DB_TIMEOUT ({self.db_timeout:g}s): must be between 1s and 5m"
@@ -403,6 +415,7 @@ ENV_NAMES: dict[str, str] = {
     "log_level": "RUNLANE_LOG_LEVEL",
     "log_format": "RUNLANE_LOG_FORMAT",
     "spawn_threads": "RUNLANE_SPAWN_THREADS",
+    "inline_spawn": "RUNLANE_INLINE_SPAWN",
     "db_timeout": "RUNLANE_DB_TIMEOUT",
     "http_addr": "RUNLANE_HTTP_ADDR",
     "http_request_timeout": "RUNLANE_HTTP_REQUEST_TIMEOUT",

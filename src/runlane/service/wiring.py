@@ -141,7 +141,13 @@ def build_executors(
 
     inline.SPAWN_THREADS = settings.spawn_threads
     prepare_log_dir(settings.log_dir)
-    executors: dict[str, Executor] = {"inline": InlineExecutor(settings.log_dir)}
+    from runlane.service.config import INLINE_SPAWN_MODES
+
+    executors: dict[str, Executor] = {
+        "inline": InlineExecutor(
+            settings.log_dir, spawn_off_loop=INLINE_SPAWN_MODES[settings.inline_spawn]
+        )
+    }
     if cluster_configured() or cluster_problem() is not None:
         # A broken KUBECONFIG still gets the pod executor: its runs fail (config_error, naming
         # the path) or wait, never run inline here.

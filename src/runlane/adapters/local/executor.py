@@ -18,23 +18,32 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
+from runlane.adapters.local import libcspawn
 from runlane.adapters.local.fdwatch import FdWatcher
 from runlane.adapters.local.guardian import Guardian, GuardianError, guardian_argv
-from runlane.adapters.local.logfile import read_log_tail
+from runlane.adapters.local.logfile import BoundedLog, read_log_tail
 from runlane.adapters.local.pdeathsig import (
     PdeathsigMode,
     prctl_pdeathsig,
     setpriv_supports_pdeathsig,
 )
-from runlane.adapters.local.process import Child, Spawner, Termination, check_command
+from runlane.adapters.local.process import (
+    RESTORED_SIGNALS,
+    Child,
+    Process,
+    Spawner,
+    Termination,
+    check_command,
+)
 from runlane.core.envsplit import split_env
 from runlane.core.runs import EndReason, RunStatus
 from runlane.errors import PermanentExecutorError, TemporaryExecutorError
 from runlane.ports import Execution, ExecutionEvent, ExecutionSpec
 
-# Only where spawns use Popen on worker threads (no os.posix_spawn): spawns wait for the child
-# to exec (vfork), so several can be in progress at once. RUNLANE_SPAWN_THREADS is read and
-# checked by Settings; runlane.service.wiring.build_executors sets this from it.
+# Spawns on worker threads (with the guardian, glibc's posix_spawn through ctypes; or Popen where
+# there is no posix_spawn): each waits for its child to exec (vfork), so several can be in
+# progress at once. RUNLANE_SPAWN_THREADS is read and checked by Settings;
+# runlane.service.wiring.build_executors sets this from it.
 SPAWN_THREADS = 6
 
 
@@ -62,9 +71,12 @@ class InlineExecutor:
       its launcher, so there is nothing to find after a takeover.
     - `running_count()` / `running()` serve the heartbeat.
 
-    All methods must be called from the event loop thread: the kernel's parent-death signal fires
-    when the *thread* that spawned a child exits, so spawning from a short-lived worker thread
-    would kill the child as soon as that thread ended; and the guardian's pipe has one writer.
+    All methods must be called from the event loop thread: the guardian's pipe has one writer,
+    and in the `setpriv`/`prctl` modes the kernel's parent-death signal fires when the *thread*
+    that spawned a child exits, so those spawn on the loop thread. With the guardian the spawn
+    itself (and only it) runs on a worker thread (`spawn_off_loop`) whenever another run is
+    live or starting (an idle executor spawns on the loop: lower pickup latency); the child is
+    registered with the guardian and watched on the loop thread as soon as the spawn returns.
     """
 
     name = "inline"
@@ -77,6 +89,7 @@ class InlineExecutor:
         tail_bytes: int = 65536,
         tail_lines: int = 100,
         pdeathsig: PdeathsigMode = "auto",
+        spawn_off_loop: bool | None = None,
     ) -> None:
         # Absolute, once: the paths a run is given (RUNLANE_PARAMS_FILE) must still name the
         # same files after the job changes directory, and per-run paths stay plain string
@@ -132,11 +145,23 @@ class InlineExecutor:
         # is no posix_spawn; there, in modes without a parent-death signal, spawns go to a few
         # worker threads. PDEATHSIG modes must spawn on the loop thread (the signal fires when
         # the spawning *thread* exits).
+        # `spawn_off_loop` (the default where it can be: guardian mode on glibc) spawns on worker
+        # threads with the GIL released during the vfork wait (`libcspawn`), so the loop goes
+        # on with other runs meanwhile (docs/performance.md, "Off the event loop"). Only the
+        # guardian allows it: nothing then depends on which thread spawned a child.
+        off_loop = self._guardian is not None and libcspawn.available()
+        if spawn_off_loop and not off_loop:
+            raise PermanentExecutorError(
+                "spawning off the event loop needs the guardian and glibc",
+                error_code="config_error",
+            )
+        off_loop = off_loop if spawn_off_loop is None else spawn_off_loop
         self._spawner = Spawner(
             log_max_bytes=log_max_bytes,
             tail_bytes=tail_bytes,
             setpriv=self._setpriv,
             preexec=self._preexec,
+            libc=libcspawn.LibcSpawn(RESTORED_SIGNALS) if off_loop else None,
         )
         self._spawn = self._spawner.spawn
         self._posix_spawn_ok = self._spawner.posix_spawn_ok
@@ -144,7 +169,10 @@ class InlineExecutor:
         # Starts in progress on the spawn pool (the only start path with an await in it), so a
         # second start of the same attempt waits for the first instead of spawning again.
         self._starting: dict[tuple[str, int], asyncio.Future[Execution]] = {}
-        if self._setpriv is None and self._preexec is None and not self._posix_spawn_ok:
+        self.spawn_off_loop = off_loop and self._posix_spawn_ok
+        if self.spawn_off_loop or (
+            self._setpriv is None and self._preexec is None and not self._posix_spawn_ok
+        ):
             self._spawn_pool = ThreadPoolExecutor(
                 max_workers=SPAWN_THREADS, thread_name_prefix="runlane-spawn"
             )
@@ -211,10 +239,19 @@ class InlineExecutor:
         log_path = base + ".log"  # = self.log_path(spec.run_id, spec.attempt)
         spawn = partial(self._spawn, argv, env, log_path)
         try:
-            if self._spawn_pool is not None:
-                read_fd, proc, log = await asyncio.get_running_loop().run_in_executor(
-                    self._spawn_pool, spawn
-                )
+            if self._spawn_pool is not None and not (
+                # An idle executor spawns on the loop: nothing else is waiting for the loop,
+                # and a hop to a thread and back would only add to the run's pickup latency.
+                self.spawn_off_loop and not self._live and len(self._starting) <= 1
+            ):
+                spawning = asyncio.get_running_loop().run_in_executor(self._spawn_pool, spawn)
+                try:
+                    read_fd, proc, log = await asyncio.shield(spawning)
+                except asyncio.CancelledError:
+                    # The spawn goes on in its thread: end what it starts, so that no process
+                    # runs unwatched and unguarded.
+                    spawning.add_done_callback(_discard_spawned)
+                    raise
             else:
                 # On the event-loop thread (never a worker thread with PDEATHSIG: it fires when
                 # the spawning thread exits, not the process).
@@ -312,7 +349,9 @@ class InlineExecutor:
         if self._guardian is not None:
             self._guardian.close()
         if self._spawn_pool is not None:
-            self._spawn_pool.shutdown(wait=False)
+            # Waits for a spawn in progress (well under a millisecond) before the descriptors
+            # it uses are closed.
+            self._spawn_pool.shutdown(wait=True)
         self._spawner.close()
         self._closed = True
         if not self._live:  # else when the last live run has been seen to end (forget)
@@ -327,6 +366,18 @@ class InlineExecutor:
             self.watcher.close()
         if child.params_dir is not None:
             shutil.rmtree(child.params_dir, ignore_errors=True)
+
+
+def _discard_spawned(spawning: asyncio.Future[tuple[int, Process, BoundedLog]]) -> None:
+    """A spawn whose start was cancelled: SIGKILL its group, reap it, close its pipe and log."""
+    if spawning.cancelled() or spawning.exception() is not None:
+        return
+    read_fd, proc, log = spawning.result()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # our unreaped child: the group is still its own
+    proc.wait()
+    os.close(read_fd)
+    log.close()
 
 
 def _child_of(execution: Execution) -> Child:

@@ -17,6 +17,7 @@ from typing import Protocol
 
 from runlane.adapters.local.fdwatch import FdWatcher
 from runlane.adapters.local.guardian import Guardian, GuardianError
+from runlane.adapters.local.libcspawn import LibcSpawn
 from runlane.adapters.local.logfile import READ_CHUNK, BoundedLog, tail_text
 from runlane.core.runs import EndReason, Outcome, RunStatus, joined_notes
 from runlane.errors import PermanentExecutorError, TemporaryExecutorError
@@ -78,7 +79,7 @@ class SpawnedProcess:
 
 
 # Signals Python ignores that a child must start with at their defaults (Popen's restore_signals).
-_RESTORED_SIGNALS = tuple(
+RESTORED_SIGNALS = tuple(
     getattr(signal, name) for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ") if hasattr(signal, name)
 )
 
@@ -335,9 +336,12 @@ class Child:
 class Spawner:
     """Starts a run's process in a new process group, stdin `/dev/null`, stdout and stderr on a
     pipe, with its log file opened: `os.posix_spawn` (vfork in glibc) where it can, else Popen
-    (for a `preexec_fn`, or where there is no posix_spawn)."""
+    (for a `preexec_fn`, or where there is no posix_spawn). With `libc`, glibc's posix_spawn
+    through ctypes instead of `os.posix_spawn`: the same call, with the GIL released while the
+    child execs, for spawns on worker threads (`libcspawn`)."""
 
     __slots__ = (
+        "_libc",
         "_resolved",
         "devnull",
         "log_max_bytes",
@@ -354,6 +358,7 @@ class Spawner:
         tail_bytes: int,
         setpriv: str | None,
         preexec: Callable[[], None] | None,
+        libc: LibcSpawn | None = None,
     ) -> None:
         self.log_max_bytes = log_max_bytes
         self.tail_bytes = tail_bytes
@@ -362,6 +367,7 @@ class Spawner:
         self.devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
         self._resolved: dict[tuple[str, str | None], str] = {}  # see _executable
         self.posix_spawn_ok = preexec is None and hasattr(os, "posix_spawn")
+        self._libc = libc if self.posix_spawn_ok else None
         if self.posix_spawn_ok:
             no_inherited_descriptors()
 
@@ -433,14 +439,17 @@ class Spawner:
         for attempt in (1, 2):
             executable = self._executable(program, path)
             try:
-                pid = os.posix_spawn(
-                    executable,
-                    argv,
-                    env,
-                    file_actions=file_actions,
-                    setpgroup=0,
-                    setsigdef=_RESTORED_SIGNALS,
-                )
+                if self._libc is not None:
+                    pid = self._libc.spawn(executable, argv, env, self.devnull, write_fd)
+                else:
+                    pid = os.posix_spawn(
+                        executable,
+                        argv,
+                        env,
+                        file_actions=file_actions,
+                        setpgroup=0,
+                        setsigdef=RESTORED_SIGNALS,
+                    )
             except FileNotFoundError:
                 # A cached location that went away: look the program up again, once.
                 if attempt == 2 or self._resolved.pop((program, path), None) is None:
