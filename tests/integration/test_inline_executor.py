@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from runlane.adapters.files.logfile import follow_log
 from runlane.adapters.local.executor import InlineExecutor
-from runlane.adapters.local.logfile import follow_log
 from runlane.adapters.local.pdeathsig import PdeathsigMode, setpriv_supports_pdeathsig
 from runlane.core.runs import Outcome, RunStatus
 from runlane.errors import PermanentExecutorError

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runlane.adapters.local.logfile import BoundedLog, follow_log, read_log_tail, tail_text
+from runlane.adapters.files.logfile import BoundedLog, follow_log, read_log_tail, tail_text
 from runlane.adapters.local.process import signal_error_code, spawn_error
 from runlane.errors import PermanentExecutorError, TemporaryExecutorError
 

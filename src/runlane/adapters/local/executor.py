@@ -18,10 +18,11 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
+from runlane.adapters.files.logfile import BoundedLog, read_log_tail
+from runlane.adapters.files.params import write_params_dir
 from runlane.adapters.local import libcspawn
 from runlane.adapters.local.fdwatch import FdWatcher
 from runlane.adapters.local.guardian import Guardian, GuardianError, guardian_argv
-from runlane.adapters.local.logfile import BoundedLog, read_log_tail
 from runlane.adapters.local.pdeathsig import (
     PdeathsigMode,
     prctl_pdeathsig,
@@ -226,7 +227,7 @@ class InlineExecutor:
         params_dir = base + ".params"
         run_env, spilled = split_env(spec.env, params_dir)
         if spilled:
-            _write_params_dir(Path(params_dir), spilled)
+            write_params_dir(Path(params_dir), spilled)
         env = {**self._base_env, **run_env}
         program = spec.command[0]
         if self._setpriv is not None:
@@ -388,19 +389,3 @@ def _child_of(execution: Execution) -> Child:
             error_code="invalid_spec",
         )
     return child
-
-
-def _write_params_dir(path: Path, files: dict[str, str]) -> None:
-    """The spilled params as files in a fresh directory only this user can read."""
-    try:
-        shutil.rmtree(path, ignore_errors=True)  # a leftover of a killed launcher
-        path.mkdir(mode=0o700)
-        for name, content in files.items():
-            fd = os.open(path / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(content)
-    except OSError as exc:
-        shutil.rmtree(path, ignore_errors=True)
-        raise TemporaryExecutorError(
-            f"cannot write the params files in {path}: {exc.strerror}", error_code="spawn_failed"
-        ) from exc

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from runlane.adapters.files.logfile import READ_CHUNK, BoundedLog, tail_text
 from runlane.adapters.local.fdwatch import FdWatcher
 from runlane.adapters.local.guardian import Guardian, GuardianError
 from runlane.adapters.local.libcspawn import LibcSpawn
-from runlane.adapters.local.logfile import READ_CHUNK, BoundedLog, tail_text
 from runlane.core.runs import EndReason, Outcome, RunStatus, joined_notes
 from runlane.errors import PermanentExecutorError, TemporaryExecutorError
 from runlane.ports import ExecutionSpec

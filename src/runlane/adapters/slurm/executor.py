@@ -38,8 +38,8 @@ from typing import Any
 
 import structlog
 
-from runlane.adapters.local.executor import _write_params_dir
-from runlane.adapters.local.logfile import follow_log, read_log_tail
+from runlane.adapters.files.logfile import follow_log, read_log_tail
+from runlane.adapters.files.params import write_params_dir
 from runlane.adapters.slurm.commands import (
     Answer,
     Runner,
@@ -333,7 +333,7 @@ class SlurmExecutor:
         params_dir = base + ".params"
         run_env, spilled = split_env(spec.env, params_dir)
         if spilled:
-            _write_params_dir(Path(params_dir), spilled)
+            write_params_dir(Path(params_dir), spilled)
         minutes = max(
             1, math.ceil((max(spec.deadline_seconds, 1.0) + spec.kill_grace_seconds) / 60)
         )
