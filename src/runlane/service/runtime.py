@@ -139,6 +139,7 @@ async def open_runtime(
         application_name=application_name,
         create=create,
         db_timeout=settings.db_timeout if bounded else None,
+        outbox=settings.bus == "rabbitmq",
     )
     cat = _load_catalog(settings.catalog_path) if catalog else None
     await store.open()
@@ -184,7 +185,7 @@ async def serve(
         from runlane.service.metrics import LauncherMetrics
 
         catalog = rt.require_catalog()
-        bus = build_bus(rt.store)
+        bus = build_bus(rt.store, settings, catalog)
         launcher = Launcher(
             store=rt.store,
             bus=bus,

@@ -15,7 +15,6 @@ import contextlib
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,27 +34,22 @@ from aio_pika.abc import (
 from runlane.adapters.rabbitmq.topology import Topology, mismatch_message
 from runlane.core.secrets import mask_url
 from runlane.errors import BusTopologyMismatch, BusUnavailable
-from runlane.ports.bus import TOPIC_RUN_QUEUED, Delivery, OutboxMessage
+from runlane.ports.bus import (
+    FACT_TOPIC_PREFIX,
+    TOPIC_EXTERNAL_EVENTS,
+    TOPIC_RUN_QUEUED,
+    Delivery,
+    OutboxMessage,
+    QueueDepths,
+)
 from runlane.ports.store import Wakeups
 
 log = structlog.get_logger("runlane.bus")
 
-# Outbox topics of facts: `event:<routing key>` goes to job_events with that key.
-FACT_TOPIC_PREFIX = "event:"
 # The header a dead-lettered message carries to say why runlane refused it.
 REASON_HEADER = "x-runlane-reason"
-# Topics `receive` takes.
-TOPIC_EVENTS = "events"
 CONNECT_TIMEOUT = 5.0
 _FAULTS = (aiormq.exceptions.AMQPError, ConnectionError, OSError, RuntimeError, TimeoutError)
-
-
-@dataclass(frozen=True, slots=True)
-class QueueDepths:
-    """Messages ready in the command queue and its dead-letter queue."""
-
-    job_runs: int
-    job_runs_dlq: int
 
 
 class RabbitBus:
@@ -128,18 +122,18 @@ class RabbitBus:
                 await self._drop()
                 message = mismatch_message(_reply_text(exc))
                 self.last_error = message
-                log.error("bus.topology_mismatch", error=message)
                 if raise_errors:
                     raise BusTopologyMismatch(message) from None
+                log.error("bus.topology_mismatch", error=message)
                 return False
             except (*_FAULTS, aiormq.exceptions.AMQPError) as exc:
                 await self._drop()
                 self.last_error = _describe(exc)
-                log.warning("bus.unavailable", url=mask_url(self.url), error=self.last_error)
                 if raise_errors:
                     raise BusUnavailable(
                         f"RabbitMQ at {mask_url(self.url)} is unavailable: {self.last_error}"
                     ) from None
+                log.warning("bus.unavailable", url=mask_url(self.url), error=self.last_error)
                 return False
             self.last_error = None
             log.info("bus.connected", url=mask_url(self.url))
@@ -232,8 +226,7 @@ class RabbitBus:
             return False
         queue = (
             self.topology.events_dlq
-            if incoming.routing_key != self.topology.job_runs
-            and delivery.message.topic == TOPIC_EVENTS
+            if delivery.message.topic == TOPIC_EXTERNAL_EVENTS
             else self.topology.job_runs_dlq
         )
         if not await self._ensure() or self._default_exchange is None:

@@ -102,10 +102,15 @@ CREATE TABLE outbox (
     topic        text        NOT NULL,
     payload      jsonb       NOT NULL,
     created_at   timestamptz NOT NULL,
-    published_at timestamptz
+    published_at timestamptz,
+    msg_key      text,
+    leased_by    text,
+    leased_until timestamptz
 );
 
 CREATE INDEX outbox_unpublished_idx ON outbox (id) WHERE published_at IS NULL;
+CREATE INDEX outbox_unpublished_key_idx ON outbox (msg_key, id) WHERE published_at IS NULL;
+CREATE INDEX outbox_published_idx ON outbox (published_at) WHERE published_at IS NOT NULL;
 
 -- Triggers: the scheduler's last planned slot per schedule, chain runs, events and the runs they
 -- started or joined.

@@ -98,9 +98,11 @@ CREATE TABLE outbox (
     payload      TEXT    NOT NULL,
     created_at   TEXT    NOT NULL,
     published_at TEXT
-);
+, msg_key TEXT, leased_by TEXT, leased_until TEXT);
 
 CREATE INDEX outbox_unpublished_idx ON outbox (id) WHERE published_at IS NULL;
+CREATE INDEX outbox_unpublished_key_idx ON outbox (msg_key, id) WHERE published_at IS NULL;
+CREATE INDEX outbox_published_idx ON outbox (published_at) WHERE published_at IS NOT NULL;
 
 -- Triggers: the scheduler's last planned slot per schedule, chain runs, events and the runs they
 -- started or joined.
