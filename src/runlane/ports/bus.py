@@ -23,8 +23,8 @@ Internal and unstable: implemented only inside runlane (see `runlane.ports`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
@@ -55,6 +55,7 @@ class Delivery:
     attempt: int = 1
     redelivered: bool = False
     tag: object = None
+    headers: Mapping[str, object] = field(default_factory=dict)  # the message's own headers
 
 
 class Bus(Protocol):

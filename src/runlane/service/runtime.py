@@ -14,13 +14,13 @@ import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import structlog
 
 from runlane.core.runs import AcceptResult, Run, RunStatus
-from runlane.errors import DatabaseUnavailable
-from runlane.ports import Store
+from runlane.errors import BusTopologyMismatch, BusUnavailable, DatabaseUnavailable
+from runlane.ports import BrokerBus, Bus, Store
 from runlane.service.accept import RunRequest, accept_run, prepare_run
 from runlane.service.config import Settings
 from runlane.service.wiring import (
@@ -161,6 +161,20 @@ async def probe_writable(store: Store) -> None:
         log.warning("launcher.database_unavailable", error=str(exc))
 
 
+async def open_bus(bus: Bus) -> None:
+    """Connect a broker bus at start and declare its topology. Neither a broker that is down
+    nor one whose topology differs stops the launcher (runs start from the database; the relay
+    keeps the outbox): it is logged once here, in one line, and tried again in the loops."""
+    if bus.name != "rabbitmq":
+        return
+    try:
+        await cast("BrokerBus", bus).open()
+    except BusTopologyMismatch as exc:
+        log.error("launcher.bus_topology_mismatch", error=exc.message)
+    except BusUnavailable as exc:
+        log.warning("launcher.bus_unavailable", error=exc.message)
+
+
 async def serve(
     settings: Settings,
     *,
@@ -186,6 +200,7 @@ async def serve(
 
         catalog = rt.require_catalog()
         bus = build_bus(rt.store, settings, catalog)
+        await open_bus(bus)
         launcher = Launcher(
             store=rt.store,
             bus=bus,

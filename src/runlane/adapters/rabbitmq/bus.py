@@ -72,7 +72,7 @@ class RabbitBus:
         self.topology = topology or Topology()
         self._wakeups = wakeups
         self._prefetch = max(1, prefetch)
-        self._reconnect_interval = reconnect_interval
+        self._reconnect_interval = self._base_reconnect = reconnect_interval
         self._window = max(1, confirm_window)
         self._connection: AbstractConnection | None = None
         self._publish_channel: AbstractChannel | None = None
@@ -106,11 +106,10 @@ class RabbitBus:
                 return False
             self._last_attempt = now
             await self._drop()
+            connection: AbstractConnection | None = None
             try:
-                self._connection = await aio_pika.connect(self.url, timeout=CONNECT_TIMEOUT)
-                channel = await self._connection.channel(
-                    publisher_confirms=True, on_return_raises=True
-                )
+                connection = await aio_pika.connect(self.url, timeout=CONNECT_TIMEOUT)
+                channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
                 await declare_topology(channel, self.topology)
                 self._publish_channel = channel
                 self._default_exchange = channel.default_exchange
@@ -118,16 +117,20 @@ class RabbitBus:
                     self.topology.job_events, ensure=False
                 )
                 self._bound_keys = set(self.topology.event_keys)
+                self._connection = connection  # last: connected means ready to publish
+                connection = None
             except aiormq.exceptions.ChannelPreconditionFailed as exc:
-                await self._drop()
+                await _close_quietly(connection)
                 message = mismatch_message(_reply_text(exc))
                 self.last_error = message
+                # Retried, but not every second: an operator has to act first.
+                self._reconnect_interval = max(self._reconnect_interval, 60.0)
                 if raise_errors:
                     raise BusTopologyMismatch(message) from None
                 log.error("bus.topology_mismatch", error=message)
                 return False
             except (*_FAULTS, aiormq.exceptions.AMQPError) as exc:
-                await self._drop()
+                await _close_quietly(connection)
                 self.last_error = _describe(exc)
                 if raise_errors:
                     raise BusUnavailable(
@@ -136,6 +139,7 @@ class RabbitBus:
                 log.warning("bus.unavailable", url=mask_url(self.url), error=self.last_error)
                 return False
             self.last_error = None
+            self._reconnect_interval = self._base_reconnect
             log.info("bus.connected", url=mask_url(self.url))
             return True
 
@@ -143,10 +147,7 @@ class RabbitBus:
         connection, self._connection = self._connection, None
         self._publish_channel = self._events_exchange = self._default_exchange = None
         self._consumers.clear()
-        if connection is not None:
-            with contextlib.suppress(*_FAULTS, asyncio.CancelledError):
-                async with asyncio.timeout(2.0):
-                    await connection.close()
+        await _close_quietly(connection)
 
     async def close(self) -> None:
         await self._drop()
@@ -430,7 +431,15 @@ def from_amqp(incoming: AbstractIncomingMessage, topic: str) -> Delivery:
         attempt=attempt,
         redelivered=bool(incoming.redelivered),
         tag=incoming,
+        headers=dict(headers),
     )
+
+
+async def _close_quietly(connection: AbstractConnection | None) -> None:
+    if connection is not None:
+        with contextlib.suppress(*_FAULTS, asyncio.CancelledError):
+            async with asyncio.timeout(2.0):
+                await connection.close()
 
 
 def _reply_text(exc: BaseException) -> str:
