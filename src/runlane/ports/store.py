@@ -480,6 +480,11 @@ class Outbox(Protocol):
         """An outbox row of a fact (a run's state change, an emitted event) for the relay."""
         ...
 
+    async def set_bus_facts(self, enabled: bool) -> None:
+        """Whether every run state change writes a fact (`event:run.<job>.<status>`, a
+        CloudEvent) to the outbox in its own transaction (a trigger on the run log)."""
+        ...
+
 
 class Wakeups(Protocol):
     """The store side of the database bus (`runlane.ports.bus.Bus`, `adapters.sql.bus`)."""

@@ -344,6 +344,9 @@ class SqlStoreBase:
             {"topic": topic, "payload": payload, "key": key, "now": self._param_now()},
         )
 
+    async def set_bus_facts(self, enabled: bool) -> None:
+        await self._execute("set_bus_facts", {"facts": enabled})
+
     async def running_by_launcher(self) -> dict[str, dict[str, int]]:
         return running_by_launcher(await self._read_all("running_by_launcher", {}))
 

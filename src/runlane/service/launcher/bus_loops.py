@@ -81,7 +81,14 @@ class OutboxRelay:
     async def run(self, stopping: asyncio.Event) -> None:
         backoff = 0.0
         last_prune = 0.0
+        facts_on = False
         while not stopping.is_set():
+            if not facts_on:
+                try:
+                    await self.store.set_bus_facts(True)  # run state changes go out too
+                    facts_on = True
+                except StoreError as exc:
+                    log.warning("bus.facts_not_enabled", error=str(exc))
             try:
                 if time.monotonic() - last_prune >= self.prune_interval:
                     last_prune = time.monotonic()

@@ -236,7 +236,7 @@ class Launcher:
         database while the broker is down."""
         bus = self.bus
         if bus is None or bus.name != "rabbitmq":
-            return []
+            return [asyncio.create_task(self._facts_off(), name="runlane-facts-off")]
         from runlane.service.launcher.bus_loops import CommandConsumer, EventConsumer, OutboxRelay
 
         broker = cast("BrokerBus", bus)
@@ -250,6 +250,14 @@ class Launcher:
             asyncio.create_task(self.commands.run(self._stopping), name="runlane-commands"),
             asyncio.create_task(self.events.run(self._stopping), name="runlane-events"),
         ]
+
+    async def _facts_off(self) -> None:
+        """On the database bus nothing publishes facts: run state changes must not write them
+        (a database that was on the RabbitMQ bus before)."""
+        try:
+            await self.store.set_bus_facts(False)
+        except StoreError as exc:
+            log.warning("launcher.bus_facts_unset", error=str(exc))
 
     def _start_trigger_loops(self) -> list[asyncio.Task[None]]:
         """The scheduler and the chain advancer; both write runs through the one accept path."""

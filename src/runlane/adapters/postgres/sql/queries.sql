@@ -772,3 +772,8 @@ SELECT count(*) AS n FROM outbox WHERE published_at IS NULL
 -- name: insert_outbox_fact
 INSERT INTO outbox (topic, payload, created_at, msg_key)
 VALUES (%(topic)s, %(payload)s::jsonb, clock_timestamp(), %(key)s)
+
+-- name: set_bus_facts
+-- Whether run state changes write facts to the outbox (the RabbitMQ bus's launchers: yes).
+INSERT INTO bus_config (id, facts) VALUES (1, %(facts)s)
+ON CONFLICT (id) DO UPDATE SET facts = excluded.facts
