@@ -212,3 +212,8 @@ async def get_one(
             if message is not None:
                 return message
             await asyncio.sleep(0.05)
+
+
+async def outbox_drained(store: Store) -> bool:
+    """Nothing waits in the outbox (commands and the facts runs write as they change)."""
+    return await store.outbox_pending() == 0
