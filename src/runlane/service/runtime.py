@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import gc
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
@@ -175,6 +175,21 @@ async def open_bus(bus: Bus) -> None:
         log.warning("launcher.bus_unavailable", error=exc.message)
 
 
+def dlq_depth_of(bus: Bus) -> Callable[[], Awaitable[int | None]] | None:
+    """What the alert rule on the dead-letter depth reads: `job_runs.dlq`'s ready messages on
+    the RabbitMQ bus (None while the broker is down: the rule keeps its state); nothing on the
+    database bus, which has no dead-letter queue."""
+    if bus.name != "rabbitmq":
+        return None
+    broker = cast("BrokerBus", bus)
+
+    async def depth() -> int | None:
+        depths = await broker.depths()
+        return None if depths is None else depths.job_runs_dlq
+
+    return depth
+
+
 async def serve(
     settings: Settings,
     *,
@@ -211,6 +226,7 @@ async def serve(
             executor_caps={"pod": catalog.global_.max_concurrent_pods},
             retry_base_seconds=settings.retry_base,
             metrics=LauncherMetrics() if metrics is None else metrics,
+            dlq_depth=dlq_depth_of(bus),
         )
         loop = asyncio.get_running_loop()
         if install_signals:
