@@ -21,7 +21,6 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 # script, tiny arguments, a pattern its last lines must contain (a figure with its unit)
 CASES = [
     ("api_runs.py", "--rows 2000 --requests 20", r"none first +p50=\d+\.\d+ ms p99=\d+\.\d+ ms"),
-    ("bus.py", "--quick", r"one_by_one=\d+/s pipelined=\d+/s drain=\d+\.\d+ s"),
     ("calibrate.py", "--spawns 50 --repeat 1", r"asyncio_16_in_flight=\d+/s threads_16=\d+/s"),
     ("fencing.py", "--runs 50 --repeat 1", r"cost of fencing=[+-]?\d+\.\d+ ms"),
     (

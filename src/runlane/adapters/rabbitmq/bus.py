@@ -397,10 +397,20 @@ def to_amqp(message: OutboxMessage) -> aio_pika.Message:
         content_type = str(attributes.get("datacontenttype", content_type))
         message_id = str(attributes.get("id", message_id))
         body = body.get("data")
-    elif isinstance(body, dict):
-        message_id = str(body.get("run_id", message_id))
-        if isinstance(body.get("traceparent"), str):
-            headers["traceparent"] = body["traceparent"]
+    else:
+        if isinstance(body, dict):
+            message_id = str(body.get("run_id", message_id))
+            if isinstance(body.get("traceparent"), str):
+                headers["traceparent"] = body["traceparent"]
+        # A command goes out as the outbox holds it (JSON already): no second encoding.
+        return aio_pika.Message(
+            message.payload.encode(),
+            headers=headers,
+            content_type=content_type,
+            message_id=message_id,
+            delivery_mode=DeliveryMode.PERSISTENT,
+            timestamp=message.created_at,
+        )
     return aio_pika.Message(
         json.dumps(body, separators=(",", ":")).encode(),
         headers=headers,
