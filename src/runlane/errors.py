@@ -28,6 +28,8 @@
     ├── RequestTimeout           an HTTP request past the per-request timeout
     ├── IdempotencyKeyReused     an Idempotency-Key given again with another request
     ├── IdempotencyKeyInFlight   an Idempotency-Key whose first request is still running
+    ├── BusUnavailable           the message broker cannot be reached (temporary)
+    ├── BusTopologyMismatch      a broker queue or exchange exists with other arguments
     ├── StoreError               the database failed
     │   ├── DatabaseUnavailable  cannot connect, or no answer in time (temporary)
     │   ├── DatabaseConflict     a statement aborted to break a conflict: run it again
@@ -284,6 +286,20 @@ class IdempotencyKeyInFlight(RunlaneError):
 
     code = "idempotency_key_in_flight"
     http_status = 409
+
+
+class BusUnavailable(RunlaneError):
+    """The message broker (RabbitMQ) cannot be reached, or did not answer in time."""
+
+    code = "bus_unavailable"
+    http_status = 503
+
+
+class BusTopologyMismatch(ConfigError):
+    """A queue or exchange runlane declares exists on the broker with other arguments (AMQP 406
+    PRECONDITION_FAILED): the message names the differing argument."""
+
+    code = "bus_topology_mismatch"
 
 
 class StoreError(RunlaneError):

@@ -99,20 +99,28 @@ def catalog(catalog_file: Path) -> Catalog:
     return load_catalog(catalog_file)
 
 
+def launcher_settings(
+    database_url: str, catalog_file: Path, tmp_path: Path, **overrides: Any
+) -> Settings:
+    """The launcher tests' settings: short leases, quick claims and beats, a unique id."""
+    values: dict[str, Any] = {
+        "database_url": database_url,
+        "catalog_path": str(catalog_file),
+        "log_dir": str(tmp_path / "logs"),
+        "concurrency": 8,
+        "lease_ttl": 10.0,
+        "lease_renew_interval": 2.0,
+        "claim_interval": 0.1,
+        "heartbeat_interval": 1.0,
+        "shutdown_grace": 1.0,
+        "launcher_id": f"test-{uuid.uuid4().hex[:6]}",
+    }
+    return Settings(**(values | overrides))
+
+
 @pytest.fixture
 def settings(database_url: str, catalog_file: Path, tmp_path: Path) -> Settings:
-    return Settings(
-        database_url=database_url,
-        catalog_path=str(catalog_file),
-        log_dir=str(tmp_path / "logs"),
-        concurrency=8,
-        lease_ttl=10.0,
-        lease_renew_interval=2.0,
-        claim_interval=0.1,
-        heartbeat_interval=1.0,
-        shutdown_grace=1.0,
-        launcher_id=f"test-{uuid.uuid4().hex[:6]}",
-    )
+    return launcher_settings(database_url, catalog_file, tmp_path)
 
 
 @pytest.fixture

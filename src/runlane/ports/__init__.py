@@ -30,7 +30,7 @@ from runlane.core.records import (
     TokenRecord,
     WebSession,
 )
-from runlane.ports.bus import Bus, Delivery, OutboxMessage
+from runlane.ports.bus import BrokerBus, Bus, Delivery, OutboxMessage, QueueDepths
 from runlane.ports.clock import Clock, SystemClock
 from runlane.ports.executor import Execution, ExecutionEvent, ExecutionSpec, Executor
 from runlane.ports.notifier import Notification, Notifier
@@ -63,6 +63,7 @@ from runlane.ports.store import (
 __all__ = [
     "Audit",
     "AuditEntry",
+    "BrokerBus",
     "Bus",
     "ChainLog",
     "ChainRun",
@@ -94,6 +95,7 @@ __all__ = [
     "OutboxMessage",
     "Override",
     "Overrides",
+    "QueueDepths",
     "RunFilter",
     "RunLog",
     "SchedulerStore",

@@ -23,8 +23,8 @@ Internal and unstable: implemented only inside runlane (see `runlane.ports`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
@@ -55,6 +55,7 @@ class Delivery:
     attempt: int = 1
     redelivered: bool = False
     tag: object = None
+    headers: Mapping[str, object] = field(default_factory=dict)  # the message's own headers
 
 
 class Bus(Protocol):
@@ -92,4 +93,43 @@ class Bus(Protocol):
 
     async def close(self) -> None:
         """Release the transport's connections (idempotent)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDepths:
+    """Messages ready in the run-command queue and its dead-letter queue."""
+
+    job_runs: int
+    job_runs_dlq: int
+
+
+# What `receive` takes besides TOPIC_RUN_QUEUED: the events other services publish on
+# job_events with a key the catalog listens to.
+TOPIC_EXTERNAL_EVENTS = "events"
+# Outbox topics of facts: `event:<routing key>` goes to the job_events exchange with that key.
+FACT_TOPIC_PREFIX = "event:"
+
+
+class BrokerBus(Bus, Protocol):
+    """A bus with a broker behind it (RabbitMQ): dead-letter queues, depths, bindings."""
+
+    last_error: str | None  # the broker's last fault, for `runlane doctor`
+
+    async def open(self) -> None:
+        """Connect and declare the topology: `BusUnavailable`, `BusTopologyMismatch`."""
+        ...
+
+    async def dead_letter(self, delivery: Delivery, reason: str, *, within: float = 5.0) -> bool:
+        """Move a delivery that can never be acted on to its dead-letter queue with `reason`
+        (a header), then ack it; False when that was not confirmed (it comes again)."""
+        ...
+
+    async def depths(self) -> QueueDepths | None:
+        """Ready messages of job_runs and job_runs.dlq; None when the broker is down."""
+        ...
+
+    async def bind_event_keys(self, keys: Sequence[str]) -> None:
+        """Receive the external events with these keys (the catalog's `on_event`) and no
+        others this process bound before."""
         ...

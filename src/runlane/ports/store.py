@@ -68,6 +68,7 @@ from runlane.core.runs import (
     Run,
     RunStatus,
 )
+from runlane.ports.bus import OutboxMessage
 from runlane.ports.incidents import Incidents
 
 # --- the schema and the connection ------------------------------------------------------------
@@ -447,6 +448,44 @@ class EventHistory(Protocol):
         ...
 
 
+class Outbox(Protocol):
+    """The outbox relay's rows (docs/bus.md#relay): leased in bounded batches (several relays at
+    once never take the same row while its lease lives), marked published only after the
+    broker confirmed them, pruned once published for `keep_seconds`."""
+
+    async def outbox_lease(
+        self, owner: str, *, limit: int, lease_seconds: float
+    ) -> list[OutboxMessage]:
+        """Up to `limit` unpublished rows, oldest first, that no live lease holds and that are
+        the oldest unpublished row of their key; leased to `owner` for `lease_seconds`."""
+        ...
+
+    async def outbox_mark_sent(self, ids: Sequence[str]) -> None:
+        """Rows the transport confirmed: published (idempotent)."""
+        ...
+
+    async def outbox_release(self, owner: str, ids: Sequence[str]) -> None:
+        """Rows `owner` leased and did not publish: free them for the next attempt now."""
+        ...
+
+    async def outbox_prune(self, *, keep_seconds: float, limit: int = 5000) -> int:
+        """Delete up to `limit` rows published more than `keep_seconds` ago; how many."""
+        ...
+
+    async def outbox_pending(self) -> int:
+        """How many rows wait to be published."""
+        ...
+
+    async def outbox_add_fact(self, topic: str, payload: str, *, key: str | None) -> None:
+        """An outbox row of a fact (a run's state change, an emitted event) for the relay."""
+        ...
+
+    async def set_bus_facts(self, enabled: bool) -> None:
+        """Whether every run state change writes a fact (`event:run.<job>.<status>`, a
+        CloudEvent) to the outbox in its own transaction (a trigger on the run log)."""
+        ...
+
+
 class Wakeups(Protocol):
     """The store side of the database bus (`runlane.ports.bus.Bus`, `adapters.sql.bus`)."""
 
@@ -622,6 +661,7 @@ class Store(
     Events,
     EventHistory,
     Wakeups,
+    Outbox,
     Tokens,
     Audit,
     Idempotency,
@@ -647,6 +687,7 @@ __all__ = [
     "Idempotency",
     "Launchers",
     "Leases",
+    "Outbox",
     "Overrides",
     "RunLog",
     "SchedulerStore",

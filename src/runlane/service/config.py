@@ -133,6 +133,8 @@ def default_launcher_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+BUSES = ("database", "rabbitmq")  # RUNLANE_BUS (docs/bus.md)
+DEFAULT_RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672/"
 DEFAULT_LOG_DIR = ".runlane/logs"  # RUNLANE_LOG_DIR unset: relative to the current directory
 
 # The HTTP face (`runlane serve`, `runlane web`): loopback by default, so a launcher started on
@@ -265,6 +267,9 @@ class Settings:
     # a listener of its own beside the launcher (`runlane serve`, HTTP on or off).
     metrics_addr: str = ""
     alert_interval: float = 30.0  # the alert rules' evaluation interval (docs/alerts.md)
+    # The run log's bus (docs/bus.md): the database itself, or RabbitMQ fed by the outbox.
+    bus: str = "database"
+    rabbitmq_url: str = DEFAULT_RABBITMQ_URL
     launcher_id: str = field(default_factory=default_launcher_id)
 
     @classmethod
@@ -299,6 +304,8 @@ class Settings:
             http_group_roles=parse_group_roles(e.get("RUNLANE_HTTP_GROUP_ROLES") or ""),
             metrics_addr=(e.get("RUNLANE_METRICS_ADDR") or "").strip(),
             alert_interval=_env_duration(e, "RUNLANE_ALERT_INTERVAL", 30.0),
+            bus=(e.get("RUNLANE_BUS") or "database").strip().lower(),
+            rabbitmq_url=(e.get("RUNLANE_RABBITMQ_URL") or "").strip() or DEFAULT_RABBITMQ_URL,
         )
         settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
         settings.validate()
@@ -375,6 +382,13 @@ class Settings:
                 f"RUNLANE_ALERT_INTERVAL ({self.alert_interval:g}s): must be more than 0s and "
                 "at most 30s (the alert rules are evaluated at least that often)"
             )
+        if self.bus not in BUSES:
+            raise ConfigError(f"RUNLANE_BUS={_shown(self.bus)}: expected 'database' or 'rabbitmq'")
+        if not re.fullmatch(r"amqps?://[^\s/]+(/\S*)?", self.rabbitmq_url):
+            raise ConfigError(
+                f"RUNLANE_RABBITMQ_URL={mask_url(self.rabbitmq_url)!r}: expected "
+                "amqp://user:password@host:port/vhost (or amqps://)"
+            )
         for header_env, header in (
             ("RUNLANE_HTTP_USER_HEADER", self.http_user_header),
             ("RUNLANE_HTTP_GROUPS_HEADER", self.http_groups_header),
@@ -392,6 +406,7 @@ class Settings:
         """The settings with secrets masked, for `runlane config`."""
         out = asdict(self)
         out["database_url"] = mask_url(self.database_url)
+        out["rabbitmq_url"] = mask_url(self.rabbitmq_url)
         out["http_cors_origins"] = list(self.http_cors_origins)
         out["http_trusted_proxies"] = list(self.http_trusted_proxies)
         out["http_group_roles"] = dict(self.http_group_roles)
@@ -426,4 +441,6 @@ ENV_NAMES: dict[str, str] = {
     "http_group_roles": "RUNLANE_HTTP_GROUP_ROLES",
     "metrics_addr": "RUNLANE_METRICS_ADDR",
     "alert_interval": "RUNLANE_ALERT_INTERVAL",
+    "bus": "RUNLANE_BUS",
+    "rabbitmq_url": "RUNLANE_RABBITMQ_URL",
 }

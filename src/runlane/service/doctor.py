@@ -9,6 +9,7 @@ from typing import Literal
 from runlane.catalog import Catalog, load_catalog
 from runlane.core.durations import format_duration
 from runlane.core.runs import Run, RunStatus
+from runlane.core.secrets import mask_url
 from runlane.errors import CatalogError, RunlaneError, StoreError
 from runlane.ports import Heartbeat, RunFilter, Store
 from runlane.service.catalog_stamp import (
@@ -21,6 +22,7 @@ from runlane.service.catalog_stamp import (
 )
 from runlane.service.config import Settings
 from runlane.service.wiring import (
+    build_broker_bus,
     cluster_configured,
     cluster_problem,
     rbac_lacks,
@@ -184,7 +186,48 @@ async def diagnose(settings: Settings, store: Store) -> list[Finding]:
         findings.append(Finding("ok", "repair", f"{len(active)} active runs, none needs repair"))
     findings.extend(await kubernetes_findings(catalog, settings))
     findings.extend(await slurm_findings(catalog))
+    findings.extend(await bus_findings(settings, store, catalog))
     findings.extend(await _alert_findings(store, catalog))
+    return findings
+
+
+async def bus_findings(settings: Settings, store: Store, catalog: Catalog | None) -> list[Finding]:
+    """With `RUNLANE_BUS=rabbitmq`: the broker answers and holds runlane's topology with the same
+    arguments (docs/bus.md), the dead-letter queue is empty, the outbox is not backing up."""
+    if settings.bus != "rabbitmq":
+        return [Finding("ok", "bus", "the database is the bus (RUNLANE_BUS=database)")]
+    bus = build_broker_bus(None, settings, catalog)
+    findings: list[Finding] = []
+    try:
+        await bus.open()
+        depths = await bus.depths()
+    except RunlaneError as exc:
+        return [Finding("error", "bus", exc.message)]
+    finally:
+        await bus.close()
+    findings.append(
+        Finding("ok", "bus", f"RabbitMQ at {mask_url(settings.rabbitmq_url)}: topology declared")
+    )
+    if depths is not None:
+        level: Level = "warning" if depths.job_runs_dlq else "ok"
+        findings.append(
+            Finding(
+                level,
+                "bus",
+                f"job_runs holds {depths.job_runs} message(s), "
+                f"job_runs.dlq {depths.job_runs_dlq} (dead-lettered commands: see docs/bus.md)",
+            )
+        )
+    pending = await store.outbox_pending()
+    oldest = await store.outbox_oldest_pending()
+    if oldest is not None:
+        age = (await store.now()) - oldest
+        level = "warning" if age > timedelta(minutes=1) else "ok"
+        findings.append(
+            Finding(level, "bus", f"outbox: {pending} row(s) unpublished, oldest {_ago(age)} old")
+        )
+    else:
+        findings.append(Finding("ok", "bus", "outbox: nothing waits to be published"))
     return findings
 
 

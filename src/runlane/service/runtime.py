@@ -11,16 +11,16 @@ import asyncio
 import contextlib
 import gc
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import structlog
 
 from runlane.core.runs import AcceptResult, Run, RunStatus
-from runlane.errors import DatabaseUnavailable
-from runlane.ports import Store
+from runlane.errors import BusTopologyMismatch, BusUnavailable, DatabaseUnavailable
+from runlane.ports import BrokerBus, Bus, Store
 from runlane.service.accept import RunRequest, accept_run, prepare_run
 from runlane.service.config import Settings
 from runlane.service.wiring import (
@@ -139,6 +139,7 @@ async def open_runtime(
         application_name=application_name,
         create=create,
         db_timeout=settings.db_timeout if bounded else None,
+        outbox=settings.bus == "rabbitmq",
     )
     cat = _load_catalog(settings.catalog_path) if catalog else None
     await store.open()
@@ -158,6 +159,35 @@ async def probe_writable(store: Store) -> None:
         await store.check_writable()
     except DatabaseUnavailable as exc:
         log.warning("launcher.database_unavailable", error=str(exc))
+
+
+async def open_bus(bus: Bus) -> None:
+    """Connect a broker bus at start and declare its topology. Neither a broker that is down
+    nor one whose topology differs stops the launcher (runs start from the database; the relay
+    keeps the outbox): it is logged once here, in one line, and tried again in the loops."""
+    if bus.name != "rabbitmq":
+        return
+    try:
+        await cast("BrokerBus", bus).open()
+    except BusTopologyMismatch as exc:
+        log.error("launcher.bus_topology_mismatch", error=exc.message)
+    except BusUnavailable as exc:
+        log.warning("launcher.bus_unavailable", error=exc.message)
+
+
+def dlq_depth_of(bus: Bus) -> Callable[[], Awaitable[int | None]] | None:
+    """What the alert rule on the dead-letter depth reads: `job_runs.dlq`'s ready messages on
+    the RabbitMQ bus (None while the broker is down: the rule keeps its state); nothing on the
+    database bus, which has no dead-letter queue."""
+    if bus.name != "rabbitmq":
+        return None
+    broker = cast("BrokerBus", bus)
+
+    async def depth() -> int | None:
+        depths = await broker.depths()
+        return None if depths is None else depths.job_runs_dlq
+
+    return depth
 
 
 async def serve(
@@ -184,7 +214,8 @@ async def serve(
         from runlane.service.metrics import LauncherMetrics
 
         catalog = rt.require_catalog()
-        bus = build_bus(rt.store)
+        bus = build_bus(rt.store, settings, catalog)
+        await open_bus(bus)
         launcher = Launcher(
             store=rt.store,
             bus=bus,
@@ -195,6 +226,7 @@ async def serve(
             executor_caps={"pod": catalog.global_.max_concurrent_pods},
             retry_base_seconds=settings.retry_base,
             metrics=LauncherMetrics() if metrics is None else metrics,
+            dlq_depth=dlq_depth_of(bus),
         )
         loop = asyncio.get_running_loop()
         if install_signals:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 
 from runlane.core.secrets import mask_secrets, mask_url
 from runlane.errors import CatalogError, ConfigError, RunRefused
-from runlane.ports import Bus, Clock, Executor, Notifier, Store, Wakeups
+from runlane.ports import BrokerBus, Bus, Clock, Executor, Notifier, Store, Wakeups
 from runlane.service.config import DEFAULT_LOG_DIR, Settings
 
 if TYPE_CHECKING:
@@ -72,11 +72,15 @@ def store_from_url(
     application_name: str = "runlane",
     create: bool = True,
     db_timeout: float | None = None,
+    outbox: bool = False,
 ) -> Store:
     """A (not yet opened) store for `url`; `ConfigError` naming the accepted forms otherwise.
 
     `create=False`: a SQLite file that does not exist is not created; opening the store fails
     with "no database at PATH" instead (every command but `runlane db upgrade`).
+
+    `outbox=True` (`RUNLANE_BUS=rabbitmq`): every queued row writes an outbox row too, in the
+    same transaction, for the relay to publish.
 
     `db_timeout` (the launcher's RUNLANE_DB_TIMEOUT): on PostgreSQL, the bound on each call,
     past which it fails as `DatabaseUnavailable`; SQLite, a local file, needs none."""
@@ -85,13 +89,17 @@ def store_from_url(
     if path is not None:
         from runlane.adapters.sqlite import SqliteStore
 
-        return SqliteStore(path, clock=clock, create=create)
+        return SqliteStore(path, clock=clock, create=create, outbox=outbox)
     if url.startswith(("postgresql://", "postgres://")):
         from runlane.adapters.postgres import PostgresStore
 
         check_postgres_url(url)
         return PostgresStore(
-            url, clock=clock, application_name=application_name, timeout=db_timeout
+            url,
+            clock=clock,
+            application_name=application_name,
+            timeout=db_timeout,
+            outbox=outbox,
         )
     raise ConfigError(f"unsupported database URL {mask_url(url)!r}: use {ACCEPTED_FORMS}")
 
@@ -263,12 +271,38 @@ def rbac_lacks(label: str) -> str:
     return WITHOUT.get(label, "")
 
 
-def build_bus(store: Wakeups) -> Bus:
+def build_bus(
+    store: Wakeups, settings: Settings | None = None, catalog: Catalog | None = None
+) -> Bus:
     """The run log's transport for a launcher: the database itself (its wake-ups are the
-    store's LISTEN/NOTIFY or in-process signal). The RabbitMQ bus joins here."""
+    store's LISTEN/NOTIFY or in-process signal), or with `RUNLANE_BUS=rabbitmq` RabbitMQ fed by
+    the outbox (not yet connected: `open` it), its event queue bound to the catalog's keys."""
+    if settings is not None and settings.bus == "rabbitmq":
+        return build_broker_bus(store, settings, catalog)
     from runlane.adapters.sql.bus import DatabaseBus
 
     return DatabaseBus(store)
+
+
+def build_broker_bus(
+    store: Wakeups | None, settings: Settings, catalog: Catalog | None = None, *, prefix: str = ""
+) -> BrokerBus:
+    """The RabbitMQ bus at `RUNLANE_RABBITMQ_URL` (docs/bus.md); `prefix` namespaces its queues
+    (tests, benchmarks)."""
+    from runlane.adapters.rabbitmq import RabbitBus, Topology
+
+    keys = () if catalog is None else event_keys(catalog)
+    return RabbitBus(
+        settings.rabbitmq_url,
+        store,
+        topology=Topology(prefix=prefix, event_keys=keys),
+        prefetch=settings.concurrency,
+    )
+
+
+def event_keys(catalog: Catalog) -> tuple[str, ...]:
+    """Every key the catalog's `on_event` entries listen to, sorted, once each."""
+    return tuple(sorted({t.key for job in catalog.jobs.values() for t in job.on_event}))
 
 
 def build_notifier(

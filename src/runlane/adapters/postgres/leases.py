@@ -50,9 +50,7 @@ class PostgresLeases(PostgresConnections):
         params["queue_ttl_seconds"] = new.queue_ttl_seconds
         params["outbox"] = self._outbox
         params["outbox_topic"] = base.OUTBOX_TOPIC_RUN_QUEUED
-        params["outbox_payload"] = base.outbox_payload(
-            new.id, new.job, new.executor, new.attempt, new.traceparent
-        )
+        params["outbox_payload"] = base.outbox_payload(new)
         return params
 
     # --- claims ---------------------------------------------------------------------------------

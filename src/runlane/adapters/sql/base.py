@@ -34,24 +34,32 @@ from runlane.core.records import (
 )
 from runlane.core.runs import NewRun, Outcome, Run, RunStatus
 from runlane.errors import NotFound, StoreError, TokenExists
-from runlane.ports.bus import TOPIC_RUN_QUEUED
+from runlane.ports.bus import TOPIC_RUN_QUEUED, OutboxMessage
 
 OUTBOX_TOPIC_RUN_QUEUED = TOPIC_RUN_QUEUED
 
 
-def outbox_payload(
-    run_id: str, job: str, executor: str, attempt: int, traceparent: str | None = None
-) -> str:
-    """What the bus relay publishes for a queued run (the row stays the authority); with the
-    run's `traceparent` when it has one, for the relay to send as the message's header."""
+def outbox_payload(new: NewRun) -> str:
+    """The run command the bus relay publishes for a queued run (the ADR's fields; the row
+    stays the authority), with the run's `traceparent` when it has one, for the relay to send
+    as the message's header too."""
     payload: dict[str, object] = {
-        "run_id": run_id,
-        "job": job,
-        "executor": executor,
-        "attempt": attempt,
+        "run_id": new.id,
+        "job": new.job,
+        "params": new.params,
+        "trigger": str(new.trigger),
+        "requested_by": new.requested_by,
+        "dedupe_key": new.dedupe_key,
+        "parent_run_id": new.parent_run_id,
+        "chain_root_id": new.chain_root_id,
+        "event_id": new.event_id,
+        "downstream": new.downstream,
+        "scheduled_for": None if new.scheduled_for is None else new.scheduled_for.isoformat(),
+        "attempt": new.attempt,
+        "executor": new.executor,
     }
-    if traceparent is not None:
-        payload["traceparent"] = traceparent
+    if new.traceparent is not None:
+        payload["traceparent"] = new.traceparent
     return dump_json(payload)
 
 
@@ -272,6 +280,72 @@ class SqlStoreBase:
     async def outbox_oldest_pending(self) -> datetime | None:
         row = await self._read_one("outbox_oldest_pending", {})
         return None if row is None else self._read.time(row, "created_at")
+
+    # --- the outbox relay (ports.store.Outbox) ------------------------------------------------
+
+    async def outbox_lease(
+        self, owner: str, *, limit: int, lease_seconds: float
+    ) -> list[OutboxMessage]:
+        if limit <= 0:
+            return []
+        rows = await self._write_all(
+            "outbox_lease",
+            {
+                "owner": owner,
+                "limit": limit,
+                "lease_seconds": lease_seconds,
+                "now": self._param_now(),
+                "lease_until": self._param_since(-lease_seconds),
+            },
+        )
+        messages = [
+            OutboxMessage(
+                message_id=str(RowReader.integer(r, "id")),
+                topic=RowReader.text(r, "topic"),
+                payload=RowReader.text(r, "payload"),
+                created_at=self._read.time(r, "created_at"),
+                key=None if r["msg_key"] is None else str(r["msg_key"]),
+            )
+            for r in rows
+        ]
+        return sorted(messages, key=lambda m: int(m.message_id))
+
+    async def outbox_mark_sent(self, ids: Sequence[str]) -> None:
+        if ids:
+            await self._execute(
+                "outbox_mark_sent",
+                {"ids": dump_json([int(i) for i in ids]), "now": self._param_now()},
+            )
+
+    async def outbox_release(self, owner: str, ids: Sequence[str]) -> None:
+        if ids:
+            await self._execute(
+                "outbox_release", {"ids": dump_json([int(i) for i in ids]), "owner": owner}
+            )
+
+    async def outbox_prune(self, *, keep_seconds: float, limit: int = 5000) -> int:
+        rows = await self._write_all(
+            "outbox_prune_returning",
+            {
+                "keep_seconds": keep_seconds,
+                "limit": limit,
+                "cutoff": self._param_since(keep_seconds),
+            },
+        )
+        return len(rows)
+
+    async def outbox_pending(self) -> int:
+        row = await self._read_one("outbox_pending_count", {})
+        return 0 if row is None else RowReader.integer(row, "n")
+
+    async def outbox_add_fact(self, topic: str, payload: str, *, key: str | None) -> None:
+        await self._execute(
+            "insert_outbox_fact",
+            {"topic": topic, "payload": payload, "key": key, "now": self._param_now()},
+        )
+
+    async def set_bus_facts(self, enabled: bool) -> None:
+        await self._execute("set_bus_facts", {"facts": enabled})
 
     async def running_by_launcher(self) -> dict[str, dict[str, int]]:
         return running_by_launcher(await self._read_all("running_by_launcher", {}))

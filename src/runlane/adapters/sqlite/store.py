@@ -153,10 +153,9 @@ class SqliteStore(SqlIncidents, SqliteConnection):
                 Q["insert_outbox"],
                 {
                     "topic": base.OUTBOX_TOPIC_RUN_QUEUED,
-                    "payload": base.outbox_payload(
-                        new.id, new.job, new.executor, new.attempt, new.traceparent
-                    ),
+                    "payload": base.outbox_payload(new),
                     "now": format_time(now),
+                    "key": new.id,
                 },
             )
         return row

@@ -23,13 +23,14 @@ import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
 from runlane.catalog import Catalog
+from runlane.core.runs import AcceptResult
 from runlane.errors import DatabaseUnavailable, StoreError
-from runlane.ports import Bus, Executor, Store, Wakeups
+from runlane.ports import BrokerBus, Bus, Executor, Store, Wakeups
 from runlane.service.alerts.engine import AlertEngine, DlqDepth
 from runlane.service.alerts.targets import Target, build_targets, close_targets
 from runlane.service.config import Settings
@@ -42,6 +43,9 @@ from runlane.service.launcher.supervised import Supervised
 from runlane.service.launcher.supervisor import Supervisor
 from runlane.service.metrics import LauncherMetrics
 from runlane.service.wiring import absolute_url
+
+if TYPE_CHECKING:
+    from runlane.service.accept import RunRequest
 
 log = structlog.get_logger("runlane.launcher")
 
@@ -186,6 +190,7 @@ class Launcher:
         ]
         if self.triggers:
             self._tasks.extend(self._start_trigger_loops())
+        self._tasks.extend(self._start_bus_loops())
         try:
             # Beat first: a launcher that hands a run of a job it does not know to "a live
             # launcher that has it" must see this one before the runs below are due.
@@ -209,23 +214,57 @@ class Launcher:
             log.info("launcher.repairs_due_now", runs=len(ids), error_code="unknown_job")
             self._wake.set()
 
+    async def _accept(self, request: RunRequest) -> AcceptResult:
+        """The one accept path, for what the launcher itself starts (schedules, chains, the
+        bus's commands and events)."""
+        from runlane.service.accept import accept_run
+
+        result = await accept_run(
+            self.store,
+            self.catalog,
+            request,
+            available_executors=tuple(self.executors),
+            pod_fallback=self.settings.pod_fallback,
+        )
+        if result.created and result.run.status.is_final:  # a slot or step recorded skipped
+            self.metrics.run_finished(result.run, result.run.status.value)
+        return result
+
+    def _start_bus_loops(self) -> list[asyncio.Task[None]]:
+        """With a broker bus (docs/bus.md): the outbox relay, the `job_runs` consumer and the
+        external events' consumer. The claim loop does not need them: runs start from the
+        database while the broker is down."""
+        bus = self.bus
+        if bus is None or bus.name != "rabbitmq":
+            return [asyncio.create_task(self._facts_off(), name="runlane-facts-off")]
+        from runlane.service.launcher.bus_loops import CommandConsumer, EventConsumer, OutboxRelay
+
+        broker = cast("BrokerBus", bus)
+        self.relay = OutboxRelay(self.store, broker, self.owner)
+        self.commands = CommandConsumer(
+            self.store, broker, self.catalog, self._accept, self._free_slots, self._wake.set
+        )
+        self.events = EventConsumer(self.store, broker, self.catalog, self._accept)
+        return [
+            asyncio.create_task(self.relay.run(self._stopping), name="runlane-relay"),
+            asyncio.create_task(self.commands.run(self._stopping), name="runlane-commands"),
+            asyncio.create_task(self.events.run(self._stopping), name="runlane-events"),
+        ]
+
+    async def _facts_off(self) -> None:
+        """On the database bus nothing publishes facts: run state changes must not write them
+        (a database that was on the RabbitMQ bus before)."""
+        try:
+            await self.store.set_bus_facts(False)
+        except StoreError as exc:
+            log.warning("launcher.bus_facts_unset", error=str(exc))
+
     def _start_trigger_loops(self) -> list[asyncio.Task[None]]:
         """The scheduler and the chain advancer; both write runs through the one accept path."""
-        from runlane.service.accept import RunRequest, accept_run
         from runlane.service.chains import ChainRunner
         from runlane.service.scheduler import Scheduler
 
-        async def accept(request: RunRequest) -> Any:
-            result = await accept_run(
-                self.store,
-                self.catalog,
-                request,
-                available_executors=tuple(self.executors),
-                pod_fallback=self.settings.pod_fallback,
-            )
-            if result.created and result.run.status.is_final:  # a slot or step recorded skipped
-                self.metrics.run_finished(result.run, result.run.status.value)
-            return result
+        accept = self._accept
 
         chains = ChainRunner(
             self.store,

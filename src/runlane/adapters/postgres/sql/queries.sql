@@ -81,8 +81,8 @@ ins AS (
 ),
 wake AS (SELECT pg_notify('runlane_wakeup', '') FROM ins WHERE ins.status = 'queued'),
 outbox_row AS (
-    INSERT INTO outbox (topic, payload, created_at)
-    SELECT %(outbox_topic)s, %(outbox_payload)s::jsonb, n.now
+    INSERT INTO outbox (topic, payload, created_at, msg_key)
+    SELECT %(outbox_topic)s, %(outbox_payload)s::jsonb, n.now, ins.id::text
     FROM ins, n
     WHERE %(outbox)s::boolean AND ins.status = 'queued'
     RETURNING id
@@ -720,3 +720,60 @@ SELECT * FROM audit_log
 WHERE (%(before)s::bigint IS NULL OR id < %(before)s::bigint)
 ORDER BY id DESC
 LIMIT %(limit)s
+
+
+-- name: outbox_lease
+-- The relay's next batch (docs/bus.md#relay): the oldest rows nobody holds a live lease on, each
+-- the oldest unpublished row of its key (one run's messages stay in order), leased to this
+-- relay. SKIP LOCKED: relays of several launchers never wait for each other's batches.
+WITH n AS (SELECT clock_timestamp() AS now),
+picked AS (
+    SELECT o.id FROM outbox o
+    WHERE o.published_at IS NULL
+      AND (o.leased_until IS NULL OR o.leased_until < (SELECT now FROM n))
+      AND (o.msg_key IS NULL OR NOT EXISTS (
+          SELECT 1 FROM outbox p
+          WHERE p.msg_key = o.msg_key AND p.id < o.id AND p.published_at IS NULL))
+    ORDER BY o.id
+    LIMIT %(limit)s
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE outbox o
+SET leased_by = %(owner)s, leased_until = n.now + make_interval(secs => %(lease_seconds)s::float8)
+FROM picked, n
+WHERE o.id = picked.id
+RETURNING o.id, o.topic, o.payload::text AS payload, o.created_at, o.msg_key
+
+-- name: outbox_mark_sent
+-- Rows the broker confirmed: published (whoever's lease it was: a confirm is a confirm).
+UPDATE outbox SET published_at = clock_timestamp(), leased_by = NULL, leased_until = NULL
+WHERE id IN (SELECT value::bigint FROM jsonb_array_elements_text(%(ids)s::jsonb) AS value)
+  AND published_at IS NULL
+
+-- name: outbox_release
+-- Rows this relay leased but could not publish: free for the next attempt at once.
+UPDATE outbox SET leased_by = NULL, leased_until = NULL
+WHERE id IN (SELECT value::bigint FROM jsonb_array_elements_text(%(ids)s::jsonb) AS value)
+  AND leased_by = %(owner)s AND published_at IS NULL
+
+-- name: outbox_prune_returning
+-- Published rows older than the keep window, a bounded batch per call.
+DELETE FROM outbox WHERE id IN (
+    SELECT id FROM outbox
+    WHERE published_at IS NOT NULL
+      AND published_at < clock_timestamp() - make_interval(secs => %(keep_seconds)s::float8)
+    LIMIT %(limit)s
+)
+RETURNING id
+
+-- name: outbox_pending_count
+SELECT count(*) AS n FROM outbox WHERE published_at IS NULL
+
+-- name: insert_outbox_fact
+INSERT INTO outbox (topic, payload, created_at, msg_key)
+VALUES (%(topic)s, %(payload)s::jsonb, clock_timestamp(), %(key)s)
+
+-- name: set_bus_facts
+-- Whether run state changes write facts to the outbox (the RabbitMQ bus's launchers: yes).
+INSERT INTO bus_config (id, facts) VALUES (1, %(facts)s)
+ON CONFLICT (id) DO UPDATE SET facts = excluded.facts

@@ -38,7 +38,7 @@ ON CONFLICT (dedupe_key) DO NOTHING
 RETURNING *
 
 -- name: insert_outbox
-INSERT INTO outbox (topic, payload, created_at) VALUES (:topic, :payload, :now)
+INSERT INTO outbox (topic, payload, created_at, msg_key) VALUES (:topic, :payload, :now, :key)
 
 -- name: claim_candidates
 -- The first coalesce() term matches run_log_claim_idx; the not_before term is the exact rule.
@@ -503,3 +503,49 @@ DELETE FROM idempotency_keys WHERE created_at < :since RETURNING owner
 
 -- name: audit
 SELECT * FROM audit_log WHERE (:before IS NULL OR id < :before) ORDER BY id DESC LIMIT :limit
+
+
+-- name: outbox_lease
+-- The relay's next batch (docs/bus.md#relay): the oldest rows nobody holds a live lease on, each
+-- the oldest unpublished row of its key (one run's messages stay in order), leased to this
+-- relay. One writer at a time on SQLite: the write transaction serialises relays.
+UPDATE outbox
+SET leased_by = :owner, leased_until = :lease_until
+WHERE id IN (
+    SELECT o.id FROM outbox o
+    WHERE o.published_at IS NULL
+      AND (o.leased_until IS NULL OR o.leased_until < :now)
+      AND (o.msg_key IS NULL OR NOT EXISTS (
+          SELECT 1 FROM outbox p
+          WHERE p.msg_key = o.msg_key AND p.id < o.id AND p.published_at IS NULL))
+    ORDER BY o.id
+    LIMIT :limit
+)
+RETURNING id, topic, payload, created_at, msg_key
+
+-- name: outbox_mark_sent
+UPDATE outbox SET published_at = :now, leased_by = NULL, leased_until = NULL
+WHERE id IN (SELECT value FROM json_each(:ids)) AND published_at IS NULL
+
+-- name: outbox_release
+UPDATE outbox SET leased_by = NULL, leased_until = NULL
+WHERE id IN (SELECT value FROM json_each(:ids)) AND leased_by = :owner AND published_at IS NULL
+
+-- name: outbox_prune_returning
+DELETE FROM outbox WHERE id IN (
+    SELECT id FROM outbox
+    WHERE published_at IS NOT NULL AND published_at < :cutoff
+    LIMIT :limit
+)
+RETURNING id
+
+-- name: outbox_pending_count
+SELECT count(*) AS n FROM outbox WHERE published_at IS NULL
+
+-- name: insert_outbox_fact
+INSERT INTO outbox (topic, payload, created_at, msg_key) VALUES (:topic, :payload, :now, :key)
+
+-- name: set_bus_facts
+-- Whether run state changes write facts to the outbox (the RabbitMQ bus's launchers: yes).
+INSERT INTO bus_config (id, facts) VALUES (1, :facts)
+ON CONFLICT (id) DO UPDATE SET facts = excluded.facts

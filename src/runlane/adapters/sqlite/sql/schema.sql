@@ -98,9 +98,11 @@ CREATE TABLE outbox (
     payload      TEXT    NOT NULL,
     created_at   TEXT    NOT NULL,
     published_at TEXT
-);
+, msg_key TEXT, leased_by TEXT, leased_until TEXT);
 
 CREATE INDEX outbox_unpublished_idx ON outbox (id) WHERE published_at IS NULL;
+CREATE INDEX outbox_unpublished_key_idx ON outbox (msg_key, id) WHERE published_at IS NULL;
+CREATE INDEX outbox_published_idx ON outbox (published_at) WHERE published_at IS NOT NULL;
 
 -- Triggers: the scheduler's last planned slot per schedule, chain runs, events and the runs they
 -- started or joined.
@@ -272,3 +274,49 @@ CREATE TABLE alert_targets (
 
 -- The run_failed rule reads the runs finished since its cursor.
 CREATE INDEX run_log_finished_idx ON run_log (finished_at, id) WHERE finished_at IS NOT NULL;
+
+-- Facts (docs/bus.md#facts): with the RabbitMQ bus, every run state change writes an outbox
+-- row in the transaction that makes it (`run.<job>.<status>` on job_events, a CloudEvent);
+-- `bus_config.facts` is set by the launchers of that bus, so the database bus writes none.
+CREATE TABLE bus_config (
+    id    INTEGER PRIMARY KEY CHECK (id = 1),
+    facts INTEGER NOT NULL DEFAULT 0
+);
+
+CREATE TRIGGER run_log_fact_insert AFTER INSERT ON run_log
+WHEN EXISTS (SELECT 1 FROM bus_config WHERE facts = 1)
+BEGIN
+    INSERT INTO outbox (topic, payload, created_at, msg_key) VALUES (
+        'event:run.' || NEW.job || '.' || NEW.status,
+        json_object(
+            'cloudevent', json_object(
+                'specversion', '1.0', 'id', NEW.id || ':' || NEW.status,
+                'source', 'runlane://run-log', 'type', 'runlane.run.' || NEW.status,
+                'subject', NEW.id, 'time', strftime('%Y-%m-%dT%H:%M:%f000Z', 'now'),
+                'datacontenttype', 'application/json'),
+            'data', json_object(
+                'run_id', NEW.id, 'job', NEW.job, 'status', NEW.status,
+                'trigger', NEW.trigger, 'attempt', NEW.attempt,
+                'exit_code', NEW.exit_code, 'end_reason', NEW.end_reason)),
+        strftime('%Y-%m-%dT%H:%M:%f000Z', 'now'),
+        NEW.id);
+END;
+
+CREATE TRIGGER run_log_fact_update AFTER UPDATE OF status ON run_log
+WHEN OLD.status IS NOT NEW.status AND EXISTS (SELECT 1 FROM bus_config WHERE facts = 1)
+BEGIN
+    INSERT INTO outbox (topic, payload, created_at, msg_key) VALUES (
+        'event:run.' || NEW.job || '.' || NEW.status,
+        json_object(
+            'cloudevent', json_object(
+                'specversion', '1.0', 'id', NEW.id || ':' || NEW.status,
+                'source', 'runlane://run-log', 'type', 'runlane.run.' || NEW.status,
+                'subject', NEW.id, 'time', strftime('%Y-%m-%dT%H:%M:%f000Z', 'now'),
+                'datacontenttype', 'application/json'),
+            'data', json_object(
+                'run_id', NEW.id, 'job', NEW.job, 'status', NEW.status,
+                'trigger', NEW.trigger, 'attempt', NEW.attempt,
+                'exit_code', NEW.exit_code, 'end_reason', NEW.end_reason)),
+        strftime('%Y-%m-%dT%H:%M:%f000Z', 'now'),
+        NEW.id);
+END;

@@ -1,0 +1,48 @@
+"""The RabbitMQ topology's arguments and the one line a 406 PRECONDITION_FAILED becomes."""
+
+from __future__ import annotations
+
+from runlane.adapters.rabbitmq import Topology, mismatch_message
+
+
+def test_job_runs_is_a_quorum_queue_dead_lettered_at_least_once_with_the_six_hour_ttl() -> None:
+    args = Topology().job_runs_arguments()
+    assert args["x-queue-type"] == "quorum"
+    assert args["x-dead-letter-routing-key"] == "job_runs.dlq"
+    assert args["x-dead-letter-strategy"] == "at-least-once"
+    assert args["x-overflow"] == "reject-publish"  # at-least-once dead-lettering needs it
+    assert args["x-message-ttl"] == 6 * 3600 * 1000
+    assert args["x-delivery-limit"] == 5
+
+
+def test_a_prefix_namespaces_every_name() -> None:
+    t = Topology(prefix="t1.")
+    names = {t.job_runs, t.job_runs_dlq, t.job_events, t.events_queue, t.events_dlq, t.unrouted}
+    assert all(name.startswith("t1.") for name in names)
+    assert t.job_runs_arguments()["x-dead-letter-routing-key"] == "t1.job_runs.dlq"
+
+
+def test_an_inequivalent_argument_is_reported_as_the_difference() -> None:
+    text = (
+        "PRECONDITION_FAILED - inequivalent arg 'x-message-ttl' for queue 'job_runs' in "
+        "vhost '/': received '5000' but current is '21600000'"
+    )
+    assert mismatch_message(text) == (
+        "RabbitMQ queue 'job_runs' exists with x-message-ttl=21600000, runlane declares "
+        "x-message-ttl=5000: delete the queue (after draining it) or align the setting; "
+        "see docs/bus.md#topology"
+    )
+
+
+def test_an_argument_set_only_on_one_side_is_shown_as_not_set() -> None:
+    text = (
+        "PRECONDITION_FAILED - inequivalent arg 'x-queue-type' for queue 'job_runs' in vhost "
+        "'/': received the value 'quorum' of type 'longstr' but current is none"
+    )
+    assert "x-queue-type=(not set), runlane declares x-queue-type=quorum" in mismatch_message(text)
+
+
+def test_another_refusal_is_passed_on_whole() -> None:
+    assert mismatch_message("PRECONDITION_FAILED - odd") == (
+        "RabbitMQ refused runlane's topology: PRECONDITION_FAILED - odd"
+    )
