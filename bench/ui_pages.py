@@ -182,7 +182,13 @@ def jobs_page(
     html = client.get("/jobs", headers={"Accept-Encoding": "identity"})
     page = context.new_page()
     requests: list[Any] = []
-    page.on("requestfinished", requests.append)
+
+    def finished(request: Any) -> None:
+        # A def, not `requests.append`: Playwright keeps its wrapper as an attribute of the
+        # handler, which a builtin method cannot take (AttributeError at the first event).
+        requests.append(request)
+
+    page.on("requestfinished", finished)
     page.goto(f"{base}/jobs", wait_until="load")
     page.wait_for_load_state("networkidle")
     server = urlsplit(base).netloc
