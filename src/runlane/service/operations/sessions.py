@@ -26,6 +26,7 @@ import hmac
 import secrets
 import time
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -33,15 +34,26 @@ import structlog
 
 from runlane.core.access import Access, Role
 from runlane.core.runs import Trigger
-from runlane.errors import CsrfRefused, StoreError, TokenExists, Unauthenticated
+from runlane.errors import (
+    CsrfRefused,
+    InvalidArgument,
+    StoreError,
+    TokenExists,
+    TokenNotLive,
+    Unauthenticated,
+    UnknownToken,
+)
 from runlane.ports import WebSession
 from runlane.service.operations import tokens
 from runlane.service.operations.arguments import Requester
 from runlane.service.operations.tokens import (
     VERIFIED_FOR,
+    TokenInfo,
     authenticate,
+    check_token_name,
     create_token,
     hash_secret,
+    list_tokens,
 )
 from runlane.service.runtime import Runtime
 
@@ -221,6 +233,59 @@ async def create_login_link(rt: Runtime, token_name: str) -> LoginLink:
     return LoginLink(token_name, code, LOGIN_CODE_TTL)
 
 
+@dataclass(frozen=True, slots=True)
+class TokenLoginLink:
+    """What `token_login_link` made: the one-time code, the token it opens a session of, and
+    whether that token was made for it (its secret then shown to nobody)."""
+
+    link: LoginLink
+    token: TokenInfo
+    created: bool
+
+
+async def token_login_link(
+    rt: Runtime,
+    name: str,
+    *,
+    requester: Requester,
+    role: Role | str | None = None,
+    jobs: Iterable[str] = (),
+    expires: str | datetime | None = None,
+) -> TokenLoginLink:
+    """A one-time login link (`/login?code=...`, valid `LOGIN_CODE_TTL`, once) for the token
+    `name`, as `runlane serve` prints for the first admin: for a person who should use the UI
+    without ever handling a secret. Without `role`, for the existing token `name`
+    (`unknown_token`; `token_not_live` when it is revoked or expired); with `role` (and
+    optionally `jobs`, `expires`, as `create_token` takes them), for a new token made here
+    whose secret nobody sees (`token_exists` when the name is taken). Admins only
+    (`forbidden`)."""
+    requester.require(Role.ADMIN, action="make a login link")
+    check_token_name(name)
+    jobs = tuple(jobs)
+    if role is not None:
+        made = await create_token(
+            rt, name, role=role, jobs=jobs, expires=expires, requester=requester
+        )
+        return TokenLoginLink(await create_login_link(rt, name), made.token, created=True)
+    if jobs or expires is not None:
+        raise InvalidArgument(
+            "--jobs and --expires describe a new token: give --role too, or leave them out "
+            f"for a link to the existing token {name!r}"
+        )
+    found = [t for t in await list_tokens(rt, requester=requester) if t.name == name]
+    if not found:
+        raise UnknownToken(
+            f"no token is named {name!r} (`runlane token list` lists them; "
+            "--role ROLE makes a new one with its link)"
+        )
+    info = found[0]
+    if info.revoked_at is not None:
+        raise TokenNotLive(f"token {name!r} is revoked: nobody can log in with it")
+    if info.expires_at is not None and info.expires_at <= await rt.store.now():
+        raise TokenNotLive(f"token {name!r} has expired: nobody can log in with it")
+    return TokenLoginLink(await create_login_link(rt, name), info, created=False)
+
+
 async def first_admin_login(rt: Runtime) -> LoginLink | None:
     """On a database that has never had a token: make an admin token (`admin`) whose secret
     nobody sees, and a one-time login code for it, so the UI is usable at once. None when any
@@ -243,6 +308,7 @@ __all__ = [
     "SESSION_LIFETIME",
     "LoginLink",
     "SessionOpened",
+    "TokenLoginLink",
     "check_csrf",
     "close_session",
     "create_login_link",
@@ -251,4 +317,5 @@ __all__ = [
     "open_session",
     "open_session_with_code",
     "session_requester",
+    "token_login_link",
 ]
