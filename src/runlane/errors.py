@@ -22,6 +22,7 @@
     ├── Unauthenticated          no usable credentials (HTTP 401)
     ├── Forbidden                the role or job globs do not allow the action (HTTP 403)
     ├── TokenExists              an API token of that name exists already
+    ├── TokenNotLive             a login link asked for a revoked or expired token
     ├── CsrfRefused              a web form posted without its session's CSRF token (HTTP 403)
     ├── MalformedRequest         an HTTP request that cannot be read (not JSON, a bad header)
     ├── MethodNotAllowed         an HTTP method a path does not take
@@ -228,6 +229,15 @@ class TokenExists(RunlaneError):
     """An API token with that name already exists (revoke it first, or choose another name)."""
 
     code = "token_exists"
+    exit_code = 2
+    http_status = 409
+
+
+class TokenNotLive(RunlaneError):
+    """A one-time login link was asked for a token that is revoked or has expired: nobody could
+    log in with it (make a new token, `runlane token login-link NAME --role ROLE`)."""
+
+    code = "token_not_live"
     exit_code = 2
     http_status = 409
 

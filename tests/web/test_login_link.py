@@ -5,6 +5,7 @@ subprocess, the browser is httpx."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -160,3 +161,49 @@ def test_the_demo_keeps_the_ui_running_with_serve(tmp_path: Path) -> None:
             output.thread.join(timeout=10)
     assert code_ == 0, output.text()
     assert "Traceback" not in output.text()
+
+
+SERVING = re.compile(r"serving (http://127\.0\.0\.1:\d+)")
+
+
+def test_token_login_link_for_an_existing_and_a_new_token(env: dict[str, str]) -> None:
+    """`runlane token login-link NAME` (an existing token) and `--role` (a new one, its secret
+    shown to nobody): each link opens one session of its token; a revoked token is one line."""
+    assert runlane("token", "create", "me", "--role", "viewer", env=env).returncode == 0
+    with web_process({**env, "RUNLANE_LOG_LEVEL": "info"}) as (_proc, output):
+        eventually_sync(lambda: SERVING.search(output.text()) is not None, "serving", within=90)
+        found = SERVING.search(output.text())
+        assert found is not None
+        base = found.group(1)
+        mine = runlane("token", "login-link", "me", "--url", base + "/", env=env)
+        made = runlane(
+            "token", "login-link", "ops", "--role", "operator", "--json",
+            env={**env, "RUNLANE_HTTP_ADDR": "127.0.0.1:8080"},
+        )  # fmt: skip
+        assert mine.returncode == 0, mine.stderr
+        assert made.returncode == 0, made.stderr
+        # No token secret is printed (the JSON shows the token's prefix, as `token list` does).
+        assert re.search(r"rl_[A-Za-z0-9_-]{40}", mine.stdout + made.stdout) is None
+        body = json.loads(made.stdout)
+        assert body["created"] is True
+        assert body["token"]["role"] == "operator"
+        assert body["expires_in_seconds"] == 15 * 60
+        # Without --url the link names RUNLANE_HTTP_ADDR's address.
+        assert body["url"].startswith("http://127.0.0.1:8080/login?code=")
+        links = {"me": LINK.search(mine.stdout), "ops": LINK.search(body["url"])}
+        for name, link in links.items():
+            assert link is not None, name
+            with httpx.Client(base_url=base, timeout=30) as browser:
+                opened = browser.get("/login", params={"code": link.group(2)})
+                assert opened.status_code == 303, name
+                page = browser.get("/jobs")
+                assert page.status_code == 200, name
+                assert f'<span class="user">{name} · ' in page.text  # logged in as that token
+            with httpx.Client(base_url=base, timeout=30) as again:
+                assert again.get("/login", params={"code": link.group(2)}).status_code == 401
+    assert runlane("token", "revoke", "me", env=env).returncode == 0
+    # The refusals are the operation's (tests/integration/test_login_link_operation.py); here,
+    # that the command prints one line with the code's exit status.
+    refused = runlane("token", "login-link", "me", "--url", "http://127.0.0.1:1", env=env)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr == "error: token 'me' is revoked: nobody can log in with it\n"

@@ -83,6 +83,24 @@ def test_filters_are_get_parameters_through_the_operation(seeded: Seeded) -> Non
     }
 
 
+def test_the_query_is_read_as_fastapi_read_it_and_refused_as_a_page(seeded: Seeded) -> None:
+    """The page reads its query itself (`runs._query_filters`): the last of repeated values,
+    and an over-long or unstorable filter is an error page (422, HTML), not a traceback."""
+    with logged_in(seeded.server, "viewer") as c:
+        repeated = c.get("/runs?status=success&status=failure")
+        long = c.get("/runs", params={"job": "j" * 201})
+        long_cursor = c.get("/runs", params={"cursor": "c" * 401})
+        nul = c.get("/runs?requested_by=%00")
+    assert repeated.status_code == 200
+    assert seeded.runs["boom"] in run_ids(repeated.text)
+    assert 'class="badge status-success"' not in repeated.text
+    for refused, name in ((long, "job"), (long_cursor, "cursor"), (nul, "requested_by")):
+        assert refused.status_code == 422, name
+        assert refused.headers["content-type"].startswith("text/html"), name
+        assert "invalid_argument" in refused.text, name
+        assert f"parameter &#39;{name}&#39;" in refused.text, name
+
+
 def test_older_runs_walks_the_keyset_pages(seeded: Seeded) -> None:
     pager = Requester("pager", Trigger.CLI)
     made = [

@@ -10,8 +10,9 @@ from fastapi import Depends, Request
 from runlane.service.runtime import Runtime
 
 
-def get_runtime(request: Request) -> Runtime:
-    """The app's runtime (store, catalog, settings), opened once by the app's lifespan."""
+async def get_runtime(request: Request) -> Runtime:
+    """The app's runtime (store, catalog, settings), opened once by the app's lifespan. Async
+    although it awaits nothing: FastAPI runs a plain `def` dependency in a worker thread."""
     runtime: Runtime = request.app.state.runtime
     return runtime
 

@@ -81,6 +81,7 @@ docs_app.command("generate")(docs.docs_generate_cmd)
 token_app.command("create")(access.token_create_cmd)
 token_app.command("list")(access.token_list_cmd)
 token_app.command("revoke")(access.token_revoke_cmd)
+token_app.command("login-link")(access.token_login_link_cmd)
 app.command("audit")(access.audit_cmd)
 app.command("mcp")(mcp.mcp_cmd)
 # Alerts.

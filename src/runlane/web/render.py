@@ -11,7 +11,8 @@ logged in, None on the login page), `csrf_token`, `flash` (messages of the last 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import urllib.parse
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
@@ -122,6 +123,87 @@ def duration(seconds: float | None) -> str:
     return f"{hours}h {minutes:02d}m"
 
 
+_NO_VALUE = '<span class="none">—</span>'
+
+
+def _text(value: str) -> str:
+    """`value` with what `escape()` replaces replaced, as a str (no Markup object): for the
+    run rows, where it is three times cheaper than `escape()` or `str.translate`."""
+    return (
+        value.replace("&", "&amp;")
+        .replace("<", "&lt;")
+        .replace(">", "&gt;")
+        .replace('"', "&#34;")
+        .replace("'", "&#39;")
+    )
+
+
+def _time_cell(at: datetime | None, zone_attr: str) -> str:
+    """`when(at, zone)` as text, for the run rows: the same tag from `isoformat()`'s text
+    (one C call) instead of formatting each field."""
+    if at is None:
+        return _NO_VALUE
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    elif at.utcoffset():
+        at = at.astimezone(UTC)
+    iso = at.isoformat()
+    return f'<time datetime="{iso[:19]}Z"{zone_attr}>{iso[:10]} {iso[11:16]} UTC</time>'
+
+
+@lru_cache(maxsize=1024)
+def _job_link(job: str) -> str:
+    """`<a href="/jobs/JOB">JOB</a>` (the catalog's few names, each quoted once)."""
+    return f'<a href="/jobs/{urllib.parse.quote(job, safe="/")}">{_text(job)}</a>'
+
+
+@lru_cache(maxsize=256)
+def _cell(value: str | None) -> str:
+    """A cell of a value of few kinds (a status badge's text, a trigger, a requester)."""
+    return _text(value) if value else _NO_VALUE
+
+
+@lru_cache(maxsize=64)
+def _badge(status: str) -> str:
+    """`status_badge(status)` as text."""
+    return str(status_badge(status))
+
+
+def _attempt_note(attempt: int) -> str:
+    return f' <span class="count">attempt {int(attempt)}</span>' if attempt > 1 else ""
+
+
+def run_rows(runs: Iterable[Mapping[str, Any]], zone: str | None = None) -> Markup:
+    """The rows of a run table (`_runs.html`; `static/runs.js` adds and updates rows of the
+    same form), one per run item (`operations.list_run_items_page`: a dict of `run_dict`'s
+    keys, times as aware datetimes); the times as `when(…, zone)` writes them.
+
+    Built here as text rather than in a Jinja macro of `when`/`status_badge` calls: the runs
+    page is as busy as the API's run list, and the macro cost it four times what the API
+    spends on a page (its many small calls, escapes and Markup objects per cell). Every value
+    from the run goes through `_text` (what `escape()` replaces)."""
+    zone_attr = f' data-zone="{_text(zone)}"' if zone else ""
+    out = []
+    for run in runs:
+        run_id = _text(run["id"])
+        attempt = run["attempt"]
+        queued = run["queued_at"]
+        out.append(
+            f'<tr data-run-id="{run_id}" data-queued-at="{queued.isoformat()}">\n'
+            f'  <th scope="row"><a href="/runs/{run_id}" class="mono">'
+            f"{_text(run['id'][:SHORT_ID_CHARS])}</a></th>\n"
+            f"  <td>{_job_link(run['job'])}{_attempt_note(attempt)}</td>\n"
+            f'  <td data-col="status">{_badge(str(run["status"]))}</td>\n'
+            f"  <td>{_cell(str(run['trigger']))}</td>\n"
+            f"  <td>{_cell(run['requested_by'])}</td>\n"
+            f'  <td data-col="queued_at">{_time_cell(queued, zone_attr)}</td>\n'
+            f'  <td data-col="started_at">{_time_cell(run["started_at"], zone_attr)}</td>\n'
+            f'  <td data-col="finished_at">{_time_cell(run["finished_at"], zone_attr)}</td>\n'
+            "</tr>\n"
+        )
+    return _built("".join(out))
+
+
 @jinja2.pass_context
 def csrf_field(context: jinja2.runtime.Context) -> Markup:
     """The hidden CSRF input every form of the page carries (`csrf_token` of the context)."""
@@ -145,6 +227,7 @@ def _environment() -> jinja2.Environment:
         short_id=short_id,
         duration=duration,
         csrf_field=csrf_field,
+        run_rows=run_rows,
         NAV=NAV,
     )
     return env

@@ -132,7 +132,7 @@ class RunListRoute(APIRoute):
             query = plain_query(request)
             if query is None:
                 return await general(request)
-            rt = get_runtime(request)
+            rt = await get_runtime(request)
             await viewer(await requester_of(request, rt))
             return await run_page(rt, **query)
 

@@ -1,4 +1,5 @@
-"""`token create|list|revoke` (the HTTP API's bearer tokens) and `audit` (what was written
+"""`token create|list|revoke|login-link` (the HTTP API's bearer tokens, and one-time links
+into the web UI) and `audit` (what was written
 through the API). The local CLI holds the database itself, so it needs no token: whoever can run
 these commands against the database is its admin."""
 
@@ -131,6 +132,88 @@ def token_revoke_cmd(
             out.print(f"revoked token {terminal_safe(info.name)}", markup=False)
 
     with_runtime(settings, revoke, catalog=False)
+
+
+@one_line_errors
+def token_login_link_cmd(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The token the link logs in as.")],
+    role: Annotated[
+        str | None,
+        typer.Option(
+            "--role",
+            help="Make NAME as a new token with this role (its secret shown to nobody) "
+            "[default: NAME exists].",
+        ),
+    ] = None,
+    jobs: Annotated[
+        list[str] | None,
+        typer.Option("--jobs", help="With --role: limit its writes to jobs matching GLOB."),
+    ] = None,
+    expires: Annotated[
+        str | None,
+        typer.Option("--expires", help="With --role: a duration (30d) or an ISO time."),
+    ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url",
+            help="The UI's address as a browser reaches it (https://runlane.example.com) "
+            "[default: from RUNLANE_HTTP_ADDR].",
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+    database: DatabaseOpt = None,
+) -> None:
+    """Print a one-time link that logs a browser into the web UI as token NAME (valid 15
+    minutes, once), as `runlane serve` does for the first admin; --role makes NAME first."""
+    from runlane.api.server import browser_url
+    from runlane.errors import InvalidArgument
+    from runlane.service.operations import sessions
+
+    settings = settings_from(database=database)
+    requester = cli_requester()
+    if url is not None:
+        base = url.strip().rstrip("/")
+        if not base.startswith(("http://", "https://")) or "?" in base or "#" in base:
+            raise InvalidArgument(f"--url {url!r}: expected http:// or https:// and a host")
+    else:
+        listen = settings.http_listen
+        if listen is None:
+            raise InvalidArgument("RUNLANE_HTTP_ADDR is off: give --url, the UI's address")
+        base = browser_url(*listen)
+
+    async def make(rt: Runtime) -> None:
+        made = await sessions.token_login_link(
+            rt, name, requester=requester, role=role, jobs=jobs or (), expires=expires
+        )
+        link = f"{base}/login?code={made.link.code}"
+        minutes = int(made.link.ttl_seconds // 60)
+        if as_json:
+            print_json(
+                {
+                    "url": link,
+                    "expires_in_seconds": int(made.link.ttl_seconds),
+                    "created": made.created,
+                    "token": token_dict(made.token),
+                }
+            )
+            return
+        token = made.token
+        if made.created:
+            out.print(
+                f"created token {terminal_safe(token.name)}: role {token.role}, jobs "
+                f"{terminal_safe(_jobs_text(token.jobs))}, expires "
+                f"{iso(token.expires_at) or 'never'} (its secret is shown to nobody)",
+                markup=False,
+            )
+        out.print(
+            f"log in to the web UI as {terminal_safe(token.name)} with this one-time link "
+            f"(valid {minutes} minutes, once):",
+            markup=False,
+        )
+        out.print(f"    {link}", markup=False, soft_wrap=True)
+
+    with_runtime(settings, make, catalog=False)
 
 
 @one_line_errors

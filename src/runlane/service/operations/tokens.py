@@ -70,6 +70,17 @@ def _wall_now() -> datetime:
     return datetime.now(UTC)
 
 
+def monotonic() -> float:
+    """The clock of the trust windows here and in `sessions` (tests move it)."""
+    return _monotonic()
+
+
+def revoked_since(name: str, at: float) -> bool:
+    """Whether this process revoked token `name` at or after `at` (a `monotonic()` time): what
+    was read of it at `at` may predate the revocation, and must not be trusted again."""
+    return _revoked.get(name, -VERIFIED_FOR) >= at
+
+
 def _recently_verified(store: object, digest: str, now: float) -> TokenRecord | None:
     """The row of a secret verified less than VERIFIED_FOR ago and not expired since."""
     seen = _verified.get(store)
