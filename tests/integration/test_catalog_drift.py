@@ -27,6 +27,7 @@ from runlane.service.catalog_stamp import catalog_digest
 from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
 from runlane.service.wiring import build_executors
+from tests.support.cli import cli
 
 from .conftest import CATALOG, PY
 
@@ -85,25 +86,6 @@ def cli_env(settings: Settings, cli_catalog: Path) -> dict[str, str]:
         RUNLANE_LOG_LEVEL="warning",
     )
     return env
-
-
-async def cli(env: dict[str, str], *args: str) -> tuple[int, str, str]:
-    """`runlane ARGS` as a process, without blocking the loop the launcher runs on."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "runlane",
-        *args,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    async with asyncio.timeout(60):
-        out, err = await proc.communicate()
-    assert proc.returncode is not None
-    text_out, text_err = out.decode(), err.decode()
-    assert "Traceback" not in text_err, text_err
-    return proc.returncode, text_out, text_err
 
 
 @pytest.fixture

@@ -264,6 +264,8 @@ class LauncherView(View):
     heartbeat_interval: float | None
     catalog_chains: list[str] | None
     log_dir: str | None
+    bus_queue_depth: int | None
+    bus_dlq_depth: int | None
     catalog_current: bool | None
 
 

@@ -53,6 +53,10 @@ class Heartbeat:
     # The absolute directory (on `host`) its inline runs write their log files to, so a CLI
     # started in another directory finds them.
     log_dir: str | None = None
+    # The broker's job_runs and job_runs.dlq ready messages as this launcher last read them
+    # (the RabbitMQ bus); None on the database bus and while the broker does not answer.
+    bus_queue_depth: int | None = None
+    bus_dlq_depth: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

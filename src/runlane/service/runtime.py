@@ -20,7 +20,7 @@ import structlog
 
 from runlane.core.runs import AcceptResult, Run, RunStatus
 from runlane.errors import BusTopologyMismatch, BusUnavailable, DatabaseUnavailable
-from runlane.ports import BrokerBus, Bus, Store
+from runlane.ports import BrokerBus, Bus, QueueDepths, Store
 from runlane.service.accept import RunRequest, accept_run, prepare_run
 from runlane.service.config import Settings
 from runlane.service.wiring import (
@@ -175,16 +175,25 @@ async def open_bus(bus: Bus) -> None:
         log.warning("launcher.bus_unavailable", error=exc.message)
 
 
+def queue_depths_of(bus: Bus) -> Callable[[], Awaitable[QueueDepths | None]] | None:
+    """What the heartbeat records of the broker: the ready messages of job_runs and
+    job_runs.dlq on the RabbitMQ bus (None while the broker is down); nothing on the database
+    bus, which has no queues of its own."""
+    if bus.name != "rabbitmq":
+        return None
+    return cast("BrokerBus", bus).depths
+
+
 def dlq_depth_of(bus: Bus) -> Callable[[], Awaitable[int | None]] | None:
     """What the alert rule on the dead-letter depth reads: `job_runs.dlq`'s ready messages on
     the RabbitMQ bus (None while the broker is down: the rule keeps its state); nothing on the
     database bus, which has no dead-letter queue."""
-    if bus.name != "rabbitmq":
+    read = queue_depths_of(bus)
+    if read is None:
         return None
-    broker = cast("BrokerBus", bus)
 
     async def depth() -> int | None:
-        depths = await broker.depths()
+        depths = await read()
         return None if depths is None else depths.job_runs_dlq
 
     return depth
@@ -227,6 +236,7 @@ async def serve(
             retry_base_seconds=settings.retry_base,
             metrics=LauncherMetrics() if metrics is None else metrics,
             dlq_depth=dlq_depth_of(bus),
+            queue_depths=queue_depths_of(bus),
         )
         loop = asyncio.get_running_loop()
         if install_signals:

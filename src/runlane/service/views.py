@@ -211,6 +211,8 @@ def launcher_dict(state: LauncherState) -> dict[str, Any]:
         "heartbeat_interval": h.heartbeat_interval,
         "catalog_chains": None if h.catalog_chains is None else list(h.catalog_chains),
         "log_dir": h.log_dir,
+        "bus_queue_depth": state.bus_queue_depth,
+        "bus_dlq_depth": state.bus_dlq_depth,
         # True: runs the file as it is now; False: the file changed since it loaded it;
         # null: cannot tell (the file does not load, or no digest reported).
         "catalog_current": state.catalog_current,
@@ -232,6 +234,18 @@ def status_dict(report: StatusReport) -> dict[str, Any]:
             "error": report.catalog_error,
         },
         "launchers": [launcher_dict(state) for state in report.launchers],
+        # The broker's run-command queues (RabbitMQ bus) as a live launcher's heartbeat last
+        # recorded them; null on the database bus.
+        "bus_queues": (
+            None
+            if (q := report.bus_queues) is None
+            else {
+                "job_runs": q.job_runs,
+                "job_runs_dlq": q.job_runs_dlq,
+                "launcher_id": q.launcher_id,
+                "seen_seconds": q.seen_seconds,
+            }
+        ),
     }
 
 

@@ -154,6 +154,7 @@ async def start_launcher(
             settings=s,
             hook=events,
             retry_base_seconds=0.05,
+            queue_depths=the_bus.depths,  # as runtime.serve wires it on this bus
         )
         task = asyncio.create_task(launcher.run())
         r = BusLauncher(Running(launcher, task, events), the_bus)

@@ -399,6 +399,8 @@ class SqlStoreBase:
             "catalog_path": hb.catalog_path,
             "heartbeat_interval": hb.heartbeat_interval,
             "log_dir": hb.log_dir,
+            "bus_queue_depth": hb.bus_queue_depth,
+            "bus_dlq_depth": hb.bus_dlq_depth,
             "catalog_chains": (
                 None if hb.catalog_chains is None else dump_json(list(hb.catalog_chains))
             ),

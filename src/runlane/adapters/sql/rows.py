@@ -284,6 +284,8 @@ class RowReader:
             heartbeat_interval=_opt_float(row["heartbeat_interval"]),
             catalog_chains=_opt_tuple(parse_str_list(row["catalog_chains"])),
             log_dir=self.opt_text(row, "log_dir"),
+            bus_queue_depth=_opt_int(row.get("bus_queue_depth")),
+            bus_dlq_depth=_opt_int(row.get("bus_dlq_depth")),
         )
 
     def chain_run(self, row: Row) -> ChainRun:
@@ -358,6 +360,10 @@ class RowReader:
 
 def _opt_float(value: object) -> float | None:
     return None if value is None else float(value)  # type: ignore[arg-type]
+
+
+def _opt_int(value: object) -> int | None:
+    return None if value is None else int(value)  # type: ignore[call-overload]
 
 
 def _opt_tuple(values: list[str] | None) -> tuple[str, ...] | None:

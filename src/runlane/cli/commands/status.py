@@ -64,6 +64,15 @@ def status_cmd(
                     f"{name} beat {ago} running {entry['running']} "
                     f"catalog {short_digest(entry['catalog_digest'])}"
                 )
+        if (queues := report.bus_queues) is not None:
+            colour = "red" if queues.job_runs_dlq else "green"
+            seen = queues.seen_seconds
+            out.print(
+                f"bus: job_runs {queues.job_runs} ready, "
+                f"[{colour}]job_runs.dlq {queues.job_runs_dlq}[/] "
+                f"(read by launcher {output.escape(queues.launcher_id)}"
+                f"{'' if seen is None else f' {format_duration(seen)} ago'})"
+            )
         print_notices(report.warnings, out)
         for s in report.stuck:
             out.print(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 
@@ -14,12 +14,16 @@ import structlog
 from runlane import __version__
 from runlane.catalog import Catalog
 from runlane.errors import StoreError
-from runlane.ports import Heartbeat, HeartbeatStore
+from runlane.ports import Heartbeat, HeartbeatStore, QueueDepths
 from runlane.service.catalog_stamp import CatalogStamp, stamp_catalog
 from runlane.service.config import Settings
 from runlane.service.launcher.supervised import Supervised
 
 log = structlog.get_logger("runlane.launcher")
+
+QueueDepthsReader = Callable[[], Awaitable[QueueDepths | None]]
+# A broker slow to answer delays a beat by at most this (the depths are then not recorded).
+DEPTHS_WITHIN = 2.0
 
 
 class HeartbeatWriter:
@@ -32,8 +36,11 @@ class HeartbeatWriter:
         catalog: Catalog,
         settings: Settings,
         active: Mapping[str, Supervised],
+        *,
+        queue_depths: QueueDepthsReader | None = None,
     ) -> None:
         self._store = store
+        self._queue_depths = queue_depths
         self._catalog = catalog
         self._settings = settings
         self._active = active
@@ -53,6 +60,18 @@ class HeartbeatWriter:
             self._stamp = stamp_catalog(self._catalog)
         return self._stamp
 
+    async def read_depths(self) -> QueueDepths | None:
+        """The broker's queue depths, or None (no broker, or it did not answer in time: a beat
+        is never held up by the broker for longer than DEPTHS_WITHIN)."""
+        if self._queue_depths is None:
+            return None
+        try:
+            async with asyncio.timeout(DEPTHS_WITHIN):
+                return await self._queue_depths()
+        except TimeoutError:
+            log.warning("heartbeat.bus_depths_timeout", within=DEPTHS_WITHIN)
+            return None
+
     async def run(self) -> None:
         while True:
             try:
@@ -67,6 +86,7 @@ class HeartbeatWriter:
         for sup in self._active.values():
             running[sup.executor.name] = running.get(sup.executor.name, 0) + 1
         stamp = self.stamp()
+        depths = await self.read_depths()
         await store.beat(
             Heartbeat(
                 launcher_id=settings.launcher_id,
@@ -83,6 +103,8 @@ class HeartbeatWriter:
                 heartbeat_interval=settings.heartbeat_interval,
                 catalog_chains=stamp.chains,
                 log_dir=self._log_dir,
+                bus_queue_depth=None if depths is None else depths.job_runs,
+                bus_dlq_depth=None if depths is None else depths.job_runs_dlq,
             )
         )
         # A launcher that died without removing its row (SIGKILL, lost host) goes after a while.

@@ -35,7 +35,7 @@ from runlane.service.alerts.engine import AlertEngine, DlqDepth
 from runlane.service.alerts.targets import Target, build_targets, close_targets
 from runlane.service.config import Settings
 from runlane.service.launcher.finisher import Finisher
-from runlane.service.launcher.heartbeat import HeartbeatWriter
+from runlane.service.launcher.heartbeat import HeartbeatWriter, QueueDepthsReader
 from runlane.service.launcher.journal import OutcomeJournal
 from runlane.service.launcher.leases import LeaseKeeper, LeaseWrites
 from runlane.service.launcher.signals import EXPIRED, ORPHANED, LauncherHook
@@ -85,6 +85,8 @@ class Launcher:
     # `alerts:` section and the environment) and the dead-letter depth (None: no broker).
     alert_targets: Sequence[Target] | None = None
     dlq_depth: DlqDepth | None = None
+    # The broker's queue depths, recorded by the heartbeat for `runlane status` (None: no broker).
+    queue_depths: QueueDepthsReader | None = None
 
     def __post_init__(self) -> None:
         settings = self.settings
@@ -119,7 +121,9 @@ class Launcher:
             database_failed=self._finisher.database_failed,
             database_answered=self._finisher.database_answered,
         )
-        self._heartbeat = HeartbeatWriter(self.store, self.catalog, settings, self._active)
+        self._heartbeat = HeartbeatWriter(
+            self.store, self.catalog, settings, self._active, queue_depths=self.queue_depths
+        )
         self._supervisor = Supervisor(
             self.store,
             self.catalog,

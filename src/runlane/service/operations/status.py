@@ -3,7 +3,7 @@ depth, runs stuck, and every check `runlane doctor` makes."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -34,6 +34,19 @@ class LauncherState:
     queue_depth: int | None
     running: Mapping[str, int] | None
     catalog_current: bool | None
+    bus_queue_depth: int | None = None  # the broker's job_runs, as this launcher last read it
+    bus_dlq_depth: int | None = None  # and job_runs.dlq
+
+
+@dataclass(frozen=True, slots=True)
+class BusQueues:
+    """The broker's run-command queues as the freshest live launcher last recorded them (its
+    heartbeat reads them: `runlane status` never talks to the broker itself)."""
+
+    job_runs: int
+    job_runs_dlq: int
+    launcher_id: str
+    seen_seconds: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +64,7 @@ class StatusReport:
     launchers: tuple[LauncherState, ...]
     warnings: tuple[Notice, ...]
     alerts: AlertHealth | None = None  # open incidents, targets failing (service/alerts)
+    bus_queues: BusQueues | None = None  # None on the database bus, or no live launcher read them
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +123,8 @@ async def status(rt: Runtime) -> StatusReport:
                 queue_depth=None if stale else h.queue_depth,
                 running=None if stale else running.get(h.launcher_id, {}),
                 catalog_current=None if state == "unknown" else state == "current",
+                bus_queue_depth=None if stale else h.bus_queue_depth,
+                bus_dlq_depth=None if stale else h.bus_dlq_depth,
             )
         )
     if file_error is not None and any(h.catalog_digest for h in launchers):
@@ -130,6 +146,25 @@ async def status(rt: Runtime) -> StatusReport:
         launchers=tuple(states),
         warnings=tuple(warnings),
         alerts=await alert_health(rt.store, _catalog_of(rt)),
+        bus_queues=freshest_bus_queues(states),
+    )
+
+
+def freshest_bus_queues(states: Sequence[LauncherState]) -> BusQueues | None:
+    """The queue depths of the live launcher that beat last and read them (None: none did)."""
+    best: LauncherState | None = None
+    for state in states:
+        if state.bus_queue_depth is None or state.bus_dlq_depth is None:
+            continue
+        if best is None or (state.last_seen_seconds or 0.0) < (best.last_seen_seconds or 0.0):
+            best = state
+    if best is None or best.bus_queue_depth is None or best.bus_dlq_depth is None:
+        return None
+    return BusQueues(
+        job_runs=best.bus_queue_depth,
+        job_runs_dlq=best.bus_dlq_depth,
+        launcher_id=best.heartbeat.launcher_id,
+        seen_seconds=best.last_seen_seconds,
     )
 
 

@@ -482,11 +482,13 @@ RETURNING *
 -- name: beat
 INSERT INTO launcher_heartbeat (launcher_id, host, pid, version, started_at, beat_at, queue_depth, running,
                                 catalog_digest, catalog_loaded_at, catalog_jobs, catalog_path,
-                                catalog_chains, heartbeat_interval, log_dir)
+                                catalog_chains, heartbeat_interval, log_dir,
+                                bus_queue_depth, bus_dlq_depth)
 VALUES (%(launcher_id)s, %(host)s, %(pid)s, %(version)s, %(started_at)s::timestamptz,
         coalesce(%(now)s::timestamptz, clock_timestamp()), %(queue_depth)s, %(running)s::jsonb,
         %(catalog_digest)s, %(catalog_loaded_at)s::timestamptz, %(catalog_jobs)s::jsonb,
-        %(catalog_path)s, %(catalog_chains)s::jsonb, %(heartbeat_interval)s::float8, %(log_dir)s)
+        %(catalog_path)s, %(catalog_chains)s::jsonb, %(heartbeat_interval)s::float8, %(log_dir)s,
+        %(bus_queue_depth)s, %(bus_dlq_depth)s)
 ON CONFLICT (launcher_id) DO UPDATE SET
     host = excluded.host,
     pid = excluded.pid,
@@ -501,7 +503,9 @@ ON CONFLICT (launcher_id) DO UPDATE SET
     catalog_path = excluded.catalog_path,
     catalog_chains = excluded.catalog_chains,
     heartbeat_interval = excluded.heartbeat_interval,
-    log_dir = excluded.log_dir
+    log_dir = excluded.log_dir,
+    bus_queue_depth = excluded.bus_queue_depth,
+    bus_dlq_depth = excluded.bus_dlq_depth
 
 
 

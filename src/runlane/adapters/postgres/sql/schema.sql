@@ -93,7 +93,10 @@ CREATE TABLE launcher_heartbeat (
     catalog_path      text,
     catalog_chains    jsonb,
     -- (migration 0005) The absolute directory its inline runs write their log files to.
-    log_dir           text
+    log_dir           text,
+    -- (migration 0011) Ready messages of the broker's job_runs and job_runs.dlq, as last read.
+    bus_queue_depth   integer,
+    bus_dlq_depth     integer
 );
 
 -- Written by accept when the store feeds a message bus; a relay publishes and stamps rows.

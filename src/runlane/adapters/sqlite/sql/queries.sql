@@ -279,10 +279,11 @@ RETURNING *
 -- name: beat
 INSERT INTO launcher_heartbeat (launcher_id, host, pid, version, started_at, beat_at, queue_depth, running,
                                 catalog_digest, catalog_loaded_at, catalog_jobs, catalog_path,
-                                catalog_chains, heartbeat_interval, log_dir)
+                                catalog_chains, heartbeat_interval, log_dir,
+                                bus_queue_depth, bus_dlq_depth)
 VALUES (:launcher_id, :host, :pid, :version, :started_at, :now, :queue_depth, :running,
         :catalog_digest, :catalog_loaded_at, :catalog_jobs, :catalog_path, :catalog_chains,
-        :heartbeat_interval, :log_dir)
+        :heartbeat_interval, :log_dir, :bus_queue_depth, :bus_dlq_depth)
 ON CONFLICT (launcher_id) DO UPDATE SET
     host = excluded.host,
     pid = excluded.pid,
@@ -297,7 +298,9 @@ ON CONFLICT (launcher_id) DO UPDATE SET
     catalog_path = excluded.catalog_path,
     catalog_chains = excluded.catalog_chains,
     heartbeat_interval = excluded.heartbeat_interval,
-    log_dir = excluded.log_dir
+    log_dir = excluded.log_dir,
+    bus_queue_depth = excluded.bus_queue_depth,
+    bus_dlq_depth = excluded.bus_dlq_depth
 
 
 

@@ -78,6 +78,7 @@ CREATE TABLE job_overrides (
 -- The catalog_* columns (migration 0003) say which catalog the launcher runs: the digest of
 -- its canonical JSON ("sha256:<hex>"), when the launcher took it, the JSON list of its job names.
 -- log_dir (migration 0005): the absolute directory its inline runs write their log files to.
+-- bus_queue_depth, bus_dlq_depth (migration 0011): the broker's job_runs and job_runs.dlq.
 -- They are written as SQLite's ALTER TABLE ADD COLUMN leaves the stored table text, which the
 -- migration test compares with this file.
 CREATE TABLE launcher_heartbeat (
@@ -89,7 +90,7 @@ CREATE TABLE launcher_heartbeat (
     beat_at     TEXT,
     queue_depth INTEGER NOT NULL DEFAULT 0,
     running     TEXT    NOT NULL DEFAULT '{}'
-, catalog_digest TEXT, catalog_loaded_at TEXT, catalog_jobs TEXT, heartbeat_interval REAL, catalog_path TEXT, catalog_chains TEXT, log_dir TEXT);
+, catalog_digest TEXT, catalog_loaded_at TEXT, catalog_jobs TEXT, heartbeat_interval REAL, catalog_path TEXT, catalog_chains TEXT, log_dir TEXT, bus_queue_depth INTEGER, bus_dlq_depth INTEGER);
 
 -- Written by accept when the store feeds a message bus; a relay publishes and stamps rows.
 CREATE TABLE outbox (
