@@ -64,6 +64,8 @@ TITLES: Mapping[str, str] = {
     "database_unavailable": "The database is unavailable",
     "database_conflict": "The database broke a conflict: try again",
     "schema_out_of_date": "The database schema is out of date",
+    "bus_unavailable": "The message broker is unavailable",
+    "bus_topology_mismatch": "The broker's queues were declared with other arguments",
     "unauthenticated": "Authentication required",
     "forbidden": "Not allowed",
     "malformed_request": "The request is malformed",
@@ -75,6 +77,7 @@ TITLES: Mapping[str, str] = {
     "token_exists": "A token of that name exists",
     "csrf_refused": "The form was not sent by its page",
     "unknown_token": "No such token",
+    "token_not_live": "The token is revoked or has expired",
     "internal_error": "Internal server error",
 }
 
