@@ -223,11 +223,21 @@ def serve(
     ] = False,
 ) -> None:
     """Run the launcher, and the HTTP API beside it, until SIGTERM or SIGINT."""
-    from runlane.api.server import serve_with_http
-
     configure_logging("info")
     settings, listen = http_settings(catalog, database, http_addr)
-    run_async(serve_with_http(settings, None if no_http else listen))
+    if no_http:
+        listen = None
+    if listen is None and not (settings.metrics_enabled and settings.metrics_listen is not None):
+        # The launcher alone: the HTTP stack (FastAPI, the web UI, MCP; ~0.6 s of imports and
+        # ~40 MiB) is never loaded into a launcher that serves nothing.
+        from runlane.service.metrics import LauncherMetrics
+        from runlane.service.runtime import serve as serve_launcher
+
+        run_async(serve_launcher(settings, freeze_gc=True, metrics=LauncherMetrics()))
+        return
+    from runlane.api.server import serve_with_http
+
+    run_async(serve_with_http(settings, listen))
 
 
 @one_line_errors
