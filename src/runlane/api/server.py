@@ -151,7 +151,7 @@ async def print_login_link(app: Starlette, base_url: str) -> None:
     sys.stderr.write(
         f"runlane: no API token existed, so an admin token {link.token!r} was made; log in to "
         f"the web UI with this one-time link (valid {minutes} minutes, once):\n"
-        f"    {base_url}/login?code={link.code}\n"
+        f"    {link.url(base_url)}\n"
     )
     sys.stderr.flush()
 

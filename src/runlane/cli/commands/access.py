@@ -186,7 +186,7 @@ def token_login_link_cmd(
         made = await sessions.token_login_link(
             rt, name, requester=requester, role=role, jobs=jobs or (), expires=expires
         )
-        link = f"{base}/login?code={made.link.code}"
+        link = made.link.url(base)
         minutes = int(made.link.ttl_seconds // 60)
         if as_json:
             print_json(

@@ -131,6 +131,10 @@ class LoginLink:
     code: str
     ttl_seconds: float
 
+    def url(self, base_url: str) -> str:
+        """The link itself, under the UI's address `base_url` (no trailing slash)."""
+        return f"{base_url}/login?code={self.code}"
+
 
 def _requester(session: WebSession) -> Requester:
     token = session.token
