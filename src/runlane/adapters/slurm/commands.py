@@ -68,6 +68,14 @@ async def run_tool(
             error_code="slurm_timeout",
             retry_after=5.0,
         ) from exc
+    except BaseException:
+        # Cancelled (a poll or a start given up, the executor closing): the client tool must
+        # not outlive the call that ran it.
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(proc.wait(), 2.0)
+        raise
     return Answer(
         tuple(argv),
         proc.returncode if proc.returncode is not None else -1,
