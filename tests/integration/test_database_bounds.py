@@ -237,8 +237,19 @@ async def test_sigterm_stops_a_launcher_whose_database_is_silent_in_bounded_time
         proc.send_signal(signal.SIGTERM)
         # The calls in flight end within the bound (the consumer's) or are cancelled (the
         # other loops'); the pools' close waits for a connection attempt in progress at most.
-        async with asyncio.timeout(4 * BOUND + 6):
-            await proc.wait()
+        # On a quiet machine the stop takes 2-4 bounds (a call, its cancel request, a pool's
+        # connection attempt, one after another); a CI machine at load 2+ has taken more than
+        # 10 s. Without the bounds the stop waits for TCP's own timeout (minutes), so 20 s
+        # still tells a bounded stop from a hung one; the log says where the time went.
+        signalled = time.monotonic()
+        try:
+            async with asyncio.timeout(6 * BOUND + 14):
+                await proc.wait()
+        except TimeoutError:
+            pytest.fail(
+                f"SIGTERM did not stop the launcher in {time.monotonic() - signalled:.1f} s;"
+                f" its log:\n{log.read_text()}"
+            )
         assert proc.returncode == 0, log.read_text()
     finally:
         if proc.returncode is None:
