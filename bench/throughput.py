@@ -34,12 +34,14 @@ import contextlib
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -140,13 +142,17 @@ def wait_bus_idle(url: str, amqp_url: str, timeout: float = 300.0) -> None:
 
 def pickups_ms(url: str, after: int) -> list[float]:
     """Pickup (queued_at to started_at) of the runs accepted after the first `after`."""
-    with psycopg.connect(url) as conn:
-        rows = conn.execute(
-            "SELECT extract(epoch FROM started_at - queued_at) FROM run_log"
-            " ORDER BY queued_at OFFSET %(after)s",
-            {"after": after},
-        ).fetchall()
-    return [1000 * float(r[0]) for r in rows]
+    sql = "SELECT queued_at, started_at FROM run_log ORDER BY queued_at"
+    if url.startswith("sqlite:"):
+        with contextlib.closing(sqlite3.connect(url.split(":///", 1)[1], timeout=30)) as db:
+            rows = [
+                (datetime.fromisoformat(q), datetime.fromisoformat(s))
+                for q, s in db.execute(sql).fetchall()
+            ]
+    else:
+        with psycopg.connect(url) as conn:
+            rows = conn.execute(sql).fetchall()
+    return [1000 * (started - queued).total_seconds() for queued, started in rows[after:]]
 
 
 def py_spy() -> str:
