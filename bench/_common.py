@@ -97,6 +97,9 @@ def held_queue(url: str) -> Iterator[Callable[[], None]]:
         return
     with psycopg.connect(url) as conn:
         conn.execute("SELECT id FROM run_log WHERE status = 'queued' FOR UPDATE").fetchall()
+        # On the RabbitMQ bus the relay's work is part of a run's cost: its outbox rows are
+        # held too (the relay skips locked rows), so it does not publish during start-up.
+        conn.execute("SELECT id FROM outbox WHERE published_at IS NULL FOR UPDATE").fetchall()
 
         def release_postgres() -> None:
             conn.rollback()

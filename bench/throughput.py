@@ -6,10 +6,20 @@ accept path first, then a launcher is started and timed from its first start to 
 the runs are held while the launcher starts, and its CPU is read once it is idle, so start-up
 is not counted) plus the PostgreSQL processes that serve the scratch database (its backends and
 the shared WAL writer, checkpointer and background writer; other sessions on the server are
-left out). Prints one line per repetition and the medians.
+left out). Then, the launcher idle, `--pickup-runs` more runs are accepted one at a time at a
+steady pace below capacity: their pickup (queued_at to started_at, database timestamps) gives
+p50/p99. Prints one line per repetition and the medians.
+
+`--bus rabbitmq` runs the launcher with RUNLANE_BUS=rabbitmq on a fresh vhost (rabbitmqctl as
+root; otherwise runlane's queues in RUNLANE_TEST_RABBITMQ_URL's vhost are deleted first), the
+runs accepted through the outbox as the CLI and the API do on that bus (a command and the facts
+per run); the outbox rows are held with the queue, and CPU is read once the outbox and job_runs
+are empty, so the relay's and the consumer's work is counted. `--bus both` alternates database
+and RabbitMQ rounds (`--repeat` of each) and prints the medians of each.
 
     .venv/bin/python bench/throughput.py --db postgres --runs 2000 --repeat 3
     .venv/bin/python bench/throughput.py --db sqlite --runs 2000 --repeat 3
+    .venv/bin/python bench/throughput.py --bus both --runs 2000 --repeat 3   # RabbitMQ vs database
     .venv/bin/python bench/throughput.py --quick      # a smoke run (tests/integration/test_bench_smoke.py)
     .venv/bin/python bench/throughput.py --log-level info   # with the launcher's default log level
     PATH=.venv/bin:$PATH .venv/bin/python bench/throughput.py --runs 4000 --repeat 1 \
@@ -24,18 +34,25 @@ import contextlib
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
 
+import psycopg
 from _common import (
     CATALOG,
     cpu_seconds,
     held_queue,
     helper_cpu_seconds,
     median,
+    percentile,
     postgres_cpu_delta,
     postgres_cpu_seconds,
     rss_mib,
@@ -49,18 +66,93 @@ from runlane.core.runs import Trigger
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.wiring import store_from_url
 
+AMQP_URL = os.environ.get("RUNLANE_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
 
-async def enqueue(url: str, catalog_path: Path, n: int) -> float:
+
+async def enqueue(
+    url: str, catalog_path: Path, n: int, *, outbox: bool, pace: float = 0.0
+) -> float:
+    """Accept `n` runs (through the outbox on the RabbitMQ bus, with the facts a launcher of
+    that bus turns on), `pace` seconds apart; the accept rate."""
     catalog = load_catalog(catalog_path)
-    store = store_from_url(url)
+    store = store_from_url(url, outbox=outbox)
     await store.open()
     try:
+        if outbox:
+            await store.set_bus_facts(True)
         t0 = time.perf_counter()
         for _ in range(n):
             await accept_run(store, catalog, RunRequest(job="noop", trigger=Trigger.CLI))
+            if pace:
+                await asyncio.sleep(pace)
         return n / (time.perf_counter() - t0)
     finally:
         await store.close()
+
+
+@contextlib.contextmanager
+def rabbitmq_vhost() -> Iterator[str]:
+    """The AMQP URL of a fresh vhost (deleted afterwards), or of RUNLANE_TEST_RABBITMQ_URL's
+    with runlane's queues deleted first when the broker cannot be administered from here."""
+    ctl = shutil.which("rabbitmqctl")
+    if ctl is None or os.geteuid() != 0:
+        from bus import delete_topology  # bench/bus.py: the same broker, the same names
+
+        from runlane.adapters.rabbitmq import Topology
+
+        asyncio.run(delete_topology(Topology()))
+        yield AMQP_URL
+        return
+    name = f"runlane-bench-{uuid.uuid4().hex[:8]}"
+    parts = urlsplit(AMQP_URL)
+    subprocess.run([ctl, "add_vhost", name], check=True, capture_output=True, timeout=60)
+    try:
+        subprocess.run(
+            [ctl, "set_permissions", "-p", name, parts.username or "guest", ".*", ".*", ".*"],
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        yield urlunsplit(parts._replace(path="/" + quote(name, safe="")))
+    finally:
+        subprocess.run([ctl, "delete_vhost", name], check=False, capture_output=True, timeout=60)
+
+
+async def bus_backlog(url: str, amqp_url: str) -> int:
+    """Outbox rows unpublished + commands waiting in job_runs (0: the bus work is done)."""
+    import aio_pika
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT count(*) FROM outbox WHERE published_at IS NULL").fetchone()
+    connection = await aio_pika.connect(amqp_url, timeout=10)
+    async with connection:
+        channel = await connection.channel()
+        queue = await channel.declare_queue("job_runs", passive=True)
+        ready = queue.declaration_result.message_count or 0
+    return (row[0] if row else 0) + ready
+
+
+def wait_bus_idle(url: str, amqp_url: str, timeout: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout
+    while asyncio.run(bus_backlog(url, amqp_url)) > 0:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the outbox or job_runs was not empty after {timeout:g} s")
+        time.sleep(0.25)
+
+
+def pickups_ms(url: str, after: int) -> list[float]:
+    """Pickup (queued_at to started_at) of the runs accepted after the first `after`."""
+    sql = "SELECT queued_at, started_at FROM run_log ORDER BY queued_at"
+    if url.startswith("sqlite:"):
+        with contextlib.closing(sqlite3.connect(url.split(":///", 1)[1], timeout=30)) as db:
+            rows = [
+                (datetime.fromisoformat(q), datetime.fromisoformat(s))
+                for q, s in db.execute(sql).fetchall()
+            ]
+    else:
+        with psycopg.connect(url) as conn:
+            rows = conn.execute(sql).fetchall()
+    return [1000 * (started - queued).total_seconds() for queued, started in rows[after:]]
 
 
 def py_spy() -> str:
@@ -72,11 +164,20 @@ def py_spy() -> str:
 
 
 def one(
-    kind: str, n: int, concurrency: int, profile: str | None = None, log_level: str = "warning"
+    kind: str,
+    n: int,
+    concurrency: int,
+    profile: str | None = None,
+    log_level: str = "warning",
+    *,
+    bus: str = "db",
+    pickup_runs: int = 0,
+    pickup_pace: float = 0.02,
 ) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         work = Path(tmp)
         (work / "catalog.yaml").write_text(CATALOG)
+        amqp_url = stack.enter_context(rabbitmq_vhost()) if bus == "rabbitmq" else ""
         with scratch_database(kind, work) as url:
             env = dict(
                 os.environ,
@@ -85,11 +186,15 @@ def one(
                 RUNLANE_LOG_DIR=str(work / "logs"),
                 RUNLANE_CONCURRENCY=str(concurrency),
                 RUNLANE_LOG_LEVEL=log_level,
+                RUNLANE_BUS="rabbitmq" if bus == "rabbitmq" else "database",
             )
+            if amqp_url:
+                env["RUNLANE_RABBITMQ_URL"] = amqp_url
             subprocess.run(
                 [*runlane_cmd(), "db", "upgrade"], env=env, check=True, capture_output=True
             )
-            enqueue_rate = asyncio.run(enqueue(url, work / "catalog.yaml", n))
+            outbox = bus == "rabbitmq"
+            enqueue_rate = asyncio.run(enqueue(url, work / "catalog.yaml", n, outbox=outbox))
             database = url.rsplit("/", 1)[1]
             proc: subprocess.Popen[bytes] | None = None
             try:
@@ -135,6 +240,10 @@ def one(
                     tail = (work / "serve.log").read_text(errors="replace").splitlines()[-20:]
                     print("\n".join(["launcher log (last lines):", *tail]), file=sys.stderr)
                     raise
+                bus_drain = time.monotonic()
+                if amqp_url:  # the relay's and the consumer's work done too
+                    wait_bus_idle(url, amqp_url)
+                bus_drain = time.monotonic() - bus_drain
                 launcher_cpu = cpu_seconds(proc.pid) + helper_cpu_seconds(proc.pid)
                 if spy is not None:
                     spy.send_signal(signal.SIGINT)
@@ -146,6 +255,16 @@ def one(
                     else 0.0
                 )
                 launcher_cpu = max(0.0, launcher_cpu - startup_cpu)
+                # Pickup: runs accepted one at a time to the idle launcher (none: not timed).
+                pickups: list[float] = []
+                if pickup_runs:
+                    asyncio.run(
+                        enqueue(
+                            url, work / "catalog.yaml", pickup_runs, outbox=outbox, pace=pickup_pace
+                        )
+                    )
+                    wait_for_successes(url, n + pickup_runs)
+                    pickups = pickups_ms(url, n)
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(30)
             finally:
@@ -162,6 +281,16 @@ def one(
                 "startup_cpu_s": startup_cpu,
                 "idle_rss_mib": idle_rss,
                 "peak_rss_mib": peak,
+                **(
+                    {
+                        "pickup_p50_ms": percentile(pickups, 50),
+                        "pickup_p99_ms": percentile(pickups, 99),
+                    }
+                    if pickups
+                    else {}
+                ),
+                # After the last run finished, until the outbox and job_runs were empty.
+                **({"bus_drain_s": bus_drain} if amqp_url else {}),
             }
 
 
@@ -172,7 +301,18 @@ def main() -> None:
     ap.add_argument("--db", choices=["sqlite", "postgres"], default="postgres")
     ap.add_argument("--runs", type=int, default=2000)
     ap.add_argument("--concurrency", type=int, default=16)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=3, help="rounds (of each bus with --bus both)")
+    ap.add_argument(
+        "--bus",
+        choices=["db", "rabbitmq", "both"],
+        default="db",
+        help="the launcher's bus: the database's, RabbitMQ (RUNLANE_BUS=rabbitmq), or both in "
+        "alternate rounds",
+    )
+    ap.add_argument("--pickup-runs", type=int, default=200, help="paced runs timed for pickup")
+    ap.add_argument(
+        "--pickup-pace", type=float, default=0.02, help="seconds between the paced runs"
+    )
     ap.add_argument(
         "--profile",
         metavar="FILE",
@@ -186,19 +326,38 @@ def main() -> None:
     )
     args = ap.parse_args()
     if args.quick:
-        args.runs, args.repeat = 50, 1
-    results = []
+        args.runs, args.repeat, args.pickup_runs = 50, 1, 20
+    if args.bus != "db" and args.db != "postgres":
+        ap.error("--bus rabbitmq needs --db postgres (its outbox is held with the queue there)")
+    buses = ["db", "rabbitmq"] if args.bus == "both" else [args.bus]
+    results: dict[str, list[dict[str, float]]] = {b: [] for b in buses}
+
+    def tag(bus: str) -> str:  # "[postgres]" as before on the database bus alone
+        return args.db if buses == ["db"] else f"{args.db}/{bus}"
+
     for i in range(args.repeat):
-        r = one(args.db, args.runs, args.concurrency, args.profile, args.log_level)
-        results.append(r)
+        for bus in buses:  # alternate rounds: a load change hits both alike
+            r = one(
+                args.db,
+                args.runs,
+                args.concurrency,
+                args.profile,
+                args.log_level,
+                bus=bus,
+                pickup_runs=args.pickup_runs,
+                pickup_pace=args.pickup_pace,
+            )
+            results[bus].append(r)
+            print(
+                f"[{tag(bus)} #{i + 1}] " + "  ".join(f"{k}={v:.2f}" for k, v in r.items()),
+                flush=True,
+            )
+    for bus in buses:
+        keys = results[bus][0].keys()
         print(
-            f"[{args.db} #{i + 1}] " + "  ".join(f"{k}={v:.2f}" for k, v in r.items()), flush=True
+            f"[{tag(bus)} median of {len(results[bus])}] "
+            + "  ".join(f"{k}={median([r[k] for r in results[bus]]):.2f}" for k in keys)
         )
-    keys = results[0].keys()
-    print(
-        f"[{args.db} median of {len(results)}] "
-        + "  ".join(f"{k}={median([r[k] for r in results]):.2f}" for k in keys)
-    )
 
 
 if __name__ == "__main__":

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from runlane.testing.broker_faults import BrokerState, broker_violations, vhost_of
 from runlane.testing.chaos import (
     attempt_violations,
     audit_violations,
@@ -86,3 +88,41 @@ def test_the_drain_waits_for_the_end_of_the_crons_last_minute() -> None:
     assert chaos_crons(start, 32) == ("*/2 0,1 * * * *", "*/5 0,1 * * * *")
     assert chaos_window_end(start, 32) == datetime(2026, 11, 29, 12, 2, tzinfo=UTC)
     assert chaos_window_end(start, 5) == datetime(2026, 11, 29, 12, 1, tzinfo=UTC)
+
+
+def outbox_row(i: int, *, published: bool, event_id: str | None = None) -> dict[str, Any]:
+    topic = "job_runs" if event_id is None else "event:run.ok.success"
+    return {"id": i, "topic": topic, "event_id": event_id, "published": published}
+
+
+def test_broker_checks_pass_a_drained_outbox_and_empty_queues() -> None:
+    outbox = [outbox_row(1, published=True), outbox_row(2, published=True, event_id="r:success")]
+    assert broker_violations(outbox, BrokerState(facts=Counter({"r:success": 2}))) == []
+
+
+def test_broker_checks_catch_unpublished_rows_lost_facts_and_leftover_commands() -> None:
+    outbox = [
+        outbox_row(1, published=False),
+        outbox_row(2, published=True, event_id="r:running"),
+        outbox_row(3, published=True, event_id="r:success"),
+    ]
+    state = BrokerState(facts=Counter({"r:running": 1}), job_runs=2, job_runs_dlq=1, events_dlq=1)
+    found = broker_violations(outbox, state)
+    assert len(found) == 5, found
+    assert "1 of 3 outbox rows were never published" in found[0]
+    assert "['r:success']" in found[1]
+    assert found[2:] == [
+        "2 run commands left in job_runs (not absorbed)",
+        "1 run commands dead-lettered in job_runs.dlq",
+        "1 events dead-lettered in runlane.events.dlq",
+    ]
+    assert broker_violations([], BrokerState()) == [
+        "the outbox recorded no rows: the runs did not go through the bus"
+    ]
+
+
+def test_the_faults_close_the_connections_of_the_urls_vhost() -> None:
+    assert vhost_of("amqp://guest:guest@127.0.0.1:5672/") == "/"
+    assert vhost_of("amqp://guest:guest@127.0.0.1:5672") == "/"
+    assert vhost_of("amqp://guest:guest@127.0.0.1:5672/runlane-test-ab12") == "runlane-test-ab12"
+    assert vhost_of("amqp://h/%2Fodd%20name") == "/odd name"

@@ -9,6 +9,11 @@ Used by the test suite (bounded) and by `bench/soak.py` (larger). What it proves
 - no write from a stale lease was accepted: a trigger on `run_log` records every change to a
   leased row with the writing connection's `application_name` (each launcher's id), and a fenced
   write by anyone but the current lease owner is a violation.
+
+With `amqp_url` the launchers run on the RabbitMQ bus (runs accepted through the outbox), and with
+`broker_faults` the broker is stopped and started and the launchers' connections closed between
+the kills and pauses; the outbox and the broker's queues are checked too
+(runlane.testing.broker_faults).
 """
 
 from __future__ import annotations
@@ -26,10 +31,13 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import dict_row
+
+if TYPE_CHECKING:
+    from runlane.testing.broker_faults import BrokerFaults
 
 JOB_SCRIPT = """\
 import os, random, sys, time
@@ -139,6 +147,14 @@ class ChaosConfig:
     chaos_every: float = 4.0
     restart_postgres: bool = True
     seed: int = 20261129
+    # Cron schedules and a scheduled chain; they fire for whole minutes, so the drain waits for
+    # the end of the window's last minute (off: a shorter run).
+    schedules: bool = True
+    # The launchers on the RabbitMQ bus at this URL (a vhost of the run's own), runs accepted
+    # through the outbox; `broker_faults` also stops/starts the broker app and closes the
+    # vhost's connections (rabbitmqctl as root; the caller holds the broker exclusively).
+    amqp_url: str | None = None
+    broker_faults: bool = False
 
 
 @dataclass
@@ -153,6 +169,10 @@ class ChaosReport:
     ledger_lines: int = 0
     scheduled: int = 0
     chain_runs: int = 0
+    broker_stops: int = 0
+    connections_closed: int = 0
+    outbox_rows: int = 0
+    facts_seen: int = 0  # fact deliveries on the tap, duplicates included
     violations: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -163,7 +183,13 @@ class ChaosReport:
             f"scheduled {self.scheduled}; chain runs {self.chain_runs}) "
             f"kills={self.kills} pauses={self.pauses} postgres_restarts={self.postgres_restarts} "
             f"audited_writes={self.audited_writes} ledger={self.ledger_lines} "
-            f"violations={len(self.violations)} in {self.seconds:.0f}s"
+            + (
+                f"broker_stops={self.broker_stops} connections_closed={self.connections_closed} "
+                f"outbox_rows={self.outbox_rows} facts_seen={self.facts_seen} "
+                if self.outbox_rows
+                else ""
+            )
+            + f"violations={len(self.violations)} in {self.seconds:.0f}s"
         )
 
 
@@ -191,6 +217,11 @@ class Harness:
         self.ledger = config.workdir / "ledger.txt"
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.logs: list[Any] = []
+        self.broker: BrokerFaults | None = None
+        if config.amqp_url is not None:
+            from runlane.testing.broker_faults import BrokerFaults
+
+            self.broker = BrokerFaults(config.amqp_url)
 
     # ------------------------------------------------------------------ set-up
 
@@ -213,6 +244,11 @@ class Harness:
             RUNLANE_CONCURRENCY="8",
             RUNLANE_LOG_LEVEL="warning",
             CHAOS_LEDGER=str(self.ledger),
+            **(
+                {"RUNLANE_BUS": "rabbitmq", "RUNLANE_RABBITMQ_URL": self.cfg.amqp_url}
+                if self.cfg.amqp_url is not None
+                else {}
+            ),
         )
 
     def setup(self) -> None:
@@ -225,11 +261,13 @@ class Harness:
         # The crons fire for whole minutes: a quiet moment before this is not the end (a slot
         # after it would start a run, or a chain, that the stopped launchers never finish).
         self.window_end = chaos_window_end(begun, self.cfg.duration * 0.8)
-        (work / "catalog.yaml").write_text(
-            CATALOG.format(
-                py=sys.executable, script=script, tick_cron=tick_cron, chain_cron=chain_cron
-            )
+        catalog = CATALOG.format(
+            py=sys.executable, script=script, tick_cron=tick_cron, chain_cron=chain_cron
         )
+        if not self.cfg.schedules:
+            self.window_end = begun
+            catalog = catalog.split("  tick:\n", 1)[0]  # the jobs before the scheduled ones
+        (work / "catalog.yaml").write_text(catalog)
         with psycopg.connect(self.cfg.admin_url, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{self.db_name}"')  # our own name, not input
         subprocess.run(
@@ -241,6 +279,10 @@ class Harness:
         )
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute(AUDIT_SQL)
+            if self.broker is not None:
+                from runlane.testing.broker_faults import OUTBOX_AUDIT_SQL
+
+                conn.execute(OUTBOX_AUDIT_SQL)
 
     def start_launcher(self, slot: int) -> None:
         log = (self.cfg.workdir / f"launcher-{slot}.log").open("ab")
@@ -281,7 +323,9 @@ class Harness:
         catalog = load_catalog(self.cfg.workdir / "catalog.yaml")
         jobs = [j for j, _ in JOB_MIX]
         weights = [w for _, w in JOB_MIX]
-        store = store_from_url(self.url, application_name="chaos-producer")
+        store = store_from_url(
+            self.url, application_name="chaos-producer", outbox=self.broker is not None
+        )
         await store.open()
         try:
             pace = max(0.0, (stop_at - time.monotonic()) / self.cfg.runs)
@@ -303,6 +347,9 @@ class Harness:
     async def apply_chaos(self, stop_at: float) -> None:
         restart_at = time.monotonic() + self.cfg.duration / 2 if self.cfg.restart_postgres else None
         actions = ["kill", "pause"]
+        if self.broker is not None and self.cfg.broker_faults:
+            actions = ["kill", "broker_stop", "pause", "close_connections"]
+        done = 0
         while time.monotonic() < stop_at:
             await asyncio.sleep(self.cfg.chaos_every * self.rnd.uniform(0.6, 1.4))
             if restart_at is not None and time.monotonic() >= restart_at:
@@ -311,9 +358,18 @@ class Harness:
                 self.report.postgres_restarts += 1
                 continue
             slot = self.rnd.randrange(self.cfg.launchers)
-            action = actions[(self.report.kills + self.report.pauses) % 2]
+            action = actions[done % len(actions)]
+            done += 1
             proc = self.procs[slot]
-            if action == "kill":
+            if self.broker is not None and action == "broker_stop":
+                await asyncio.to_thread(self.broker.stop_app)
+                await asyncio.sleep(self.cfg.chaos_every / 2)  # runs go on from the database
+                await asyncio.to_thread(self.broker.start_app)
+                self.report.broker_stops += 1
+            elif self.broker is not None and action == "close_connections":
+                closed = await asyncio.to_thread(self.broker.close_connections)
+                self.report.connections_closed += closed
+            elif action == "kill":
                 proc.send_signal(signal.SIGKILL)
                 await asyncio.to_thread(proc.wait, 30)
                 self.report.kills += 1
@@ -333,14 +389,21 @@ class Harness:
                         "SELECT (SELECT count(*) FROM run_log"
                         "        WHERE status IN ('queued', 'running'))"
                         "     + (SELECT count(*) FROM chain_runs WHERE status = 'running')"
+                        "     + (SELECT count(*) FROM outbox WHERE published_at IS NULL)"
                     ).fetchone()
-                if row is not None and row[0] == 0 and datetime.now(UTC) >= self.window_end:
+                if (
+                    row is not None
+                    and row[0] == 0
+                    and datetime.now(UTC) >= self.window_end
+                    and (self.broker is None or await self.broker.job_runs_depth() == 0)
+                ):
                     return
             except psycopg.OperationalError:
                 pass
             await asyncio.sleep(0.5)
         self.report.violations.append(
-            f"runs still active after {self.cfg.drain_timeout:.0f}s of draining"
+            f"runs still active (or the outbox or job_runs not empty) after "
+            f"{self.cfg.drain_timeout:.0f}s of draining"
         )
 
     def stop_launchers(self) -> None:
@@ -383,7 +446,7 @@ class Harness:
             for c in chains
             if c["status"] == "running"
         ]
-        if rep.scheduled == 0 or rep.chain_runs == 0:
+        if self.cfg.schedules and (rep.scheduled == 0 or rep.chain_runs == 0):
             rep.violations.append(
                 f"the schedules did not fire ({rep.scheduled} scheduled runs, "
                 f"{rep.chain_runs} chain runs)"
@@ -404,10 +467,25 @@ class Harness:
         rep.violations += ledger_violations(lines, runs)
         rep.violations += audit_violations(audit)
 
+    async def check_broker(self) -> None:
+        """The outbox drained and every fact and command went through the broker."""
+        from runlane.testing.broker_faults import broker_violations
+
+        if self.broker is None:
+            return
+        with psycopg.connect(self.url, row_factory=dict_row) as conn:
+            outbox = conn.execute("SELECT * FROM chaos_outbox ORDER BY id").fetchall()
+        state = await self.broker.collect()
+        self.report.outbox_rows = len(outbox)
+        self.report.facts_seen = sum(state.facts.values())
+        self.report.violations += broker_violations(outbox, state)
+
     async def run(self) -> ChaosReport:
         started = time.monotonic()
         self.setup()
         try:
+            if self.broker is not None:
+                await self.broker.prepare()
             for slot in range(self.cfg.launchers):
                 self.start_launcher(slot)
             stop_at = time.monotonic() + self.cfg.duration
@@ -415,7 +493,13 @@ class Harness:
             await self.drain()
             self.stop_launchers()
             self.check()
+            if self.broker is not None:
+                await self.check_broker()
         finally:
+            if self.broker is not None and self.cfg.broker_faults:
+                # Whatever happened, the broker is back for the others.
+                with contextlib.suppress(subprocess.SubprocessError, RuntimeError):
+                    await asyncio.to_thread(self.broker.start_app)
             self.teardown()
             self.report.seconds = time.monotonic() - started
         return self.report

@@ -1,6 +1,7 @@
-"""bench/bus.py still runs and prints its figures (tiny sizes: this times nothing). Here, not in
-tests/integration/test_bench_smoke.py, because it needs the broker: it holds the shared broker
-lock, so the outage test never stops the broker under it."""
+"""bench/bus.py and bench/throughput.py --bus both still run and print their figures (tiny
+sizes: this times nothing). Here, not in tests/integration/test_bench_smoke.py, because they
+need the broker: they hold the shared broker lock, so the outage test never stops the broker
+under them."""
 
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ pytestmark = [pytest.mark.postgres, pytest.mark.usefixtures("broker_shared")]
 BENCH = Path(__file__).resolve().parents[3] / "bench"
 
 
-def test_bench_bus_runs(amqp_url: str) -> None:
+def run_bench(amqp_url: str, script: str, *args: str) -> str:
+    """The script's stdout; it must exit 0 (its stderr shown otherwise)."""
     env = dict(os.environ, RUNLANE_TEST_RABBITMQ_URL=amqp_url, RUNLANE_TEST_POSTGRES_URL=PG_URL)
     proc = subprocess.run(
-        [sys.executable, str(BENCH / "bus.py"), "--quick"],
+        [sys.executable, str(BENCH / script), *args],
         cwd=BENCH.parent,
         capture_output=True,
         text=True,
@@ -31,4 +33,22 @@ def test_bench_bus_runs(amqp_url: str) -> None:
         env=env,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert re.search(r"one_by_one=\d+/s pipelined=\d+/s drain=\d+\.\d+ s", proc.stdout), proc.stdout
+    return proc.stdout
+
+
+def test_bench_bus_runs(amqp_url: str) -> None:
+    out = run_bench(amqp_url, "bus.py", "--quick")
+    assert re.search(r"one_by_one=\d+/s pipelined=\d+/s drain=\d+\.\d+ s", out), out
+
+
+def test_bench_throughput_both_buses_runs(amqp_url: str) -> None:
+    # bench/throughput.py --bus both: a round on each bus, RabbitMQ's on a vhost of its own.
+    out = run_bench(amqp_url, "throughput.py", "--quick", "--bus", "both")
+    for bus in ("db", "rabbitmq"):  # RabbitMQ's line also has bus_drain_s
+        found = re.search(
+            rf"^\[postgres/{bus} median of 1\] runs_per_s=\d+\.\d+ .*"
+            r"launcher_cpu_ms_per_run=\d+\.\d+ .*pickup_p50_ms=\d+\.\d+ +pickup_p99_ms=\d+\.\d+",
+            out,
+            re.MULTILINE,
+        )
+        assert found, out[-3000:]
