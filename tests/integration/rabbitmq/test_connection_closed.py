@@ -44,14 +44,13 @@ def close_connections_named(name: str) -> int:
     return closed
 
 
-@pytest.mark.timeout(120)
-async def test_runs_finish_once_and_the_outbox_drains_across_closed_connections(
+@pytest.fixture
+async def named(
     store: Store,
-    catalog: Catalog,
     make_bus: Callable[..., RabbitBus],
     start_launcher: Callable[..., BusLauncher],
-    tmp_path: Path,
-) -> None:
+) -> tuple[BusLauncher, str]:
+    """A launcher on the bus, connected, its connection named uniquely; and that name."""
     if not can_control_broker():
         pytest.skip("closing a connection needs rabbitmqctl as root on the broker's host")
     name = f"runlane test-{secrets.token_hex(4)}"
@@ -59,6 +58,17 @@ async def test_runs_finish_once_and_the_outbox_drains_across_closed_connections(
     bus.connection_name = name
     running = start_launcher(bus=bus)
     await running.bus.open()
+    return running, name
+
+
+@pytest.mark.timeout(120)
+async def test_runs_finish_once_and_the_outbox_drains_across_closed_connections(
+    store: Store,
+    catalog: Catalog,
+    named: tuple[BusLauncher, str],
+    tmp_path: Path,
+) -> None:
+    running, name = named
     launcher = await until(lambda: hasattr(running.launcher, "commands") and running.launcher)
     relay, consumer = launcher.relay, launcher.commands
     runs: list[str] = []
@@ -83,20 +93,14 @@ async def test_runs_finish_once_and_the_outbox_drains_across_closed_connections(
 @pytest.mark.timeout(60)
 async def test_a_quiet_launcher_reconnects_and_hears_commands_after_its_connection_closed(
     store: Store,
-    make_bus: Callable[..., RabbitBus],
-    start_launcher: Callable[..., BusLauncher],
+    named: tuple[BusLauncher, str],
     amqp: aio_pika.abc.AbstractChannel,
 ) -> None:
     """Nothing to publish, so no failed publish reveals the closed connection: the consumer
     itself must notice (a plain aio-pika connection closed by the broker still says
     `is_closed` False) and consume again."""
-    if not can_control_broker():
-        pytest.skip("closing a connection needs rabbitmqctl as root on the broker's host")
-    name = f"runlane test-{secrets.token_hex(4)}"
-    bus = make_bus(store)
-    bus.connection_name = name
-    running = start_launcher(bus=bus)
-    await running.bus.open()
+    running, name = named
+    bus = running.bus
     for n in range(2):  # consuming (and all published), then the connection closed: again
         command = {"run_id": str(uuid.uuid4()), "job": "hello", "trigger": "manual"}
         await publish_json(amqp, bus.topology.job_runs, command)
