@@ -5,8 +5,10 @@ rows marked sent, released rows retried, published rows pruned."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 from runlane.core.runs import Trigger
+from runlane.ports import EventFact
 from tests.conformance.conftest import StoreHarness
 from tests.conformance.test_store_contract import new_run
 
@@ -91,3 +93,33 @@ async def test_published_rows_are_pruned_after_the_keep_window(harness: StoreHar
     assert await store.outbox_prune(keep_seconds=0.0, limit=2) == 2
     assert await store.outbox_prune(keep_seconds=0.0) == 1
     assert harness.query("SELECT count(*) FROM outbox", {})[0][0] == 1  # the unpublished one
+
+
+async def test_a_new_event_with_a_fact_writes_it_while_facts_are_on(
+    harness: StoreHarness,
+) -> None:
+    store = await harness.make_store(outbox=True)
+    fact = EventFact("runlane://events", "00-" + "a" * 32 + "-" + "b" * 16 + "-01")
+    await store.record_event("ev-off", "rumor.signal_created", {"n": 0}, fact=fact)
+    assert await store.outbox_pending() == 0  # facts off (the database bus): none written
+    await store.set_bus_facts(True)
+    event, created = await store.record_event(
+        "ev-1", "rumor.signal_created", {"player": 7, "tags": ["a"]}, fact=fact
+    )
+    assert created
+    await store.record_event("ev-1", "rumor.signal_created", {"player": 7}, fact=fact)  # repeat
+    await store.record_event("ext#1", "rumor.signal_created", {"n": 2})  # taken from the bus
+    await store.record_event("ev-2", "other.key", {}, fact=EventFact("runlane://events"))
+    leased = await store.outbox_lease("relay-a", limit=10, lease_seconds=30)
+    assert [m.topic for m in leased] == ["event:rumor.signal_created", "event:other.key"]
+    first = json.loads(leased[0].payload)
+    assert first["data"] == {"player": 7, "tags": ["a"]}
+    attrs = first["cloudevent"]
+    assert attrs["id"] == "ev-1"
+    assert attrs["source"] == "runlane://events"
+    assert attrs["type"] == "rumor.signal_created"
+    assert attrs["specversion"] == "1.0"
+    assert attrs["traceparent"] == fact.traceparent
+    assert datetime.fromisoformat(attrs["time"]) == event.occurred_at
+    assert "traceparent" not in json.loads(leased[1].payload)["cloudevent"]  # none: no header
+    assert leased[0].key != leased[1].key

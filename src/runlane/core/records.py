@@ -132,6 +132,16 @@ class Event:
 
 
 @dataclass(frozen=True, slots=True)
+class EventFact:
+    """How a new event is published as a fact on the bus (docs/bus.md#facts): a CloudEvent whose
+    `source` is this, and the trace it joins. Only runlane's own events get one: an event taken
+    from the bus (another service's) is never published again."""
+
+    source: str
+    traceparent: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class EventLink:
     """An event and a run it started (`started`) or joined inside a debounce window."""
 

@@ -109,6 +109,11 @@ class QueueDepths:
 TOPIC_EXTERNAL_EVENTS = "events"
 # Outbox topics of facts: `event:<routing key>` goes to the job_events exchange with that key.
 FACT_TOPIC_PREFIX = "event:"
+# The CloudEvents `source` of every fact runlane publishes starts with this (run state changes:
+# `runlane://run-log`; emitted events: RUNLANE_EVENT_SOURCE): what a consumer of job_events finds
+# with it is runlane's own, never taken back in.
+RUNLANE_SOURCE_PREFIX = "runlane://"
+RUNLANE_EVENT_SOURCE = "runlane://events"
 
 
 class BrokerBus(Bus, Protocol):

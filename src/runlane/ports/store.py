@@ -47,6 +47,7 @@ from runlane.core.records import (
     AuditEntry,
     ChainRun,
     Event,
+    EventFact,
     EventLink,
     FinishedRun,
     FinishRequest,
@@ -415,10 +416,13 @@ class Events(Protocol):
     """Recording events and the runs they start (what `service.events.emit_event` writes)."""
 
     async def record_event(
-        self, event_id: str, key: str, data: Mapping[str, Any]
+        self, event_id: str, key: str, data: Mapping[str, Any], *, fact: EventFact | None = None
     ) -> tuple[Event, bool]:
         """Insert an event at now, idempotent by id: `(stored, False)` when it exists (whatever
-        its key and data: the caller compares)."""
+        its key and data: the caller compares). With `fact`, a new event also writes its outbox
+        row (`event:<key>`, a CloudEvent: id = the event id, type = its key, time = when it was
+        recorded, data = its data) in the same transaction, while `bus_config.facts` is set (as
+        a run state change does); a repeated id writes none."""
         ...
 
     async def link_event_runs(self, links: Sequence[EventLink]) -> None:

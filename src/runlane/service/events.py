@@ -25,7 +25,8 @@ from runlane.catalog.params import MAX_PARAMS_BYTES
 from runlane.core.runs import AcceptResult, RunStatus, Trigger, event_dedupe_key
 from runlane.core.trace import child_traceparent
 from runlane.errors import ConfigError, ConfirmationRequired, EventIdTaken
-from runlane.ports import Event, EventLink, EventStore
+from runlane.ports import Event, EventFact, EventLink, EventStore
+from runlane.ports.bus import RUNLANE_EVENT_SOURCE
 from runlane.service.accept import RunRequest, prepare_run, text_problem
 from runlane.service.scheduler import pause_of
 
@@ -140,6 +141,7 @@ async def emit_event(
     confirmed: bool = False,
     check: CheckFn | None = None,
     traceparent: str | None = None,
+    external_source: str | None = None,
 ) -> Emitted:
     """Record the event and start (or join) the runs of every job listening for `key`.
 
@@ -153,7 +155,13 @@ async def emit_event(
     the event, nor the run of a listener that comes before the refused one.
 
     `traceparent` (checked by the caller): the trace the runs it starts join, each with a
-    span id of its own (a run it joins, debounced, keeps the trace it started with)."""
+    span id of its own (a run it joins, debounced, keeps the trace it started with).
+
+    A new event of runlane's own (`runlane emit`, the API, MCP, the web UI) is published as a
+    fact on the bus (`event:<key>`, source RUNLANE_EVENT_SOURCE) in the transaction that
+    records it, when the bus carries facts. `external_source`: the CloudEvents source of an
+    event another service published on the bus, which is recorded but never published again
+    (it is on the bus already; republishing it would loop)."""
     check_event(key, event_id, data or {})
     listeners = subscribers(catalog, key)
     if by_person and not confirmed:
@@ -171,7 +179,10 @@ async def emit_event(
             prepare_run(catalog, request)
         else:
             check(request)
-    event, created = await store.record_event(event_id or str(uuid.uuid4()), key, dict(data or {}))
+    fact = None if external_source is not None else EventFact(RUNLANE_EVENT_SOURCE, traceparent)
+    event, created = await store.record_event(
+        event_id or str(uuid.uuid4()), key, dict(data or {}), fact=fact
+    )
     if event.key != key:
         # The id is taken by an event of another key: its listeners are not the ones checked
         # (or meant) above, so nothing is started for it.

@@ -297,6 +297,7 @@ def build_broker_bus(
         store,
         topology=Topology(prefix=prefix, event_keys=keys),
         prefetch=settings.concurrency,
+        connection_name=f"runlane {settings.launcher_id}",
     )
 
 

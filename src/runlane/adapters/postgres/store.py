@@ -44,6 +44,7 @@ from runlane.ports import (
     ChainRun,
     Clock,
     Event,
+    EventFact,
     NewChainRun,
     SystemClock,
 )
@@ -307,7 +308,7 @@ class PostgresStore(PostgresLeases, SqlIncidents, SqlStoreBase):
         return _READ.chain_run(found), False
 
     async def record_event(
-        self, event_id: str, key: str, data: Mapping[str, Any]
+        self, event_id: str, key: str, data: Mapping[str, Any], *, fact: EventFact | None = None
     ) -> tuple[Event, bool]:
         row = await self._fetchone(
             Q["insert_event"],
@@ -316,6 +317,8 @@ class PostgresStore(PostgresLeases, SqlIncidents, SqlStoreBase):
                 "id": event_id,
                 "key": key,
                 "data": dump_json(dict(data)),
+                "fact_source": None if fact is None else fact.source,
+                "fact_traceparent": None if fact is None else fact.traceparent,
             },
         )
         if row is not None:

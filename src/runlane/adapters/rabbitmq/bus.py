@@ -5,7 +5,9 @@ the first confirm is awaited, and each is `mandatory` on a channel that raises r
 unroutable command is a failure, not a silent ack. Every call is bounded by its `within` /
 `max_wait`. The connection is plain (not aio-pika's robust one, whose restores go through weak
 references): a fault drops it, and the next call connects again, at most once per
-`reconnect_interval`, and declares the topology again. Wake-ups stay the database's.
+`reconnect_interval`, and declares the topology again (a connection the broker closed is
+noticed by its `connected` event, as aio-pika leaves `is_closed` False). Wake-ups stay the
+database's.
 """
 
 from __future__ import annotations
@@ -67,8 +69,13 @@ class RabbitBus:
         prefetch: int = 16,
         reconnect_interval: float = 1.0,
         confirm_window: int = 256,
+        connection_name: str = "runlane",
     ) -> None:
+        """`connection_name`: how the broker names this connection (the management UI,
+        `rabbitmqctl list_connections client_properties`), e.g. "runlane <launcher id>"."""
         self.url = url
+        self.connection_name = connection_name
+        self.connects = 0  # connections made (1 + reconnects), for tests and stats
         self.topology = topology or Topology()
         self._wakeups = wakeups
         self._prefetch = max(1, prefetch)
@@ -96,10 +103,10 @@ class RabbitBus:
     async def _ensure(self, *, raise_errors: bool = False) -> bool:
         """Connected, with the topology declared: True; False when the broker is down now (a
         reconnect is tried at most once per `reconnect_interval`)."""
-        if self._connection is not None and not self._connection.is_closed:
+        if _live(self._connection):
             return True
         async with self._lock:
-            if self._connection is not None and not self._connection.is_closed:
+            if _live(self._connection):
                 return True
             now = time.monotonic()
             if not raise_errors and now - self._last_attempt < self._reconnect_interval:
@@ -108,7 +115,11 @@ class RabbitBus:
             await self._drop()
             connection: AbstractConnection | None = None
             try:
-                connection = await aio_pika.connect(self.url, timeout=CONNECT_TIMEOUT)
+                connection = await aio_pika.connect(
+                    self.url,
+                    timeout=CONNECT_TIMEOUT,
+                    client_properties={"connection_name": self.connection_name},
+                )
                 channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
                 await declare_topology(channel, self.topology)
                 self._publish_channel = channel
@@ -140,7 +151,8 @@ class RabbitBus:
                 return False
             self.last_error = None
             self._reconnect_interval = self._base_reconnect
-            log.info("bus.connected", url=mask_url(self.url))
+            self.connects += 1
+            log.info("bus.connected", url=mask_url(self.url), connects=self.connects)
             return True
 
     async def _drop(self) -> None:
@@ -269,7 +281,9 @@ class RabbitBus:
             return None
         inbox = self._inbox.setdefault(topic, asyncio.Queue())
         if topic in self._consumers:
-            return inbox
+            if not self._consumers[topic][0].is_closed:
+                return inbox
+            del self._consumers[topic]  # the broker closed the channel: consume anew
         name = self.topology.job_runs if topic == TOPIC_RUN_QUEUED else self.topology.events_queue
         try:
             channel = await self._connection.channel(publisher_confirms=False)
@@ -443,6 +457,14 @@ def from_amqp(incoming: AbstractIncomingMessage, topic: str) -> Delivery:
         tag=incoming,
         headers=dict(headers),
     )
+
+
+def _live(connection: AbstractConnection | None) -> bool:
+    """Open and usable. A plain aio-pika connection the broker closed (`close_connection`, a
+    restart, a missed heartbeat) keeps `is_closed` False until it is closed here; only its
+    `connected` event tells: without this check a quiet launcher, with nothing to publish,
+    would keep a dead consumer for ever."""
+    return connection is not None and not connection.is_closed and connection.connected.is_set()
 
 
 async def _close_quietly(connection: AbstractConnection | None) -> None:

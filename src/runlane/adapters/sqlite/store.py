@@ -56,6 +56,7 @@ from runlane.ports import (
     ChainRun,
     Clock,
     Event,
+    EventFact,
     FinishedRun,
     FinishRequest,
     NewChainRun,
@@ -577,7 +578,7 @@ class SqliteStore(SqlIncidents, SqliteConnection):
         return await self._call(lambda conn: _write(conn, work))
 
     async def record_event(
-        self, event_id: str, key: str, data: Mapping[str, Any]
+        self, event_id: str, key: str, data: Mapping[str, Any], *, fact: EventFact | None = None
     ) -> tuple[Event, bool]:
         params = {
             "now": format_time(self._now()),
@@ -589,6 +590,15 @@ class SqliteStore(SqlIncidents, SqliteConnection):
         def work(conn: sqlite3.Connection) -> tuple[Event, bool]:
             row = _one(conn.execute(Q["insert_event"], params))
             if row is not None:
+                if fact is not None:
+                    conn.execute(
+                        Q["insert_event_fact"],
+                        {
+                            "id": event_id,
+                            "fact_source": fact.source,
+                            "fact_traceparent": fact.traceparent,
+                        },
+                    )
                 return _READ.event(row), True
             found = _one(conn.execute(Q["get_event"], {"id": event_id}))
             if found is None:

@@ -33,16 +33,13 @@ from runlane.core.runs import AcceptResult, RunStatus, Trigger
 from runlane.core.trace import parse_traceparent
 from runlane.errors import NotFound, RunlaneError, RunRefused, StoreError
 from runlane.ports import BrokerBus, Delivery, Store
-from runlane.ports.bus import TOPIC_EXTERNAL_EVENTS, TOPIC_RUN_QUEUED
+from runlane.ports.bus import RUNLANE_SOURCE_PREFIX, TOPIC_EXTERNAL_EVENTS, TOPIC_RUN_QUEUED
 from runlane.service.accept import RunRequest
 from runlane.service.events import BadEvent, emit_event
 
 log = structlog.get_logger("runlane.bus")
 
 AcceptFn = Callable[[RunRequest], Awaitable[AcceptResult]]
-# The CloudEvents `source` of what runlane itself publishes on job_events: its own facts are
-# not taken back in as external events.
-RUNLANE_SOURCE_PREFIX = "runlane://"
 
 
 async def _pause(stopping: asyncio.Event, seconds: float) -> None:
@@ -189,6 +186,7 @@ class ConsumerStats:
     dropped: int = 0  # the run was no longer queued
     accepted: int = 0  # an external command accepted as a new run
     dead_lettered: int = 0
+    own_facts: int = 0  # runlane's own facts heard back on the event queue, dropped
 
 
 @dataclass
@@ -337,6 +335,7 @@ class EventConsumer:
         source = str(headers.get("cloudEvents_source") or "")
         if source.startswith(RUNLANE_SOURCE_PREFIX):
             await self.bus.ack([delivery])  # one of runlane's own facts: recorded already
+            self.stats.own_facts += 1
             return
         try:
             event_id, data, traceparent = _event_parts(delivery, source)
@@ -348,6 +347,7 @@ class EventConsumer:
                 data,
                 event_id=event_id,
                 traceparent=traceparent,
+                external_source=source,  # recorded, never published again (no loop)
             )
         except (BadEvent, RunRefused, Refused) as exc:
             reason = exc.message if isinstance(exc, RunlaneError) else str(exc)

@@ -582,10 +582,35 @@ WHERE id = %(id)s::uuid AND status = 'running'
 RETURNING *
 
 -- name: insert_event
-INSERT INTO events (id, key, data, occurred_at)
-VALUES (%(id)s, %(key)s, %(data)s::jsonb, coalesce(%(now)s::timestamptz, clock_timestamp()))
-ON CONFLICT (id) DO NOTHING
-RETURNING *
+-- A new event, and (when `fact_source` is given and bus_config.facts is set) its fact on the
+-- outbox in the same statement (docs/bus.md#facts): a CloudEvent under `cloudevent`, its data
+-- under `data`. A repeated id inserts neither.
+WITH ins AS (
+    INSERT INTO events (id, key, data, occurred_at)
+    VALUES (%(id)s, %(key)s, %(data)s::jsonb, coalesce(%(now)s::timestamptz, clock_timestamp()))
+    ON CONFLICT (id) DO NOTHING
+    RETURNING *
+), fact AS (
+    INSERT INTO outbox (topic, payload, created_at, msg_key)
+    SELECT
+        'event:' || ins.key,
+        jsonb_build_object(
+            'cloudevent', jsonb_strip_nulls(jsonb_build_object(
+                'specversion', '1.0',
+                'id', ins.id,
+                'source', %(fact_source)s::text,
+                'type', ins.key,
+                'time', to_char(ins.occurred_at AT TIME ZONE 'UTC',
+                                'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+                'datacontenttype', 'application/json',
+                'traceparent', %(fact_traceparent)s::text)),
+            'data', ins.data),
+        clock_timestamp(),
+        'event:' || ins.id
+    FROM ins
+    WHERE %(fact_source)s::text IS NOT NULL AND EXISTS (SELECT 1 FROM bus_config WHERE facts)
+)
+SELECT * FROM ins
 
 
 -- name: list_events

@@ -375,6 +375,25 @@ INSERT INTO events (id, key, data, occurred_at) VALUES (:id, :key, :data, :now)
 ON CONFLICT (id) DO NOTHING
 RETURNING *
 
+-- name: insert_event_fact
+-- The fact of the event just inserted (docs/bus.md#facts), in its transaction, while
+-- bus_config.facts is set: a CloudEvent under `cloudevent` (json_patch drops a null
+-- traceparent), its data under `data`.
+INSERT INTO outbox (topic, payload, created_at, msg_key)
+SELECT
+    'event:' || e.key,
+    json_object(
+        'cloudevent', json_patch(
+            json_object(
+                'specversion', '1.0', 'id', e.id, 'source', :fact_source, 'type', e.key,
+                'time', e.occurred_at, 'datacontenttype', 'application/json'),
+            json_object('traceparent', :fact_traceparent)),
+        'data', json(e.data)),
+    strftime('%Y-%m-%dT%H:%M:%f000Z', 'now'),
+    'event:' || e.id
+FROM events e
+WHERE e.id = :id AND EXISTS (SELECT 1 FROM bus_config WHERE facts = 1)
+
 
 -- name: list_events
 SELECT * FROM events
