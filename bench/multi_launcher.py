@@ -5,7 +5,15 @@ each) work them off; the span from the first start to the last finish (database 
 gives runs/s. On a 2-core machine more launchers mostly add contention: the figure shows what
 the fenced claim path costs when launchers share the queue.
 
+With `--in-flight T` the launchers share T slots (T // K each), so one launcher and several are
+compared at the same total in flight (issue 21 section 3: several launcher processes per host
+against one launcher's thread spawns). Rounds alternate between the launcher counts. CPU per run
+is the launchers' own (utime + stime of the serve processes and their guardians; the runs
+excluded) plus the
+scratch database's PostgreSQL backends', read from /proc just before the launchers stop.
+
     .venv/bin/python bench/multi_launcher.py --runs 2000 --launchers 1 3 --repeat 3
+    .venv/bin/python bench/multi_launcher.py --runs 3000 --launchers 1 2 --in-flight 16
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psycopg
 from _common import CATALOG, median, runlane_cmd, scratch_database
@@ -39,7 +48,57 @@ async def enqueue(url: str, catalog_path: Path, n: int) -> None:
         await store.close()
 
 
-def one(n: int, launchers: int) -> tuple[float, int]:
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of `pid` (its children excluded)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def backends_of(database: str) -> list[int]:
+    """The PostgreSQL backends connected to `database` (by their process title)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            title = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if title.startswith("postgres: ") and f" {database} " in title:
+            pids.append(int(entry.name))
+    return pids
+
+
+def guardians_of(parents: list[int]) -> list[int]:
+    """The launchers' guardian processes (part of the launcher's cost, unlike the runs)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            title = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except (OSError, IndexError):
+            continue
+        if int(stat[1]) in parents and "guardian" in title:
+            pids.append(int(entry.name))
+    return pids
+
+
+def total_cpu(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            total += cpu_seconds(pid)
+        except (OSError, IndexError):
+            continue
+    return total
+
+
+def one(n: int, launchers: int, in_flight: int | None) -> tuple[float, int, float, float]:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "catalog.yaml").write_text(CATALOG)
@@ -49,13 +108,15 @@ def one(n: int, launchers: int) -> tuple[float, int]:
                 RUNLANE_DATABASE_URL=url,
                 RUNLANE_CATALOG=str(work / "catalog.yaml"),
                 RUNLANE_LOG_DIR=str(work / "logs"),
-                RUNLANE_CONCURRENCY="16",
+                RUNLANE_CONCURRENCY=str(16 if in_flight is None else in_flight // launchers),
                 RUNLANE_LOG_LEVEL="warning",
             )
             subprocess.run(
                 [*runlane_cmd(), "db", "upgrade"], env=env, check=True, capture_output=True
             )
             asyncio.run(enqueue(url, work / "catalog.yaml", n))
+            database = urlsplit(url).path.lstrip("/")
+            db_cpu0 = total_cpu(backends_of(database))
             procs = [subprocess.Popen([*runlane_cmd(), "serve"], env=env) for _ in range(launchers)]
             try:
                 with psycopg.connect(url, autocommit=True) as conn:
@@ -70,12 +131,16 @@ def one(n: int, launchers: int) -> tuple[float, int]:
                         "SELECT extract(epoch FROM max(finished_at) - min(started_at)), "
                         "count(DISTINCT lease_owner) FROM run_log"
                     ).fetchone() or (0.0, 0)
+                serving = [p.pid for p in procs]
+                launcher_cpu = total_cpu(serving + guardians_of(serving))
+                # (The backends that lived through the run; this one's own share is tiny.)
+                db_cpu = total_cpu(backends_of(database)) - db_cpu0
             finally:
                 for p in procs:
                     p.send_signal(signal.SIGTERM)
                 for p in procs:
                     p.wait(30)
-            return n / float(span), int(owners)
+            return n / float(span), int(owners), launcher_cpu * 1000 / n, db_cpu * 1000 / n
 
 
 def main() -> None:
@@ -85,17 +150,32 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=2000)
     ap.add_argument("--launchers", type=int, nargs="+", default=[1, 3])
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--in-flight",
+        type=int,
+        default=None,
+        help="total slots shared by the launchers (default: 16 per launcher)",
+    )
     args = ap.parse_args()
-    for k in args.launchers:
-        rates = []
-        for i in range(args.repeat):
-            rate, owners = one(args.runs, k)
-            rates.append(rate)
+    rates: dict[int, list[float]] = {k: [] for k in args.launchers}
+    cpus: dict[int, list[float]] = {k: [] for k in args.launchers}
+    for i in range(args.repeat):
+        for k in args.launchers:  # alternating rounds, in the same minutes
+            rate, owners, launcher_ms, db_ms = one(args.runs, k, args.in_flight)
+            rates[k].append(rate)
+            cpus[k].append(launcher_ms + db_ms)
             print(
-                f"[{k} launcher(s) #{i + 1}] {rate:.0f} runs/s, work shared by {owners} launcher(s)",
+                f"[{k} launcher(s) #{i + 1}] {rate:.0f} runs/s, work shared by {owners} "
+                f"launcher(s); CPU per run: launchers {launcher_ms:.3f} ms + PostgreSQL "
+                f"{db_ms:.3f} ms; load {os.getloadavg()[0]:.2f}",
                 flush=True,
             )
-        print(f"[{k} launcher(s) median of {args.repeat}] {median(rates):.0f} runs/s", flush=True)
+    for k in args.launchers:
+        print(
+            f"[{k} launcher(s) median of {args.repeat}] {median(rates[k]):.0f} runs/s, "
+            f"{median(cpus[k]):.3f} ms CPU per run (launchers + PostgreSQL)",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

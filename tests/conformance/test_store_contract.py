@@ -450,6 +450,52 @@ async def test_claim_abandoned_takes_over_and_fences_the_old_owner(harness: Stor
     assert done.lease_generation == 2  # kept for audit
 
 
+async def test_set_external_ids_saves_each_write_on_its_own_lease(harness: StoreHarness) -> None:
+    store = harness.store
+    for _ in range(4):
+        await store.accept(new_run(executor="pod"))
+    a, b, c, d = (x.lease for x in await claim_all(store))
+    bad_token = type(b)(b.run_id, b.owner, str(uuid.uuid4()), b.generation)
+    old_gen = type(c)(c.run_id, c.owner, c.token, c.generation - 1)
+    malformed = type(d)("not-a-run-id", d.owner, "not-a-token", d.generation)
+    assert await store.set_external_ids([]) == []
+    saved = await store.set_external_ids(
+        [(d, "ns/job-d"), (bad_token, "ns/b"), (malformed, "ns/x"), (a, "ns/job-a"), (old_gen, "c")]
+    )
+    assert saved == [True, False, False, True, False]  # in the order asked, not the id order
+    rows = {lease.run_id: await store.get_run(lease.run_id) for lease in (a, b, c, d)}
+    assert {k: r.external_id for k, r in rows.items()} == {
+        a.run_id: "ns/job-a",
+        b.run_id: None,
+        c.run_id: None,
+        d.run_id: "ns/job-d",
+    }
+    assert all(r.status == RunStatus.RUNNING for r in rows.values())
+    # The real leases of the refused ones still write.
+    assert await store.set_external_ids([(b, "ns/job-b"), (c, "ns/job-c")]) == [True, True]
+    assert (await store.get_run(c.run_id)).external_id == "ns/job-c"
+
+
+async def test_set_external_ids_never_writes_an_expired_or_taken_over_lease(
+    harness: StoreHarness,
+) -> None:
+    store, clock = await pinned(harness)
+    other = await harness.make_store(clock=clock)
+    for _ in range(2):
+        await store.accept(new_run(executor="pod"))
+    first, second = (x.lease for x in await claim_all(store))
+    clock.advance(31)  # past lease_ttl in claim_all: both expired
+    assert await store.set_external_ids([(first, "ns/1"), (second, "ns/2")]) == [False, False]
+    [taken] = await other.claim_abandoned("L2", limit=1, lease_ttl=30, executors=["pod"])
+    kept = second if taken.run.id == first.run_id else first
+    assert await store.renew([kept], 30) == {kept.run_id}  # nobody took this one: revived
+    stale = first if kept is second else second
+    assert await store.set_external_ids([(stale, "ns/old"), (kept, "ns/kept")]) == [False, True]
+    assert await other.set_external_ids([(taken.lease, "ns/new")]) == [True]
+    assert (await store.get_run(taken.run.id)).external_id == "ns/new"
+    assert (await store.get_run(kept.run_id)).external_id == "ns/kept"
+
+
 async def test_claim_abandoned_respects_executors_and_limit(harness: StoreHarness) -> None:
     store, clock = await pinned(harness)
     for _ in range(3):

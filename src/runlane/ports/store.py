@@ -7,7 +7,7 @@ Contract shared by every role, for every adapter (the conformance suite in
   row (attempt + 1), never a transition back. Statuses move only along
   `core.runs.ALLOWED_TRANSITIONS`.
 - **Leases fence every write about a running run.** A claim gives the run an owner, a fresh
-  token, generation + 1 and an expiry of database now + `lease_ttl`. `Leases.set_external_id`,
+  token, generation + 1 and an expiry of database now + `lease_ttl`. `Leases.set_external_id(s)`,
   `finish`, `finish_many` and `release` apply only while the row is `running` with the lease's
   token and generation and an unexpired lease (checked again at commit on PostgreSQL with
   `clock_timestamp()`). Zero rows → `LeaseLost`, and nothing in that transaction is kept (the
@@ -246,6 +246,13 @@ class Leases(Protocol):
     async def set_external_id(self, lease: Lease, external_id: str) -> None:
         """Fenced: record the execution's name at its executor (pid, Job name), so a launcher
         that takes the run over can `reattach`. `LeaseLost` when the lease is gone."""
+        ...
+
+    async def set_external_ids(self, writes: Sequence[tuple[Lease, str]]) -> list[bool]:
+        """`set_external_id` for several runs in one statement (one commit), each write fenced
+        on its own lease: True where it was saved, False where the lease is lost (that run's
+        row is left as it was, the others are saved). Results in `writes`' order; committed
+        when it returns. Hot path: the launcher saves pod runs' Job names through it."""
         ...
 
     async def finish(

@@ -207,6 +207,27 @@ class PostgresLeases(PostgresConnections):
         if row is None:
             raise LeaseLost(f"lease on run {lease.run_id} is lost: external id not saved")
 
+    async def set_external_ids(self, writes: Sequence[tuple[Lease, str]]) -> list[bool]:
+        # A malformed lease is lost, as in _fence; the rest are written in id order, as renew.
+        valid = sorted(
+            (w for w in writes if _is_uuid(w[0].run_id) and _is_uuid(w[0].token)),
+            key=lambda w: w[0].run_id.lower(),
+        )
+        if not valid:
+            return [False] * len(writes)
+        rows = await self._fetchall(
+            Q["set_external_ids"],
+            {
+                "now": self._now(),
+                "ids": [lease.run_id for lease, _ in valid],
+                "tokens": [lease.token for lease, _ in valid],
+                "gens": [lease.generation for lease, _ in valid],
+                "external_ids": [external_id for _, external_id in valid],
+            },
+        )
+        saved = {RowReader.text(r, "id") for r in rows}
+        return [_is_uuid(lease.run_id) and lease.run_id.lower() in saved for lease, _ in writes]
+
     async def finish(
         self,
         lease: Lease,

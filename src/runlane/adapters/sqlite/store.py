@@ -348,6 +348,25 @@ class SqliteStore(SqlIncidents, SqliteConnection):
 
         await self._call(lambda conn: _write(conn, work))
 
+    async def set_external_ids(self, writes: Sequence[tuple[Lease, str]]) -> list[bool]:
+        if not writes:
+            return []
+        now = self._now()
+
+        def work(conn: sqlite3.Connection) -> list[bool]:
+            return [
+                _one(
+                    conn.execute(
+                        Q["set_external_id"],
+                        {**self._fence(lease, now), "external_id": external_id},
+                    )
+                )
+                is not None
+                for lease, external_id in writes
+            ]
+
+        return await self._call(lambda conn: _write(conn, work))
+
     async def finish(
         self,
         lease: Lease,

@@ -37,7 +37,7 @@ from runlane.service.config import Settings
 from runlane.service.launcher.finisher import Finisher
 from runlane.service.launcher.heartbeat import HeartbeatWriter, QueueDepthsReader
 from runlane.service.launcher.journal import OutcomeJournal
-from runlane.service.launcher.leases import LeaseKeeper, LeaseWrites
+from runlane.service.launcher.leases import ExternalIdWrites, LeaseKeeper, LeaseWrites
 from runlane.service.launcher.signals import EXPIRED, ORPHANED, LauncherHook
 from runlane.service.launcher.supervised import Supervised
 from runlane.service.launcher.supervisor import Supervisor
@@ -113,6 +113,7 @@ class Launcher:
             self,
             lease_ttl=settings.lease_ttl,
         )
+        self._external_ids = ExternalIdWrites(lease_writes, self._finisher.write_until_landed)
         self._leases = LeaseKeeper(
             lease_writes,
             self._active,
@@ -129,6 +130,7 @@ class Launcher:
             self.catalog,
             self.executors,
             self._finisher,
+            self._external_ids,
             journal,
             self._active,
             self._wake,
@@ -188,6 +190,7 @@ class Launcher:
         self._tasks = [
             asyncio.create_task(self._wakeup_pump(), name="runlane-wakeup"),
             asyncio.create_task(self._finisher.run(), name="runlane-finisher"),
+            asyncio.create_task(self._external_ids.run(), name="runlane-external-ids"),
             asyncio.create_task(self._leases.run(), name="runlane-leases"),
             asyncio.create_task(self._heartbeat.run(), name="runlane-heartbeat"),
             asyncio.create_task(self.alerts.run(self._stopping), name="runlane-alerts"),

@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import partial
 
 import structlog
 
 from runlane.core.runs import Lease
-from runlane.errors import DatabaseConflict, DatabaseUnavailable, StoreError
+from runlane.errors import DatabaseConflict, DatabaseUnavailable, LeaseLost, StoreError
 from runlane.ports import FinishedRun, FinishRequest, Leases
 from runlane.service.launcher.supervised import Supervised
 
 log = structlog.get_logger("runlane.launcher")
 
 
+# Job names saved in one statement at most: a burst of starts is written in a few statements.
+EXTERNAL_ID_BATCH_MAX = 256
+
+
 class LeaseWrites:
-    """The launcher's two writes that lock several of its run rows: lease renewals and outcome
-    saves. They never run at the same time: two such statements racing, each locking rows in
+    """The launcher's writes that lock several of its run rows: lease renewals, outcome saves
+    and pod runs' Job names. They never run at the same time: two such statements racing, each locking rows in
     whatever order its plan visits them, deadlock (PostgreSQL breaks it after deadlock_timeout
     by failing one). Held for one statement at a time, never across a retry's wait. Other
     launchers' rows are disjoint."""
@@ -37,6 +42,60 @@ class LeaseWrites:
     async def finish_many(self, requests: Sequence[FinishRequest]) -> list[FinishedRun | None]:
         async with self._lock:
             return await self._store.finish_many(requests)
+
+    async def set_external_ids(self, writes: Sequence[tuple[Lease, str]]) -> list[bool]:
+        async with self._lock:
+            return await self._store.set_external_ids(writes)
+
+
+class ExternalIdWrites:
+    """Saves where each started run lives at its executor (a pod run's namespace/Job name) in
+    batches: `save` queues one and waits until it is committed; `run` writes whatever queued up
+    while the previous statement was in flight in one fenced statement (one commit for every
+    start that ended meanwhile; a burst of 1,000 pod starts wrote 1,000 statements)."""
+
+    def __init__(
+        self,
+        writes: LeaseWrites,
+        write_until_landed: Callable[[Callable[[], Awaitable[list[bool]]]], Awaitable[list[bool]]],
+    ) -> None:
+        self._writes = writes
+        self._write_until_landed = write_until_landed
+        self._pending: list[tuple[Lease, str, asyncio.Future[bool]]] = []
+        self._wake = asyncio.Event()
+
+    async def save(self, lease: Lease, external_id: str) -> None:
+        """Return once `external_id` is committed on the run; `LeaseLost` when its lease is
+        gone (nothing written)."""
+        saved: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._pending.append((lease, external_id, saved))
+        self._wake.set()
+        if not await saved:
+            raise LeaseLost(f"lease on run {lease.run_id} is lost: external id not saved")
+
+    async def run(self) -> None:
+        """Write queued external ids in batches, until cancelled."""
+        pending = self._pending
+        while True:
+            while not pending:
+                self._wake.clear()
+                await self._wake.wait()
+            batch = pending[:EXTERNAL_ID_BATCH_MAX]
+            del pending[:EXTERNAL_ID_BATCH_MAX]
+            writes = [(lease, external_id) for lease, external_id, _ in batch]
+            try:
+                # Retried through a database outage, as an outcome save.
+                results = await self._write_until_landed(
+                    partial(self._writes.set_external_ids, writes)
+                )
+            except Exception as exc:  # noqa: BLE001 - handed to each waiting supervisor
+                for _, _, saved in batch:
+                    if not saved.done():
+                        saved.set_exception(exc)
+                continue
+            for (_, _, saved), result in zip(batch, results, strict=True):
+                if not saved.done():
+                    saved.set_result(result)
 
 
 class LeaseKeeper:

@@ -23,6 +23,7 @@ from runlane.ports import Executor, SupervisorStore
 from runlane.service.catalog_stamp import live_launchers
 from runlane.service.launcher.finisher import Finisher
 from runlane.service.launcher.journal import OutcomeJournal, seconds_since_wall
+from runlane.service.launcher.leases import ExternalIdWrites
 from runlane.service.launcher.signals import CLAIMED, FINISHED, LEASE_LOST, STARTED, LauncherHook
 from runlane.service.launcher.spec import JobPlan, execution_spec
 from runlane.service.launcher.supervised import Supervised, Tunables, loop_time
@@ -46,6 +47,7 @@ class Supervisor:
         catalog: Catalog,
         executors: Mapping[str, Executor],
         finisher: Finisher,
+        external_ids: ExternalIdWrites,
         journal: OutcomeJournal,
         active: MutableMapping[str, Supervised],
         wake: asyncio.Event,
@@ -70,6 +72,7 @@ class Supervisor:
         self._launcher_stale_after = launcher_stale_after
         self._metrics = metrics
         self._record = finisher.record
+        self._save_external_id = external_ids.save
         self._write_until_landed = finisher.write_until_landed
         # Resolved jobs by name, with what every run of each shares (its environment and
         # profile as the executors take them): the catalog never changes under a launcher, and
@@ -247,10 +250,9 @@ class Supervisor:
         if sup.executor.name != "inline" and execution.external_id:
             # Where the run lives (namespace/Job name), for whoever looks while it runs; an inline
             # run's pid is saved with its outcome instead (a write per start would cost throughput).
-            external_id = execution.external_id
-            await self._write_until_landed(
-                lambda: self._store.set_external_id(sup.lease, external_id)
-            )
+            # Committed before the run is reported started: a launcher that takes it over
+            # tells a Job deleted while it ran (orphaned) from one never created (lost).
+            await self._save_external_id(sup.lease, execution.external_id)
         if not recovered:  # (a reattached run's duration is not known here)
             sup.started_monotonic = time.monotonic()
             self._metrics.run_started(run)

@@ -239,6 +239,17 @@ WHERE id = %(id)s::uuid AND status = 'running' AND lease_token = %(token)s::uuid
   AND lease_expires_at > coalesce(%(now)s::timestamptz, clock_timestamp())
 RETURNING id
 
+-- name: set_external_ids
+-- By primary key, as renew; each row fenced on its own lease, as set_external_id.
+UPDATE run_log r SET external_id = w.external_id
+FROM unnest(%(ids)s::uuid[], %(tokens)s::uuid[], %(gens)s::bigint[], %(external_ids)s::text[])
+    AS w(id, token, gen, external_id)
+WHERE r.id = ANY(%(ids)s::uuid[]) AND r.id = w.id AND (r.status = 'running') IS TRUE
+  AND r.lease_token = w.token
+  AND r.lease_generation = w.gen
+  AND r.lease_expires_at > coalesce(%(now)s::timestamptz, clock_timestamp())
+RETURNING r.id
+
 -- name: finish
 WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now)
 UPDATE run_log r SET
