@@ -14,6 +14,18 @@ left out). Prints one line per repetition and the medians.
     .venv/bin/python bench/throughput.py --log-level info   # with the launcher's default log level
     PATH=.venv/bin:$PATH .venv/bin/python bench/throughput.py --runs 4000 --repeat 1 \
         --profile /tmp/serve.txt                        # where the launcher's time goes (py-spy)
+    .venv/bin/python bench/throughput.py --runs 3000 --repeat 1 --cprofile /tmp/serve.prof
+                                                        # the same with cProfile (loop thread)
+    .venv/bin/python bench/throughput.py --runs 3000 --repeat 1 --statements
+                                                        # statements per run, by statement
+    .venv/bin/python bench/throughput.py --in-flight 1,4,16,64,256 --runs 2000 --repeat 1
+                                                        # the curve: one line per concurrency
+    .venv/bin/python bench/throughput.py --history 1000000 --runs 3000 --repeat 1
+                                                        # with 1M finished rows in run_log first
+    .venv/bin/python bench/throughput.py --runs 10000 --repeat 1   # 10,000 runs queued at once
+
+`--history` reuses `bench/api_runs.py`'s seeder (generate_series; its queued and running rows
+are deleted, so only finished history is left) and times only the bench's own `noop` runs.
 """
 
 from __future__ import annotations
@@ -21,6 +33,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -30,6 +43,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psycopg
 from _common import (
     CATALOG,
     cpu_seconds,
@@ -43,6 +57,7 @@ from _common import (
     scratch_database,
     wait_for_successes,
 )
+from api_runs import seed
 
 from runlane.catalog import load_catalog
 from runlane.core.runs import Trigger
@@ -71,8 +86,35 @@ def py_spy() -> str:
     return found
 
 
+def seed_history(url: str, rows: int) -> float:
+    """`rows` finished runs of other jobs in run_log (api_runs.py's seeder, without the few
+    queued and running rows it adds: those would be claimed or recovered by the launcher)."""
+    seconds = seed(url, rows)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DELETE FROM run_log WHERE status IN ('queued', 'running')")
+    return seconds
+
+
+def statements_per_run(path: Path, n: int) -> dict[str, float]:
+    """The launcher's statements (counted by `_statement_count.py`) per run, by statement."""
+    counts: dict[str, int] = json.loads(path.read_text())
+    total = sum(v for k, v in counts.items() if not k.startswith("("))
+    print(f"statements per run: {total / n:.2f} ({total} for {n} runs)")
+    for key, value in counts.items():
+        print(f"  {value / n:7.3f}  {key}")
+    return {"statements_per_run": total / n}
+
+
 def one(
-    kind: str, n: int, concurrency: int, profile: str | None = None, log_level: str = "warning"
+    kind: str,
+    n: int,
+    concurrency: int,
+    profile: str | None = None,
+    log_level: str = "warning",
+    *,
+    cprofile: str | None = None,
+    statements: bool = False,
+    history: int = 0,
 ) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         work = Path(tmp)
@@ -89,6 +131,8 @@ def one(
             subprocess.run(
                 [*runlane_cmd(), "db", "upgrade"], env=env, check=True, capture_output=True
             )
+            if history:
+                print(f"seeded {history:,} finished rows in {seed_history(url, history):.0f} s")
             enqueue_rate = asyncio.run(enqueue(url, work / "catalog.yaml", n))
             database = url.rsplit("/", 1)[1]
             proc: subprocess.Popen[bytes] | None = None
@@ -99,9 +143,15 @@ def one(
                     # at once.
                     # Its log goes to a file: at info that is a line per run, as in production.
                     log_file = stack.enter_context((work / "serve.log").open("wb"))
-                    proc = subprocess.Popen(
-                        [*runlane_cmd(), "serve"], env=env, stdout=log_file, stderr=log_file
-                    )
+                    serve = [*runlane_cmd(), "serve"]
+                    if cprofile:  # the loop thread only (cProfile sees the main thread)
+                        serve = [sys.executable, "-m", "cProfile", "-o", cprofile, "-m", "runlane"]
+                        serve.append("serve")
+                    counted = work / "statements.json"
+                    if statements:
+                        counter = Path(__file__).with_name("_statement_count.py")
+                        serve = [sys.executable, str(counter), str(counted), "serve"]
+                    proc = subprocess.Popen(serve, env=env, stdout=log_file, stderr=log_file)
                     time.sleep(2.0)
                     idle_rss = rss_mib(proc.pid)
                     startup_cpu = cpu_seconds(proc.pid) + helper_cpu_seconds(proc.pid)
@@ -128,7 +178,7 @@ def one(
                     )
                     release()
                 try:
-                    span = wait_for_successes(url, n)
+                    span = wait_for_successes(url, n, job="noop" if history else None)
                 except BaseException:
                     # Show why: the launcher's own log is in the scratch directory.
                     log_file.flush()
@@ -148,6 +198,7 @@ def one(
                 launcher_cpu = max(0.0, launcher_cpu - startup_cpu)
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(30)
+                extra = statements_per_run(counted, n) if statements else {}
             finally:
                 # Never leave the launcher behind when the bench fails halfway.
                 if proc is not None and proc.poll() is None:
@@ -162,6 +213,7 @@ def one(
                 "startup_cpu_s": startup_cpu,
                 "idle_rss_mib": idle_rss,
                 "peak_rss_mib": peak,
+                **extra,
             }
 
 
@@ -172,6 +224,18 @@ def main() -> None:
     ap.add_argument("--db", choices=["sqlite", "postgres"], default="postgres")
     ap.add_argument("--runs", type=int, default=2000)
     ap.add_argument("--concurrency", type=int, default=16)
+    ap.add_argument(
+        "--in-flight",
+        metavar="N,N,...",
+        help="the curve: each repetition runs at each of these concurrencies in turn",
+    )
+    ap.add_argument(
+        "--history", type=int, default=0, metavar="ROWS", help="seed ROWS finished runs first"
+    )
+    ap.add_argument("--cprofile", metavar="FILE", help="run the launcher under cProfile -o FILE")
+    ap.add_argument(
+        "--statements", action="store_true", help="count the launcher's statements per run"
+    )
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument(
         "--profile",
@@ -187,18 +251,30 @@ def main() -> None:
     args = ap.parse_args()
     if args.quick:
         args.runs, args.repeat = 50, 1
-    results = []
+    levels = [int(c) for c in args.in_flight.split(",")] if args.in_flight else [args.concurrency]
+    results: dict[int, list[dict[str, float]]] = {c: [] for c in levels}
     for i in range(args.repeat):
-        r = one(args.db, args.runs, args.concurrency, args.profile, args.log_level)
-        results.append(r)
+        for c in levels:  # alternating: each repetition takes every concurrency in turn
+            r = one(
+                args.db,
+                args.runs,
+                c,
+                args.profile,
+                args.log_level,
+                cprofile=args.cprofile,
+                statements=args.statements,
+                history=args.history,
+            )
+            results[c].append(r)
+            print(
+                f"[{args.db} c={c} #{i + 1}] " + "  ".join(f"{k}={v:.2f}" for k, v in r.items()),
+                flush=True,
+            )
+    for c, rows in results.items():
         print(
-            f"[{args.db} #{i + 1}] " + "  ".join(f"{k}={v:.2f}" for k, v in r.items()), flush=True
+            f"[{args.db} c={c} median of {len(rows)}] "
+            + "  ".join(f"{k}={median([r[k] for r in rows]):.2f}" for k in rows[0])
         )
-    keys = results[0].keys()
-    print(
-        f"[{args.db} median of {len(results)}] "
-        + "  ".join(f"{k}={median([r[k] for r in results]):.2f}" for k in keys)
-    )
 
 
 if __name__ == "__main__":
