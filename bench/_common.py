@@ -48,23 +48,29 @@ def scratch_database(kind: str, workdir: Path) -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-def wait_for_successes(url: str, n: int, *, timeout: float = 600.0) -> float:
+def wait_for_successes(
+    url: str, n: int, *, timeout: float = 600.0, job: str | None = None
+) -> float:
     """Wait until `n` runs are `success`; return the seconds from the first start to the last
     finish (database timestamps). Polls a count on one connection every 0.25 s: listing the runs
     instead would cost the database and this process more than the launcher being measured."""
-    count = "SELECT count(*) FROM run_log WHERE status = 'success'"
-    span_sql = "SELECT min(started_at), max(finished_at) FROM run_log WHERE status = 'success'"
+    # With `job`, only that job's runs (a bench that seeded history times its own runs only).
+    mark = "?" if url.startswith("sqlite:") else "%s"
+    where = "status = 'success'" + ("" if job is None else f" AND job = {mark}")
+    count = f"SELECT count(*) FROM run_log WHERE {where}"
+    span_sql = f"SELECT min(started_at), max(finished_at) FROM run_log WHERE {where}"
+    args: tuple[str, ...] = () if job is None else (job,)
     started = time.monotonic()
     if url.startswith("sqlite:"):
         conn: Any = closing(sqlite3.connect(url.split(":///", 1)[1], timeout=30))
     else:
         conn = psycopg.connect(url, autocommit=True)
     with conn as db:
-        while (db.execute(count).fetchone() or (0,))[0] < n:
+        while (db.execute(count, args).fetchone() or (0,))[0] < n:
             if time.monotonic() - started > timeout:
                 raise SystemExit(f"fewer than {n} runs finished in {timeout:g} s")
             time.sleep(0.25)
-        first, last = db.execute(span_sql).fetchone()
+        first, last = db.execute(span_sql, args).fetchone()
     if isinstance(first, str):
         first, last = datetime.fromisoformat(first), datetime.fromisoformat(last)
     return float((last - first).total_seconds())

@@ -24,6 +24,18 @@ and RabbitMQ rounds (`--repeat` of each) and prints the medians of each.
     .venv/bin/python bench/throughput.py --log-level info   # with the launcher's default log level
     PATH=.venv/bin:$PATH .venv/bin/python bench/throughput.py --runs 4000 --repeat 1 \
         --profile /tmp/serve.txt                        # where the launcher's time goes (py-spy)
+    .venv/bin/python bench/throughput.py --runs 3000 --repeat 1 --cprofile /tmp/serve.prof
+                                                        # the same with cProfile (loop thread)
+    .venv/bin/python bench/throughput.py --runs 3000 --repeat 1 --statements
+                                                        # statements per run, by statement
+    .venv/bin/python bench/throughput.py --in-flight 1,4,16,64,256 --runs 2000 --repeat 1
+                                                        # the curve: one line per concurrency
+    .venv/bin/python bench/throughput.py --history 1000000 --runs 3000 --repeat 1
+                                                        # with 1M finished rows in run_log first
+    .venv/bin/python bench/throughput.py --runs 10000 --repeat 1   # 10,000 runs queued at once
+
+`--history` reuses `bench/api_runs.py`'s seeder (generate_series; its queued and running rows
+are deleted, so only finished history is left) and times only the bench's own `noop` runs.
 """
 
 from __future__ import annotations
@@ -31,6 +43,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -60,6 +73,7 @@ from _common import (
     scratch_database,
     wait_for_successes,
 )
+from api_runs import seed
 
 from runlane.catalog import load_catalog
 from runlane.core.runs import Trigger
@@ -142,7 +156,8 @@ def wait_bus_idle(url: str, amqp_url: str, timeout: float = 300.0) -> None:
 
 def pickups_ms(url: str, after: int) -> list[float]:
     """Pickup (queued_at to started_at) of the runs accepted after the first `after`."""
-    sql = "SELECT queued_at, started_at FROM run_log ORDER BY queued_at"
+    # The bench's own job only: seeded history (`--history`) is of other jobs.
+    sql = "SELECT queued_at, started_at FROM run_log WHERE job = 'noop' ORDER BY queued_at"
     if url.startswith("sqlite:"):
         with contextlib.closing(sqlite3.connect(url.split(":///", 1)[1], timeout=30)) as db:
             rows = [
@@ -163,6 +178,25 @@ def py_spy() -> str:
     return found
 
 
+def seed_history(url: str, rows: int) -> float:
+    """`rows` finished runs of other jobs in run_log (api_runs.py's seeder, without the few
+    queued and running rows it adds: those would be claimed or recovered by the launcher)."""
+    seconds = seed(url, rows)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("DELETE FROM run_log WHERE status IN ('queued', 'running')")
+    return seconds
+
+
+def statements_per_run(path: Path, n: int) -> dict[str, float]:
+    """The launcher's statements (counted by `_statement_count.py`) per run, by statement."""
+    counts: dict[str, int] = json.loads(path.read_text())
+    total = sum(v for k, v in counts.items() if not k.startswith("("))
+    print(f"statements per run: {total / n:.2f} ({total} for {n} runs)")
+    for key, value in counts.items():
+        print(f"  {value / n:7.3f}  {key}")
+    return {"statements_per_run": total / n}
+
+
 def one(
     kind: str,
     n: int,
@@ -173,6 +207,9 @@ def one(
     bus: str = "db",
     pickup_runs: int = 0,
     pickup_pace: float = 0.02,
+    cprofile: str | None = None,
+    statements: bool = False,
+    history: int = 0,
 ) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         work = Path(tmp)
@@ -193,6 +230,8 @@ def one(
             subprocess.run(
                 [*runlane_cmd(), "db", "upgrade"], env=env, check=True, capture_output=True
             )
+            if history:
+                print(f"seeded {history:,} finished rows in {seed_history(url, history):.0f} s")
             outbox = bus == "rabbitmq"
             enqueue_rate = asyncio.run(enqueue(url, work / "catalog.yaml", n, outbox=outbox))
             database = url.rsplit("/", 1)[1]
@@ -204,9 +243,15 @@ def one(
                     # at once.
                     # Its log goes to a file: at info that is a line per run, as in production.
                     log_file = stack.enter_context((work / "serve.log").open("wb"))
-                    proc = subprocess.Popen(
-                        [*runlane_cmd(), "serve"], env=env, stdout=log_file, stderr=log_file
-                    )
+                    serve = [*runlane_cmd(), "serve"]
+                    if cprofile:  # the loop thread only (cProfile sees the main thread)
+                        serve = [sys.executable, "-m", "cProfile", "-o", cprofile, "-m", "runlane"]
+                        serve.append("serve")
+                    counted = work / "statements.json"
+                    if statements:
+                        counter = Path(__file__).with_name("_statement_count.py")
+                        serve = [sys.executable, str(counter), str(counted), "serve"]
+                    proc = subprocess.Popen(serve, env=env, stdout=log_file, stderr=log_file)
                     time.sleep(2.0)
                     idle_rss = rss_mib(proc.pid)
                     startup_cpu = cpu_seconds(proc.pid) + helper_cpu_seconds(proc.pid)
@@ -233,7 +278,7 @@ def one(
                     )
                     release()
                 try:
-                    span = wait_for_successes(url, n)
+                    span = wait_for_successes(url, n, job="noop" if history else None)
                 except BaseException:
                     # Show why: the launcher's own log is in the scratch directory.
                     log_file.flush()
@@ -263,10 +308,11 @@ def one(
                             url, work / "catalog.yaml", pickup_runs, outbox=outbox, pace=pickup_pace
                         )
                     )
-                    wait_for_successes(url, n + pickup_runs)
+                    wait_for_successes(url, n + pickup_runs, job="noop" if history else None)
                     pickups = pickups_ms(url, n)
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(30)
+                extra = statements_per_run(counted, n) if statements else {}
             finally:
                 # Never leave the launcher behind when the bench fails halfway.
                 if proc is not None and proc.poll() is None:
@@ -291,6 +337,7 @@ def one(
                 ),
                 # After the last run finished, until the outbox and job_runs were empty.
                 **({"bus_drain_s": bus_drain} if amqp_url else {}),
+                **extra,
             }
 
 
@@ -314,6 +361,18 @@ def main() -> None:
         "--pickup-pace", type=float, default=0.02, help="seconds between the paced runs"
     )
     ap.add_argument(
+        "--in-flight",
+        metavar="N,N,...",
+        help="the curve: each repetition runs at each of these concurrencies in turn",
+    )
+    ap.add_argument(
+        "--history", type=int, default=0, metavar="ROWS", help="seed ROWS finished runs first"
+    )
+    ap.add_argument("--cprofile", metavar="FILE", help="run the launcher under cProfile -o FILE")
+    ap.add_argument(
+        "--statements", action="store_true", help="count the launcher's statements per run"
+    )
+    ap.add_argument(
         "--profile",
         metavar="FILE",
         help="sample the launcher with py-spy (on PATH) into FILE, collapsed stacks",
@@ -330,33 +389,40 @@ def main() -> None:
     if args.bus != "db" and args.db != "postgres":
         ap.error("--bus rabbitmq needs --db postgres (its outbox is held with the queue there)")
     buses = ["db", "rabbitmq"] if args.bus == "both" else [args.bus]
-    results: dict[str, list[dict[str, float]]] = {b: [] for b in buses}
+    levels = [int(c) for c in args.in_flight.split(",")] if args.in_flight else [args.concurrency]
+    results: dict[tuple[str, int], list[dict[str, float]]] = {
+        (b, c): [] for b in buses for c in levels
+    }
 
-    def tag(bus: str) -> str:  # "[postgres]" as before on the database bus alone
-        return args.db if buses == ["db"] else f"{args.db}/{bus}"
+    def tag(bus: str, c: int) -> str:  # "[postgres]" as before on the database bus alone
+        name = args.db if buses == ["db"] else f"{args.db}/{bus}"
+        return f"{name} c={c}" if args.in_flight else name
 
     for i in range(args.repeat):
-        for bus in buses:  # alternate rounds: a load change hits both alike
-            r = one(
-                args.db,
-                args.runs,
-                args.concurrency,
-                args.profile,
-                args.log_level,
-                bus=bus,
-                pickup_runs=args.pickup_runs,
-                pickup_pace=args.pickup_pace,
-            )
-            results[bus].append(r)
-            print(
-                f"[{tag(bus)} #{i + 1}] " + "  ".join(f"{k}={v:.2f}" for k, v in r.items()),
-                flush=True,
-            )
-    for bus in buses:
-        keys = results[bus][0].keys()
+        for c in levels:  # alternating: each repetition takes every concurrency and bus in turn
+            for bus in buses:  # so a load change hits both alike
+                r = one(
+                    args.db,
+                    args.runs,
+                    c,
+                    args.profile,
+                    args.log_level,
+                    bus=bus,
+                    pickup_runs=args.pickup_runs,
+                    pickup_pace=args.pickup_pace,
+                    cprofile=args.cprofile,
+                    statements=args.statements,
+                    history=args.history,
+                )
+                results[bus, c].append(r)
+                print(
+                    f"[{tag(bus, c)} #{i + 1}] " + "  ".join(f"{k}={v:.2f}" for k, v in r.items()),
+                    flush=True,
+                )
+    for (bus, c), rows in results.items():
         print(
-            f"[{tag(bus)} median of {len(results[bus])}] "
-            + "  ".join(f"{k}={median([r[k] for r in results[bus]]):.2f}" for k in keys)
+            f"[{tag(bus, c)} median of {len(rows)}] "
+            + "  ".join(f"{k}={median([r[k] for r in rows]):.2f}" for k in rows[0])
         )
 
 

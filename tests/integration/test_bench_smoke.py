@@ -51,6 +51,11 @@ CASES = [
     ("store_micro.py", "--runs 50 --workers 2", r"[\d,]+ runs/s"),
     ("throughput.py", "--quick --db sqlite", r"runs_per_s=\d+\.\d+"),
     ("throughput.py", "--quick --db postgres", r"cpu_ms_per_run=\d+\.\d+"),
+    (
+        "throughput.py",
+        "--quick --db postgres --statements --in-flight 1,4 --history 2000",
+        r"statements per run: \d+\.\d+(.|\n)*\[postgres c=4 median of 1\] runs_per_s=\d+",
+    ),
 ]
 
 
