@@ -7,10 +7,10 @@ against `runlane serve` (launcher and HTTP server in one process) on PostgreSQL:
   host other than the server (must be none).
 - Runs page on `--rows` run_log rows (1,000,000; seeded as bench/api_runs.py seeds them) against
   the API's `GET /api/v1/runs?limit=50`, the same filters, one request at a time.
-- A `--log-mb` MB log (9: an inline run's log file is capped at 10 MiB, `log_max_bytes`,
-  past which its lines go only to the in-memory tail, so a bigger one never shows the ticks
-  below; issue 16 names 100 MB, which only a pod's log could reach): the time from opening the run page until its last lines are in the
-  page (navigation start to the paint of the server-rendered tail), and, while the run prints a
+- A `--log-mb` MB log (100; its job's `log_max_bytes` is set above it, so the whole log is in
+  the file): the time from opening the run page until its last lines are painted (navigation
+  start to the paint of the server-rendered tail, Element Timing on the log, which must show
+  the log's last line inside the viewport), and, while the run prints a
   line every 100 ms with its wall-clock time in it, how long each new line takes to reach the
   page (a MutationObserver notes when it arrives), p50/p95.
 
@@ -81,7 +81,7 @@ while not stop.exists():
 """
 
 
-def catalog(jobs: int) -> str:
+def catalog(jobs: int, log_mb: int) -> str:
     """`jobs` jobs named as bench/api_runs.py's seed names its runs (job_00 ... job_49 have
     runs), every fifth with a schedule (a slot on 29 February: shown, never due during the
     bench), zones in turn; and the big log's job."""
@@ -101,13 +101,14 @@ def catalog(jobs: int) -> str:
     lines.append("  biglog:")
     lines.append(f"    command: [{PY}, -c, {json.dumps(BIGLOG)}]")
     lines.append("    params: {mb: int, stop: str}")
+    lines.append(f"    log_max_bytes: {log_mb + 16}MiB")
     return "\n".join(lines) + "\n"
 
 
 @contextlib.contextmanager
-def served(url: str, workdir: Path, jobs: int) -> Iterator[str]:
+def served(url: str, workdir: Path, jobs: int, log_mb: int) -> Iterator[str]:
     """`runlane serve` (launcher and HTTP) on `url` with the generated catalog; its base URL."""
-    (workdir / "catalog.yaml").write_text(catalog(jobs))
+    (workdir / "catalog.yaml").write_text(catalog(jobs, log_mb))
     port = free_port()
     env = {
         **os.environ,
@@ -252,6 +253,42 @@ new MutationObserver(records => {
 """
 
 
+# When the run page's log (`<pre id="log" elementtiming="log-tail">`) was first painted (Element
+# Timing, from navigation start), the page's first contentful paint, and whether the log's last
+# line is inside the viewport and inside the log's own scroll box.
+PAINTED = r"""
+() => new Promise(done => {
+  const seen = {};
+  const finish = () => {
+    const pre = document.getElementById('log');
+    const text = pre.lastChild;
+    const end = text.data.replace(/\s+$/, '').length;  // the last character that is not a newline
+    const range = document.createRange();
+    range.setStart(text, Math.max(0, end - 1));
+    range.setEnd(text, end);
+    const line = range.getBoundingClientRect();
+    const box = pre.getBoundingClientRect();
+    const visible = line.height > 0 && line.top >= Math.max(0, box.top) - 1
+      && line.bottom <= Math.min(window.innerHeight, box.bottom) + 1;
+    done([seen.log, seen.fcp, visible]);
+  };
+  const check = () => { if (seen.log !== undefined && seen.fcp !== undefined) finish(); };
+  new PerformanceObserver(list => {
+    for (const e of list.getEntries()) {
+      if (e.identifier === 'log-tail') seen.log = e.renderTime || e.loadTime;
+    }
+    check();
+  }).observe({type: 'element', buffered: true});
+  new PerformanceObserver(list => {
+    for (const e of list.getEntries()) {
+      if (e.name === 'first-contentful-paint') seen.fcp = e.startTime;
+    }
+    check();
+  }).observe({type: 'paint', buffered: true});
+})
+"""
+
+
 def big_log(
     base: str,
     context: Any,
@@ -275,16 +312,14 @@ def big_log(
     size = sum(p.stat().st_size for p in (workdir / "logs").rglob(f"{run_id}*"))
     print(f"log of {size / 2**20:.0f} MiB written in {time.monotonic() - t0:.1f} s", flush=True)
     try:
-        opened, latencies = [], []
+        opened, first_paints, latencies, breakdown = [], [], [], []
+        shown = 0  # openings whose log's last line was in the viewport
         for _ in range(args.repeat):
             page = context.new_page()
             page.add_init_script(OBSERVER)
             page.goto(f"{base}/runs/{run_id}", wait_until="domcontentloaded")
-            paint = page.evaluate(
-                "() => new Promise(done => new PerformanceObserver((list, obs) => {"
-                " const e = list.getEntries().find(x => x.name === 'first-contentful-paint');"
-                " if (e) { obs.disconnect(); done(e.startTime); } }).observe({type: 'paint', buffered: true}))"
-            )
+            paint, fcp, visible = page.evaluate(PAINTED)
+            shown += bool(visible)
             first_seq = page.evaluate(
                 "() => Math.max(0, ...[...window.__ticks.keys()].map(Number))"
             )
@@ -293,6 +328,14 @@ def big_log(
                     "the run page's first paint shows no tick line (no tail rendered?)"
                 )
             opened.append(paint)
+            first_paints.append(fcp)
+            parts = page.evaluate(
+                "() => { const n = performance.getEntriesByType('navigation')[0];"
+                " const r = performance.getEntriesByType('resource');"
+                " return [n.responseStart, n.responseEnd, n.domContentLoadedEventStart,"
+                " Math.max(0, ...r.filter(x => x.initiatorType === 'link').map(x => x.responseEnd))]; }"
+            )
+            breakdown.append(parts)
             page.wait_for_function(
                 f"() => [...window.__ticks.keys()].filter(k => Number(k) > {first_seq}).length >= {args.lines}",
                 timeout=args.lines * 1000 + 30_000,
@@ -302,7 +345,17 @@ def big_log(
             page.close()
         return {
             "log size": f"{size / 2**20:.0f} MiB",
-            "log last lines painted": f"median {median(opened):.0f} ms (of {len(opened)} openings)",
+            "log last lines painted": (
+                f"median {median(opened):.0f} ms (of {len(opened)} openings; "
+                f"first contentful paint {median(first_paints):.0f} ms; "
+                f"the last line in the viewport in {shown} of {len(opened)})"
+            ),
+            "log page, medians": (
+                f"first byte {median([b[0] for b in breakdown]):.0f} ms, "
+                f"HTML {median([b[1] for b in breakdown]):.0f} ms, "
+                f"DOM {median([b[2] for b in breakdown]):.0f} ms, "
+                f"stylesheets {median([b[3] for b in breakdown]):.0f} ms"
+            ),
             "log new line to browser": f"p50={percentile(latencies, 50):.0f} ms p95={percentile(latencies, 95):.0f} ms ({len(latencies)} lines)",
         }
     finally:
@@ -317,7 +370,7 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, str]:
     figures: dict[str, str] = {}
     with (
         tempfile.TemporaryDirectory() as tmp,
-        served(url, Path(tmp), args.jobs) as base,
+        served(url, Path(tmp), args.jobs, args.log_mb) as base,
         sync_playwright() as pw,
     ):
         browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS)
@@ -332,11 +385,14 @@ def measure(url: str, args: argparse.Namespace) -> dict[str, str]:
         ):
             # Each part's figures printed as soon as it has them: a later part that fails
             # (a database restarted under a loaded machine) loses nothing measured before.
-            for part in (
-                lambda: jobs_page(base, context, client, args),
-                lambda: runs_page(client, args),
-                lambda: big_log(base, context, client, api, Path(tmp), args),
-            ):
+            parts = {
+                "jobs": lambda: jobs_page(base, context, client, args),
+                "runs": lambda: runs_page(client, args),
+                "log": lambda: big_log(base, context, client, api, Path(tmp), args),
+            }
+            for part_name, part in parts.items():
+                if args.only and part_name not in args.only:
+                    continue
                 got = part()
                 for name, value in got.items():
                     print(f"  {name:<26} {value}", flush=True)
@@ -351,12 +407,15 @@ def main() -> None:
     )
     ap.add_argument("--jobs", type=int, default=5000)
     ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--log-mb", type=int, default=9, help="below the 10 MiB inline log cap")
+    ap.add_argument("--log-mb", type=int, default=100, help="the big log's size")
     ap.add_argument("--requests", type=int, default=100, help="GETs per case and round")
     ap.add_argument("--lines", type=int, default=50, help="new log lines timed per opening")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--url", help="a database to use instead of a scratch one (kept)")
     ap.add_argument("--no-seed", action="store_true", help="with --url: it is seeded already")
+    ap.add_argument(
+        "--only", action="append", choices=("jobs", "runs", "log"), help="these parts only"
+    )
     ap.add_argument("--quick", action="store_true", help="smoke: 50 jobs, 2,000 rows, a 1 MB log")
     args = ap.parse_args()
     if args.quick:

@@ -67,7 +67,7 @@ jobs:
     acts: true
     description: acts on the world
   slow:
-    command: [{PY}, -u, -c, "import time\\nfor i in range(12):\\n    print('tick', i, flush=True)\\n    time.sleep(0.4)"]
+    command: [{PY}, -u, -c, "import time\\nfor i in range(12):\\n    print('tick', i, flush=True)\\n    time.sleep(0.25)"]
   broken:
     command: [{PY}, -c, "import sys; print('about to fail'); sys.exit(2)"]
   echo:

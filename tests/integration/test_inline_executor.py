@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import os
 import signal
@@ -476,6 +477,30 @@ async def test_log_is_bounded_and_keeps_the_tail(log_dir: Path) -> None:
     assert lines[-1] == "000499999"
     assert lines[0] == "000499900"
     ex.close()
+
+
+async def test_the_specs_log_cap_wins_over_the_executors(executor: InlineExecutor) -> None:
+    # The catalog's `log_max_bytes` reaches the executor in the spec: a 4 KiB cap under the
+    # executor's 10 MiB default cuts a 20,000-byte output at 4096 bytes and keeps its tail.
+    spec = dataclasses.replace(
+        make_spec(
+            python(
+                """
+                import sys
+                for i in range(2000):
+                    sys.stdout.write(f"{i:09d}\\n")
+                """
+            )
+        ),
+        log_max_bytes=4096,
+    )
+    outcome = await finish(executor, await executor.start(spec))
+    assert outcome.status is RunStatus.SUCCESS
+    data = executor.log_path(spec.run_id, 1).read_bytes()
+    expected = b"".join(b"%09d\n" % i for i in range(2000))
+    assert data.startswith(expected[:4096] + b"\n[runlane: output truncated after 4096 bytes;")
+    # The tail (64 KiB by default) is longer than the part dropped: all of it comes back.
+    assert data.endswith(b"[runlane: 0 bytes dropped]\n" + expected[4096:])
 
 
 async def test_what_the_command_leaves_in_its_group_ends_with_it(

@@ -14,7 +14,7 @@ version: 1
 global: {max_deadline: 30m, manual_queue_ttl: 5m, kill_grace: 20s, timezone: America/Chicago}
 profiles:
   core: {image: "app:${TAG}", env: {A: "1", PORT: 8080}}
-defaults: {executor: inline, overlap: queue, max_attempts: 2, alert: info}
+defaults: {executor: inline, overlap: queue, max_attempts: 2, alert: info, log_max_bytes: 1MiB}
 jobs:
   plain:
     command: [echo, hi]
@@ -27,6 +27,7 @@ jobs:
     max_attempts: 5
     deadline: 10m
     kill_grace: 5s
+    log_max_bytes: 100MB
     alert: critical
     acts: true
     env: {B: two}
@@ -61,6 +62,7 @@ def test_defaults_fill_every_field(catalog: Catalog) -> None:
     assert job.description is None
     assert dict(job.env) == {}
     assert job.queue_ttl_seconds == 5 * 60
+    assert job.log_max_bytes == 1024 * 1024
 
 
 def test_job_fields_override_defaults(catalog: Catalog) -> None:
@@ -77,6 +79,7 @@ def test_job_fields_override_defaults(catalog: Catalog) -> None:
     )
     assert job.deadline_seconds == 600.0
     assert job.kill_grace_seconds == 5.0
+    assert job.log_max_bytes == 100_000_000
     assert job.acts is True
     assert job.description == "does things"
     assert dict(job.env) == {"B": "two"}
@@ -122,6 +125,7 @@ def test_model_default_executor_is_pod() -> None:
     assert job.alert == "warning"
     assert job.kill_grace_seconds == 30.0
     assert job.queue_ttl_seconds == 1800.0
+    assert job.log_max_bytes == 10 * 1024 * 1024
     assert catalog.global_.max_concurrent_pods == 10
     assert catalog.global_.start_timeout == 600.0
     assert catalog.global_.max_deadline == 7200.0

@@ -3,11 +3,13 @@ params, the `acts` confirmation, pause/snooze/resume, explain, and escaping."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 import httpx
 
 from runlane.ports import RunFilter
+from runlane.web.render import asset
 from tests.api.conftest import ApiServer
 from tests.web.conftest import browser, csrf_of, logged_in
 
@@ -35,6 +37,24 @@ def test_pages_carry_the_csp_and_no_store(web: ApiServer) -> None:
         static = client.get("/static/app.js")
         assert static.status_code == 200
         assert "javascript" in static.headers["content-type"]
+
+
+def test_static_files_are_linked_by_version_and_cached_for_good(web: ApiServer) -> None:
+    """A page links each file with a hash of its content, which the browser may keep for good
+    (a run page opened in a new tab paints without asking again); the bare URL revalidates."""
+    with logged_in(web, "viewer") as client:
+        page = client.get("/jobs").text
+        for name in ("app.css", "app.js"):
+            url = asset(name)
+            assert re.fullmatch(rf"/static/{re.escape(name)}\?v=[0-9a-f]{{12}}", url)
+            assert f'"{url}"' in page
+            versioned = client.get(url)
+            assert versioned.status_code == 200
+            assert versioned.headers["cache-control"] == "public, max-age=31536000, immutable"
+            bare = client.get(f"/static/{name}")
+            assert bare.headers["cache-control"] == "no-cache"
+            assert bare.content == versioned.content
+            assert hashlib.sha256(bare.content).hexdigest().startswith(url.rsplit("=", 1)[1])
 
 
 def test_the_jobs_page_lists_every_job_with_schedules_and_zones(web: ApiServer) -> None:

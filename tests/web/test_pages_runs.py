@@ -16,6 +16,7 @@ from runlane.core.access import Role
 from runlane.core.runs import RunStatus, Trigger
 from runlane.service import operations
 from runlane.service.operations import Requester
+from runlane.web.render import asset
 from tests.api.test_endpoints import audit_rows
 from tests.web.conftest import csrf_of, logged_in
 from tests.web.pages_seed import SCRIPT, Seeded, seeded
@@ -47,7 +48,7 @@ def test_the_runs_page_lists_every_status_with_labelled_times(seeded: Seeded) ->
     assert times
     assert all(t.endswith(" UTC") for t in times)
     assert 'data-live-url="/api/v1/runs?limit=50"' in r.text
-    assert '<script src="/static/runs.js" defer></script>' in r.text
+    assert f'<script src="{asset("runs.js")}" defer></script>' in r.text
     assert "Older runs" not in r.text  # one page holds them all
 
 
@@ -184,7 +185,7 @@ def test_the_tail_of_a_100_mb_log_and_its_live_follow(seeded: Seeded) -> None:
         url = html.unescape(follow.group(1))
         assert f"after={seeded.big_log_size}" in url
         assert 'data-line-open="1"' in r.text
-        assert '<script src="/static/log.js" defer></script>' in r.text
+        assert f'<script src="{asset("log.js")}" defer></script>' in r.text
         # The follow, with the session cookie, sends what is written after the tail, and only it.
         log = Path(seeded.server.runtime.settings.log_dir) / f"{run_id}.1.log"
         with c.stream("GET", url, timeout=30) as stream:

@@ -31,6 +31,7 @@ from pydantic.json_schema import SkipJsonSchema
 from runlane.catalog.params import PARAM_SPEC_PATTERN, ParamSpec
 from runlane.core.cron import CronExpr, parse_cron
 from runlane.core.durations import MAX_DURATION_SECONDS, MAX_DURATION_TEXT, parse_duration
+from runlane.core.sizes import format_size, parse_size
 from runlane.errors import UnknownJob
 
 ExecutorName = Literal["inline", "pod", "slurm"]
@@ -47,6 +48,11 @@ RESERVED_FIELDS = ("class", "group", "fan_out", "approval")
 # catalog error rather than an overflow in a database INTEGER column when a run is written.
 MAX_ATTEMPTS = 1000
 MAX_CONCURRENT_PODS = 10_000
+# An inline run's log file is cut at `log_max_bytes` (then only its last bytes are kept). The
+# floor keeps a marker line and some output in the file; the ceiling catches a unit typo.
+LOG_MAX_BYTES_DEFAULT = 10 * 1024 * 1024
+LOG_MAX_BYTES_MIN = 1024
+LOG_MAX_BYTES_MAX = 1024**4
 
 
 def is_valid_name(name: str) -> bool:
@@ -79,6 +85,41 @@ Duration = Annotated[float, DURATION_CHECK, Field(ge=0), WithJsonSchema(_DURATIO
 """A duration in seconds, written `30s`, `10m`, `2h`, `1d` (or a number of seconds)."""
 
 PositiveDuration = Annotated[float, DURATION_CHECK, Field(gt=0), WithJsonSchema(_DURATION_SCHEMA)]
+
+
+def _log_size(value: object) -> object:
+    if not isinstance(value, str | int | float):
+        return value  # let pydantic say what type it is
+    size = parse_size(value)  # a bool is refused there too
+    if not LOG_MAX_BYTES_MIN <= size <= LOG_MAX_BYTES_MAX:
+        raise ValueError(
+            f"a log size must be from {format_size(LOG_MAX_BYTES_MIN)} to "
+            f"{format_size(LOG_MAX_BYTES_MAX)}, got {value!r}"
+        )
+    return size
+
+
+_SIZE_SCHEMA = {
+    "anyOf": [
+        {
+            "type": "string",
+            "pattern": r"^\s*\d+(\.\d+)?\s*([kKmMgGtT][iI]?)?[bB]?\s*$",
+            "examples": ["512KiB", "10MiB", "100MB", "1GiB"],
+        },
+        {"type": "integer", "minimum": LOG_MAX_BYTES_MIN},
+    ],
+    "description": (
+        "A size such as 512KiB, 10MiB, 100MB or 1GiB (KiB/MiB/GiB are powers of 1024, "
+        "kB/MB/GB of 1000); a bare number means bytes. From 1KiB to 1TiB."
+    ),
+}
+
+LogSize = Annotated[
+    int,
+    BeforeValidator(_log_size),
+    WithJsonSchema(_SIZE_SCHEMA),
+]
+"""A log file's size cap in bytes, written `10MiB`, `100MB` (or a number of bytes)."""
 
 
 def _scalar_to_str(value: object) -> object:
@@ -304,6 +345,7 @@ class Defaults(_Model):
     deadline: PositiveDuration = _default(3600.0, "1h")
     alert: AlertLevel = "warning"
     kill_grace: Duration | None = None
+    log_max_bytes: LogSize = Field(LOG_MAX_BYTES_DEFAULT, json_schema_extra={"default": "10MiB"})
 
 
 class Schedule(_Model):
@@ -379,6 +421,7 @@ class Job(_Reserved):
     deadline: PositiveDuration | None = None
     overlap: OverlapPolicy | None = None
     kill_grace: Duration | None = None
+    log_max_bytes: LogSize | None = None
     env: dict[Annotated[str, Field(pattern=ENV_NAME_PATTERN)], ScalarStr] = Field(
         default_factory=dict
     )
@@ -619,6 +662,7 @@ class ResolvedJob:
     description: str | None
     env: Mapping[str, str]
     queue_ttl_seconds: float
+    log_max_bytes: int = LOG_MAX_BYTES_DEFAULT  # the inline executor's cap on the log file
 
 
 class Catalog(_Model):
@@ -693,6 +737,7 @@ class Catalog(_Model):
             description=job.description,
             env=MappingProxyType(dict(job.env)),
             queue_ttl_seconds=g.manual_queue_ttl,
+            log_max_bytes=job.log_max_bytes if job.log_max_bytes is not None else d.log_max_bytes,
         )
 
 

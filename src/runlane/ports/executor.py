@@ -25,6 +25,9 @@ class ExecutionSpec:
     kill_grace_seconds: float
     parent_run_id: str | None = None
     profile: Mapping[str, Any] = field(default_factory=dict)
+    # The job's cap on its log file (catalog `log_max_bytes`), for executors that write the
+    # file themselves (inline); None: the executor's own default.
+    log_max_bytes: int | None = None
 
 
 @dataclass(slots=True)

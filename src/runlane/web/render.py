@@ -6,11 +6,14 @@ Helpers (template globals): `when(dt, zone=None)` a time as `<time>`, always lab
 zone; `status_badge(status)`; `short_id(id)`; `csrf_field()` the hidden CSRF input of the page's
 session; `duration(seconds)`. The context of every page has `request`, `requester` (who is
 logged in, None on the login page), `csrf_token`, `flash` (messages of the last redirect) and
-`nav` (the active section).
+`nav` (the active section). `asset(name)` is the versioned URL of a file of `static/`
+(`/static/app.css?v=<hash>`), which the server lets the browser keep for good.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib.resources
 import urllib.parse
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
@@ -46,6 +49,18 @@ NAV = (
     ("schedule", "Schedule", "/schedule"),
 )
 SHORT_ID_CHARS = 8
+ASSET_VERSION_PARAM = "v"
+
+
+@lru_cache(maxsize=32)
+def asset(name: str) -> str:
+    """The URL of `static/<name>` with a hash of its content: a new release's file gets a new
+    URL, so the browser may cache each URL for good (`runlane.web.UiStaticFiles`)."""
+    data = importlib.resources.files("runlane.web").joinpath("static", name).read_bytes()
+    version = hashlib.sha256(data).hexdigest()[:12]
+    return f"/static/{name}?{ASSET_VERSION_PARAM}={version}"
+
+
 STATUS_CLASSES = frozenset(
     {"queued", "running", "success", "failure", "timeout", "skipped", "cancelled"}
 )
@@ -228,6 +243,7 @@ def _environment() -> jinja2.Environment:
         duration=duration,
         csrf_field=csrf_field,
         run_rows=run_rows,
+        asset=asset,
         NAV=NAV,
     )
     return env

@@ -53,8 +53,9 @@ class InlineExecutor:
 
     - `start(spec)` spawns `spec.command` as an argv list (never a shell) in a new process group,
       stdin `/dev/null`, stdout and stderr merged into `<log_dir>/<run_id>.<attempt>.log`
-      (bounded: `log_max_bytes`, then only the last `tail_bytes` are kept), environment = the
-      launcher's plus `spec.env`. Idempotent while the (run_id, attempt) is running here.
+      (bounded: the spec's `log_max_bytes`, else this executor's, then only the last
+      `tail_bytes` are kept), environment = the launcher's plus `spec.env`. Idempotent while
+      the (run_id, attempt) is running here.
       `external_id` is the pid. The run dies with the launcher: `pdeathsig_mode` says how.
     - `pdeathsig`: `guardian` (the default on Linux) registers each run's process group with a
       small helper process (`runlane.adapters.local.guardian`) that SIGKILLs every registered
@@ -238,7 +239,7 @@ class InlineExecutor:
         else:
             argv = list(spec.command)
         log_path = base + ".log"  # = self.log_path(spec.run_id, spec.attempt)
-        spawn = partial(self._spawn, argv, env, log_path)
+        spawn = partial(self._spawn, argv, env, log_path, spec.log_max_bytes)
         try:
             if self._spawn_pool is not None and not (
                 # An idle executor spawns on the loop: nothing else is waiting for the loop,

@@ -377,12 +377,13 @@ class Spawner:
             self.devnull = -1
 
     def spawn(
-        self, argv: list[str], env: dict[str, str], log_path: str
+        self, argv: list[str], env: dict[str, str], log_path: str, log_max_bytes: int | None = None
     ) -> tuple[int, Process, BoundedLog]:
-        """Open the log, make the output pipe and spawn; blocking, so maybe on a worker thread."""
+        """Open the log, make the output pipe and spawn; blocking, so maybe on a worker thread.
+        `log_max_bytes` is the run's cap on its log file (default: the spawner's)."""
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
         try:
-            log = BoundedLog(log_path, self.log_max_bytes, self.tail_bytes)
+            log = BoundedLog(log_path, log_max_bytes or self.log_max_bytes, self.tail_bytes)
         except OSError as exc:
             os.close(read_fd)
             os.close(write_fd)

@@ -94,4 +94,5 @@ def execution_spec(run: Run, plan: JobPlan, db_now: datetime, database_url: str)
         parent_run_id=run.parent_run_id,
         # Shared by every run of the job, read-only: executors build what they send from it.
         profile=plan.profile,
+        log_max_bytes=job.log_max_bytes,
     )

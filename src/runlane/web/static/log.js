@@ -19,42 +19,71 @@
 
   function say(text) { if (state) { state.textContent = text; } }
 
-  function atBottom() { return pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4; }
+  // pages.css lays the log out as a reversed column, whose scroll box starts at its end: there
+  // scrollTop is 0 at the bottom and negative above it. Without that style, the usual way round.
+  var reversed = window.getComputedStyle(pre).flexDirection === "column-reverse";
+
+  function fromBottom() {
+    return reversed ? -pre.scrollTop : pre.scrollHeight - pre.clientHeight - pre.scrollTop;
+  }
+
+  function newlines(text) { return text.split("\n").length - 1; }
+
+  // The rendered tail stays as the page drew it (one text node: replacing it would lay the log
+  // out again before its first paint); each streamed line is a text node after it.
+  var total = newlines(pre.textContent);  // lines in the page
+  if (pre.lastChild === null || pre.lastChild.nodeType !== 3) { lineOpen = false; }
 
   function addLine(text) { pre.appendChild(document.createTextNode(text)); }
 
+  // Keeps the last `maxLines` lines: whole nodes go, and the oldest lines of the rendered tail
+  // are cut off its front.
   function trim() {
-    while (pre.childNodes.length > maxLines) {
-      pre.removeChild(pre.firstChild);
-      dropped += 1;
+    var excess = total - maxLines;
+    while (excess > 0 && pre.firstChild) {
+      var node = pre.firstChild;
+      var count = node.nodeType === 3 ? newlines(node.data) : 0;
+      if (count <= excess) {
+        pre.removeChild(node);
+        excess -= count;
+        total -= count;
+        dropped += count;
+        continue;
+      }
+      var at = -1;
+      for (var k = 0; k < excess; k++) { at = node.data.indexOf("\n", at + 1); }
+      node.deleteData(0, at + 1);
+      total -= excess;
+      dropped += excess;
+      excess = 0;
     }
     if (dropped) {
       pre.setAttribute("data-dropped", String(dropped));
     }
   }
 
-  // The rendered tail becomes one text node per line, so the oldest can be dropped one by one.
-  var rendered = pre.textContent;
-  pre.textContent = "";
-  var first = rendered.split("\n");
-  for (var i = 0; i < first.length; i++) {
-    var last = i === first.length - 1;
-    if (last && first[i] === "") { break; }
-    addLine(first[i] + (last && lineOpen ? "" : "\n"));
-  }
-  if (pre.lastChild === null) { lineOpen = false; }
-
   function append(data) {
-    var stick = atBottom();
+    var below = fromBottom();
+    var stick = below <= 4;
+    var height = stick ? 0 : pre.scrollHeight;
     var lines = data.split("\n");
     if (lineOpen && pre.lastChild) {
       // The tail stopped mid-line: the first line of the stream is the rest of it.
-      pre.lastChild.textContent += lines.shift() + "\n";
+      pre.lastChild.appendData(lines.shift() + "\n");
       lineOpen = false;
+      total += 1;
     }
     for (var i = 0; i < lines.length; i++) { addLine(lines[i] + "\n"); }
+    total += lines.length;
+    var added = stick ? 0 : pre.scrollHeight - height;  // only a reader scrolled up needs it
     trim();
-    if (stick) { pre.scrollTop = pre.scrollHeight; }
+    if (stick) {
+      pre.scrollTop = reversed ? 0 : pre.scrollHeight;
+    } else if (reversed) {
+      // A reader scrolled up keeps the lines they are reading where they are: new lines (and
+      // the oldest dropped) only move the end further below.
+      pre.scrollTop = -(below + added);
+    }
   }
 
   function showStatus(status) {
