@@ -154,6 +154,8 @@ class RabbitBus:
                 return False
             except BusUnavailable as exc:  # the management API's policies
                 self.last_error = exc.message
+                # A wrong password or URL waits for an operator: not tried every second.
+                self._reconnect_interval = max(self._reconnect_interval, 10.0)
                 if raise_errors:
                     raise
                 log.warning("bus.unavailable", error=exc.message)
