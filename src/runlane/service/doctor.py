@@ -210,7 +210,7 @@ async def bus_findings(settings: Settings, store: Store, catalog: Catalog | None
         Finding("ok", "bus", f"RabbitMQ at {mask_url(settings.rabbitmq_url)}: topology declared")
     )
     if policy is not None:
-        findings.append(_policy_finding(policy))
+        findings.append(policy_finding(policy))
     if depths is not None:
         level: Level = "warning" if depths.job_runs_dlq else "ok"
         findings.append(
@@ -234,7 +234,7 @@ async def bus_findings(settings: Settings, store: Store, catalog: Catalog | None
     return findings
 
 
-def _policy_finding(policy: QueuePolicy) -> Finding:
+def policy_finding(policy: QueuePolicy) -> Finding:
     """job_runs' effective policy is runlane's (another of higher priority would replace it)."""
     if policy.applied is None:
         # A queue declared seconds ago: the management API's statistics lag (5 s by default).
