@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import socket
+
+import pytest
+
 from runlane.adapters.rabbitmq import Topology, mismatch_message
-from runlane.adapters.rabbitmq.policy import amqp_vhost
+from runlane.adapters.rabbitmq.policy import Management, amqp_vhost
+from runlane.errors import BusUnavailable
 
 
 def test_job_runs_is_a_quorum_queue_dead_lettered_at_least_once_with_the_six_hour_ttl() -> None:
@@ -78,3 +83,17 @@ def test_the_vhost_of_an_amqp_url() -> None:
     assert amqp_vhost("amqp://127.0.0.1") == "/"
     assert amqp_vhost("amqp://h/runlane-test") == "runlane-test"
     assert amqp_vhost("amqp://h/a%2Fb") == "a/b"
+
+
+async def test_an_unreachable_management_api_is_one_bus_unavailable_line() -> None:
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    m = Management(f"http://guest:s3cret@127.0.0.1:{port}", "/")
+    with pytest.raises(BusUnavailable) as caught:
+        await m.apply(Topology())
+    message = caught.value.message
+    assert message.startswith(f"RabbitMQ management API at http://guest:***@127.0.0.1:{port} ")
+    assert "ConnectError" in message
+    assert "s3cret" not in message
+    assert "\n" not in message
