@@ -23,6 +23,10 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import pytest
 
 RABBITMQ_URL = os.environ.get("RUNLANE_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
+# The broker's management HTTP API (the rabbitmq_management plugin; .ci/run enables it).
+MANAGEMENT_URL = os.environ.get(
+    "RUNLANE_TEST_RABBITMQ_MANAGEMENT_URL", "http://guest:guest@127.0.0.1:15672"
+)
 # Held shared by every RabbitMQ test, exclusively by a test that stops the broker.
 BROKER_LOCK = Path(os.environ.get("TMPDIR", "/tmp")) / "runlane-test-rabbitmq.lock"
 CTL_TIMEOUT = 60.0
@@ -36,13 +40,22 @@ def rabbitmq_unreachable(reason: str) -> None:
     pytest.skip(message)
 
 
-def check_reachable() -> None:
-    parts = urlsplit(RABBITMQ_URL)
+def check_reachable(url: str = RABBITMQ_URL, default_port: int = 5672) -> None:
+    parts = urlsplit(url)
     try:
-        with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 5672), 3):
+        with socket.create_connection(
+            (parts.hostname or "127.0.0.1", parts.port or default_port), 3
+        ):
             pass
     except OSError as exc:
-        rabbitmq_unreachable(str(exc))
+        rabbitmq_unreachable(f"{url.rsplit('@', 1)[-1]}: {exc}")
+
+
+def management_url() -> str:
+    """The management API's URL; skips locally (fails in CI) when its port is closed (the
+    plugin is off: `rabbitmq-plugins enable rabbitmq_management`)."""
+    check_reachable(MANAGEMENT_URL, 15672)
+    return MANAGEMENT_URL
 
 
 def rabbitmqctl(*args: str) -> subprocess.CompletedProcess[str]:

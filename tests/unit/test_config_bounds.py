@@ -119,3 +119,13 @@ def test_inline_spawn_takes_auto_thread_or_loop_and_nothing_else() -> None:
     assert Settings.from_env({}).inline_spawn == "auto"
     message = _refused({"RUNLANE_INLINE_SPAWN": "fork"})
     assert message.startswith("RUNLANE_INLINE_SPAWN='fork': expected one of auto, thread, loop")
+
+
+def test_the_management_url_is_masked_and_checked() -> None:
+    url = "http://guest:s3cret@127.0.0.1:15672"
+    shown = Settings.from_env({"RUNLANE_RABBITMQ_MANAGEMENT_URL": url}).public()
+    assert shown["rabbitmq_management_url"] == "http://guest:***@127.0.0.1:15672"
+    assert Settings.from_env({}).rabbitmq_management_url == ""
+    message = _refused({"RUNLANE_RABBITMQ_MANAGEMENT_URL": "amqp://guest:s3cret@h/"})
+    assert message.startswith("RUNLANE_RABBITMQ_MANAGEMENT_URL='amqp://guest:***@h/': expected")
+    assert "s3cret" not in message

@@ -31,7 +31,7 @@ from runlane.core.records import (
     TokenRecord,
     WebSession,
 )
-from runlane.ports.bus import BrokerBus, Bus, Delivery, OutboxMessage, QueueDepths
+from runlane.ports.bus import BrokerBus, Bus, Delivery, OutboxMessage, QueueDepths, QueuePolicy
 from runlane.ports.clock import Clock, SystemClock
 from runlane.ports.executor import Execution, ExecutionEvent, ExecutionSpec, Executor
 from runlane.ports.notifier import Notification, Notifier
@@ -98,6 +98,7 @@ __all__ = [
     "Override",
     "Overrides",
     "QueueDepths",
+    "QueuePolicy",
     "RunFilter",
     "RunLog",
     "SchedulerStore",

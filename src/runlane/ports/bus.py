@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 # Outbox topic of a queued run (the payload: run_id, job, executor, attempt as JSON, and the
 # run's W3C `traceparent` when it has one: a broker relay sends it as the `traceparent` header).
@@ -104,6 +104,16 @@ class QueueDepths:
     job_runs_dlq: int
 
 
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    """The policy the broker applies to job_runs (`applied`, None without one), runlane's own
+    policy's name (`wanted`) and the effective definition (message-ttl, delivery-limit, ...)."""
+
+    wanted: str
+    applied: str | None
+    definition: dict[str, Any]
+
+
 # What `receive` takes besides TOPIC_RUN_QUEUED: the events other services publish on
 # job_events with a key the catalog listens to.
 TOPIC_EXTERNAL_EVENTS = "events"
@@ -132,6 +142,11 @@ class BrokerBus(Bus, Protocol):
 
     async def depths(self) -> QueueDepths | None:
         """Ready messages of job_runs and job_runs.dlq; None when the broker is down."""
+        ...
+
+    async def job_runs_policy(self) -> QueuePolicy | None:
+        """job_runs' policy through the management API (`BusUnavailable` when that fails); None
+        when the bus has no management API (the values are queue arguments then)."""
         ...
 
     async def bind_event_keys(self, keys: Sequence[str]) -> None:

@@ -270,6 +270,9 @@ class Settings:
     # The run log's bus (docs/bus.md): the database itself, or RabbitMQ fed by the outbox.
     bus: str = "database"
     rabbitmq_url: str = DEFAULT_RABBITMQ_URL
+    # The management HTTP API (http://user:password@host:15672): when set, the TTL,
+    # dead-lettering and delivery limit are a policy, not queue arguments (docs/bus.md).
+    rabbitmq_management_url: str = ""
     launcher_id: str = field(default_factory=default_launcher_id)
 
     @classmethod
@@ -306,6 +309,7 @@ class Settings:
             alert_interval=_env_duration(e, "RUNLANE_ALERT_INTERVAL", 30.0),
             bus=(e.get("RUNLANE_BUS") or "database").strip().lower(),
             rabbitmq_url=(e.get("RUNLANE_RABBITMQ_URL") or "").strip() or DEFAULT_RABBITMQ_URL,
+            rabbitmq_management_url=(e.get("RUNLANE_RABBITMQ_MANAGEMENT_URL") or "").strip(),
         )
         settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
         settings.validate()
@@ -389,6 +393,14 @@ class Settings:
                 f"RUNLANE_RABBITMQ_URL={mask_url(self.rabbitmq_url)!r}: expected "
                 "amqp://user:password@host:port/vhost (or amqps://)"
             )
+        if self.rabbitmq_management_url and not re.fullmatch(
+            r"https?://[^\s/]+(/\S*)?", self.rabbitmq_management_url
+        ):
+            raise ConfigError(
+                "RUNLANE_RABBITMQ_MANAGEMENT_URL="
+                f"{mask_url(self.rabbitmq_management_url)!r}: expected "
+                "http://user:password@host:15672 (or https://), or unset"
+            )
         for header_env, header in (
             ("RUNLANE_HTTP_USER_HEADER", self.http_user_header),
             ("RUNLANE_HTTP_GROUPS_HEADER", self.http_groups_header),
@@ -407,6 +419,7 @@ class Settings:
         out = asdict(self)
         out["database_url"] = mask_url(self.database_url)
         out["rabbitmq_url"] = mask_url(self.rabbitmq_url)
+        out["rabbitmq_management_url"] = mask_url(self.rabbitmq_management_url)
         out["http_cors_origins"] = list(self.http_cors_origins)
         out["http_trusted_proxies"] = list(self.http_trusted_proxies)
         out["http_group_roles"] = dict(self.http_group_roles)
@@ -443,4 +456,5 @@ ENV_NAMES: dict[str, str] = {
     "alert_interval": "RUNLANE_ALERT_INTERVAL",
     "bus": "RUNLANE_BUS",
     "rabbitmq_url": "RUNLANE_RABBITMQ_URL",
+    "rabbitmq_management_url": "RUNLANE_RABBITMQ_MANAGEMENT_URL",
 }

@@ -11,7 +11,7 @@ from runlane.core.durations import format_duration
 from runlane.core.runs import Run, RunStatus
 from runlane.core.secrets import mask_url
 from runlane.errors import CatalogError, RunlaneError, StoreError
-from runlane.ports import Heartbeat, RunFilter, Store
+from runlane.ports import Heartbeat, QueuePolicy, RunFilter, Store
 from runlane.service.catalog_stamp import (
     at_seconds,
     catalog_digest,
@@ -201,6 +201,7 @@ async def bus_findings(settings: Settings, store: Store, catalog: Catalog | None
     try:
         await bus.open()
         depths = await bus.depths()
+        policy = await bus.job_runs_policy()
     except RunlaneError as exc:
         return [Finding("error", "bus", exc.message)]
     finally:
@@ -208,6 +209,8 @@ async def bus_findings(settings: Settings, store: Store, catalog: Catalog | None
     findings.append(
         Finding("ok", "bus", f"RabbitMQ at {mask_url(settings.rabbitmq_url)}: topology declared")
     )
+    if policy is not None:
+        findings.append(policy_finding(policy))
     if depths is not None:
         level: Level = "warning" if depths.job_runs_dlq else "ok"
         findings.append(
@@ -229,6 +232,33 @@ async def bus_findings(settings: Settings, store: Store, catalog: Catalog | None
     else:
         findings.append(Finding("ok", "bus", "outbox: nothing waits to be published"))
     return findings
+
+
+def policy_finding(policy: QueuePolicy) -> Finding:
+    """job_runs' effective policy is runlane's (another of higher priority would replace it)."""
+    if policy.applied is None:
+        # A queue declared seconds ago: the management API's statistics lag (5 s by default).
+        return Finding(
+            "warning",
+            "bus",
+            f"job_runs reports no policy yet (runlane's {policy.wanted!r} is set; the "
+            "management API's statistics lag a few seconds): run `runlane doctor` again",
+        )
+    if policy.applied != policy.wanted:
+        return Finding(
+            "error",
+            "bus",
+            f"job_runs follows policy {policy.applied!r}, not runlane's {policy.wanted!r}: its "
+            "TTL and dead-lettering are not runlane's (a policy of higher priority matches "
+            "it); see docs/bus.md#topology",
+        )
+    d = policy.definition
+    return Finding(
+        "ok",
+        "bus",
+        f"job_runs follows policy {policy.wanted!r} (message-ttl {d.get('message-ttl')} ms, "
+        f"delivery-limit {d.get('delivery-limit')})",
+    )
 
 
 async def _alert_findings(store: Store, catalog: Catalog | None) -> list[Finding]:

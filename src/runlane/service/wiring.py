@@ -298,6 +298,7 @@ def build_broker_bus(
         topology=Topology(prefix=prefix, event_keys=keys),
         prefetch=settings.concurrency,
         connection_name=f"runlane {settings.launcher_id}",
+        management_url=settings.rabbitmq_management_url,
     )
 
 

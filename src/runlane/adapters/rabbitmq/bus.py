@@ -17,6 +17,7 @@ import contextlib
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,6 +34,7 @@ from aio_pika.abc import (
     ExchangeType,
 )
 
+from runlane.adapters.rabbitmq.policy import Management, amqp_vhost
 from runlane.adapters.rabbitmq.topology import Topology, mismatch_message
 from runlane.core.secrets import mask_url
 from runlane.errors import BusTopologyMismatch, BusUnavailable
@@ -43,6 +45,7 @@ from runlane.ports.bus import (
     Delivery,
     OutboxMessage,
     QueueDepths,
+    QueuePolicy,
 )
 from runlane.ports.store import Wakeups
 
@@ -70,13 +73,20 @@ class RabbitBus:
         reconnect_interval: float = 1.0,
         confirm_window: int = 256,
         connection_name: str = "runlane",
+        management_url: str = "",
     ) -> None:
         """`connection_name`: how the broker names this connection (the management UI,
-        `rabbitmqctl list_connections client_properties`), e.g. "runlane <launcher id>"."""
+        `rabbitmqctl list_connections client_properties`), e.g. "runlane <launcher id>".
+        `management_url`: the management API, which makes the TTL, dead-lettering and delivery
+        limit policies, PUT before every declare (docs/bus.md#topology)."""
         self.url = url
         self.connection_name = connection_name
         self.connects = 0  # connections made (1 + reconnects), for tests and stats
         self.topology = topology or Topology()
+        self.management: Management | None = None
+        if management_url:
+            self.management = Management(management_url, amqp_vhost(url))
+            self.topology = replace(self.topology, use_policies=True)
         self._wakeups = wakeups
         self._prefetch = max(1, prefetch)
         self._reconnect_interval = self._base_reconnect = reconnect_interval
@@ -115,6 +125,8 @@ class RabbitBus:
             await self._drop()
             connection: AbstractConnection | None = None
             try:
+                if self.management is not None:
+                    await self.management.apply(self.topology)
                 connection = await aio_pika.connect(
                     self.url,
                     timeout=CONNECT_TIMEOUT,
@@ -139,6 +151,14 @@ class RabbitBus:
                 if raise_errors:
                     raise BusTopologyMismatch(message) from None
                 log.error("bus.topology_mismatch", error=message)
+                return False
+            except BusUnavailable as exc:  # the management API's policies
+                self.last_error = exc.message
+                # A wrong password or URL waits for an operator: not tried every second.
+                self._reconnect_interval = max(self._reconnect_interval, 10.0)
+                if raise_errors:
+                    raise
+                log.warning("bus.unavailable", error=exc.message)
                 return False
             except (*_FAULTS, aiormq.exceptions.AMQPError) as exc:
                 await _close_quietly(connection)
@@ -343,6 +363,14 @@ class RabbitBus:
         for key in sorted(self._bound_keys - wanted):
             await queue.unbind(self.topology.job_events, key)
         self._bound_keys = wanted
+
+    async def job_runs_policy(self) -> QueuePolicy | None:
+        """The policy the broker applies to job_runs, through the management API
+        (`BusUnavailable` when it fails); None without a management URL."""
+        if self.management is None:
+            return None
+        applied, definition = await self.management.queue_policy(self.topology.job_runs)
+        return QueuePolicy(self.topology.job_runs_policy, applied, definition)
 
     async def depths(self) -> QueueDepths | None:
         """Ready messages in job_runs and job_runs.dlq (a passive declare each); None when the

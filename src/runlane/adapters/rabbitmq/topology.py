@@ -1,9 +1,13 @@
 """The RabbitMQ topology runlane declares (docs/bus.md#topology): names and arguments.
 
-Declared idempotently at every start. The arguments are set at declare time (`x-` arguments),
-because this broker runs without the management plugin and a client cannot set a policy over
-AMQP; a later change of one of them makes the broker answer 406 PRECONDITION_FAILED, which
-`mismatch_message` turns into one line naming the argument (see docs/bus.md for the migration).
+Declared idempotently at every start, in one of two modes (docs/bus.md#topology):
+
+- arguments (no management URL): the TTL, dead-lettering and delivery limit are `x-` queue
+  arguments set at declare time; a later change of one of them makes the broker answer 406
+  PRECONDITION_FAILED, which `mismatch_message` turns into one line naming the argument;
+- policies (`RUNLANE_RABBITMQ_MANAGEMENT_URL` set): the same values are a policy per queue
+  (`policies`, PUT through the management API, adapters/rabbitmq/policy.py) and the queues are
+  declared with `x-queue-type` only, so changing a value changes a policy, never a queue.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ DEFAULT_DELIVERY_LIMIT = 5
 # Facts nobody subscribes to land here (job_events' alternate exchange), so a `mandatory`
 # publish to job_events is never returned; bounded, oldest dropped first.
 UNROUTED_MAX_LENGTH = 10_000
+# The priority of runlane's policies: above an operator's catch-all (priority 0) policy, which
+# would otherwise take their place (one policy applies to a queue, the highest priority's).
+POLICY_PRIORITY = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +38,9 @@ class Topology:
     command_ttl_seconds: float = DEFAULT_COMMAND_TTL_SECONDS
     delivery_limit: int = DEFAULT_DELIVERY_LIMIT
     event_keys: tuple[str, ...] = field(default=())
+    # True: the TTL, dead-lettering and delivery limit are policies (`policies`), the queues
+    # carry `x-queue-type` only.
+    use_policies: bool = False
 
     @property
     def job_runs(self) -> str:
@@ -56,28 +66,53 @@ class Topology:
     def events_dlq(self) -> str:
         return f"{self.prefix}runlane.events.dlq"
 
-    def job_runs_arguments(self) -> dict[str, Any]:
-        """Quorum, dead-lettered at least once to job_runs.dlq (needs `reject-publish`), with
-        the command TTL and the delivery limit."""
+    def job_runs_definition(self) -> dict[str, Any]:
+        """Dead-lettered at least once to job_runs.dlq (needs `reject-publish`), with the command
+        TTL and the delivery limit: the keys of a policy definition (no `x-` prefix)."""
         return {
-            "x-queue-type": "quorum",
-            "x-dead-letter-exchange": "",
-            "x-dead-letter-routing-key": self.job_runs_dlq,
-            "x-dead-letter-strategy": "at-least-once",
-            "x-overflow": "reject-publish",
-            "x-message-ttl": round(self.command_ttl_seconds * 1000),
-            "x-delivery-limit": self.delivery_limit,
+            "dead-letter-exchange": "",
+            "dead-letter-routing-key": self.job_runs_dlq,
+            "dead-letter-strategy": "at-least-once",
+            "overflow": "reject-publish",
+            "message-ttl": round(self.command_ttl_seconds * 1000),
+            "delivery-limit": self.delivery_limit,
         }
 
-    def events_arguments(self) -> dict[str, Any]:
+    def events_definition(self) -> dict[str, Any]:
         return {
-            "x-queue-type": "quorum",
-            "x-dead-letter-exchange": "",
-            "x-dead-letter-routing-key": self.events_dlq,
-            "x-dead-letter-strategy": "at-least-once",
-            "x-overflow": "reject-publish",
-            "x-delivery-limit": self.delivery_limit,
+            "dead-letter-exchange": "",
+            "dead-letter-routing-key": self.events_dlq,
+            "dead-letter-strategy": "at-least-once",
+            "overflow": "reject-publish",
+            "delivery-limit": self.delivery_limit,
         }
+
+    def policies(self) -> dict[str, dict[str, Any]]:
+        """The policies of the policy mode, by name: each anchored to one queue of runlane's own
+        (the two queues dead-letter to different queues, so they cannot share one)."""
+        return {
+            self.job_runs_policy: _policy(self.job_runs, self.job_runs_definition()),
+            self.events_policy: _policy(self.events_queue, self.events_definition()),
+        }
+
+    @property
+    def job_runs_policy(self) -> str:
+        return f"{self.prefix}runlane.job_runs"
+
+    @property
+    def events_policy(self) -> str:
+        return f"{self.prefix}runlane.events"
+
+    def job_runs_arguments(self) -> dict[str, Any]:
+        """Quorum; in the arguments mode also the policy's values as `x-` arguments."""
+        if self.use_policies:
+            return {"x-queue-type": "quorum"}
+        return {"x-queue-type": "quorum", **_x_arguments(self.job_runs_definition())}
+
+    def events_arguments(self) -> dict[str, Any]:
+        if self.use_policies:
+            return {"x-queue-type": "quorum"}
+        return {"x-queue-type": "quorum", **_x_arguments(self.events_definition())}
 
     @staticmethod
     def dlq_arguments() -> dict[str, Any]:
@@ -86,6 +121,19 @@ class Topology:
     @staticmethod
     def unrouted_arguments() -> dict[str, Any]:
         return {"x-max-length": UNROUTED_MAX_LENGTH, "x-overflow": "drop-head"}
+
+
+def _policy(queue: str, definition: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "pattern": f"^{re.escape(queue)}$",
+        "apply-to": "queues",
+        "priority": POLICY_PRIORITY,
+        "definition": definition,
+    }
+
+
+def _x_arguments(definition: dict[str, Any]) -> dict[str, Any]:
+    return {f"x-{key}": value for key, value in definition.items()}
 
 
 _INEQUIVALENT = re.compile(
