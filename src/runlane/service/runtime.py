@@ -33,7 +33,7 @@ from runlane.service.wiring import (
 
 if TYPE_CHECKING:
     from runlane.catalog import Catalog
-    from runlane.service.launcher import LauncherHook
+    from runlane.service.launcher import Launcher, LauncherHook
     from runlane.service.metrics import LauncherMetrics
 
 log = structlog.get_logger("runlane.runtime")
@@ -214,10 +214,47 @@ async def serve(
     imported modules, the catalog, the connections: ~68,000 objects) is moved out of the cyclic
     garbage collector's sight, so its collections under load look only at what runs allocate
     (bench/throughput.py: ~11 of 33 ms of collections per 2,000 runs saved). `metrics`: the
-    counters the launcher keeps, for the exporter that serves them (its own otherwise)."""
+    counters the launcher keeps, for the exporter that serves them (its own otherwise).
+
+    The signals are taken from the first moment (before the database and the broker are
+    opened, which can take a connect timeout each) until the bus is closed: a SIGTERM during
+    start-up stops the launcher cleanly before it claims anything, and one during shutdown
+    hurries it, instead of killing the process with the signal's default action."""
+    loop = asyncio.get_running_loop()
+    asked = asyncio.Event()  # a signal came; the launcher is told as soon as it exists
+    started: list[Launcher] = []
+
+    def on_signal() -> None:
+        asked.set()
+        for launcher in started:
+            launcher.stop()
+
+    if install_signals:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal)
+    try:
+        await _serve(settings, hook, stop, freeze_gc, metrics, asked, started)
+    finally:
+        if install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+
+
+async def _serve(
+    settings: Settings,
+    hook: LauncherHook | None,
+    stop: asyncio.Event | None,
+    freeze_gc: bool,
+    metrics: LauncherMetrics | None,
+    asked: asyncio.Event,
+    started: list[Launcher],
+) -> None:
     async with open_runtime(
         settings, application_name=f"runlane-launcher:{settings.launcher_id}", bounded=True
     ) as rt:
+        if asked.is_set():
+            log.info("launcher.stopped_before_start", launcher=settings.launcher_id)
+            return
         await probe_writable(rt.store)
         from runlane.service.launcher import Launcher  # only `serve` needs it (~45 ms to import)
         from runlane.service.metrics import LauncherMetrics
@@ -238,10 +275,11 @@ async def serve(
             dlq_depth=dlq_depth_of(bus),
             queue_depths=queue_depths_of(bus),
         )
-        loop = asyncio.get_running_loop()
-        if install_signals:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, launcher.stop)
+        started.append(launcher)
+        if asked.is_set():  # a signal while the broker was opened: nothing was claimed yet
+            await bus.close()
+            log.info("launcher.stopped_before_start", launcher=settings.launcher_id)
+            return
         watcher = None
         if stop is not None:
 
@@ -258,7 +296,4 @@ async def serve(
         finally:
             if watcher is not None:
                 watcher.cancel()
-            if install_signals:
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    loop.remove_signal_handler(sig)
             await bus.close()

@@ -197,6 +197,18 @@ def postgres_version_dir() -> str:
     return sorted(p.name for p in Path("/etc/postgresql").iterdir())[-1]
 
 
+def handles_signal(pid: int, sig: signal.Signals) -> bool:
+    """Process `pid` has a handler of its own for `sig` (the SigCgt mask in /proc)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    for line in status.splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) & (1 << (sig - 1)))
+    return False
+
+
 def restart_postgres() -> None:
     subprocess.run(
         ["pg_ctlcluster", "--skip-systemctl-redirect", postgres_version_dir(), "main", "restart"],
@@ -409,6 +421,14 @@ class Harness:
     def stop_launchers(self) -> None:
         for slot, proc in self.procs.items():
             proc.send_signal(signal.SIGCONT)
+            # A launcher restarted by the last kill may still be importing Python, before any
+            # handler exists (serve takes the signal from its first line of its own): wait for
+            # the handler, as a SIGTERM then is what is tested, not the interpreter's start.
+            deadline = time.monotonic() + 30
+            while proc.poll() is None and not handles_signal(proc.pid, signal.SIGTERM):
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
             proc.send_signal(signal.SIGTERM)
             try:
                 code = proc.wait(timeout=30)
