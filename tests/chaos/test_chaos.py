@@ -8,25 +8,18 @@ import os
 import shutil
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from runlane.testing.chaos import ChaosConfig, run_chaos
+from tests.support.postgres import PG_URL, require_postgres
 
-PG_URL = os.environ.get("RUNLANE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 IN_CI = os.environ.get("CI") == "true"
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.timeout(400)]
 
 
 def test_nothing_lost_nothing_twice_no_stale_write(tmp_path: Path) -> None:
-    try:
-        with psycopg.connect(PG_URL, connect_timeout=3):
-            pass
-    except psycopg.Error as exc:
-        if IN_CI:
-            pytest.fail(f"PostgreSQL is required in CI: {exc}")
-        pytest.skip(f"PostgreSQL not reachable: {exc}")
+    require_postgres()
     # Restarting the server is part of the suite in CI (where tests run one at a time); a
     # developer sharing the server with other work opts in with RUNLANE_CHAOS_RESTART_PG=1.
     restart = IN_CI or os.environ.get("RUNLANE_CHAOS_RESTART_PG") == "1"

@@ -10,13 +10,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from runlane.testing.chaos import ChaosConfig, run_chaos
+from tests.support.postgres import PG_URL, require_postgres
 from tests.support.rabbitmq import broker_lock, can_control_broker, session_vhost
 
-PG_URL = os.environ.get("RUNLANE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 IN_CI = os.environ.get("CI") == "true"
 RUNS = 150
 
@@ -26,13 +25,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.timeout(240)]
 def test_broker_faults_lose_nothing_run_nothing_twice_and_drain_the_outbox(
     tmp_path: Path,
 ) -> None:
-    try:
-        with psycopg.connect(PG_URL, connect_timeout=3):
-            pass
-    except psycopg.Error as exc:
-        if IN_CI:
-            pytest.fail(f"PostgreSQL is required in CI: {exc}")
-        pytest.skip(f"PostgreSQL not reachable: {exc}")
+    require_postgres()
     with session_vhost() as amqp_url:  # skips locally, fails in CI, when RabbitMQ is absent
         if not can_control_broker():
             message = "broker faults need rabbitmqctl as root on the broker's host"

@@ -30,6 +30,15 @@ def postgres_unreachable(reason: str) -> None:
     pytest.skip(message)
 
 
+def require_postgres() -> None:
+    """The test server answers; otherwise skip locally, fail in CI (`postgres_unreachable`)."""
+    try:
+        with psycopg.connect(PG_URL, connect_timeout=3):
+            pass
+    except psycopg.Error as exc:
+        postgres_unreachable((str(exc).strip() or repr(exc)).splitlines()[0])
+
+
 @contextlib.contextmanager
 def scratch_database(prefix: str) -> Iterator[str]:
     """A new, empty database named `<prefix>_<random>` on the test server; its URL (which

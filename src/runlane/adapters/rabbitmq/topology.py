@@ -69,19 +69,16 @@ class Topology:
     def job_runs_definition(self) -> dict[str, Any]:
         """Dead-lettered at least once to job_runs.dlq (needs `reject-publish`), with the command
         TTL and the delivery limit: the keys of a policy definition (no `x-` prefix)."""
-        return {
-            "dead-letter-exchange": "",
-            "dead-letter-routing-key": self.job_runs_dlq,
-            "dead-letter-strategy": "at-least-once",
-            "overflow": "reject-publish",
-            "message-ttl": round(self.command_ttl_seconds * 1000),
-            "delivery-limit": self.delivery_limit,
-        }
+        ttl = {"message-ttl": round(self.command_ttl_seconds * 1000)}
+        return self._dead_lettered(self.job_runs_dlq) | ttl
 
     def events_definition(self) -> dict[str, Any]:
+        return self._dead_lettered(self.events_dlq)
+
+    def _dead_lettered(self, dlq: str) -> dict[str, Any]:
         return {
             "dead-letter-exchange": "",
-            "dead-letter-routing-key": self.events_dlq,
+            "dead-letter-routing-key": dlq,
             "dead-letter-strategy": "at-least-once",
             "overflow": "reject-publish",
             "delivery-limit": self.delivery_limit,
