@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 T0 = datetime(2031, 3, 4, 5, 6, 7, 123456, tzinfo=UTC)
 FAILURE = Outcome(RunStatus.FAILURE, "exit", exit_code=1)
+SUCCESS = Outcome(RunStatus.SUCCESS, "exit", exit_code=0)
 
 
 def occurrence(at: datetime, *, job: str = "nightly", count: int = 1) -> NewIncident:
@@ -203,19 +204,64 @@ async def test_the_cursor_only_moves_forward(h: StoreHarness) -> None:
     assert await store.alert_cursor("run_failed") == T0 + timedelta(seconds=1)
 
 
-async def test_finished_runs_are_read_in_pages_after_a_position(h: StoreHarness) -> None:
+async def test_failed_runs_are_read_in_pages_after_a_position(h: StoreHarness) -> None:
     store, clock = await clocked(h)
     ids = []
     for _ in range(3):
         ids.append(await finished_run(store, "nightly"))
         clock.advance(1)
-    first = await store.finished_since(T0 - timedelta(seconds=1), "", limit=2)
+    first = await store.failed_since(T0 - timedelta(seconds=1), "", limit=2)
     assert [r.id for r in first] == ids[:2]
     last = first[-1]
     assert last.finished_at is not None
-    rest = await store.finished_since(last.finished_at, last.id, limit=10)
+    rest = await store.failed_since(last.finished_at, last.id, limit=10)
     assert [r.id for r in rest] == ids[2:]
     assert all(r.status is RunStatus.FAILURE for r in first + rest)
+
+
+async def test_the_failure_read_skips_successes_and_cancels(h: StoreHarness) -> None:
+    store, clock = await clocked(h)
+    expected = []
+    for outcome in (
+        FAILURE,
+        SUCCESS,
+        Outcome(RunStatus.TIMEOUT, "deadline", error_code="deadline"),
+        Outcome(RunStatus.CANCELLED, "cancelled"),
+        SUCCESS,
+        FAILURE,
+    ):
+        run_id = await finished_run(store, "nightly", outcome)
+        if outcome.status in (RunStatus.FAILURE, RunStatus.TIMEOUT):
+            expected.append(run_id)
+        clock.advance(1)
+    read = await store.failed_since(T0 - timedelta(seconds=1), "", limit=100)
+    assert [r.id for r in read] == expected
+    assert [r.status for r in read] == [RunStatus.FAILURE, RunStatus.TIMEOUT, RunStatus.FAILURE]
+
+
+async def test_a_jobs_last_success_in_a_window(h: StoreHarness) -> None:
+    store, clock = await clocked(h)
+    first = await finished_run(store, "nightly", SUCCESS)  # at T0
+    clock.advance(1)
+    await finished_run(store, "nightly", FAILURE)  # T0 + 1
+    clock.advance(1)
+    second = await finished_run(store, "nightly", SUCCESS)  # T0 + 2
+    clock.advance(1)
+    await finished_run(store, "other", SUCCESS)  # T0 + 3: another job's
+    before = T0 - timedelta(seconds=1)
+
+    async def last(after: datetime, until: datetime, job: str = "nightly") -> str | None:
+        run = await store.last_success(job, after, until)
+        return None if run is None else run.id
+
+    assert await last(before, T0 + timedelta(seconds=10)) == second
+    assert await last(before, T0 + timedelta(seconds=1)) == first  # `until` bounds it
+    assert await last(T0, T0 + timedelta(seconds=1)) is None  # `after` is exclusive
+    assert await last(T0 + timedelta(seconds=2), T0 + timedelta(seconds=10)) is None
+    assert await last(before, T0 + timedelta(seconds=10), job="absent") is None
+    found = await store.last_success("nightly", before, T0 + timedelta(seconds=10))
+    assert found is not None
+    assert (found.status, found.finished_at) == (RunStatus.SUCCESS, T0 + timedelta(seconds=2))
 
 
 async def test_a_target_records_failures_until_a_success(h: StoreHarness) -> None:

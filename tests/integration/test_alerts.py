@@ -16,6 +16,7 @@ from runlane.core.records import Heartbeat, NewChainRun
 from runlane.core.runs import NewRun, Outcome, RunStatus, Trigger
 from runlane.ports import Store
 from runlane.ports.notifier import NotifyPermanentError, NotifyTemporaryError
+from runlane.service.alerts import engine as engine_module
 from runlane.service.alerts.engine import AlertEngine
 from runlane.service.alerts.stats import AlertStats
 from runlane.service.alerts.targets import Target
@@ -129,6 +130,54 @@ async def test_a_failure_notifies_once_a_storm_counts_and_a_success_resolves(wor
     ]
     assert await world.stores[0].open_incidents() == []
     assert engine.stats.notifications_sent() == {"rec": 2}
+
+
+async def test_a_failure_behind_more_successes_than_an_evaluation_reads_still_alerts(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy launcher finishes more runs within the late-commit grace than one evaluation may
+    read (PAGE x MAX_PAGES; shrunk here to 4 x 2). Successes are not read at all, so they can
+    neither hide a failure behind them nor hold the cursor still."""
+    monkeypatch.setattr(engine_module, "PAGE", 4)
+    monkeypatch.setattr(engine_module, "MAX_PAGES", 2)
+    engine = await world.engine()
+    await world.finish("nightly", FAILURE)
+    await cycle(engine)
+    for _ in range(12):
+        await world.finish("nightly", SUCCESS)
+    await cycle(engine)
+    assert world.recorder.fingerprints() == [
+        ("run_failed:nightly", "firing"),
+        ("run_failed:nightly", "resolved"),
+    ]
+    for _ in range(12):
+        await world.finish("nightly", SUCCESS)
+    failed = await world.finish("nightly", FAILURE)
+    report = await engine.evaluate()
+    await engine.deliver()
+    assert [i.run_id for i in report.opened] == [failed]
+    # The two failures within the grace and the job's last success: none of the 24 others.
+    assert report.runs_read == 3
+    assert world.recorder.fingerprints()[-1] == ("run_failed:nightly", "firing")
+
+
+async def test_a_storm_longer_than_an_evaluation_reads_is_counted_to_its_end(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(engine_module, "PAGE", 4)
+    monkeypatch.setattr(engine_module, "MAX_PAGES", 2)
+    engine = await world.engine()
+    for _ in range(21):
+        await world.finish("nightly", FAILURE)
+    counts = []
+    for _ in range(3):
+        await engine.evaluate()
+        (incident,) = await world.stores[0].open_incidents()
+        counts.append(incident.count)
+    assert counts == [8, 16, 21]  # 8 a evaluation, each going on where the last one stopped
+    await engine.evaluate()
+    (incident,) = await world.stores[0].open_incidents()
+    assert incident.count == 21  # read again from the cursor less the grace: nothing twice
 
 
 async def test_two_launchers_and_a_restart_send_each_message_once(world: World) -> None:

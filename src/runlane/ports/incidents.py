@@ -27,9 +27,14 @@ from runlane.core.runs import Run
 class Incidents(Protocol):
     """What the launcher's alert loop writes and the faces read (`runlane alerts`, status)."""
 
-    async def finished_since(self, after_at: datetime, after_id: str, *, limit: int) -> list[Run]:
-        """Runs finished after (`after_at`, `after_id`) in (finished_at, id) order, at most
-        `limit`: the run_failed rule's read, off an index (never a scan of the whole log)."""
+    async def failed_since(self, after_at: datetime, after_id: str, *, limit: int) -> list[Run]:
+        """Runs that ended `failure`, `timeout` or `skipped` after (`after_at`, `after_id`), in
+        (finished_at, id) order, at most `limit`: the run_failed rule's read, off an index of
+        those runs alone (its cost follows the failures, not the runs)."""
+        ...
+
+    async def last_success(self, job: str, after_at: datetime, until: datetime) -> Run | None:
+        """`job`'s latest success finished in (`after_at`, `until`], or None: one index probe."""
         ...
 
     async def alert_cursor(self, rule: str) -> datetime | None:

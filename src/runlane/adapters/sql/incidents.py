@@ -75,13 +75,22 @@ class SqlIncidents(SqlStoreBase):
 
     # --- the run log and the cursors ------------------------------------------------------------
 
-    async def finished_since(self, after_at: datetime, after_id: str, *, limit: int) -> list[Run]:
+    async def failed_since(self, after_at: datetime, after_id: str, *, limit: int) -> list[Run]:
         params = {
             "after_at": self._param_time(after_at),
             "after_id": after_id if after_id and self._is_id(after_id) else FIRST_ID,
             "limit": max(0, limit),
         }
-        return [self._read.run(r) for r in await self._read_all("finished_since", params)]
+        return [self._read.run(r) for r in await self._read_all("failed_since", params)]
+
+    async def last_success(self, job: str, after_at: datetime, until: datetime) -> Run | None:
+        params = {
+            "job": job,
+            "after_at": self._param_time(after_at),
+            "until": self._param_time(until),
+        }
+        row = await self._read_one("last_success", params)
+        return None if row is None else self._read.run(row)
 
     async def alert_cursor(self, rule: str) -> datetime | None:
         row = await self._read_one("alert_cursor", {"rule": rule})

@@ -114,6 +114,8 @@ class AlertEngine:
         self._deliver_now = asyncio.Event()  # something may be owed: deliver now
         self._paused_until: dict[str, float] = {}  # target → monotonic time it answered 429 to
         self._last_prune = 0.0
+        # Where an evaluation that hit MAX_PAGES stopped reading failures: (finished_at, id).
+        self._resume: tuple[datetime, str] | None = None
 
     # ------------------------------------------------------------------ loops
 
@@ -239,19 +241,28 @@ class AlertEngine:
     async def _run_failed(
         self, now: datetime, open_by_job: dict[str, Incident], report: EvaluationReport
     ) -> None:
+        """Read the failures finished since the cursor (less the late-commit grace), and the
+        last success in that window of each job with a failure read or an incident open: what
+        `plan_run_failed` needs of the log, at a cost that follows the failures, not the runs.
+
+        An evaluation reads at most `MAX_PAGES` pages; past that the next one (in this process)
+        goes on from the last row read instead of from the cursor less the grace, so a storm of
+        failures is read through to its end rather than its first pages again and again."""
         store = self.store
         cursor = await store.alert_cursor(RUN_FAILED)
-        start = (cursor or now - timedelta(seconds=FIRST_LOOKBACK)) - timedelta(
+        after_at = (cursor or now - timedelta(seconds=FIRST_LOOKBACK)) - timedelta(
             seconds=LATE_COMMIT_GRACE
         )
-        after_at, after_id = start, ""
+        after_id = ""
+        resume, self._resume = self._resume, None
+        if resume is not None and resume[0] > after_at:
+            after_at, after_id = resume
+        window_start = after_at
         position = now
-        # Every page first, then one plan: a job's success on a later page resolves what its
-        # failures on an earlier one would otherwise open again.
-        read: list[Run] = []
+        failed: list[Run] = []
         for _ in range(MAX_PAGES):
-            runs = await store.finished_since(after_at, after_id, limit=PAGE)
-            read.extend(runs)
+            runs = await store.failed_since(after_at, after_id, limit=PAGE)
+            failed.extend(runs)
             if runs:
                 last = runs[-1]
                 assert last.finished_at is not None
@@ -260,6 +271,16 @@ class AlertEngine:
                 break
         else:
             position = after_at  # more to read: the next evaluation goes on from here
+            self._resume = (after_at, after_id)
+        # Every page first, then one plan: a job's success after its failures resolves what they
+        # would otherwise open. Only the job's last success in the window matters to the plan
+        # (each success clears the failures before it), so it is the only one read.
+        successes: list[Run] = []
+        for job in sorted({r.job for r in failed} | open_by_job.keys()):
+            ok = await store.last_success(job, window_start, position)
+            if ok is not None:
+                successes.append(ok)
+        read = sorted([*failed, *successes], key=_finish_order)
         report.runs_read += len(read)
         if read:
             await self._apply(plan_run_failed(read, self._levels, open_by_job), report)
@@ -467,3 +488,8 @@ def _after_send(incident: Incident, target: str, send: Send) -> Incident:
 
 
 __all__ = ["DEFAULT_INTERVAL", "SEND_TIMEOUT", "AlertEngine", "EvaluationReport"]
+
+
+def _finish_order(run: Run) -> tuple[datetime, str]:
+    assert run.finished_at is not None  # (both reads return finished runs only)
+    return run.finished_at, run.id

@@ -1,12 +1,20 @@
 -- Named statements of the PostgreSQL store's Incidents role (migration 0009), loaded next to
 -- queries.sql. Every time is database time (`coalesce(now, clock_timestamp())`) unless pinned.
 
--- name: finished_since
+-- name: failed_since
 SELECT * FROM run_log
-WHERE finished_at IS NOT NULL
+WHERE status IN ('failure', 'timeout', 'skipped')
+  AND finished_at IS NOT NULL
   AND (finished_at > %(after_at)s::timestamptz OR (finished_at = %(after_at)s::timestamptz AND id > %(after_id)s))
 ORDER BY finished_at, id
 LIMIT %(limit)s
+
+-- name: last_success
+SELECT * FROM run_log
+WHERE job = %(job)s AND status = 'success'
+  AND finished_at > %(after_at)s::timestamptz AND finished_at <= %(until)s::timestamptz
+ORDER BY finished_at DESC, id DESC
+LIMIT 1
 
 -- name: alert_cursor
 SELECT position FROM alert_cursors WHERE rule = %(rule)s

@@ -284,8 +284,11 @@ CREATE TABLE alert_targets (
     failures      integer     NOT NULL DEFAULT 0
 );
 
--- The run_failed rule reads the runs finished since its cursor.
-CREATE INDEX run_log_finished_idx ON run_log (finished_at, id) WHERE finished_at IS NOT NULL;
+-- (migration 0012) The run_failed rule reads the failures finished since its cursor, and the
+-- last success of a job it has a failure or an open incident for.
+CREATE INDEX run_log_alerting_idx ON run_log (finished_at, id)
+    WHERE status IN ('failure', 'timeout', 'skipped');
+CREATE INDEX run_log_job_success_idx ON run_log (job, finished_at, id) WHERE status = 'success';
 
 -- Facts (docs/bus.md#facts): with the RabbitMQ bus, every run state change writes an outbox
 -- row in the transaction that makes it (`run.<job>.<status>` on job_events, a CloudEvent);

@@ -1,12 +1,20 @@
 -- Named statements of the SQLite store's Incidents role (migration 0009), loaded next to
 -- queries.sql. Times are the fixed-width UTC text of every other table; `:now` is the store's.
 
--- name: finished_since
+-- name: failed_since
 SELECT * FROM run_log
-WHERE finished_at IS NOT NULL
+WHERE status IN ('failure', 'timeout', 'skipped')
+  AND finished_at IS NOT NULL
   AND (finished_at > :after_at OR (finished_at = :after_at AND id > :after_id))
 ORDER BY finished_at, id
 LIMIT :limit
+
+-- name: last_success
+SELECT * FROM run_log
+WHERE job = :job AND status = 'success'
+  AND finished_at > :after_at AND finished_at <= :until
+ORDER BY finished_at DESC, id DESC
+LIMIT 1
 
 -- name: alert_cursor
 SELECT position FROM alert_cursors WHERE rule = :rule
