@@ -721,9 +721,9 @@ async def test_a_start_cancelled_during_the_spawn_leaves_no_process(log_dir: Pat
     with pytest.raises(asyncio.CancelledError):
         await task
     assert ex._spawn_pool is not None
-    await asyncio.get_running_loop().run_in_executor(None, ex._spawn_pool.shutdown, True)
+    await asyncio.get_running_loop().run_in_executor(None, ex._spawn_pool.shutdown)
     assert len(pids) == 2  # it was spawned...
-    # ... and then killed and reaped, once the loop ran the spawn's done callback.
+    # ... and then killed and reaped, once the loop saw its result come back cancelled.
     await eventually(
         lambda: not Path(f"/proc/{pids[1]}").exists(), "the cancelled start's process to end"
     )

@@ -55,8 +55,9 @@ def split_env(
     inline = dict(env)
     # All-ASCII (the usual case) is sized without encoding every variable: this runs for every
     # run, on the launcher's loop. Anything else is encoded, which also refuses a lone surrogate.
-    if all(k.isascii() and v.isascii() for k, v in inline.items()):
-        size = sum(len(k) + len(v) + 2 for k, v in inline.items())
+    keys, values = "".join(inline), "".join(inline.values())
+    if keys.isascii() and values.isascii():  # (two joins: C loops, not a generator per item)
+        size = len(keys) + len(values) + 2 * len(inline)
     else:
         try:
             size = env_size(inline)
