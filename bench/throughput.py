@@ -25,7 +25,7 @@ and RabbitMQ rounds (`--repeat` of each) and prints the medians of each.
     PATH=.venv/bin:$PATH .venv/bin/python bench/throughput.py --runs 4000 --repeat 1 \
         --profile /tmp/serve.txt                        # where the launcher's time goes (py-spy)
     .venv/bin/python bench/throughput.py --runs 3000 --repeat 1 --cprofile /tmp/serve.prof
-                                                        # the same with cProfile (loop thread)
+                                                        # cProfile of the loop thread's CPU
     .venv/bin/python bench/throughput.py --runs 3000 --repeat 1 --statements
                                                         # statements per run, by statement
     .venv/bin/python bench/throughput.py --in-flight 1,4,16,64,256 --runs 2000 --repeat 1
@@ -170,6 +170,25 @@ def pickups_ms(url: str, after: int) -> list[float]:
     return [1000 * (started - queued).total_seconds() for queued, started in rows[after:]]
 
 
+def in_flight_ms(url: str, n: int) -> list[float]:
+    """Claim to exit (started_at to finished_at; finished_at is the exit's time, not the
+    outcome's save) of the first `n` runs: the time a run holds one of the launcher's slots."""
+    sql = (
+        "SELECT started_at, finished_at FROM run_log WHERE job = 'noop'"
+        " ORDER BY queued_at LIMIT " + str(int(n))
+    )
+    if url.startswith("sqlite:"):
+        with contextlib.closing(sqlite3.connect(url.split(":///", 1)[1], timeout=30)) as db:
+            rows = [
+                (datetime.fromisoformat(s), datetime.fromisoformat(f))
+                for s, f in db.execute(sql).fetchall()
+            ]
+    else:
+        with psycopg.connect(url) as conn:
+            rows = conn.execute(sql).fetchall()
+    return [1000 * (finished - started).total_seconds() for started, finished in rows]
+
+
 def py_spy() -> str:
     """py-spy from PATH or next to this interpreter (a venv's bin need not be on PATH)."""
     found = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
@@ -244,9 +263,9 @@ def one(
                     # Its log goes to a file: at info that is a line per run, as in production.
                     log_file = stack.enter_context((work / "serve.log").open("wb"))
                     serve = [*runlane_cmd(), "serve"]
-                    if cprofile:  # the loop thread only (cProfile sees the main thread)
-                        serve = [sys.executable, "-m", "cProfile", "-o", cprofile, "-m", "runlane"]
-                        serve.append("serve")
+                    if cprofile:  # the loop thread only, by its own CPU clock
+                        wrapper = Path(__file__).with_name("_thread_cprofile.py")
+                        serve = [sys.executable, str(wrapper), cprofile, "serve"]
                     counted = work / "statements.json"
                     if statements:
                         counter = Path(__file__).with_name("_statement_count.py")
@@ -300,6 +319,7 @@ def one(
                     else 0.0
                 )
                 launcher_cpu = max(0.0, launcher_cpu - startup_cpu)
+                flights = in_flight_ms(url, n)
                 # Pickup: runs accepted one at a time to the idle launcher (none: not timed).
                 pickups: list[float] = []
                 if pickup_runs:
@@ -327,6 +347,10 @@ def one(
                 "startup_cpu_s": startup_cpu,
                 "idle_rss_mib": idle_rss,
                 "peak_rss_mib": peak,
+                # A run's claim to its exit, and the share of slot-time runs held: how much of
+                # the span each of the `concurrency` slots was used for runs.
+                "in_flight_p50_ms": percentile(flights, 50),
+                "slots_busy": sum(flights) / 1000 / (span * concurrency),
                 **(
                     {
                         "pickup_p50_ms": percentile(pickups, 50),
