@@ -56,8 +56,11 @@ processes of 8 threads.
                  instead of 1.1, 205 jobs/s instead of 735; --pgqueuer-loop uvloop to see it).
                  Default: `pgq run`'s, batches of 10 and no cap; sweep at most 16 and 32 picked
                  at once (batches of half that).
-  runlane        bench/throughput.py --db postgres, 16 in flight (its launcher and guardian are
-                 the worker); with --runlane-loop a second time with RUNLANE_INLINE_SPAWN=loop.
+  runlane        bench/throughput.py --db postgres (its launcher and guardian are the worker).
+                 Default: 16 in flight (RUNLANE_CONCURRENCY's default); sweep twice that, as
+                 the peers' sweeps go to twice the base. Its ratios are given for both: the
+                 default's (`runlane_vs_*`) and the best setting's (`runlane_best_vs_*`).
+                 With --runlane-loop a third time with RUNLANE_INLINE_SPAWN=loop.
 Dramatiq and Celery without publisher confirms are not durable: a published job can be lost.
 Celery acknowledges a job before running it (its default), Dramatiq after.
 
@@ -581,7 +584,12 @@ def main() -> None:
     chosen = [s for s in settings(args.concurrency) if s.peer in peers]
     if args.defaults_only:
         chosen = [s for s in chosen if s.default]
-    ours = ["runlane", *(["runlane@loop"] if args.runlane_loop else [])]
+    doubled = f"runlane@{2 * args.concurrency}"
+    ours = [
+        "runlane",
+        *([] if args.defaults_only else [doubled]),
+        *(["runlane@loop"] if args.runlane_loop else []),
+    ]
     runs: list[str | Setting] = ["floor", *(ours if "runlane" in peers else []), *chosen]
 
     # Per repetition, by tag: the figures (rounds that failed are absent).
@@ -595,8 +603,8 @@ def main() -> None:
                 tag = "floor/16 threads"
             elif item == "runlane":
                 tag = "runlane/postgres"
-            elif item == "runlane@loop":
-                tag = "runlane@loop/postgres"
+            elif item in ("runlane@loop", doubled):
+                tag = f"{item}/postgres"
             else:
                 assert isinstance(item, Setting)
                 tag = item.tag
@@ -607,6 +615,8 @@ def main() -> None:
                     r = one_runlane(args.jobs, args.concurrency, args)
                 elif item == "runlane@loop":
                     r = one_runlane(args.jobs, args.concurrency, args, spawn="loop")
+                elif item == doubled:
+                    r = one_runlane(args.jobs, 2 * args.concurrency, args)
                 else:
                     assert isinstance(item, Setting)
                     r = one_peer(item.peer, item, args.jobs, args)
@@ -651,21 +661,32 @@ def summarise(
         if best is None or got[top.label] > medians_of(list(results[best.tag].values()))[rate]:
             best = top
     floor = results.get("floor/16 threads", {})
-    ours = results.get("runlane/postgres", {})
+    # runlane at its default, and at its best setting of the sweep (the loop variant is a
+    # diagnostic, not a setting a user would pick).
+    mine = [t for t in results if t.startswith("runlane") and not t.startswith("runlane@loop")]
+    top = max(mine, key=lambda t: medians_of(list(results[t].values()))[rate], default=None)
     lines = []
-    if floor and ours:
-        ratios = [ours[i][rate] / floor[i]["spawns_per_s"] for i in ours if i in floor]
-        if ratios:
-            lines.append(f"runlane_vs_floor={median(ratios):.3f} (rounds={len(ratios)})")
-    if best is not None and ours:
-        theirs = results[best.tag]
-        ratios = [ours[i][rate] / theirs[i][rate] for i in ours if i in theirs]
-        if ratios:
-            lines.append(
-                f"runlane_vs_best_peer={median(ratios):.3f} ({best.tag}, rounds={len(ratios)})"
-            )
+    for name, tag in (("runlane", "runlane/postgres"), ("runlane_best", top)):
+        if tag is None or tag not in results or (name == "runlane_best" and len(mine) < 2):
+            continue
+        ours = results[tag]
+        label = "" if name == "runlane" else f"{tag}, "
         if floor:
-            ratios = [theirs[i][rate] / floor[i]["spawns_per_s"] for i in theirs if i in floor]
+            ratios = [ours[i][rate] / floor[i]["spawns_per_s"] for i in ours if i in floor]
+            if ratios:
+                lines.append(f"{name}_vs_floor={median(ratios):.3f} ({label}rounds={len(ratios)})")
+        if best is not None:
+            theirs = results[best.tag]
+            ratios = [ours[i][rate] / theirs[i][rate] for i in ours if i in theirs]
+            if ratios:
+                lines.append(
+                    f"{name}_vs_best_peer={median(ratios):.3f} "
+                    f"({label}{best.tag}, rounds={len(ratios)})"
+                )
+    if best is not None and floor:
+        theirs = results[best.tag]
+        ratios = [theirs[i][rate] / floor[i]["spawns_per_s"] for i in theirs if i in floor]
+        if ratios:
             lines.append(f"best_peer_vs_floor={median(ratios):.3f}")
     if lines:
         print("[ratios, median over rounds] " + "  ".join(lines))
