@@ -41,7 +41,7 @@ this work would try; runlane is compared with the best of them, median against m
 round by round in `runlane_vs_best_peer`. The tag names the setting: `dramatiq@2x8` is two
 processes of 8 threads.
   dramatiq       RabbitMQ, its default pika broker, no publisher confirms. Default: one process
-                 per CPU x 8 threads (the `dramatiq` command's); sweep 1x16, CPUSx16, 4x4. Each
+                 per CPU x 8 threads (the `dramatiq` command's); sweep 1x16, CPUSx16, CPUSx32, 4x4. Each
                  process is built as `dramatiq` builds its worker processes, forked from a small
                  supervisor (counted too).
   celery         RabbitMQ (py-amqp), prefetch multiplier 4, results ignored, no result backend,
@@ -57,8 +57,9 @@ processes of 8 threads.
                  Default: `pgq run`'s, batches of 10 and no cap; sweep at most 16 and 32 picked
                  at once (batches of half that).
   runlane        bench/throughput.py --db postgres (its launcher and guardian are the worker).
-                 Default: 16 in flight (RUNLANE_CONCURRENCY's default); sweep twice that, as
-                 the peers' sweeps go to twice the base. Its ratios are given for both: the
+                 Default: 16 in flight (RUNLANE_CONCURRENCY's default); sweep 32 and 64, as
+                 the fastest peer's sweep goes to CPUSx32 (64 threads on two CPUs). Its ratios
+                 are given for both: the
                  default's (`runlane_vs_*`) and the best setting's (`runlane_best_vs_*`).
                  With --runlane-loop a third time with RUNLANE_INLINE_SPAWN=loop.
 Dramatiq and Celery without publisher confirms are not durable: a published job can be lost.
@@ -500,8 +501,8 @@ def settings(concurrency: int) -> list[Setting]:
       procrastinate  a worker's concurrency is 1.
       pgqueuer       `pgq run`: batches of 10 and no cap on jobs in flight.
     The sweep is what a user tuning for this load would try: `concurrency` (16) slots split
-    into processes x threads, and twice that; Celery with prefork processes or threads;
-    procrastinate and PgQueuer at `concurrency` and twice it. Every peer's best setting is
+    into processes x threads, twice that, and Dramatiq at CPUS x twice that; Celery with
+    prefork processes or threads; procrastinate and PgQueuer at `concurrency` and twice it. Every peer's best setting is
     the one runlane is compared with, so none is held to a setting that does not suit it.
     """
     c, c2 = concurrency, 2 * concurrency
@@ -509,6 +510,7 @@ def settings(concurrency: int) -> list[Setting]:
         Setting("dramatiq", f"{CPUS}x8", ("--processes", str(CPUS), "--concurrency", "8"), True),
         Setting("dramatiq", f"1x{c}", ("--processes", "1", "--concurrency", str(c))),
         Setting("dramatiq", f"{CPUS}x{c}", ("--processes", str(CPUS), "--concurrency", str(c))),
+        Setting("dramatiq", f"{CPUS}x{c2}", ("--processes", str(CPUS), "--concurrency", str(c2))),
         Setting("dramatiq", "4x4", ("--processes", "4", "--concurrency", "4")),
         Setting(
             "celery",
@@ -584,10 +586,10 @@ def main() -> None:
     chosen = [s for s in settings(args.concurrency) if s.peer in peers]
     if args.defaults_only:
         chosen = [s for s in chosen if s.default]
-    doubled = f"runlane@{2 * args.concurrency}"
+    swept = {f"runlane@{k * args.concurrency}": k * args.concurrency for k in (2, 4)}
     ours = [
         "runlane",
-        *([] if args.defaults_only else [doubled]),
+        *([] if args.defaults_only else swept),
         *(["runlane@loop"] if args.runlane_loop else []),
     ]
     runs: list[str | Setting] = ["floor", *(ours if "runlane" in peers else []), *chosen]
@@ -603,7 +605,7 @@ def main() -> None:
                 tag = "floor/16 threads"
             elif item == "runlane":
                 tag = "runlane/postgres"
-            elif item in ("runlane@loop", doubled):
+            elif item == "runlane@loop" or item in swept:
                 tag = f"{item}/postgres"
             else:
                 assert isinstance(item, Setting)
@@ -615,8 +617,8 @@ def main() -> None:
                     r = one_runlane(args.jobs, args.concurrency, args)
                 elif item == "runlane@loop":
                     r = one_runlane(args.jobs, args.concurrency, args, spawn="loop")
-                elif item == doubled:
-                    r = one_runlane(args.jobs, 2 * args.concurrency, args)
+                elif isinstance(item, str) and item in swept:
+                    r = one_runlane(args.jobs, swept[item], args)
                 else:
                     assert isinstance(item, Setting)
                     r = one_peer(item.peer, item, args.jobs, args)
