@@ -5,9 +5,10 @@ calls made by hand (no sockets, no HTTP client: only the server's own work is co
 PostgreSQL database seeded as `bench/api_runs.py` seeds it (PostgreSQL's own CPU is another
 process's and is not counted). `GET /runs?…` with a session cookie (logged in through the form)
 and `Accept-Encoding: gzip` as a browser sends it, against `GET /api/v1/runs?…&limit=50` with a
-bearer token; for each filter, `--requests` requests one after the other per side and round
-after a warm-up, the sides alternating. Prints the process CPU per request (ms) per round and
-the medians. `--profile` runs cProfile over `--requests` of each side (no filter) and prints
+bearer token; for each filter, `--requests` requests per side and round after a warm-up,
+one after the other, page and API in turn (so the machine's drift falls on both alike).
+Prints the process CPU per request (ms, the median request) per round and the medians. `--profile` runs cProfile
+over `--requests` of each side (no filter; interleaved too, a profiler per side) and prints
 the functions whose own time differs most, then each side's top functions.
 
     .venv/bin/python bench/web_runs_cpu.py --url postgresql://…/seeded --no-seed
@@ -108,21 +109,30 @@ async def session_cookie(app: Any, secret: str) -> str:
         return value
 
 
-async def cpu_ms(call: Call, n: int) -> float:
-    """Process CPU per call (ms) over `n` calls one after the other."""
-    t0 = time.process_time()
+async def cpu_ms(calls: dict[str, Call], n: int) -> dict[str, float]:
+    """Process CPU (ms) of each of `calls`: the median of `n` calls each, interleaved (one of
+    each in turn), so that the machine's drift falls on every side alike; the median rather
+    than the mean, so that a call the machine's other work slowed does not move it."""
+    spent: dict[str, list[float]] = {side: [] for side in calls}
+    clock = time.process_time
     for _ in range(n):
-        await call()
-    return (time.process_time() - t0) / n * 1000
+        for side, call in calls.items():
+            t0 = clock()
+            await call()
+            spent[side].append(clock() - t0)
+    return {side: median(times) * 1000 for side, times in spent.items()}
 
 
-async def profiled(call: Call, n: int) -> pstats.Stats:
-    profiler = cProfile.Profile()
-    profiler.enable()
+async def profiled(calls: dict[str, Call], n: int) -> dict[str, pstats.Stats]:
+    """cProfile of `n` calls of each of `calls`, interleaved (one of each in turn, a profiler
+    each), so that the machine's drift over the minutes falls on every side alike."""
+    profilers = {side: cProfile.Profile() for side in calls}
     for _ in range(n):
-        await call()
-    profiler.disable()
-    return pstats.Stats(profiler)
+        for side, call in calls.items():
+            profilers[side].enable()
+            await call()
+            profilers[side].disable()
+    return {side: pstats.Stats(p) for side, p in profilers.items()}
 
 
 def own_times(stats: pstats.Stats) -> dict[str, float]:
@@ -174,10 +184,15 @@ async def bench(url: str, args: argparse.Namespace) -> None:
             figures: dict[tuple[str, str], list[float]] = {}
             for rnd in range(1, args.repeat + 1):
                 for name in CASES:
-                    for side, calls in sides.items():
-                        ms = await cpu_ms(calls[name], args.requests)
+                    got = await cpu_ms(
+                        {s: calls[name] for s, calls in sides.items()}, args.requests
+                    )
+                    for side, ms in got.items():
                         figures.setdefault((name, side), []).append(ms)
-                        print(f"round {rnd} {name:<13} {side:<4} {ms:.3f} ms CPU/request")
+                    print(
+                        f"round {rnd} {name:<13} page {got['page']:.3f}  api {got['api']:.3f}"
+                        " ms CPU/request"
+                    )
     print(f"\nCPU per request (ms), medians of {args.repeat} rounds of {args.requests}:")
     for name in CASES:
         page, api = median(figures[(name, "page")]), median(figures[(name, "api")])
@@ -185,7 +200,7 @@ async def bench(url: str, args: argparse.Namespace) -> None:
 
 
 async def profile(sides: dict[str, dict[str, Call]], args: argparse.Namespace) -> None:
-    stats = {side: await profiled(calls["none"], args.requests) for side, calls in sides.items()}
+    stats = await profiled({side: calls["none"] for side, calls in sides.items()}, args.requests)
     page, api = own_times(stats["page"]), own_times(stats["api"])
     diff = {k: page.get(k, 0.0) - api.get(k, 0.0) for k in page.keys() | api.keys()}
     n = args.requests
