@@ -23,6 +23,7 @@ from runlane.service.runtime import Runtime
 from runlane.web.render import page
 from runlane.web.session import (
     PageRoute,
+    ViewerPageRoute,
     WebOperator,
     WebRuntime,
     WebViewer,
@@ -72,7 +73,6 @@ def _query_filters(request: Request) -> tuple[dict[str, str | None], str | None]
     return found, cursor
 
 
-@router.get("/runs")
 async def runs_page(request: Request, rt: WebRuntime, _who: WebViewer) -> Response:
     """The runs newest first, filtered by the GET parameters (`job`, `status`, `trigger`,
     `requested_by`, `since`, `until`), a page at a time ("Older runs" carries the `cursor`).
@@ -113,6 +113,11 @@ async def runs_page(request: Request, rt: WebRuntime, _who: WebViewer) -> Respon
         first_page="/runs?" + urllib.parse.urlencode(filters) if cursor else None,
         live_url=live,
     )
+
+
+# Registered here rather than by a decorator: `route_class_override` (called without FastAPI's
+# per-request solving of its parameters) is an argument of `add_api_route` only.
+router.add_api_route("/runs", runs_page, methods=["GET"], route_class_override=ViewerPageRoute)
 
 
 async def _may_cancel(run: Run, requester: Requester) -> bool:
