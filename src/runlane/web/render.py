@@ -6,7 +6,8 @@ Helpers (template globals): `when(dt, zone=None)` a time as `<time>`, always lab
 zone; `status_badge(status)`; `short_id(id)`; `csrf_field()` the hidden CSRF input of the page's
 session; `duration(seconds)`. The context of every page has `request`, `requester` (who is
 logged in, None on the login page), `csrf_token`, `flash` (messages of the last redirect) and
-`nav` (the active section). `asset(name)` is the versioned URL of a file of `static/`
+`nav` (the active section). `nav_links(nav)` the navigation's items and
+`select_options(values, selected)` a select's options, each built once and kept. `asset(name)` is the versioned URL of a file of `static/`
 (`/static/app.css?v=<hash>`), which the server lets the browser keep for good.
 """
 
@@ -269,6 +270,31 @@ def run_rows(runs: Iterable[Mapping[str, Any]], zone: str | None = None) -> Mark
     return _built("".join(out))
 
 
+@lru_cache(maxsize=16)
+def nav_links(active: str | None) -> Markup:
+    """The main navigation's items (`NAV`), `active` marked as the current page: the same
+    few lines on every page, built once per section instead of escaped on each render."""
+    current = ' aria-current="page"'
+    return _built(
+        "\n      ".join(
+            f'<li><a href="{_text(href)}"{current if key == active else ""}>{_text(label)}</a></li>'
+            for key, label, href in NAV
+        )
+    )
+
+
+@lru_cache(maxsize=256)
+def select_options(values: tuple[str, ...], selected: str | None) -> Markup:
+    """`<option>`s of `values`, the one equal to `selected` selected (a filter's choices: the
+    same few on every runs page, built once per choice made)."""
+    return _built(
+        "".join(
+            f"<option{' selected' if value == selected else ''}>{_text(value)}</option>"
+            for value in values
+        )
+    )
+
+
 @jinja2.pass_context
 def csrf_field(context: jinja2.runtime.Context) -> Markup:
     """The hidden CSRF input every form of the page carries (`csrf_token` of the context)."""
@@ -293,6 +319,8 @@ def _environment() -> jinja2.Environment:
         duration=duration,
         csrf_field=csrf_field,
         run_rows=run_rows,
+        nav_links=nav_links,
+        select_options=select_options,
         asset=asset,
         NAV=NAV,
     )

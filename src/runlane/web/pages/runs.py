@@ -40,6 +40,9 @@ TAIL_BYTES = 256 * 1024
 # How many lines the live log keeps in the page (log.js drops the oldest beyond).
 LIVE_LINES = 2000
 FILTERS = ("job", "status", "trigger", "requested_by", "since", "until")
+# The filter form's choices (tuples: `render.select_options` keeps their options built).
+STATUS_CHOICES = tuple(s.value for s in RunStatus)
+TRIGGER_CHOICES = tuple(t.value for t in Trigger)
 MAX_FILTER_CHARS = 200
 MAX_CURSOR_CHARS = 400
 # How the executors name a run's execution (`external_id`) on the run page.
@@ -106,8 +109,8 @@ async def runs_page(request: Request, rt: WebRuntime, _who: WebViewer) -> Respon
         runs=items,
         filters=filters,
         given={k: v or "" for k, v in given.items()},
-        statuses=[s.value for s in RunStatus],
-        triggers=[t.value for t in Trigger],
+        statuses=STATUS_CHOICES,
+        triggers=TRIGGER_CHOICES,
         error=error,
         older=older,
         first_page="/runs?" + urllib.parse.urlencode(filters) if cursor else None,
