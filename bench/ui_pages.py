@@ -12,7 +12,10 @@ against `runlane serve` (launcher and HTTP server in one process) on PostgreSQL:
   start to the paint of the server-rendered tail, Element Timing on the log, which must show
   the log's last line inside the viewport), and, while the run prints a
   line every 100 ms with its wall-clock time in it, how long each new line takes to reach the
-  page (a MutationObserver notes when it arrives), p50/p95.
+  page (a MutationObserver notes when it arrives), p50/p95. The run page is opened in a new
+  tab each time (`--repeat`), and then `--paints` times in the same tab, by a click on the
+  run's link on `/runs?job=biglog` (how a person opens a run); beside both, the floor of each
+  mode: `/healthz`'s first contentful paint in a new tab and in the same tab.
 
     .venv/bin/python bench/ui_pages.py                       # the figures (several minutes)
     .venv/bin/python bench/ui_pages.py --quick               # smoke: tiny sizes
@@ -289,6 +292,88 @@ PAINTED = r"""
 """
 
 
+# When the page's first contentful paint happened (from navigation start): the floor of a
+# page that has no log, such as `/healthz` (15 bytes of JSON, no stylesheet, no script).
+FIRST_PAINT = r"""
+() => new Promise(done => {
+  new PerformanceObserver(list => {
+    for (const e of list.getEntries()) {
+      if (e.name === 'first-contentful-paint') done(e.startTime);
+    }
+  }).observe({type: 'paint', buffered: true});
+})
+"""
+
+
+# Where an opening's time went: the navigation's first byte, its last byte, DOMContentLoaded,
+# and the end of the last stylesheet it loaded (from navigation start, ms).
+NAVIGATION_PARTS = (
+    "() => { const n = performance.getEntriesByType('navigation')[0];"
+    " const r = performance.getEntriesByType('resource');"
+    " return [n.responseStart, n.responseEnd, n.domContentLoadedEventStart,"
+    " Math.max(0, ...r.filter(x => x.initiatorType === 'link').map(x => x.responseEnd))]; }"
+)
+
+
+def parts_text(breakdown: list[list[float]]) -> str:
+    """The medians of `NAVIGATION_PARTS` over the openings."""
+    return (
+        f"first byte {median([b[0] for b in breakdown]):.0f} ms, "
+        f"HTML {median([b[1] for b in breakdown]):.0f} ms, "
+        f"DOM {median([b[2] for b in breakdown]):.0f} ms, "
+        f"stylesheets {median([b[3] for b in breakdown]):.0f} ms"
+    )
+
+
+def same_tab_paints(base: str, context: Any, run_id: str, count: int) -> dict[str, str]:
+    """The log's paint when the run is opened as a person opens it, from the runs page in the
+    same tab (a click on its link: navigation start to the Element Timing paint of the log),
+    and `/healthz`'s first paint in a new tab and in the same tab: the floor of each mode (a
+    new tab of Chromium 156 builds its omnibox first, 20-70 ms of CPU that is not ours).
+    `count` of each; their medians."""
+    runs_list = f"{base}/runs?job=biglog"
+    link = f'a[href="/runs/{run_id}"]'
+    tab = context.new_page()
+    log_paints: list[float] = []
+    breakdown: list[list[float]] = []
+    shown = 0
+    for _ in range(count):
+        tab.goto(runs_list, wait_until="domcontentloaded")
+        with tab.expect_navigation(wait_until="domcontentloaded"):
+            tab.locator(link).first.click()
+        paint, _fcp, visible = tab.evaluate(PAINTED)
+        log_paints.append(paint)
+        shown += bool(visible)
+        breakdown.append(tab.evaluate(NAVIGATION_PARTS))
+    same_floor: list[float] = []
+    for _ in range(count):
+        tab.goto(runs_list, wait_until="domcontentloaded")
+        tab.goto(f"{base}/healthz", wait_until="domcontentloaded")
+        same_floor.append(tab.evaluate(FIRST_PAINT))
+    tab.close()
+    new_floor: list[float] = []
+    for _ in range(count):
+        fresh = context.new_page()
+        fresh.goto(f"{base}/healthz", wait_until="domcontentloaded")
+        new_floor.append(fresh.evaluate(FIRST_PAINT))
+        fresh.close()
+
+    def listed(values: list[float]) -> str:
+        return ", ".join(f"{v:.0f}" for v in values)
+
+    return {
+        "log painted, same tab": (
+            f"median {median(log_paints):.0f} ms (of {count}: {listed(log_paints)}; clicked "
+            f"from /runs?job=biglog; the last line in the viewport in {shown} of {count})"
+        ),
+        "same-tab log page, medians": parts_text(breakdown),
+        "/healthz painted, new tab": f"median {median(new_floor):.0f} ms ({listed(new_floor)})",
+        "/healthz painted, same tab": (
+            f"median {median(same_floor):.0f} ms ({listed(same_floor)})"
+        ),
+    }
+
+
 def big_log(
     base: str,
     context: Any,
@@ -329,13 +414,7 @@ def big_log(
                 )
             opened.append(paint)
             first_paints.append(fcp)
-            parts = page.evaluate(
-                "() => { const n = performance.getEntriesByType('navigation')[0];"
-                " const r = performance.getEntriesByType('resource');"
-                " return [n.responseStart, n.responseEnd, n.domContentLoadedEventStart,"
-                " Math.max(0, ...r.filter(x => x.initiatorType === 'link').map(x => x.responseEnd))]; }"
-            )
-            breakdown.append(parts)
+            breakdown.append(page.evaluate(NAVIGATION_PARTS))
             page.wait_for_function(
                 f"() => [...window.__ticks.keys()].filter(k => Number(k) > {first_seq}).length >= {args.lines}",
                 timeout=args.lines * 1000 + 30_000,
@@ -343,20 +422,17 @@ def big_log(
             ticks = page.evaluate("() => [...window.__ticks.entries()]")
             latencies += [seen - wrote for seq, (wrote, seen) in ticks if int(seq) > first_seq]
             page.close()
+        same_tab = same_tab_paints(base, context, run_id, args.paints)
         return {
             "log size": f"{size / 2**20:.0f} MiB",
-            "log last lines painted": (
+            "log painted, new tab": (
                 f"median {median(opened):.0f} ms (of {len(opened)} openings; "
                 f"first contentful paint {median(first_paints):.0f} ms; "
                 f"the last line in the viewport in {shown} of {len(opened)})"
             ),
-            "log page, medians": (
-                f"first byte {median([b[0] for b in breakdown]):.0f} ms, "
-                f"HTML {median([b[1] for b in breakdown]):.0f} ms, "
-                f"DOM {median([b[2] for b in breakdown]):.0f} ms, "
-                f"stylesheets {median([b[3] for b in breakdown]):.0f} ms"
-            ),
+            "log page, medians": parts_text(breakdown),
             "log new line to browser": f"p50={percentile(latencies, 50):.0f} ms p95={percentile(latencies, 95):.0f} ms ({len(latencies)} lines)",
+            **same_tab,
         }
     finally:
         stop.touch()
@@ -410,6 +486,12 @@ def main() -> None:
     ap.add_argument("--log-mb", type=int, default=100, help="the big log's size")
     ap.add_argument("--requests", type=int, default=100, help="GETs per case and round")
     ap.add_argument("--lines", type=int, default=50, help="new log lines timed per opening")
+    ap.add_argument(
+        "--paints",
+        type=int,
+        default=5,
+        help="openings of the run page in the same tab, and of /healthz in each mode",
+    )
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--url", help="a database to use instead of a scratch one (kept)")
     ap.add_argument("--no-seed", action="store_true", help="with --url: it is seeded already")
@@ -427,6 +509,7 @@ def main() -> None:
             5,
             1,
         )
+        args.paints = 2
     with contextlib.ExitStack() as stack:
         if args.url:
             url = args.url

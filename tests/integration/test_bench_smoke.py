@@ -49,6 +49,11 @@ CASES = [
     ("schedule_tick.py", "--jobs 100 --short", r"\d+\.\d+ ms CPU"),
     ("spawn.py", "--spawns 50 --repeats 1", r"RSS \d+\.\d+ MiB"),
     ("store_micro.py", "--runs 50 --workers 2", r"[\d,]+ runs/s"),
+    (
+        "web_runs_cpu.py",
+        "--rows 2000 --requests 10 --warm 2 --repeat 1",
+        r"none +page \d+\.\d+ +api \d+\.\d+ +difference [+-]\d+\.\d+",
+    ),
     ("throughput.py", "--quick --db sqlite", r"runs_per_s=\d+\.\d+"),
     ("throughput.py", "--quick --db postgres", r"cpu_ms_per_run=\d+\.\d+"),
     (

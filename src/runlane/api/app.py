@@ -11,7 +11,8 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from starlette.middleware.cors import CORSMiddleware
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Match, Route
+from starlette.types import Receive, Scope, Send
 
 from runlane import __version__
 from runlane.api import metrics
@@ -29,7 +30,7 @@ from runlane.mcp.http import MCP_PATH, streamable_http
 from runlane.service.config import Settings
 from runlane.service.metrics import LauncherMetrics
 from runlane.service.runtime import Runtime, open_runtime
-from runlane.web import mount_static
+from runlane.web import PAGE_ROUTERS, mount_static
 from runlane.web import router as web_router
 
 API_PREFIX = "/api/v1"
@@ -92,6 +93,8 @@ def create_app(
         app.state.launcher_metrics = launcher_metrics
         app.include_router(metrics.router)
     app.include_router(web_router)  # the web UI's pages (docs/ui.md)
+    pages = app.router.routes.pop()
+    app.router.routes.insert(0, PagesFirst(pages, page_sections()))
     mount_static(app)
     # Outermost last: the headers go on every answer, a refusal of the limits included.
     app.add_middleware(RequestTimeout, seconds=settings.http_request_timeout)
@@ -119,6 +122,43 @@ def create_app(
         return JSONResponse(app.openapi())
 
     return app
+
+
+def page_sections() -> frozenset[str]:
+    """The first path segments of the web UI's pages (`jobs` of `/jobs/{job}`, `` of `/`)."""
+    return frozenset(
+        route.path.lstrip("/").split("/", 1)[0]
+        for pages in PAGE_ROUTERS
+        for route in pages.routes
+        if isinstance(route, Route)
+    )
+
+
+class PagesFirst(BaseRoute):
+    """The web UI's router, tried before the API's routes, and only for a path in one of the
+    pages' sections (`page_sections`): FastAPI matches routes one by one, so a page (`/runs`)
+    was found only after every API route had been tried (84 µs against 23 µs for
+    `/api/v1/runs`), while an API request passes this by one set lookup. Pages and API routes
+    share no path, so which is tried first decides nothing else."""
+
+    def __init__(self, pages: BaseRoute, sections: frozenset[str]) -> None:
+        if any("{" in section for section in sections):
+            raise ValueError(f"a page path starts with a parameter: {sorted(sections)}")
+        self.pages = pages
+        self.sections = sections
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        if scope["type"] == "http":
+            section = scope["path"].lstrip("/").split("/", 1)[0]
+            if section in self.sections:
+                return self.pages.matches(scope)
+        return Match.NONE, {}
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.pages.handle(scope, receive, send)
+
+    def url_path_for(self, name: str, /, **path_params: Any) -> Any:
+        return self.pages.url_path_for(name, **path_params)
 
 
 def openapi_of(app: FastAPI) -> dict[str, Any]:

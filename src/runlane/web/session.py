@@ -201,22 +201,78 @@ def render_error(request: Request, exc: RunlaneError) -> Response:
     )
 
 
+def answering_errors(
+    handler: Callable[[Request], Coroutine[Any, Any, Response]],
+) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+    """`handler` with a page's answers to errors: a `LoginRequired` becomes 303 to the login
+    page, any `RunlaneError` a page (error.html) with its status."""
+
+    async def handle(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except LoginRequired as exc:
+            query = urllib.parse.urlencode({"next": safe_next(exc.next_path)})
+            return RedirectResponse(f"/login?{query}", status_code=303)
+        except RunlaneError as exc:
+            if exc.http_status >= 500:
+                log.warning("web.page_failed", code=exc.code, path=request.url.path)
+            return render_error(request, exc)
+
+    return handle
+
+
 class PageRoute(APIRoute):
     """The UI's routes: a `LoginRequired` becomes 303 to the login page, and any `RunlaneError`
     a page (error.html) with its status, never a JSON problem or a traceback."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
-        handler = super().get_route_handler()
+        return answering_errors(super().get_route_handler())
 
-        async def handle(request: Request) -> Response:
-            try:
-                return await handler(request)
-            except LoginRequired as exc:
-                query = urllib.parse.urlencode({"next": safe_next(exc.next_path)})
-                return RedirectResponse(f"/login?{query}", status_code=303)
-            except RunlaneError as exc:
-                if exc.http_status >= 500:
-                    log.warning("web.page_failed", code=exc.code, path=request.url.path)
-                return render_error(request, exc)
 
-        return handle
+class ViewerPageRoute(PageRoute):
+    """A busy page that only reads: its endpoint is `async def page(request, rt: WebRuntime,
+    who: WebViewer)` and takes nothing else (it reads its query itself), so it is called with
+    `runtime_of` and `web_viewer` directly, in that order, as FastAPI would call them, without
+    FastAPI's per-request solving of its parameters (a tenth of the runs page's own CPU, which
+    is to be the API's: the API's run list does the same, `api.routes.runs.RunListRoute`).
+    An endpoint with any other parameter is refused when the route is made; one included with
+    its router's dependencies when FastAPI builds that handler (at the first request): never
+    called without them."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        dependant = _effective_dependant(self)
+        solved = [d.call for d in dependant.dependencies]
+        extra = (
+            dependant.path_params
+            or dependant.query_params
+            or dependant.header_params
+            or dependant.cookie_params
+            or dependant.body_params
+        )
+        if extra or solved != [runtime_of, web_viewer] or self.methods != {"GET"}:
+            raise TypeError(
+                f"{self.path}: a ViewerPageRoute endpoint takes (request, rt: WebRuntime, "
+                "who: WebViewer) only, for GET, with no dependencies of its router"
+            )
+        endpoint = self.endpoint
+
+        async def direct(request: Request) -> Response:
+            rt = await runtime_of(request)
+            who = await web_viewer(request, rt)
+            response: Response = await endpoint(request, rt, who)
+            return response
+
+        return answering_errors(direct)
+
+
+def _effective_dependant(route: APIRoute) -> Any:
+    """The dependant FastAPI solves for `route` as it is included (its routers' dependencies
+    combined with its own), found as `APIRoute.get_route_handler` finds it (FastAPI 0.165's
+    included-route context; without one, the route's own)."""
+    from fastapi import routing
+
+    var = getattr(routing, "_effective_route_context_var", None)
+    context = var.get() if var is not None else None
+    if context is not None and context.original_route is route:
+        return context.dependant
+    return route.dependant

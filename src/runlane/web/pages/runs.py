@@ -23,6 +23,7 @@ from runlane.service.runtime import Runtime
 from runlane.web.render import page
 from runlane.web.session import (
     PageRoute,
+    ViewerPageRoute,
     WebOperator,
     WebRuntime,
     WebViewer,
@@ -39,6 +40,9 @@ TAIL_BYTES = 256 * 1024
 # How many lines the live log keeps in the page (log.js drops the oldest beyond).
 LIVE_LINES = 2000
 FILTERS = ("job", "status", "trigger", "requested_by", "since", "until")
+# The filter form's choices (tuples: `render.select_options` keeps their options built).
+STATUS_CHOICES = tuple(s.value for s in RunStatus)
+TRIGGER_CHOICES = tuple(t.value for t in Trigger)
 MAX_FILTER_CHARS = 200
 MAX_CURSOR_CHARS = 400
 # How the executors name a run's execution (`external_id`) on the run page.
@@ -72,7 +76,6 @@ def _query_filters(request: Request) -> tuple[dict[str, str | None], str | None]
     return found, cursor
 
 
-@router.get("/runs")
 async def runs_page(request: Request, rt: WebRuntime, _who: WebViewer) -> Response:
     """The runs newest first, filtered by the GET parameters (`job`, `status`, `trigger`,
     `requested_by`, `since`, `until`), a page at a time ("Older runs" carries the `cursor`).
@@ -106,13 +109,18 @@ async def runs_page(request: Request, rt: WebRuntime, _who: WebViewer) -> Respon
         runs=items,
         filters=filters,
         given={k: v or "" for k, v in given.items()},
-        statuses=[s.value for s in RunStatus],
-        triggers=[t.value for t in Trigger],
+        statuses=STATUS_CHOICES,
+        triggers=TRIGGER_CHOICES,
         error=error,
         older=older,
         first_page="/runs?" + urllib.parse.urlencode(filters) if cursor else None,
         live_url=live,
     )
+
+
+# Registered here rather than by a decorator: `route_class_override` (called without FastAPI's
+# per-request solving of its parameters) is an argument of `add_api_route` only.
+router.add_api_route("/runs", runs_page, methods=["GET"], route_class_override=ViewerPageRoute)
 
 
 async def _may_cancel(run: Run, requester: Requester) -> bool:
