@@ -92,9 +92,13 @@ def create_app(
     if settings.metrics_enabled:
         app.state.launcher_metrics = launcher_metrics
         app.include_router(metrics.router)
+    before = len(app.router.routes)
     app.include_router(web_router)  # the web UI's pages (docs/ui.md)
-    pages = app.router.routes.pop()
-    app.router.routes.insert(0, PagesFirst(pages, page_sections()))
+    if len(app.router.routes) == before + 1:
+        # FastAPI adds an included router as one route (0.165): tried first, for the pages'
+        # own paths. A FastAPI that adds the router's routes one by one leaves them where
+        # they are, after the API's: slower to find, never wrong.
+        app.router.routes.insert(0, PagesFirst(app.router.routes.pop(), page_sections()))
     mount_static(app)
     # Outermost last: the headers go on every answer, a refusal of the limits included.
     app.add_middleware(RequestTimeout, seconds=settings.http_request_timeout)
