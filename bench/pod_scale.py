@@ -351,6 +351,7 @@ async def through_launcher(
     launcher = Launcher(store=store, catalog=catalog, executors={"pod": ex}, settings=settings)
     recorded = "SELECT count(*) FROM run_log WHERE external_id IS NOT NULL"
     rss_start = rss_mib()
+    anon_start = rss_mib("RssAnon")
     reset_peak_rss()
     if trace_memory:
         tracemalloc.start(8)
@@ -361,10 +362,15 @@ async def through_launcher(
     task = asyncio.create_task(launcher.run())
     try:
         async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as db:
+            fullest: tuple[int, tracemalloc.Snapshot] | None = None  # (traced bytes, then)
             while True:  # the launcher records a run's Job name right after creating the Job
                 row = await (await db.execute(recorded)).fetchone()
                 if row is not None and row[0] >= runs:
                     break
+                if trace_memory:
+                    traced = tracemalloc.get_traced_memory()[0]
+                    if fullest is None or traced > fullest[0] * 1.05:
+                        fullest = (traced, tracemalloc.take_snapshot())
                 await asyncio.sleep(0.05)
         if profile is not None:
             profile.disable()
@@ -372,7 +378,12 @@ async def through_launcher(
         cpu = time.process_time() - cpu0
         rss = rss_mib()
         peak = rss_mib("VmHWM")
+        anon, file = rss_mib("RssAnon"), rss_mib("RssFile")
         if trace_memory:
+            if fullest is not None:
+                print(f"  during the burst, at its fullest look ({fullest[0] / 2**20:.1f} MiB):")
+                print_memory(fullest[1], trace_memory, runs)
+            print("  once every Job name is recorded:")
             print_memory(tracemalloc.take_snapshot(), trace_memory, runs)
             tracemalloc.stop()
     finally:
@@ -386,17 +397,20 @@ async def through_launcher(
         "rss_mib": rss,
         "peak_rss_mib": peak,
         "rss_at_start_mib": rss_start,
+        "anon_growth_mib": anon - anon_start,
+        "rss_file_mib": file,
     }
 
 
 def print_memory(snapshot: tracemalloc.Snapshot, top: int, runs: int) -> None:
-    """What the launcher holds with every run started: by line, then by module."""
+    """What the launcher holds in `snapshot`: by line, then by module."""
     here = str(Path(__file__).resolve().parent)
     snapshot = snapshot.filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
     current, peak = tracemalloc.get_traced_memory()
+    held = sum(stat.size for stat in snapshot.statistics("filename"))
     print(
-        f"  tracemalloc: {current / 2**20:.1f} MiB held ({current / runs / 1024:.1f} KiB per run), "
-        f"peak {peak / 2**20:.1f} MiB"
+        f"  tracemalloc: {held / 2**20:.1f} MiB held ({held / runs / 1024:.1f} KiB per run); "
+        f"now {current / 2**20:.1f}, peak so far {peak / 2**20:.1f} MiB"
     )
     for stat in snapshot.statistics("lineno")[:top]:
         frame = stat.traceback[0]
