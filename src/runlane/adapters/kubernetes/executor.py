@@ -4,7 +4,7 @@
   labels name the same run and attempt (else `name_collision`). A lost create response followed
   by a retry therefore never makes a second Job. Params too large for the environment go into a
   ConfigMap owned by the Job.
-- `events` reads the namespace's shared watch (watch.py) through a per-run queue of nudges and
+- `events` reads the namespace's shared watch (watch.py) through a per-run wake-up (`Nudges`) and
   the pure classifier (diagnose.py); it never polls and never opens a watch of its own.
 - Pending past `start_timeout`, or a pending reason that never resolves (InvalidImageName), or
   a Job the cluster failed to stop at its deadline: pod events (and the log tail) are saved,
@@ -303,7 +303,7 @@ class PodExecutor:
     async def events(self, execution: Execution) -> AsyncIterator[ExecutionEvent]:
         run = _run_of(execution)
         watch = run.watch
-        queue = watch.subscribe(run.name)
+        nudges = watch.subscribe(run.name)
         try:
             await watch.wait_synced()
             announced: str | None = None
@@ -410,7 +410,7 @@ class PodExecutor:
                         return
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(max(0.0, wake_at - self._now())):
-                        await queue.get()
+                        await nudges.get()
         finally:
             run.finished = True
             watch.unsubscribe(run.name)
