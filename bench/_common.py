@@ -21,6 +21,9 @@ import psycopg
 os.environ.setdefault("RUNLANE_HTTP_ADDR", "off")
 
 PG_URL = os.environ.get("RUNLANE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+# Put before every scratch database's name (several engineers sharing one server keep theirs
+# apart): tests/support/postgres.py reads it too.
+DB_PREFIX = os.environ.get("RUNLANE_TEST_DB_PREFIX", "")
 
 CATALOG = """
 version: 1
@@ -38,7 +41,7 @@ def scratch_database(kind: str, workdir: Path) -> Iterator[str]:
     if kind == "sqlite":
         yield f"sqlite:///{workdir / f'bench-{uuid.uuid4().hex[:6]}.db'}"
         return
-    name = f"runlane_bench_{uuid.uuid4().hex[:8]}"
+    name = f"{DB_PREFIX}runlane_bench_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(PG_URL, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:

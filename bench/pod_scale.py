@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import cProfile
 import json
 import logging
 import re
@@ -32,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -60,10 +63,17 @@ from runlane.service.wiring import store_from_url
 NS = "default"
 
 
-def rss_mib() -> float:
+def rss_mib(field: str = "VmRSS") -> float:
+    """This process's resident memory now (VmRSS), or its peak (VmHWM) since `reset_peak_rss`."""
     text = Path("/proc/self/status").read_text()
-    match = re.search(r"VmRSS:\s+(\d+) kB", text)
+    match = re.search(rf"{field}:\s+(\d+) kB", text)
     return int(match.group(1)) / 1024 if match else float("nan")
+
+
+def reset_peak_rss() -> None:
+    """VmHWM starts again from the current RSS (Linux: `5` into clear_refs)."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
 
 
 @contextmanager
@@ -306,10 +316,20 @@ jobs:
 
 
 async def through_launcher(
-    kubeconfig: Path, database_url: str, workdir: Path, runs: int, qps: float, in_flight: int
+    kubeconfig: Path,
+    database_url: str,
+    workdir: Path,
+    runs: int,
+    qps: float,
+    in_flight: int,
+    *,
+    profile: cProfile.Profile | None = None,
+    trace_memory: int = 0,
 ) -> dict[str, float]:
     """N queued pod runs on PostgreSQL, then a launcher (concurrency N) started on them: the
-    claims, the Job creates, the fenced write of each run's Job name."""
+    claims, the Job creates, the fenced write of each run's Job name. With `profile`, the
+    launcher's burst (from its start until every Job name is recorded) runs under it; with
+    `trace_memory`, the top allocation sites still held once all are recorded are printed."""
     catalog_path = workdir / "pods.yaml"
     catalog_path.write_text(LAUNCHER_CATALOG.format(runs=runs))
     catalog = load_catalog(catalog_path)
@@ -330,25 +350,101 @@ async def through_launcher(
     ex = executor(kubeconfig, qps=qps, in_flight=in_flight)
     launcher = Launcher(store=store, catalog=catalog, executors={"pod": ex}, settings=settings)
     recorded = "SELECT count(*) FROM run_log WHERE external_id IS NOT NULL"
+    rss_start = rss_mib()
+    anon_start = rss_mib("RssAnon")
+    reset_peak_rss()
+    if trace_memory:
+        tracemalloc.start(8)
     cpu0 = time.process_time()
     t0 = time.monotonic()
+    if profile is not None:
+        profile.enable()
     task = asyncio.create_task(launcher.run())
     try:
         async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as db:
+            fullest: tuple[int, tracemalloc.Snapshot] | None = None  # (traced bytes, then)
             while True:  # the launcher records a run's Job name right after creating the Job
                 row = await (await db.execute(recorded)).fetchone()
                 if row is not None and row[0] >= runs:
                     break
+                if trace_memory:
+                    traced = tracemalloc.get_traced_memory()[0]
+                    if fullest is None or traced > fullest[0] * 1.05:
+                        fullest = (traced, tracemalloc.take_snapshot())
                 await asyncio.sleep(0.05)
+        if profile is not None:
+            profile.disable()
         elapsed = time.monotonic() - t0
         cpu = time.process_time() - cpu0
         rss = rss_mib()
+        peak = rss_mib("VmHWM")
+        anon, file = rss_mib("RssAnon"), rss_mib("RssFile")
+        # Then until the launcher's watch has caught up: every run's pod in its cache, Running.
+        # The CPU to there is like for like whether the watch kept up during the burst or
+        # listed everything at its end.
+        async with asyncio.timeout(300):
+            await ex.watches[NS].wait_stats(lambda _: watch_caught_up(ex, runs))
+        caught_up = time.monotonic() - t0
+        cpu_caught_up = time.process_time() - cpu0
+        if trace_memory:
+            if fullest is not None:
+                print(f"  during the burst, at its fullest look ({fullest[0] / 2**20:.1f} MiB):")
+                print_memory(fullest[1], trace_memory, runs)
+            print("  once every Job name is recorded:")
+            print_memory(tracemalloc.take_snapshot(), trace_memory, runs)
+            tracemalloc.stop()
     finally:
         launcher.stop()
         await task
         await ex.aclose()
         await store.close()
-    return {"recorded_s": elapsed, "cpu_ms_per_run": cpu * 1000 / runs, "rss_mib": rss}
+    return {
+        "recorded_s": elapsed,
+        "cpu_ms_per_run": cpu * 1000 / runs,
+        "rss_mib": rss,
+        "peak_rss_mib": peak,
+        "rss_at_start_mib": rss_start,
+        "caught_up_s": caught_up,
+        "cpu_ms_per_run_caught_up": cpu_caught_up * 1000 / runs,
+        "anon_growth_mib": anon - anon_start,
+        "rss_file_mib": file,
+    }
+
+
+def watch_caught_up(ex: PodExecutor, runs: int) -> bool:
+    """The executor's shared watch holds `runs` Jobs and as many pods, every pod Running."""
+    watch = ex.watches.get(NS)
+    if watch is None or watch.counts() != {"jobs": runs, "pods": runs}:
+        return False
+    pods = watch._state["pods"].entries.values()  # the bench reads the cache it measures
+    return all((e.obj.get("status") or {}).get("phase") == "Running" for e in pods)
+
+
+def print_memory(snapshot: tracemalloc.Snapshot, top: int, runs: int) -> None:
+    """What the launcher holds in `snapshot`: by line, then by module."""
+    here = str(Path(__file__).resolve().parent)
+    snapshot = snapshot.filter_traces([tracemalloc.Filter(False, tracemalloc.__file__)])
+    current, peak = tracemalloc.get_traced_memory()
+    held = sum(stat.size for stat in snapshot.statistics("filename"))
+    print(
+        f"  tracemalloc: {held / 2**20:.1f} MiB held ({held / runs / 1024:.1f} KiB per run); "
+        f"now {current / 2**20:.1f}, peak so far {peak / 2**20:.1f} MiB"
+    )
+    for stat in snapshot.statistics("lineno")[:top]:
+        frame = stat.traceback[0]
+        name = frame.filename.replace(here, "bench").split("site-packages/")[-1]
+        name = name.split("/src/")[-1]
+        print(
+            f"    {stat.size / 2**20:7.2f} MiB {stat.count:8d} blocks "
+            f"{stat.size / runs:8.0f} B/run  {name}:{frame.lineno}"
+        )
+    by_module: Counter[str] = Counter()
+    for stat in snapshot.statistics("filename"):
+        name = stat.traceback[0].filename.split("site-packages/")[-1].split("/src/")[-1]
+        by_module[name] += stat.size
+    print("  by module:")
+    for name, size in by_module.most_common(top):
+        print(f"    {size / 2**20:7.2f} MiB {size / runs:8.0f} B/run  {name}")
 
 
 def main() -> None:
@@ -372,6 +468,20 @@ def main() -> None:
         action="store_true",
         help="instead: N queued runs through the real launcher on PostgreSQL "
         "(RUNLANE_TEST_POSTGRES_URL's server)",
+    )
+    parser.add_argument(
+        "--cprofile",
+        metavar="FILE",
+        help="with --launcher: the burst (launcher start until every Job name is recorded) "
+        "under cProfile, written to FILE (FILE.<runs>.<repeat> with several repeats)",
+    )
+    parser.add_argument(
+        "--tracemalloc",
+        metavar="TOP",
+        type=int,
+        default=0,
+        help="with --launcher: trace allocations during the burst and print the TOP sites "
+        "still held once every Job name is recorded (slows the launcher: not for timings)",
     )
     args = parser.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
@@ -436,6 +546,7 @@ def launcher_figures(args: argparse.Namespace) -> None:
     for runs in args.runs:
         samples = []
         for i in range(args.repeats):
+            profile = cProfile.Profile() if args.cprofile else None
             with (
                 tempfile.TemporaryDirectory() as tmp,
                 scratch_database("postgres", Path(tmp)) as database_url,
@@ -443,9 +554,20 @@ def launcher_figures(args: argparse.Namespace) -> None:
             ):
                 sample = asyncio.run(
                     through_launcher(
-                        kubeconfig, database_url, Path(tmp), runs, args.qps, args.in_flight
+                        kubeconfig,
+                        database_url,
+                        Path(tmp),
+                        runs,
+                        args.qps,
+                        args.in_flight,
+                        profile=profile,
+                        trace_memory=args.tracemalloc,
                     )
                 )
+            if profile is not None:
+                out = args.cprofile if args.repeats == 1 else f"{args.cprofile}.{runs}.{i + 1}"
+                profile.dump_stats(out)
+                print(f"  cProfile of the burst written to {out}")
             samples.append(sample)
             print(
                 f"  launcher, {runs} runs, repeat {i + 1}: "
@@ -455,8 +577,17 @@ def launcher_figures(args: argparse.Namespace) -> None:
         print(
             f"{runs} queued pod runs through the launcher (PostgreSQL), median of {args.repeats}: "
             f"all Jobs created and recorded {med['recorded_s']:.2f} s after it started, "
-            f"{med['cpu_ms_per_run']:.2f} ms launcher CPU per run, RSS {med['rss_mib']:.1f} MiB"
+            f"{med['cpu_ms_per_run']:.2f} ms launcher CPU per run ({med['cpu_ms_per_run_caught_up']:.2f} "
+            f"until its watch had every pod Running, {med['caught_up_s']:.2f} s), "
+            f"RSS {med['rss_mib']:.1f} MiB "
+            f"(peak {med['peak_rss_mib']:.1f}; {med['rss_at_start_mib']:.1f} with the runs queued, "
+            "before the launcher started)"
         )
+        if args.repeats > 1:
+            print(
+                "  (repeats run in one process: a later one's RSS includes what earlier ones "
+                "left allocated; for memory, run --repeats 1 per process)"
+            )
 
 
 if __name__ == "__main__":

@@ -271,7 +271,10 @@ async def test_shutdown_leaves_pod_runs_at_once_for_the_next_launcher(
     run = await store.get_run(run_id)
     assert run.status == RunStatus.RUNNING
     assert run.external_id is not None
-    assert kube.state.pods_of(run.external_id.split("/", 1)[1])  # the Job and its pod are there
+    # The Job and its pod are there (the fake's controllers make the pod a moment after the
+    # Job: wait for them, in a thread, rather than race them).
+    await asyncio.to_thread(kube.state.wait_idle)
+    assert kube.state.pods_of(run.external_id.split("/", 1)[1])
 
 
 async def test_a_pod_run_that_ended_while_no_launcher_watched_keeps_its_end_time(

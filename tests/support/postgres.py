@@ -18,6 +18,10 @@ from psycopg import sql
 
 PG_URL = os.environ.get("RUNLANE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
+# Put before every scratch database's name (several engineers sharing one server keep theirs
+# apart, and can drop what a killed run left behind by that prefix).
+DB_PREFIX = os.environ.get("RUNLANE_TEST_DB_PREFIX", "")
+
 # Kept by `truncate_all`: which migrations the database has (emptying it would re-run them).
 MIGRATIONS_TABLE = "schema_migrations"
 
@@ -41,14 +45,14 @@ def require_postgres() -> None:
 
 @contextlib.contextmanager
 def scratch_database(prefix: str) -> Iterator[str]:
-    """A new, empty database named `<prefix>_<random>` on the test server; its URL (which
+    """A new, empty database named `[RUNLANE_TEST_DB_PREFIX]<prefix>_<random>` on the test server; its URL (which
     `store_from_url` takes too). Dropped at the end (connections still open are cut)."""
     try:
         admin = psycopg.connect(PG_URL, autocommit=True, connect_timeout=5)
     except psycopg.OperationalError as exc:
         postgres_unreachable(str(exc).strip().splitlines()[0])
         raise  # unreachable: skip/fail raise
-    name = f"{prefix}_{secrets.token_hex(4)}"
+    name = f"{DB_PREFIX}{prefix}_{secrets.token_hex(4)}"
     with admin:
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
     try:

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
@@ -26,6 +27,7 @@ import httpx2 as httpx
 from lightkube.config.client_adapter import ConnectionParams
 from lightkube.config.kubeconfig import SingleConfig
 
+from runlane.adapters.kubernetes.pool import StackPool
 from runlane.errors import PermanentExecutorError, TemporaryExecutorError
 
 Json = dict[str, Any]
@@ -118,6 +120,9 @@ def _retry_after(resp: httpx.Response, default: float) -> float:
 
 DEFAULT_MAX_IN_FLIGHT = 32
 
+_JSON_CONTENT = {"Content-Type": "application/json"}
+_encode = json.JSONEncoder().encode
+
 
 class KubeApi:
     """JSON requests to one API server, rate-limited and counted (`counts["POST jobs"]`).
@@ -154,13 +159,29 @@ class KubeApi:
         **kw: Any,
     ) -> KubeApi:
         params = ConnectionParams(timeout=httpx.Timeout(timeout))
-        # lightkube's settings (server, certificates, auth plugins) with a pool that keeps a
-        # connection alive for every request allowed in flight and never makes a stream (a
-        # watch, a followed log) wait for a free connection.
-        client = httpx.AsyncClient(
-            **params.httpx_params(config),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=max_in_flight + 8),
-        )
+        # lightkube's settings: server, the SSL context (CA, client certificate), auth (token,
+        # token file, exec plugin, basic), timeouts.
+        settings = params.httpx_params(config)
+        idle = max_in_flight + 8  # a kept-alive connection for each request allowed in flight
+        if settings.get("proxy") is None and not _environment_proxies(settings):
+            # Our connection stack (pool.py) in place of httpcore2's pool, on the same SSL
+            # context; the client above it still runs the auth flow and sets the timeouts.
+            verify = settings.pop("verify")
+            settings["transport"] = StackPool(
+                ssl_context=httpx.create_ssl_context(
+                    verify=verify, trust_env=bool(settings.get("trust_env", True))
+                ),
+                max_idle=idle,
+            )
+            client = httpx.AsyncClient(**settings)
+        else:
+            # Through a proxy: httpx2's own transports, which read the proxy settings. A pool
+            # that keeps a connection alive for every request allowed in flight and never makes
+            # a stream (a watch, a followed log) wait for a free connection.
+            client = httpx.AsyncClient(
+                **settings,
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=idle),
+            )
         return cls(client, max_in_flight=max_in_flight, **kw)
 
     async def aclose(self) -> None:
@@ -203,13 +224,15 @@ class KubeApi:
         body: Any = None,
     ) -> httpx.Response:
         attempt = 0
-        content = json.dumps(body) if body is not None else None
-        headers = {"Content-Type": "application/json"} if body is not None else None
+        content: bytes | None = None  # encoded once, when first on its way (not while queued)
+        headers = _JSON_CONTENT if body is not None else None
         while True:
             try:
                 async with self._in_flight:
                     await self._limiter.acquire()
                     self._count(method, path)
+                    if content is None and body is not None:
+                        content = _encode(body).encode()
                     resp = await self._client.request(
                         method, path, params=_params(params), content=content, headers=headers
                     )
@@ -299,6 +322,17 @@ class KubeApi:
                 raise ApiStatus.from_body(resp.status_code, await resp.aread())
             async for line in resp.aiter_lines():
                 yield line
+
+
+def _environment_proxies(settings: Mapping[str, Any]) -> bool:
+    """Whether httpx2 would read a proxy from the environment (HTTPS_PROXY, ALL_PROXY, …) for
+    this client: only its own transports do that, so such a client keeps them."""
+    if not settings.get("trust_env", True):
+        return False
+    found = urllib.request.getproxies()
+    if "*" in (host.strip() for host in found.get("no", "").split(",")):
+        return False  # NO_PROXY=*: httpx2 ignores every proxy
+    return any(found.get(scheme) for scheme in ("http", "https", "all"))
 
 
 def _params(params: Mapping[str, Any] | None) -> dict[str, str]:

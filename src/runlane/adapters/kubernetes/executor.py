@@ -4,7 +4,7 @@
   labels name the same run and attempt (else `name_collision`). A lost create response followed
   by a retry therefore never makes a second Job. Params too large for the environment go into a
   ConfigMap owned by the Job.
-- `events` reads the namespace's shared watch (watch.py) through a per-run queue of nudges and
+- `events` reads the namespace's shared watch (watch.py) through a per-run wake-up (`Nudges`) and
   the pure classifier (diagnose.py); it never polls and never opens a watch of its own.
 - Pending past `start_timeout`, or a pending reason that never resolves (InvalidImageName), or
   a Job the cluster failed to stop at its deadline: pod events (and the log tail) are saved,
@@ -98,6 +98,11 @@ class PodExecutor:
     environ: Mapping[str, str] | None = None  # namespace and cluster lookup; default os.environ
     launcher_env: Mapping[str, str] | None = None  # `${VAR}` in images; default os.environ
     name: str = "pod"
+    # Starts that build their Job and send it at once; the others wait before building it. The
+    # API client sends 32 requests at a time anyway (KubeApi max_in_flight): without this a
+    # burst of 1,000 starts held 1,000 Job manifests (~3.7 KiB each) while it did.
+    start_concurrency: int = 64
+    _start_slots: asyncio.Semaphore | None = field(default=None, init=False)
     _watches: dict[str, NamespaceWatch] = field(default_factory=dict, init=False)
     _rbac: dict[str, tuple[float, list[Permission]]] = field(default_factory=dict, init=False)
     # The review set under way per namespace: every start that finds no fresh answer awaits it.
@@ -233,6 +238,15 @@ class PodExecutor:
         known = self._runs.get((spec.run_id, spec.attempt))
         if known is not None and not known.finished:
             return self._execution(known)
+        if self._start_slots is None:
+            self._start_slots = asyncio.Semaphore(max(1, self.start_concurrency))
+        async with self._start_slots:
+            known = self._runs.get((spec.run_id, spec.attempt))  # started while this one waited
+            if known is not None and not known.finished:
+                return self._execution(known)
+            return await self._start(spec)
+
+    async def _start(self, spec: ExecutionSpec) -> Execution:
         self._require_api(when="start")
         namespace = self._namespace(spec)
         environ = os.environ if self.launcher_env is None else self.launcher_env
@@ -303,7 +317,7 @@ class PodExecutor:
     async def events(self, execution: Execution) -> AsyncIterator[ExecutionEvent]:
         run = _run_of(execution)
         watch = run.watch
-        queue = watch.subscribe(run.name)
+        nudges = watch.subscribe(run.name)
         try:
             await watch.wait_synced()
             announced: str | None = None
@@ -410,7 +424,7 @@ class PodExecutor:
                         return
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(max(0.0, wake_at - self._now())):
-                        await queue.get()
+                        await nudges.get()
         finally:
             run.finished = True
             watch.unsubscribe(run.name)

@@ -9,7 +9,7 @@ any other error, and every `relist_interval`, list again and reconcile the cache
 from the list count as deleted). A stream ending is never a final state: only what the objects
 say is, and the watch never stays blind.
 
-Runs subscribe by Job name and get a nudge on their queue whenever their Job or one of its pods
+Runs subscribe by Job name and get a wake-up (`Nudges`) whenever their Job or one of its pods
 changes; they read the current state from the cache. No run ever polls or opens a watch of its
 own.
 """
@@ -32,6 +32,10 @@ log = structlog.get_logger("runlane.kubernetes.watch")
 
 Kind = Literal["jobs", "pods"]
 CHANGED = "changed"
+# Objects per list page. client-go's reflector asks for 500; smaller pages keep less decoded
+# at once (a page of 500 pods is ~2 MB on the wire and several times that decoded) for a
+# request more per 100 objects.
+LIST_PAGE = 100
 
 
 def _meta(obj: Json) -> dict[str, Any]:
@@ -90,6 +94,39 @@ def pod_job_name(pod: Json) -> str | None:
     return None
 
 
+class Nudges:
+    """A run's wake-ups from the shared watch: any change to its Job or its pods (or a cancel)
+    sets it; the run's `events` loop takes it and reads the cache again. Wake-ups that come
+    while one is pending are one: the loop reads the whole state each time. (An asyncio.Queue
+    did this before, at ~3 KiB a run for its three deques and an Event.)"""
+
+    __slots__ = ("_pending", "_waiter")
+
+    def __init__(self) -> None:
+        self._pending = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def empty(self) -> bool:
+        return not self._pending
+
+    def put_nowait(self, reason: str = CHANGED) -> None:
+        del reason  # every wake-up means "look again"
+        self._pending = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> None:
+        """Until a wake-up is pending; takes it. A cancelled wait loses none (the flag stays)."""
+        if not self._pending:
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+        self._pending = False
+
+
 @dataclass(slots=True)
 class _Entry:
     obj: Json
@@ -136,7 +173,7 @@ class NamespaceWatch:
         self.stats = WatchStats()
         self._state: dict[Kind, _KindState] = {"jobs": _KindState(), "pods": _KindState()}
         self._pods_by_job: dict[str, set[str]] = {}
-        self._subscribers: dict[str, asyncio.Queue[str]] = {}
+        self._subscribers: dict[str, Nudges] = {}
         self._tombstones: dict[str, Json] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._pulse = asyncio.Event()  # set and replaced whenever `stats` changes
@@ -179,11 +216,11 @@ class NamespaceWatch:
 
     # ------------------------------------------------------------------ what runs read
 
-    def subscribe(self, job_name: str) -> asyncio.Queue[str]:
-        queue = self._subscribers.get(job_name)
-        if queue is None:
-            queue = self._subscribers[job_name] = asyncio.Queue()
-        return queue
+    def subscribe(self, job_name: str) -> Nudges:
+        nudges = self._subscribers.get(job_name)
+        if nudges is None:
+            nudges = self._subscribers[job_name] = Nudges()
+        return nudges
 
     def unsubscribe(self, job_name: str) -> None:
         self._subscribers.pop(job_name, None)
@@ -306,25 +343,32 @@ class NamespaceWatch:
         state.seq += 1
         seq = state.seq
         self._count("lists")
-        items: list[Json] = []
-        params: dict[str, Any] = {"labelSelector": MANAGED_SELECTOR, "limit": 500}
+        # Page by page, each slimmed before the next is read: the whole list decoded at once
+        # (1,000 Jobs and 1,000 pods, with their pod templates) was the launcher's largest
+        # allocation in a burst of starts. The pages are one consistent list (`continue`), so
+        # nothing is stored until the last one has come: a list that fails half-way leaves the
+        # cache as it was.
+        pages: list[list[tuple[str, Json]]] = []
+        params: dict[str, Any] = {"labelSelector": MANAGED_SELECTOR, "limit": LIST_PAGE}
         version = ""
         while True:
             page = await self.api.request("GET", path, params=params)
-            items.extend(page.get("items") or [])
+            items = page.get("items") or []
             meta = page.get("metadata") or {}
+            del page
+            pages.append([(name, _slim(obj)) for obj in items if (name := _meta(obj).get("name"))])
+            del items
             version = str(meta.get("resourceVersion") or "")
             cont = meta.get("continue")
             if not cont:
                 break
             params = {**params, "continue": cont}
         seen: set[str] = set()
-        for obj in items:
-            name = _meta(obj).get("name")
-            if not name:
-                continue
-            seen.add(name)
-            self._store(kind, name, obj, seq)
+        for slimmed in pages:
+            for name, obj in slimmed:
+                seen.add(name)
+                self._store(kind, name, obj, seq, slimmed=True)
+        del pages
         for name, entry in list(state.entries.items()):
             if name not in seen and entry.seq < seq:
                 self._remove(kind, name, entry.obj)
@@ -358,7 +402,7 @@ class NamespaceWatch:
 
     # ------------------------------------------------------------------ cache updates
 
-    def _store(self, kind: Kind, name: str, obj: Json, seq: int) -> None:
+    def _store(self, kind: Kind, name: str, obj: Json, seq: int, *, slimmed: bool = False) -> None:
         state = self._state[kind]
         old = state.entries.get(name)
         meta, old_meta = _meta(obj), _meta(old.obj) if old is not None else {}
@@ -371,7 +415,7 @@ class NamespaceWatch:
         if old is not None and not changed:
             old.seq = seq
             return
-        state.entries[name] = _Entry(_slim(obj), seq)
+        state.entries[name] = _Entry(obj if slimmed else _slim(obj), seq)
         if kind == "jobs":
             self._tombstones.pop(name, None)  # the name is back: a deletion seen earlier is over
             self._nudge(name)
@@ -400,6 +444,6 @@ class NamespaceWatch:
             self._nudge(job_name)
 
     def _nudge(self, job_name: str) -> None:
-        queue = self._subscribers.get(job_name)
-        if queue is not None and queue.empty():
-            queue.put_nowait(CHANGED)
+        nudges = self._subscribers.get(job_name)
+        if nudges is not None:
+            nudges.put_nowait(CHANGED)
