@@ -154,20 +154,25 @@ def wait_bus_idle(url: str, amqp_url: str, timeout: float = 300.0) -> None:
         time.sleep(0.25)
 
 
-def pickups_ms(url: str, after: int) -> list[float]:
-    """Pickup (queued_at to started_at) of the runs accepted after the first `after`."""
-    # The bench's own job only: seeded history (`--history`) is of other jobs.
-    sql = "SELECT queued_at, started_at FROM run_log WHERE job = 'noop' ORDER BY queued_at"
+def time_pairs_ms(url: str, sql: str) -> list[float]:
+    """Milliseconds from the first to the second time of each row `sql` reads."""
     if url.startswith("sqlite:"):
         with contextlib.closing(sqlite3.connect(url.split(":///", 1)[1], timeout=30)) as db:
             rows = [
-                (datetime.fromisoformat(q), datetime.fromisoformat(s))
-                for q, s in db.execute(sql).fetchall()
+                (datetime.fromisoformat(a), datetime.fromisoformat(b))
+                for a, b in db.execute(sql).fetchall()
             ]
     else:
         with psycopg.connect(url) as conn:
             rows = conn.execute(sql).fetchall()
-    return [1000 * (started - queued).total_seconds() for queued, started in rows[after:]]
+    return [1000 * (b - a).total_seconds() for a, b in rows]
+
+
+def pickups_ms(url: str, after: int) -> list[float]:
+    """Pickup (queued_at to started_at) of the runs accepted after the first `after`."""
+    # The bench's own job only: seeded history (`--history`) is of other jobs.
+    sql = "SELECT queued_at, started_at FROM run_log WHERE job = 'noop' ORDER BY queued_at"
+    return time_pairs_ms(url, sql)[after:]
 
 
 def in_flight_ms(url: str, n: int) -> list[float]:
@@ -175,18 +180,9 @@ def in_flight_ms(url: str, n: int) -> list[float]:
     outcome's save) of the first `n` runs: the time a run holds one of the launcher's slots."""
     sql = (
         "SELECT started_at, finished_at FROM run_log WHERE job = 'noop'"
-        " ORDER BY queued_at LIMIT " + str(int(n))
+        f" ORDER BY queued_at LIMIT {int(n)}"
     )
-    if url.startswith("sqlite:"):
-        with contextlib.closing(sqlite3.connect(url.split(":///", 1)[1], timeout=30)) as db:
-            rows = [
-                (datetime.fromisoformat(s), datetime.fromisoformat(f))
-                for s, f in db.execute(sql).fetchall()
-            ]
-    else:
-        with psycopg.connect(url) as conn:
-            rows = conn.execute(sql).fetchall()
-    return [1000 * (finished - started).total_seconds() for started, finished in rows]
+    return time_pairs_ms(url, sql)
 
 
 def py_spy() -> str:
