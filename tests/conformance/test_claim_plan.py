@@ -29,6 +29,12 @@ from tests.support.waiting import eventually
 BACKLOG = 1000  # runs waiting
 HISTORY = 1000  # finished runs before them, as in any run log that has been used
 LIMIT = 8
+CLAIM_ARGS: dict[str, Any] = {
+    "limit": LIMIT,
+    "lease_ttl": 30.0,
+    "executors": ("inline",),
+    "executor_caps": {},
+}
 
 
 def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -45,14 +51,20 @@ async def test_a_claim_reads_only_the_runs_it_takes(harness: StoreHarness) -> No
         taken = await claim_all(store, limit=100)
         await store.finish_many([FinishRequest(c.lease, SUCCESS) for c in taken])
     if harness.dialect == "sqlite":
-        harness.query("ANALYZE", {})
-        plan = harness.query(
-            "EXPLAIN QUERY PLAN " + SQLITE_QUERIES["claim_candidates"],
-            {"now": "9999-01-01T00:00:00+00:00", "executors": '["inline"]', "scan": LIMIT},
-        )
-        details = [str(row[-1]) for row in plan]
-        assert any("run_log_claim_idx" in d for d in details), details
-        assert not any("TEMP B-TREE" in d for d in details), details  # no sort of the backlog
+        # Without statistics first: the launcher never runs ANALYZE, and that is where SQLite
+        # once read the whole backlog through run_log_status_queued_idx and sorted it.
+        for analyzed in (False, True):
+            if analyzed:
+                harness.query("ANALYZE", {})
+            plan = harness.query(
+                "EXPLAIN QUERY PLAN " + SQLITE_QUERIES["claim_candidates"],
+                {"now": "9999-01-01T00:00:00+00:00", "executors": '["inline"]', "scan": LIMIT},
+            )
+            details = [str(row[-1]) for row in plan]
+            assert any("run_log_claim_idx" in d for d in details), (analyzed, details)
+            # No sort of the backlog.
+            assert not any("TEMP B-TREE" in d for d in details), (analyzed, details)
+        assert len(await store.claim("L1", **CLAIM_ARGS)) == LIMIT
         return
     # No ANALYZE: the statistics are whatever autovacuum left (here: those of an empty table),
     # the case where the planner once chose to read and sort the whole backlog. The plan is read
@@ -187,6 +199,35 @@ async def test_sqlite_counts_and_polls_read_only_queued_or_running_runs(
         plan = harness.query("EXPLAIN QUERY PLAN " + SQLITE_QUERIES[name], params)
         details = [str(row[-1]) for row in plan if "run_log" in str(row[-1])]
         assert details == [f"SCAN run_log USING INDEX {index}"], (name, details)
+    # Those that select runs in an order: through the partial index of the runs they are about,
+    # searched by the range they read, not every queued (or failed) run sorted. The UPDATEs'
+    # own lookups of what they selected go by primary key.
+    now = "9999-01-01T00:00:00+00:00"
+    ordered = {
+        "abandoned_candidates": (
+            "run_log_running_lease_idx",
+            {"now": now, "executors": '["inline"]', "limit": LIMIT},
+        ),
+        "expire_queued": ("run_log_queue_expiry_idx", {"now": now, "limit": LIMIT}),
+        "sweep_orphans": (
+            "run_log_running_lease_idx",
+            {"now": now, "cutoff": now, "note": "", "limit": LIMIT},
+        ),
+        "failed_since": (
+            "run_log_alerting_idx",
+            {"after_at": "", "after_id": "", "limit": LIMIT},
+        ),
+    }
+    for name, (index, params) in ordered.items():
+        plan = harness.query("EXPLAIN QUERY PLAN " + SQLITE_QUERIES[name], params)
+        details = [
+            str(row[-1])
+            for row in plan
+            if "run_log" in str(row[-1]) and "sqlite_autoindex_run_log_1 (id=?)" not in str(row[-1])
+        ]
+        assert len(details) == 1, (name, details)
+        assert f"USING INDEX {index}" in details[0], (name, details)
+        assert "status_queued" not in " ".join(str(row[-1]) for row in plan), (name, plan)
     # And they still answer right.
     assert await store.count_queued() == HISTORY // 10 - HISTORY // 20
     assert await store.cancel_requests("L1") == []

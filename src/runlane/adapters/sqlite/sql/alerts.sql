@@ -2,7 +2,9 @@
 -- queries.sql. Times are the fixed-width UTC text of every other table; `:now` is the store's.
 
 -- name: failed_since
-SELECT * FROM run_log
+-- INDEXED BY: the failures' partial index in finish order. Without statistics SQLite read every
+-- failure ever logged through run_log_status_queued_idx and sorted them, at each evaluation.
+SELECT * FROM run_log INDEXED BY run_log_alerting_idx
 WHERE status IN ('failure', 'timeout', 'skipped')
   AND finished_at IS NOT NULL
   AND (finished_at > :after_at OR (finished_at = :after_at AND id > :after_id))
