@@ -8,7 +8,9 @@ is not counted) plus the PostgreSQL processes that serve the scratch database (i
 the shared WAL writer, checkpointer and background writer; other sessions on the server are
 left out). Then, the launcher idle, `--pickup-runs` more runs are accepted one at a time at a
 steady pace below capacity: their pickup (queued_at to started_at, database timestamps) gives
-p50/p99. Prints one line per repetition and the medians.
+p50/p99; then, every run done, the idle
+launcher's CPU over 2 s (`idle_cpu_pct`, percent of a core). Prints one line per repetition and
+the medians.
 
 `--bus rabbitmq` runs the launcher with RUNLANE_BUS=rabbitmq on a fresh vhost (rabbitmqctl as
 root; otherwise runlane's queues in RUNLANE_TEST_RABBITMQ_URL's vhost are deleted first), the
@@ -80,6 +82,7 @@ from runlane.core.runs import Trigger
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.wiring import store_from_url
 
+IDLE_SECONDS = 2.0  # the idle launcher's CPU is read over this long, after the runs
 AMQP_URL = os.environ.get("RUNLANE_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
 
 
@@ -331,6 +334,11 @@ def one(
                     )
                     wait_for_successes(url, n + pickup_runs, job="noop" if history else None)
                     pickups = pickups_ms(url, n)
+                # Idle: every run done, nothing queued; what waiting costs (the wake-up's
+                # watch, heartbeats, polls), in percent of one core.
+                idle_from = cpu_seconds(proc.pid) + helper_cpu_seconds(proc.pid)
+                time.sleep(IDLE_SECONDS)
+                idle_cpu = cpu_seconds(proc.pid) + helper_cpu_seconds(proc.pid) - idle_from
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(30)
                 extra = statements_per_run(counted, n) if statements else {}
@@ -352,6 +360,7 @@ def one(
                 # the span each of the `concurrency` slots was used for runs.
                 "in_flight_p50_ms": percentile(flights, 50),
                 "slots_busy": sum(flights) / 1000 / (span * concurrency),
+                "idle_cpu_pct": 100 * idle_cpu / IDLE_SECONDS,
                 **(
                     {
                         "pickup_p50_ms": percentile(pickups, 50),

@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
-import pytest
-
 from runlane.adapters.sql.bus import DatabaseBus
 from runlane.ports import Bus, OutboxMessage
 from tests.conformance.conftest import StoreHarness
@@ -25,19 +23,27 @@ async def test_the_database_bus_wakes_a_waiter_on_accept(harness: StoreHarness) 
     assert await waiter
 
 
-@pytest.mark.postgres
-@pytest.mark.parametrize("harness", ["postgresql"], indirect=True)
-async def test_the_database_bus_wakes_a_waiter_on_another_stores_accept_on_postgresql(
+async def test_the_database_bus_wakes_a_waiter_on_another_stores_accept(
     harness: StoreHarness,
 ) -> None:
-    """PostgreSQL's wake-up is a NOTIFY in the writing statement: it reaches a launcher whose
-    store is not the writer's. SQLite wakes in-process only (the claim poll finds the rest)."""
+    """A run accepted through another store (another process: the CLI, another `runlane
+    serve`) wakes a launcher's wait, not only its next claim poll. PostgreSQL's wake-up is a
+    NOTIFY in the writing statement; SQLite's is a change of `PRAGMA data_version`, which only
+    another connection's commit makes, seen within `WATCH_SECONDS`."""
     launcher = await settled(await harness.make_store(), harness.dialect)
     writer = await harness.make_store()
+    assert not await DatabaseBus(launcher).wait_for_wakeup(0.1)  # nothing written meanwhile
     waiter = asyncio.create_task(DatabaseBus(launcher).wait_for_wakeup(10.0))
     await asyncio.sleep(0)
+    loop = asyncio.get_running_loop()
+    accepted = loop.time()
     await writer.accept(new_run())
     assert await waiter
+    assert loop.time() - accepted < 2.0  # well before the wait's own 10 s
+    # A commit made while nobody waits wakes the next wait at once.
+    await writer.accept(new_run())
+    assert await launcher.wait_for_wakeup(0.5)
+    assert not await launcher.wait_for_wakeup(0.1)
 
 
 async def test_the_database_bus_confirms_every_publish_and_delivers_nothing(

@@ -430,6 +430,11 @@ PRAGMA busy_timeout=5000
 -- name: pragma_foreign_keys_off
 PRAGMA foreign_keys=OFF
 
+-- name: data_version
+-- Changes when another connection (another process: the CLI, a second launcher) has committed
+-- since this connection last asked; never for this connection's own commits.
+PRAGMA data_version
+
 -- --- the web UI: sessions, one-time login codes, the latest run of each job -------------------
 
 -- name: latest_runs
