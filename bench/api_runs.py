@@ -61,7 +61,7 @@ USERS = 10
 SEED_SQL = """
 INSERT INTO run_log (id, job, status, trigger, requested_by, params, dedupe_key, executor,
                      overlap, attempt, max_attempts, deadline_seconds, kill_grace_seconds,
-                     queued_at, started_at, finished_at, exit_code, end_reason)
+                     queued_at, started_at, finished_at, exit_code, end_reason, log_tail)
 SELECT gen_random_uuid(), job, status, trigger,
        CASE WHEN trigger IN ('manual', 'cli')
             THEN 'user' || lpad(floor(r_user * {users})::int::text, 2, '0') END,
@@ -70,7 +70,10 @@ SELECT gen_random_uuid(), job, status, trigger,
        CASE WHEN status <> 'queued' THEN queued_at + interval '1 second' END,
        CASE WHEN status NOT IN ('queued', 'running') THEN queued_at + interval '30 seconds' END,
        CASE WHEN status = 'success' THEN 0 WHEN status = 'failure' THEN 1 END,
-       CASE WHEN status NOT IN ('queued', 'running') THEN 'exit' END
+       CASE WHEN status NOT IN ('queued', 'running') THEN 'exit' END,
+       CASE WHEN status NOT IN ('queued', 'running') AND {tail_lines} > 0
+            THEN repeat(md5(g::text) || ' a line of the run''s output, as it printed it' || chr(10),
+                        {tail_lines}) END
 FROM (
     SELECT g, r_user,
            'job_' || lpad(floor(power(r_job, 2.5) * 50)::int::text, 2, '0') AS job,
@@ -102,8 +105,14 @@ FILTERS: dict[str, dict[str, str]] = {
 }
 
 
-def seed(url: str, rows: int) -> float:
-    """Fill run_log with `rows` rows; the seconds it took (indexes rebuilt included)."""
+# One line of a seeded run's saved log tail (`--tail-bytes`): 32 + 45 + 1 bytes.
+TAIL_LINE_BYTES = 78
+
+
+def seed(url: str, rows: int, tail_bytes: int = 0) -> float:
+    """Fill run_log with `rows` rows; the seconds it took (indexes rebuilt included). With
+    `tail_bytes`, every finished run has a saved log tail of about that size (a finished
+    inline run keeps its last 100 lines / 64 KiB), as a real run log has; without, none."""
     t0 = time.perf_counter()
     with psycopg.connect(url, autocommit=True) as conn:
         indexes = conn.execute(
@@ -113,7 +122,9 @@ def seed(url: str, rows: int) -> float:
         for name, _ in indexes:
             conn.execute(f'DROP INDEX "{name}"')
         conn.execute("SELECT setseed(0.42)")
-        conn.execute(SEED_SQL.format(rows=rows, span=SPAN_SECONDS, users=USERS).encode())
+        lines = tail_bytes // TAIL_LINE_BYTES
+        sql = SEED_SQL.format(rows=rows, span=SPAN_SECONDS, users=USERS, tail_lines=lines)
+        conn.execute(sql.encode())
         conn.execute("SET maintenance_work_mem = '256MB'")
         for _, definition in indexes:
             conn.execute(definition.encode())
@@ -425,7 +436,11 @@ async def prepare(url: str, args: argparse.Namespace) -> None:
     finally:
         await store.close()
     if not args.no_seed:
-        print(f"seeded {args.rows:,} rows in {seed(url, args.rows):.1f} s", flush=True)
+        tail = getattr(args, "tail_bytes", 0)
+        took = seed(url, args.rows, tail)
+        print(
+            f"seeded {args.rows:,} rows (log tails of {tail:,} bytes) in {took:.1f} s", flush=True
+        )
 
 
 def main() -> None:
@@ -433,6 +448,12 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument(
+        "--tail-bytes",
+        type=int,
+        default=0,
+        help="a saved log tail of about this size per finished run",
+    )
     ap.add_argument("--requests", type=int, default=200, help="per case and round")
     ap.add_argument("--clients", type=int, default=20)
     ap.add_argument("--repeat", type=int, default=3)

@@ -483,6 +483,12 @@ def main() -> None:
     )
     ap.add_argument("--jobs", type=int, default=5000)
     ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument(
+        "--tail-bytes",
+        type=int,
+        default=0,
+        help="a saved log tail of about this size per finished run",
+    )
     ap.add_argument("--log-mb", type=int, default=100, help="the big log's size")
     ap.add_argument("--requests", type=int, default=100, help="GETs per case and round")
     ap.add_argument("--lines", type=int, default=50, help="new log lines timed per opening")

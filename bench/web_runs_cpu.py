@@ -165,19 +165,25 @@ async def bench(url: str, args: argparse.Namespace) -> None:
                 (b"accept", b"text/html"),
             ]
             api_headers = [(b"authorization", f"Bearer {secret}".encode())]
-            sides: dict[str, dict[str, Call]] = {"page": {}, "api": {}}
+            sides: dict[str, dict[str, Call]] = {"page": {}, "api": {}, "api basic": {}}
             for name in CASES:
                 flt = FILTERS[name]
                 sides["page"][name] = asgi_get(app, "/runs", flt, page_headers)
                 sides["api"][name] = asgi_get(
                     app, "/api/v1/runs", {**flt, "limit": str(PAGE)}, api_headers
                 )
+                sides["api basic"][name] = asgi_get(
+                    app, "/api/v1/runs", {**flt, "limit": str(PAGE), "view": "basic"}, api_headers
+                )
             for side in sides.values():  # warm: each shape planned, the caches filled
                 for call in side.values():
                     for _ in range(args.warm):
                         await call()
             sizes = {s: await calls["none"]() for s, calls in sides.items()}
-            print(f"bytes sent, no filter: page {sizes['page']:,} (gzip), api {sizes['api']:,}")
+            print(
+                f"bytes sent, no filter: page {sizes['page']:,} (gzip), api {sizes['api']:,},"
+                f" api basic {sizes['api basic']:,}"
+            )
             if args.profile:
                 await profile(sides, args)
                 return
@@ -191,12 +197,16 @@ async def bench(url: str, args: argparse.Namespace) -> None:
                         figures.setdefault((name, side), []).append(ms)
                     print(
                         f"round {rnd} {name:<13} page {got['page']:.3f}  api {got['api']:.3f}"
-                        " ms CPU/request"
+                        f"  api basic {got['api basic']:.3f} ms CPU/request"
                     )
     print(f"\nCPU per request (ms), medians of {args.repeat} rounds of {args.requests}:")
     for name in CASES:
         page, api = median(figures[(name, "page")]), median(figures[(name, "api")])
-        print(f"  {name:<13} page {page:.3f}  api {api:.3f}  difference {page - api:+.3f}")
+        basic = median(figures[(name, "api basic")])
+        print(
+            f"  {name:<13} page {page:.3f}  api {api:.3f}  difference {page - api:+.3f}"
+            f"  (api basic {basic:.3f})"
+        )
 
 
 async def profile(sides: dict[str, dict[str, Call]], args: argparse.Namespace) -> None:
@@ -224,6 +234,12 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument(
+        "--tail-bytes",
+        type=int,
+        default=0,
+        help="a saved log tail of about this size per finished run",
+    )
     ap.add_argument("--requests", type=int, default=300, help="per case, side and round")
     ap.add_argument("--warm", type=int, default=20, help="requests per case and side first")
     ap.add_argument("--repeat", type=int, default=3)

@@ -14,6 +14,7 @@ from starlette.requests import Request
 
 from runlane.api import auth
 from runlane.api.routes import runs
+from runlane.core.runs import BASIC_LEFT_OUT
 
 from .conftest import ApiServer
 
@@ -61,6 +62,8 @@ def test_both_ways_answer_the_same_pages(api: ApiServer, taken: list[bool]) -> N
             {"status": "queued", "trigger": "manual", "requested_by": "operator"},
             {"since": "now-1d", "until": "2999-01-01T00:00:00Z"},
             {"job": "no-such-job"},
+            {"job": "hello", "view": "basic"},
+            {"view": "full", "limit": 2},
         ]
         for params in queries:
             hot, general = both_ways(c, taken, params)
@@ -112,6 +115,7 @@ def request_of(query: bytes) -> Request:
         b"job=a&job=b",
         b"job=%00",
         b"unknown=1",
+        b"view=Basic",
     ],
 )
 def test_the_hot_path_declines_what_fastapi_must_check(query: bytes) -> None:
@@ -119,7 +123,9 @@ def test_the_hot_path_declines_what_fastapi_must_check(query: bytes) -> None:
 
 
 def test_the_hot_path_reads_a_plain_query() -> None:
-    query = b"job=etl.load&status=failure&trigger=retry&limit=0500&cursor=abc&since=now-1d"
+    query = (
+        b"job=etl.load&status=failure&trigger=retry&limit=0500&cursor=abc&since=now-1d&view=basic"
+    )
     assert runs.plain_query(request_of(query)) == {
         "job": "etl.load",
         "status": "failure",
@@ -127,6 +133,7 @@ def test_the_hot_path_reads_a_plain_query() -> None:
         "limit": 500,
         "cursor": "abc",
         "since": "now-1d",
+        "view": "basic",
     }
     assert runs.plain_query(request_of(b"")) == {}
 
@@ -142,3 +149,20 @@ def test_the_hot_path_authenticates_as_the_viewer_dependency_does() -> None:
     assert needs.dependency is auth.requester_of
     source = inspect.getsource(runs.RunListRoute)
     assert "await viewer(await requester_of(request, rt))" in source
+
+
+def test_the_basic_view_leaves_out_the_unbounded_fields(api: ApiServer) -> None:
+    """`view=basic`: every run as the full view has it, without `params`, `note` and
+    `log_tail` (a finished run's saved tail is up to 64 KiB); an unknown view is refused."""
+    with api.client("operator") as c:
+        made = c.post("/api/v1/jobs/typed/runs", json={"params": {"count": 3}})
+        assert made.status_code == 201, made.text
+        full = c.get("/api/v1/runs", params={"job": "typed"}).json()["items"]
+        basic = c.get("/api/v1/runs", params={"job": "typed", "view": "basic"}).json()["items"]
+        wrong = c.get("/api/v1/runs", params={"view": "everything"})
+    assert [i["id"] for i in full] == [made.json()["id"]]
+    assert full[0]["params"] == {"count": 3}
+    assert {"log_tail", "note"} <= set(full[0])
+    assert basic == [{k: v for k, v in full[0].items() if k not in BASIC_LEFT_OUT}]
+    assert wrong.status_code == 422
+    assert wrong.headers["content-type"].startswith("application/problem+json")

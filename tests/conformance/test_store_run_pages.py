@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import itertools
 import json
 import sqlite3
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +23,7 @@ import pytest
 from runlane.adapters.sql.base import run_list_statement
 from runlane.adapters.sqlite import SqliteStore
 from runlane.adapters.sqlite.statements import Q as SQLITE_Q
-from runlane.core.runs import NewRun, Outcome, Run, RunStatus, Trigger
+from runlane.core.runs import BASIC_LEFT_OUT, NewRun, Outcome, Run, RunStatus, Trigger
 from runlane.errors import InvalidArgument
 from runlane.ports import RunFilter, Store
 from runlane.service.config import Settings
@@ -319,11 +321,11 @@ async def test_each_filter_reads_its_own_index_on_sqlite(tmp_path: Path) -> None
     }
     conn = sqlite3.connect(path)
     try:
-        for filters, plan in expected.items():
-            sql = SQLITE_Q[run_list_statement(SQLITE_Q, filters)]
+        for (filters, plan), basic in itertools.product(expected.items(), (False, True)):
+            sql = SQLITE_Q[run_list_statement(SQLITE_Q, filters, basic=basic)]
             steps = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
             assert len(steps) == 1, (filters, steps)  # no sort step: the index gives the order
-            assert steps[0].startswith(plan), (filters, steps)
+            assert steps[0].startswith(plan), (filters, basic, steps)
     finally:
         conn.close()
 
@@ -404,6 +406,20 @@ async def test_list_run_items_are_run_dict_of_list_runs(harness: StoreHarness) -
             assert as_text == shown, run.job
             assert json.loads(msgspec.json.encode(item)) == shown, run.job
             assert all(v.tzinfo is UTC for v in item.values() if isinstance(v, datetime))
+    # The basic view: the same dicts, in the same order, without the unbounded fields.
+    await store.finish_unleased(
+        made[1].id, RunStatus.QUEUED, replace(FAILURE, log_tail="x" * 70_000)
+    )
+    for flt in (RunFilter(), RunFilter(job="plain0"), RunFilter(limit=2)):
+        items = await store.list_run_items(flt)
+        basic = await store.list_run_items(flt, basic=True)
+        left_out = (*BASIC_LEFT_OUT, "params_raw")
+        assert basic == [{k: v for k, v in i.items() if k not in left_out} for i in items]
+        assert [list(b) for b in basic] == [[k for k in i if k not in left_out] for i in items]
+    every = await store.list_run_items(RunFilter())
+    assert {"a note", None} <= {i["note"] for i in every}  # what the basic view leaves out is there
+    assert "x" * 70_000 in {i["log_tail"] for i in every}
+    assert {"params_raw"} & {k for i in every for k in i}
     leased = [i for i in await store.list_run_items(RunFilter()) if i["lease_owner"]]
     assert [i["id"] for i in leased] == [claimed[0].run.id]
     assert "lease_token" not in leased[0]

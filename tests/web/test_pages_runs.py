@@ -47,7 +47,8 @@ def test_the_runs_page_lists_every_status_with_labelled_times(seeded: Seeded) ->
     times = TIME.findall(r.text)
     assert times
     assert all(t.endswith(" UTC") for t in times)
-    assert 'data-live-url="/api/v1/runs?limit=50"' in r.text
+    # The live update reads the API's basic view: no params, notes or saved log tails.
+    assert 'data-live-url="/api/v1/runs?limit=50&amp;view=basic"' in r.text
     assert f'<script src="{asset("runs.js")}" defer></script>' in r.text
     assert "Older runs" not in r.text  # one page holds them all
 
@@ -81,6 +82,7 @@ def test_filters_are_get_parameters_through_the_operation(seeded: Seeded) -> Non
     assert urllib.parse.parse_qs(urllib.parse.urlsplit(html.unescape(live.group(1))).query) == {
         "status": ["failure"],
         "limit": ["50"],
+        "view": ["basic"],
     }
 
 

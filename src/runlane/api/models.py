@@ -71,7 +71,7 @@ class RunView(View):
     attempt: int
     executor: str
     overlap: str
-    params: dict[str, Any] | None
+    params: dict[str, Any] | None = Field(None, description="left out by the basic view")
     params_raw: str | None = Field(None, description="only when `params` is null")
     queued_at: datetime
     requested_by: str | None
@@ -93,8 +93,10 @@ class RunView(View):
     exit_code: int | None
     end_reason: str | None
     error_code: str | None
-    note: str | None
-    log_tail: str | None
+    note: str | None = Field(None, description="left out by the basic view")
+    log_tail: str | None = Field(
+        None, description="the saved tail of the output; left out by the basic view"
+    )
     traceparent: str | None
     cancel_requested_at: datetime | None
     lease_owner: str | None

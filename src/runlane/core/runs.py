@@ -119,6 +119,12 @@ class NewRun:
     note: str | None = None
 
 
+# What the basic view of a run list (`view=basic`) leaves out of each run: the fields whose size
+# has no small bound (a finished run's saved log tail is up to 64 KiB; params and the note are
+# what a request or a launcher wrote). A list shows the rest; one run's page shows everything.
+BASIC_LEFT_OUT = ("params", "note", "log_tail")
+
+
 @dataclass(frozen=True, slots=True)
 class Run:
     """One row of the run log."""

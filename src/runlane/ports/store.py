@@ -152,11 +152,13 @@ class RunLog(Protocol):
         most `flt.limit`; a malformed id in the filter matches nothing."""
         ...
 
-    async def list_run_items(self, flt: RunFilter) -> list[dict[str, Any]]:
+    async def list_run_items(self, flt: RunFilter, *, basic: bool = False) -> list[dict[str, Any]]:
         """The rows `list_runs(flt)` returns, each as the plain dict a face shows (one pass
         from the row, no `Run` in between): `views.run_dict`'s keys in its order and its
         values, except that times are aware UTC datetimes rather than their ISO text (a JSON
-        encoder such as msgspec writes them as `iso` does). What a list page serves."""
+        encoder such as msgspec writes them as `iso` does). What a list page serves.
+        `basic`: the same dicts without `core.runs.BASIC_LEFT_OUT` (nor `params_raw`), and
+        those columns are not read at all."""
 
     async def latest_runs(self, jobs: Sequence[str]) -> dict[str, Run]:
         """The newest run (by `queued_at`, then id) of each of `jobs` that has one, in one

@@ -162,7 +162,21 @@ RUN_LIST_FILTERS = (
 _RUN_LIST_PARAM = {"before": "before_id"}
 
 
-def run_list_statement(statements: dict[str, str], filters: tuple[str, ...]) -> str:
+# The basic view's columns (`list_run_items(basic=True)`, the API's `view=basic`): every column
+# of run_log, the same in both dialects, but the three whose size has no small bound
+# (`core.runs.BASIC_LEFT_OUT`: a finished run's saved tail is up to 64 KiB) and the lease token.
+# What a list shows; a page of 50 runs with their tails would read megabytes.
+RUN_LIST_BASIC_SELECT = """SELECT id, job, status, trigger, dedupe_key, attempt, executor, overlap,
+    queued_at, requested_by, parent_run_id, chain_root_id, event_id, downstream, scheduled_for,
+    retry_of, max_attempts, deadline_seconds, kill_grace_seconds, external_id, not_before,
+    queue_expires_at, started_at, finished_at, deadline_at, exit_code, end_reason, error_code,
+    traceparent, cancel_requested_at, lease_owner, lease_generation, lease_expires_at
+FROM run_log"""
+
+
+def run_list_statement(
+    statements: dict[str, str], filters: tuple[str, ...], *, basic: bool = False
+) -> str:
     """The name of the run-list statement for this set of filters, composed once from the
     dialect's fixed clause texts and kept in `statements` under `list_runs[job,status]`.
 
@@ -170,10 +184,10 @@ def run_list_statement(statements: dict[str, str], filters: tuple[str, ...]) -> 
     `(:x IS NULL OR col = :x)` for every filter: PostgreSQL's generic plan of that text cannot
     use any filter's index, so it walked the whole run log under a prepared statement.
     """
-    name = f"list_runs[{','.join(filters)}]"
+    name = f"list_runs{'_basic' if basic else ''}[{','.join(filters)}]"
     if name not in statements:
         clauses = [statements[f"list_runs_where_{f}"] for f in filters]
-        parts = [statements["list_runs_select"]]
+        parts = [RUN_LIST_BASIC_SELECT if basic else statements["list_runs_select"]]
         if clauses:
             parts.append("WHERE " + "\n  AND ".join(clauses))
         parts.append(statements["list_runs_order"])
@@ -240,10 +254,13 @@ class SqlStoreBase:
     async def list_runs(self, flt: RunFilter) -> list[Run]:
         return [self._read.run(r) for r in await self._run_list_rows(flt)]
 
-    async def list_run_items(self, flt: RunFilter) -> list[dict[str, Any]]:
+    async def list_run_items(self, flt: RunFilter, *, basic: bool = False) -> list[dict[str, Any]]:
+        if basic:
+            run_item = self._read.run_item
+            return [run_item(r, basic=True) for r in await self._run_list_rows(flt, basic=True)]
         return [self._read.run_item(r) for r in await self._run_list_rows(flt)]
 
-    async def _run_list_rows(self, flt: RunFilter) -> list[Row]:
+    async def _run_list_rows(self, flt: RunFilter, *, basic: bool = False) -> list[Row]:
         ids = (
             flt.parent_run_id,
             flt.chain_root_id,
@@ -267,7 +284,7 @@ class SqlStoreBase:
             "limit": max(0, flt.limit),
         }
         keys = tuple(k for k in RUN_LIST_FILTERS if params[_RUN_LIST_PARAM.get(k, k)] is not None)
-        return await self._read_all(run_list_statement(self._statements, keys), params)
+        return await self._read_all(run_list_statement(self._statements, keys, basic=basic), params)
 
     async def count_queued(self) -> int:
         row = await self._read_one("count_queued", {})

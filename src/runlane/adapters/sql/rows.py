@@ -19,7 +19,7 @@ from runlane.core.records import (
     Override,
     TokenRecord,
 )
-from runlane.core.runs import Run, RunStatus
+from runlane.core.runs import BASIC_LEFT_OUT, Run, RunStatus
 
 Row = Mapping[str, object]
 
@@ -193,7 +193,7 @@ class RowReader:
             lease_expires_at=None if (v := g("lease_expires_at")) is None else decode_time(v),
         )
 
-    def run_item(self, row: Row) -> dict[str, Any]:
+    def run_item(self, row: Row, *, basic: bool = False) -> dict[str, Any]:
         """A `run_log` row as a face shows it in a list, in one pass (no `Run` in between):
         what `views.run_dict(self.run(row))` holds, with the same keys in the same order and
         the same values, except that times stay aware UTC datetimes (a JSON encoder writes
@@ -203,11 +203,17 @@ class RowReader:
 
         About a third of the time of `run` and `run_dict` together: a page of the API's run
         list converts 50 to 500 rows per request.
+
+        `basic`: a row of `list_runs_select_basic` (no params, note or log tail) as the same
+        dict without those keys (`BASIC_LEFT_OUT`).
         """
         g = row.__getitem__
         t = self._decode_time
-        params_raw = "" if (v := g("params")) is None else str(v)
-        params = parse_params(params_raw)
+        if basic:
+            params_raw, params = "", None
+        else:
+            params_raw = "" if (v := g("params")) is None else str(v)
+            params = parse_params(params_raw)
         item: dict[str, Any] = {
             "id": _required_text(g("id"), "id"),
             "job": _required_text(g("job"), "job"),
@@ -244,8 +250,8 @@ class RowReader:
             "exit_code": None if (v := g("exit_code")) is None else _to_int(v, "exit_code"),
             "end_reason": None if (v := g("end_reason")) is None else str(v),
             "error_code": None if (v := g("error_code")) is None else str(v),
-            "note": None if (v := g("note")) is None else str(v),
-            "log_tail": None if (v := g("log_tail")) is None else str(v),
+            "note": None if basic or (v := g("note")) is None else str(v),
+            "log_tail": None if basic or (v := g("log_tail")) is None else str(v),
             "traceparent": None if (v := g("traceparent")) is None else str(v),
             "cancel_requested_at": (None if (v := g("cancel_requested_at")) is None else t(v)),
             "lease_owner": None if (v := g("lease_owner")) is None else str(v),
@@ -254,7 +260,10 @@ class RowReader:
             ),
             "lease_expires_at": None if (v := g("lease_expires_at")) is None else t(v),
         }
-        if params is None:
+        if basic:
+            for key in BASIC_LEFT_OUT:
+                del item[key]
+        elif params is None:
             item["params_raw"] = params_raw
         return item
 

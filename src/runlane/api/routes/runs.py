@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Coroutine
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -20,11 +20,13 @@ from runlane.api.problems import problem_responses
 from runlane.api.writes import audited
 from runlane.core.runs import RunStatus, Trigger
 from runlane.service import operations
-from runlane.service.operations import CancelledRun, text_problem
+from runlane.service.operations import RUN_LIST_VIEWS, CancelledRun, text_problem
 from runlane.service.runtime import Runtime
 from runlane.service.views import chain_run_dict, iso, run_dict
 
 router = APIRouter(prefix="/api/v1", tags=["runs"], dependencies=[Depends(storable_parameters)])
+
+RunListView = Literal["full", "basic"]  # operations.RUN_LIST_VIEWS
 
 RunId = Annotated[
     str, Path(description="A run's id, or a unique prefix of it (at least 6 characters)")
@@ -45,6 +47,13 @@ async def list_runs(
     until: Annotated[str | None, Query(description="queued before (ISO-8601, now)")] = None,
     limit: Annotated[int, Query(description="1 to 500 runs a page")] = DEFAULT_PAGE,
     cursor: Annotated[str | None, Query(description="`next_cursor` of the page before")] = None,
+    view: Annotated[
+        RunListView,
+        Query(
+            description="`full`: every field; `basic`: without `params`, `note` and "
+            "`log_tail` (a finished run's saved tail is up to 64 KiB): what a list shows"
+        ),
+    ] = "full",
 ) -> Response:
     """The runs newest first (by queued time, then id), filtered; `next_cursor` (null on the
     last page) fetches the next page, which stays right while runs are inserted."""
@@ -59,6 +68,7 @@ async def list_runs(
         until=until,
         limit=limit,
         cursor=cursor,
+        view=view,
     )
 
 
@@ -93,6 +103,7 @@ def json_bytes(content: Any) -> bytes:
 _TEXT_PARAMS = frozenset({"job", "requested_by", "chain_root_id", "since", "until", "cursor"})
 _STATUSES = frozenset(s.value for s in RunStatus)
 _TRIGGERS = frozenset(t.value for t in Trigger)
+_VIEWS = frozenset(RUN_LIST_VIEWS)
 
 
 def plain_query(request: Request) -> dict[str, Any] | None:
@@ -108,8 +119,10 @@ def plain_query(request: Request) -> dict[str, Any] | None:
             if len(value) > 4 or not (value.isascii() and value.isdigit()):
                 return None
             query[name] = int(value)
-        elif (name == "status" and value in _STATUSES) or (
-            name == "trigger" and value in _TRIGGERS
+        elif (
+            (name == "status" and value in _STATUSES)
+            or (name == "trigger" and value in _TRIGGERS)
+            or (name == "view" and value in _VIEWS)
         ):
             query[name] = value
         else:

@@ -75,6 +75,7 @@ from runlane.service.operations.logs import (
 from runlane.service.operations.lookup import resolve_chain_run, resolve_run
 from runlane.service.operations.notices import Notice
 from runlane.service.operations.runs import (
+    RUN_LIST_VIEWS,
     CancelledChainRun,
     CancelledRun,
     RunItemsPage,
@@ -111,6 +112,7 @@ from runlane.service.operations.tokens import (
 )
 
 __all__ = [
+    "RUN_LIST_VIEWS",
     "AuditPage",
     "CancelledChainRun",
     "CancelledRun",

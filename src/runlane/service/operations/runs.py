@@ -31,6 +31,7 @@ from runlane.service.runtime import Runtime
 DEFAULT_LIST_LIMIT = 20
 DEFAULT_PAGE_LIMIT = 50
 MAX_PAGE_LIMIT = 500  # a page of the API's run list holds at most this many runs
+RUN_LIST_VIEWS = ("full", "basic")  # list_run_items_page's `view`
 _CURSOR_VERSION = "v1"
 _MAX_CURSOR_CHARS = 200  # a cursor this module writes is about 100 characters
 
@@ -267,14 +268,20 @@ async def list_run_items_page(
     until: str | datetime | None = None,
     limit: int = DEFAULT_PAGE_LIMIT,
     cursor: str | None = None,
+    view: str = "full",
 ) -> RunItemsPage:
     """`list_runs_page` (the same arguments, checks, rows and cursors) with each run as the
     dict a face shows rather than a `Run`: one pass from the row to what is encoded, for the
-    API's `GET /runs`, whose time is mostly spent turning rows into JSON."""
+    API's `GET /runs`, whose time is mostly spent turning rows into JSON.
+
+    `view`: `full` (every field) or `basic` (without `core.runs.BASIC_LEFT_OUT`: what a list
+    shows, at a bounded size per run; the runs page and its live updates read this one)."""
+    if view not in RUN_LIST_VIEWS:
+        raise InvalidArgument(f"view {view!r}: expected one of {', '.join(RUN_LIST_VIEWS)}")
     flt = await _page_filter(
         rt, job, status, trigger, requested_by, chain_root_id, since, until, limit, cursor
     )
-    items = await rt.store.list_run_items(flt)
+    items = await rt.store.list_run_items(flt, basic=view == "basic")
     more = len(items) > limit
     del items[limit:]
     last = items[-1] if more and items else None

@@ -86,9 +86,10 @@ async def runs_page(request: Request, rt: WebRuntime, _who: WebViewer) -> Respon
     items: list[dict[str, Any]] = []
     older = None
     try:
-        # The API's rows (`render.run_rows` renders them): no `Run` per row, as the API.
+        # The API's rows (`render.run_rows` renders them): no `Run` per row, as the API; its
+        # basic view, which reads no params, notes or saved log tails (up to 64 KiB a run).
         listing = await operations.list_run_items_page(
-            rt, **filters, limit=RUNS_PER_PAGE, cursor=cursor
+            rt, **filters, limit=RUNS_PER_PAGE, cursor=cursor, view="basic"
         )
     except InvalidArgument as exc:
         error = exc
@@ -100,7 +101,9 @@ async def runs_page(request: Request, rt: WebRuntime, _who: WebViewer) -> Respon
     # history: nothing new arrives in it).
     live = None
     if error is None and not cursor:
-        live = "/api/v1/runs?" + urllib.parse.urlencode({**filters, "limit": RUNS_PER_PAGE})
+        live = "/api/v1/runs?" + urllib.parse.urlencode(
+            {**filters, "limit": RUNS_PER_PAGE, "view": "basic"}
+        )
     return page(
         request,
         "runs.html",
