@@ -278,7 +278,14 @@ async def test_list_runs_filters_pages_and_bounds(connect: Connect, rt: Runtime)
         bad_status = refusal(await client.call_tool("list_runs", {"status": "lost"}))
         bad_cursor = refusal(await client.call_tool("list_runs", {"cursor": "garbage"}))
         bad_since = refusal(await client.call_tool("list_runs", {"since": "yesterday-ish"}))
+        whole = structured(await client.call_tool("get_run", {"run_id": hello["items"][0]["id"]}))
     assert [r["job"] for r in hello["items"]] == ["hello"] * 3
+    # A list leaves out what has no small bound (a saved log tail is up to 64 KiB a run);
+    # get_run has it. Times are ISO text, as get_run writes them.
+    assert {"params", "note", "log_tail"} <= set(whole)
+    assert hello["items"][0] == {
+        k: v for k, v in whole.items() if k not in ("params", "note", "log_tail")
+    }
     assert len(first["items"]) == 3
     assert first["next_cursor"]
     assert len(rest["items"]) == 1

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Annotated, Any, TypeVar
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -35,6 +36,7 @@ from runlane.service.views import (
     chain_run_dict,
     emitted_dict,
     explanation_dict,
+    iso,
     job_view,
     log_tail_dict,
     pause_dict,
@@ -317,11 +319,13 @@ def build_server(runtime_of: RuntimeOf, caller_of: CallerOf) -> RunlaneServer:
         cursor: Annotated[str | None, Field(description="`next_cursor` of the page before")] = None,
     ) -> CallToolResult:
         """The runs newest first, filtered as the API's `GET /runs`; a page of at most 100.
-        `next_cursor` (null on the last page) fetches the next one."""
+        `next_cursor` (null on the last page) fetches the next one. Each run without its
+        params, note and saved log tail (up to 64 KiB a run): `get_run` and `get_run_logs`
+        have those."""
         try:
             if not 1 <= limit <= MAX_RUNS_PAGE:
                 raise InvalidArgument(f"limit {limit}: expected a whole number from 1 to 100")
-            page = await operations.list_runs_page(
+            page = await operations.list_run_items_page(
                 reader(ctx),
                 job=job,
                 status=status,
@@ -332,10 +336,14 @@ def build_server(runtime_of: RuntimeOf, caller_of: CallerOf) -> RunlaneServer:
                 until=until,
                 limit=limit,
                 cursor=cursor,
+                view="basic",
             )
         except RunlaneError as exc:
             return error_result(exc)
-        return ok({"items": [run_dict(r) for r in page.items], "next_cursor": page.next_cursor})
+        items = [
+            {k: iso(v) if isinstance(v, datetime) else v for k, v in r.items()} for r in page.items
+        ]
+        return ok({"items": items, "next_cursor": page.next_cursor})
 
     @server.tool(annotations=READ)
     async def get_run(run_id: RunIdArg, ctx: Context) -> CallToolResult:
