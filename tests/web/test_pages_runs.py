@@ -160,6 +160,25 @@ def test_the_attempt_chain_links_both_ways(seeded: Seeded) -> None:
     assert "<dt>Attempt</dt><dd>2 of 2</dd>" in two.text
 
 
+def test_the_job_page_lists_its_recent_runs(seeded: Seeded) -> None:
+    """A job's page lists its latest runs, newest first (the run list's basic view): each
+    linked by its short id with its attempt, status, trigger and labelled times; nothing of
+    their output (which only a run's own page shows)."""
+    first, retry = seeded.runs["flaky"], seeded.runs["flaky_retry"]
+    with logged_in(seeded.server, "viewer") as c:
+        flaky = c.get("/jobs/flaky")
+        boom = c.get("/jobs/boom")
+    assert flaky.status_code == boom.status_code == 200
+    rows = re.findall(r'<a href="/runs/([0-9a-f-]+)"><code>', flaky.text)
+    assert rows == [retry, first]
+    assert f'<code>{retry[:8]}</code></a> <span class="type">attempt 2</span>' in flaky.text
+    assert 'class="badge status-success"' in flaky.text
+    assert 'class="badge status-failure"' in flaky.text
+    assert 'href="/runs?job=flaky"' in flaky.text
+    assert re.search(r'<a href="/runs/[0-9a-f-]+"><code>', boom.text)
+    assert "going down" not in boom.text  # the run's output is on its own page
+
+
 def test_output_with_html_is_escaped(seeded: Seeded) -> None:
     with logged_in(seeded.server, "viewer") as c:
         r = c.get(f"/runs/{seeded.runs['shout']}")

@@ -159,7 +159,11 @@ async def _job_page(
 ) -> Response:
     info = await operations.show_job(rt, job)
     schedules = (await operations.job_schedules(rt, [info.name], count=JOB_NEXT_SLOTS))[info.name]
-    runs = await operations.list_runs(rt, job=info.name, limit=RECENT_RUNS)
+    # The run list's basic view: no params, notes or saved log tails (up to 64 KiB a run).
+    recent = await operations.list_run_items_page(
+        rt, job=info.name, limit=RECENT_RUNS, view="basic"
+    )
+    runs = recent.items
     return page(
         request,
         "job.html",
