@@ -15,6 +15,7 @@ from starlette.requests import Request
 from runlane.api import auth
 from runlane.api.routes import runs
 from runlane.core.runs import BASIC_LEFT_OUT
+from runlane.service import operations
 
 from .conftest import ApiServer
 
@@ -166,3 +167,7 @@ def test_the_basic_view_leaves_out_the_unbounded_fields(api: ApiServer) -> None:
     assert basic == [{k: v for k, v in full[0].items() if k not in BASIC_LEFT_OUT}]
     assert wrong.status_code == 422
     assert wrong.headers["content-type"].startswith("application/problem+json")
+    assert wrong.json()["code"] == "invalid_argument"
+    assert "view" in wrong.text
+    # The route's choices are the operation's.
+    assert get_args(runs.RunListView) == operations.RUN_LIST_VIEWS

@@ -22,7 +22,11 @@ import pytest
 
 from runlane.adapters.files.logfile import follow_log
 from runlane.adapters.local.executor import InlineExecutor
-from runlane.adapters.local.pdeathsig import PdeathsigMode, setpriv_supports_pdeathsig
+from runlane.adapters.local.pdeathsig import (
+    PdeathsigMode,
+    prctl_pdeathsig,
+    setpriv_supports_pdeathsig,
+)
 from runlane.core.runs import Outcome, RunStatus
 from runlane.errors import PermanentExecutorError
 from runlane.ports import Execution, ExecutionSpec
@@ -838,3 +842,27 @@ async def test_a_failing_descriptor_callback_does_not_starve_the_others() -> Non
             os.close(fd)
     assert reported
     assert isinstance(reported[0]["exception"], RuntimeError)
+
+
+def test_prctl_mode_never_starts_a_command_whose_launcher_is_gone(tmp_path: Path) -> None:
+    """The `prctl` mode's child checks, after setting the signal, that its parent is still the
+    launcher: a launcher that died between the fork and the `prctl` would never send it, so
+    the child exits before its command. Here the expected parent is another pid, as if the
+    launcher had died and the child had been adopted."""
+    marker = tmp_path / "ran"
+    preexec = prctl_pdeathsig(parent=os.getpid() + 1_000_000)
+    assert preexec is not None
+    child = subprocess.run(
+        ["touch", str(marker)],
+        preexec_fn=preexec,
+        check=False,
+        timeout=30,
+    )
+    assert child.returncode == 1
+    assert not marker.exists()
+    # With the right parent the command runs.
+    ok = subprocess.run(
+        ["touch", str(marker)], preexec_fn=prctl_pdeathsig(), check=False, timeout=30
+    )
+    assert ok.returncode == 0
+    assert marker.exists()

@@ -74,6 +74,8 @@ async def test_list_and_describe_jobs(connect: Connect, rt: Runtime) -> None:
     assert slot["local"].endswith(("-05:00", "-04:00"))
     assert job["last_run"]["job"] == "hello"
     assert [r["job"] for r in job["last_runs"]] == ["hello"]
+    assert not {"params", "note", "log_tail"} & set(job["last_runs"][0])  # list_runs' view
+    assert job["last_runs"][0]["queued_at"].endswith("Z")
     assert job["paused"] is False
     schema = typed["params_schema"]
     assert schema["properties"]["count"]["type"] == "integer"

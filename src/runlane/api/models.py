@@ -11,10 +11,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from runlane.api.inputs import EventText, Reason, StoredText
-from runlane.core.runs import RunStatus
+from runlane.core.runs import BASIC_LEFT_OUT, RunStatus
 
 
 class Body(BaseModel):
@@ -71,7 +71,7 @@ class RunView(View):
     attempt: int
     executor: str
     overlap: str
-    params: dict[str, Any] | None = Field(None, description="left out by the basic view")
+    params: dict[str, Any] | None
     params_raw: str | None = Field(None, description="only when `params` is null")
     queued_at: datetime
     requested_by: str | None
@@ -93,10 +93,8 @@ class RunView(View):
     exit_code: int | None
     end_reason: str | None
     error_code: str | None
-    note: str | None = Field(None, description="left out by the basic view")
-    log_tail: str | None = Field(
-        None, description="the saved tail of the output; left out by the basic view"
-    )
+    note: str | None
+    log_tail: str | None = Field(description="the saved tail of its output (up to 64 KiB)")
     traceparent: str | None
     cancel_requested_at: datetime | None
     lease_owner: str | None
@@ -104,8 +102,27 @@ class RunView(View):
     lease_expires_at: datetime | None
 
 
+# A run in the run list's basic view (`view=basic`): `RunView` without the fields whose size has
+# no small bound (`core.runs.BASIC_LEFT_OUT`), made from RunView's own fields so the two agree.
+_BASIC_FIELDS: dict[str, Any] = {
+    name: (field.annotation, field)
+    for name, field in RunView.model_fields.items()
+    if name not in (*BASIC_LEFT_OUT, "params_raw")
+}
+RunBasicView = create_model(
+    "RunBasicView",
+    __base__=View,
+    __doc__="A run as the run list's basic view has it: every field of a run but `params`, "
+    "`note` and `log_tail`.",
+    **_BASIC_FIELDS,
+)
+
+
 class RunPageView(View):
-    items: list[RunView]
+    items: list[RunView] | list[RunBasicView] = Field(
+        description="each run whole (`view=full`) or without its params, note and log tail "
+        "(`view=basic`)"
+    )
     next_cursor: str | None = Field(description="pass as `cursor` for the next page")
 
 

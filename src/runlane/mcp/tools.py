@@ -105,6 +105,14 @@ class Confirmation(BaseModel):
 Asked = ElicitationResult[Confirmation]
 
 
+def listed(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Run-list items (`operations.list_run_items_page`) as `run_dict` writes runs: times as
+    ISO text."""
+    return [
+        {k: iso(v) if isinstance(v, datetime) else v for k, v in item.items()} for item in items
+    ]
+
+
 def ok(data: Mapping[str, Any], notices: tuple[Notice, ...] = ()) -> CallToolResult:
     """A tool's result: `data` as structured content and as JSON text (for clients that read
     text only), and each notice (no launcher is running, …) as a line of its own."""
@@ -289,16 +297,19 @@ def build_server(runtime_of: RuntimeOf, caller_of: CallerOf) -> RunlaneServer:
     @server.tool(annotations=READ)
     async def describe_job(job: JobArg, ctx: Context) -> CallToolResult:
         """One job: its params as a JSON Schema, its schedules with their next slots in UTC and
-        in their zone, its pause or snooze, its latest runs (`last_runs`, newest first)."""
+        in their zone, its pause or snooze, its latest runs (`last_runs`, newest first, as
+        `list_runs` has them: without params, note and saved log tail)."""
         try:
             rt = reader(ctx)
             info = await operations.show_job(rt, job)
             schedules = await operations.job_schedules(rt, [info.name]) if info.schedules else {}
-            last = await operations.list_runs(rt, job=info.name, limit=LAST_RUNS)
+            last = await operations.list_run_items_page(
+                rt, job=info.name, limit=LAST_RUNS, view="basic"
+            )
         except RunlaneError as exc:
             return error_result(exc)
         data = job_view(info, schedules.get(info.name, ()), with_last_run=True)
-        data["last_runs"] = [run_dict(r) for r in last]
+        data["last_runs"] = listed(last.items)
         return ok(data)
 
     @server.tool(annotations=READ)
@@ -340,10 +351,7 @@ def build_server(runtime_of: RuntimeOf, caller_of: CallerOf) -> RunlaneServer:
             )
         except RunlaneError as exc:
             return error_result(exc)
-        items = [
-            {k: iso(v) if isinstance(v, datetime) else v for k, v in r.items()} for r in page.items
-        ]
-        return ok({"items": items, "next_cursor": page.next_cursor})
+        return ok({"items": listed(page.items), "next_cursor": page.next_cursor})
 
     @server.tool(annotations=READ)
     async def get_run(run_id: RunIdArg, ctx: Context) -> CallToolResult:

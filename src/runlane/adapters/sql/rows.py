@@ -204,8 +204,8 @@ class RowReader:
         About a third of the time of `run` and `run_dict` together: a page of the API's run
         list converts 50 to 500 rows per request.
 
-        `basic`: a row of `list_runs_select_basic` (no params, note or log tail) as the same
-        dict without those keys (`BASIC_LEFT_OUT`).
+        `basic`: a row of `base.RUN_LIST_BASIC_SELECT` (no params, note or log tail) as the
+        same dict without those keys (`BASIC_LEFT_OUT`).
         """
         g = row.__getitem__
         t = self._decode_time

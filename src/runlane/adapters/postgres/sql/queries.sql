@@ -421,7 +421,8 @@ SELECT * FROM run_log WHERE id = %(id)s::uuid
 -- (joined by AND, in a fixed order), then the order. Each shape of filters is then its own
 -- statement text, which PostgreSQL plans with the index that shape needs (one text with
 -- `(x IS NULL OR col = x)` for every filter gets a generic plan that walks the whole log).
--- Values are always bound, never written into the text.
+-- Values are always bound, never written into the text. The basic view's select
+-- (`view=basic`) is `RUN_LIST_BASIC_SELECT` in adapters/sql/base.py, the same in both dialects.
 -- name: list_runs_select
 SELECT * FROM run_log
 

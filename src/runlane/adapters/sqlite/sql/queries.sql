@@ -209,7 +209,8 @@ SELECT * FROM run_log WHERE id = :id
 -- The run list is composed by SqlStoreBase.list_runs from these fixed texts: the select, one
 -- `list_runs_where_<filter>` clause per filter that is set (joined by AND, in a fixed order),
 -- then the order; values are always bound. Times are fixed-width UTC text, so text comparison
--- is time comparison.
+-- is time comparison. The basic view's select (`view=basic`) is `RUN_LIST_BASIC_SELECT` in
+-- adapters/sql/base.py, the same in both dialects.
 -- name: list_runs_select
 SELECT * FROM run_log
 
