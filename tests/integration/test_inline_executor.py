@@ -12,16 +12,18 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from runlane.adapters.files.logfile import follow_log
-from runlane.adapters.local.executor import InlineExecutor
+from runlane.adapters.local.executor import InlineExecutor, SpawnThreads
 from runlane.adapters.local.pdeathsig import (
     PdeathsigMode,
     prctl_pdeathsig,
@@ -866,3 +868,91 @@ def test_prctl_mode_never_starts_a_command_whose_launcher_is_gone(tmp_path: Path
     )
     assert ok.returncode == 0
     assert marker.exists()
+
+
+# A stand-in guardian process: every line it is sent, appended to the file named first.
+RECORDER = (
+    "import sys\n"
+    "with open(sys.argv[1], 'ab', buffering=0) as out:\n"
+    "    for line in sys.stdin.buffer:\n"
+    "        out.write(line)\n"
+)
+
+
+async def test_a_spawn_thread_hands_its_group_to_the_guardian_before_the_loop_sees_it(
+    log_dir: Path, tmp_path: Path, stray_pids: list[int]
+) -> None:
+    """With spawns on worker threads, the thread that spawned a run writes its `+pgid` to the
+    guardian itself, before the spawn is handed to the event loop (a launcher killed in the
+    hop to the loop leaves no run unguarded); the loop's registration then writes nothing
+    more, and the run's end takes it back (`-pgid`)."""
+    record = tmp_path / "guardian-lines"
+    ex = InlineExecutor(log_dir, spawn_off_loop=True)
+    assert ex._guardian is not None
+    ex._guardian.argv = [PY, "-c", RECORDER, str(record)]
+    announced: list[tuple[int, str]] = []
+    announce = ex._guardian.announce
+
+    def recording(pgid: int) -> object | None:
+        announced.append((pgid, threading.current_thread().name))
+        return announce(pgid)
+
+    ex._guardian.announce = recording  # type: ignore[method-assign]
+    try:
+        first = await ex.start(make_spec(["sleep", "60"], run_id="first"))  # idle: on the loop
+        second = await ex.start(make_spec(["sleep", "60"], run_id="second"))  # on a thread
+        pids = [int(e.external_id) for e in (first, second)]
+        stray_pids.extend(pids)
+        assert [(pid, name.startswith("runlane-spawn_")) for pid, name in announced] == [
+            (pids[1], True)
+        ]
+        lines = await eventually(
+            lambda: record.exists() and len(record.read_bytes().splitlines()) >= 2 and record,
+            "both groups sent to the guardian",
+        )
+        assert sorted(lines.read_bytes().splitlines()) == sorted(b"+%d" % p for p in pids)
+        for execution in (first, second):
+            ex.kill_now(execution)
+            await finish(ex, execution)
+        sent = await eventually(
+            lambda: len(record.read_bytes().splitlines()) >= 4 and record.read_bytes(),
+            "both groups taken back",
+        )
+        assert sorted(sent.splitlines()) == sorted(
+            [b"+%d" % p for p in pids] + [b"-%d" % p for p in pids]
+        )
+    finally:
+        await ex.shutdown(grace=0)
+        ex.close()
+
+
+async def test_a_start_given_up_on_its_thread_is_taken_back_from_the_guardian(
+    log_dir: Path, stray_pids: list[int]
+) -> None:
+    """A spawn whose start was cancelled while its thread ran it: announced, then withdrawn
+    before it is reaped (the guardian must not keep a pgid that may soon name another group),
+    and killed."""
+    calls: list[tuple[str, int]] = []
+
+    class Recorder:
+        def announce(self, pgid: int) -> object | None:
+            calls.append(("announce", pgid))
+            return self
+
+        def withdraw(self, pgid: int) -> None:
+            calls.append(("withdraw", pgid))
+
+    ex = InlineExecutor(log_dir, pdeathsig="none", spawn_off_loop=False)
+    pool = SpawnThreads(1, Recorder())  # type: ignore[arg-type]
+    try:
+        spawn = partial(ex._spawn, ["sleep", "60"], dict(os.environ), str(log_dir / "x.log"))
+        future = pool.submit(spawn)
+        future.cancel()
+        await eventually(lambda: len(calls) == 2, "the spawn announced and withdrawn")
+        (_, pid), _ = calls
+        stray_pids.append(pid)
+        assert calls == [("announce", pid), ("withdraw", pid)]
+        assert not alive(pid)
+    finally:
+        pool.shutdown()
+        ex.close()

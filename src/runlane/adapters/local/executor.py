@@ -75,12 +75,14 @@ class InlineExecutor:
       its launcher, so there is nothing to find after a takeover.
     - `running_count()` / `running()` serve the heartbeat.
 
-    All methods must be called from the event loop thread: the guardian's pipe has one writer,
-    and in the `setpriv`/`prctl` modes the kernel's parent-death signal fires when the *thread*
-    that spawned a child exits, so those spawn on the loop thread. With the guardian the spawn
-    itself (and only it) runs on a worker thread (`spawn_off_loop`) whenever another run is
-    live or starting (an idle executor spawns on the loop: lower pickup latency); the child is
-    registered with the guardian and watched on the loop thread as soon as the spawn returns.
+    All methods must be called from the event loop thread: the guardian's set of groups has
+    one owner, and in the `setpriv`/`prctl` modes the kernel's parent-death signal fires when
+    the *thread* that spawned a child exits, so those spawn on the loop thread. With the
+    guardian the spawn itself runs on a worker thread (`spawn_off_loop`) whenever another run
+    is live or starting (an idle executor spawns on the loop: lower pickup latency); that
+    thread writes the child's group to the guardian's pipe at once (`Guardian.announce`, under
+    the pipe's lock), and the loop registers it in the set and watches it when the spawn
+    reaches it.
     """
 
     name = "inline"
@@ -177,7 +179,7 @@ class InlineExecutor:
         if self.spawn_off_loop or (
             self._setpriv is None and self._preexec is None and not self._posix_spawn_ok
         ):
-            self._spawn_pool = SpawnThreads(SPAWN_THREADS)
+            self._spawn_pool = SpawnThreads(SPAWN_THREADS, self._guardian)
 
     # -- the Executor port --------------------------------------------------------------------
 
@@ -249,24 +251,27 @@ class InlineExecutor:
                 # A cancelled start cancels this future; the spawn goes on in its thread, and
                 # what it starts is ended there (`SpawnThreads`), so that no process runs
                 # unwatched and unguarded.
-                read_fd, proc, log = await self._spawn_pool.submit(spawn)
+                (read_fd, proc, log), announced = await self._spawn_pool.submit(spawn)
             else:
                 # On the event-loop thread (never a worker thread with PDEATHSIG: it fires when
                 # the spawning thread exits, not the process).
                 read_fd, proc, log = spawn()
+                announced = None
         except BaseException:
             if spilled:
                 shutil.rmtree(params_dir, ignore_errors=True)
             raise
         if guardian is not None:
-            # The child is its own group leader (process_group=0), so pgid == pid. Until this
-            # write lands a launcher death would leave this one run unguarded.
+            # The child is its own group leader (process_group=0), so pgid == pid. Until the
+            # guardian has it a launcher death would leave this one run unguarded: a spawn
+            # thread announced it already (`announced`), one on this thread is written now.
             try:
-                guardian.register(proc.pid)
+                guardian.register(proc.pid, announced=announced)
             except GuardianError as exc:
                 guardian.groups.discard(proc.pid)
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGKILL)
+                guardian.withdraw(proc.pid)
                 proc.wait()
                 os.close(read_fd)
                 log.close()
@@ -367,7 +372,9 @@ class InlineExecutor:
 
 
 Spawned = tuple[int, Process, BoundedLog]
-_SpawnJob = tuple[asyncio.Future[Spawned], Callable[[], Spawned]]
+# A spawn done on a worker thread, and what `Guardian.announce` returned for it there.
+Announced = tuple[Spawned, object | None]
+_SpawnJob = tuple[asyncio.Future[Announced], Callable[[], Spawned]]
 
 
 class SpawnThreads:
@@ -380,18 +387,21 @@ class SpawnThreads:
     was) is ended when its result arrives: its group SIGKILLed, reaped, its pipe and log closed.
     """
 
-    def __init__(self, threads: int) -> None:
+    def __init__(self, threads: int, guardian: Guardian | None = None) -> None:
         self._queue: queue.SimpleQueue[_SpawnJob | None] = queue.SimpleQueue()
-        self._done: collections.deque[tuple[asyncio.Future[Spawned], Spawned | Exception]] = (
+        self._done: collections.deque[tuple[asyncio.Future[Announced], Announced | Exception]] = (
             collections.deque()
         )
+        # Each spawn's group is announced to the guardian on the thread that spawned it, before
+        # the loop hears of it: a launcher killed meanwhile leaves no run unguarded.
+        self._guardian = guardian
         self._lock = threading.Lock()
         self._woken = False  # a drain is on its way to the loop
         self._loop: asyncio.AbstractEventLoop | None = None
         self._count = threads
         self._threads: list[threading.Thread] = []
 
-    def submit(self, spawn: Callable[[], Spawned]) -> asyncio.Future[Spawned]:
+    def submit(self, spawn: Callable[[], Spawned]) -> asyncio.Future[Announced]:
         loop = asyncio.get_running_loop()
         self._loop = loop
         if not self._threads:
@@ -401,7 +411,7 @@ class SpawnThreads:
             ]
             for thread in self._threads:
                 thread.start()
-        future: asyncio.Future[Spawned] = loop.create_future()
+        future: asyncio.Future[Announced] = loop.create_future()
         self._queue.put((future, spawn))
         return future
 
@@ -409,11 +419,15 @@ class SpawnThreads:
         get = self._queue.get
         while (job := get()) is not None:
             future, spawn = job
-            outcome: Spawned | Exception
+            outcome: Announced | Exception
             try:
-                outcome = spawn()
+                spawned = spawn()
             except Exception as exc:  # noqa: BLE001 - raised from the future, on the loop
                 outcome = exc
+            else:
+                guardian = self._guardian
+                token = None if guardian is None else guardian.announce(spawned[1].pid)
+                outcome = (spawned, token)
             self._done.append((future, outcome))
             with self._lock:
                 if self._woken:
@@ -435,7 +449,7 @@ class SpawnThreads:
             future, outcome = done.popleft()
             if future.cancelled():
                 if not isinstance(outcome, Exception):
-                    _discard_spawned(outcome)
+                    _discard_spawned(outcome[0], self._guardian)
             elif isinstance(outcome, Exception):
                 future.set_exception(outcome)
             else:
@@ -445,7 +459,7 @@ class SpawnThreads:
         while self._done:
             _, outcome = self._done.popleft()
             if not isinstance(outcome, Exception):
-                _discard_spawned(outcome)
+                _discard_spawned(outcome[0], self._guardian)
 
     def shutdown(self) -> None:
         """Stop the threads, after any spawn in progress (well under a millisecond)."""
@@ -456,11 +470,14 @@ class SpawnThreads:
         self._threads = []
 
 
-def _discard_spawned(spawned: Spawned) -> None:
-    """A spawn whose start was cancelled: SIGKILL its group, reap it, close its pipe and log."""
+def _discard_spawned(spawned: Spawned, guardian: Guardian | None) -> None:
+    """A spawn whose start was cancelled: SIGKILL its group, take it back from the guardian,
+    reap it (after, so the pgid cannot name anybody else yet), close its pipe and log."""
     read_fd, proc, log = spawned
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)  # our unreaped child: the group is still its own
+    if guardian is not None:
+        guardian.withdraw(proc.pid)
     proc.wait()
     os.close(read_fd)
     log.close()

@@ -35,8 +35,9 @@ The module imports only `os`, `select`, `sys` and `time` at module level (no
 contextlib, no pathlib, nothing of runlane): `python -I -S` does not even load `os` on its own.
 
 Limits, by design:
-- Between the spawn returning and the `+pgid` write (microseconds, on the same thread, with no
-  await between them) a launcher death leaves that one run unguarded.
+- Between the spawn returning and the `+pgid` write (microseconds, on the thread that spawned:
+  a spawn thread writes it before it hands the spawn to the event loop) a launcher death
+  leaves that one run unguarded.
 - After the guardian dies and before it is replaced (at once when the loop sees the death via a
   pidfd, else on the next spawn) the live runs are unguarded.
 - A run's group is forgotten when its leader is reaped: descendants it left behind are not
@@ -168,15 +169,32 @@ def guardian_argv() -> list[str] | None:
 
 
 class _Process:
-    """One guardian process as the launcher holds it."""
+    """One guardian process as the launcher holds it. `lock` guards `wfd` for writers on other
+    threads (`Guardian.announce`): the descriptor is closed under it, so such a write never
+    lands in a file that has since taken the same number."""
 
-    __slots__ = ("loop", "pidfd", "popen", "wfd")
+    __slots__ = ("lock", "loop", "pidfd", "popen", "wfd")
 
     def __init__(self, popen: subprocess.Popen[bytes], wfd: int) -> None:
+        import threading
+
         self.popen = popen
         self.wfd = wfd
         self.pidfd = -1
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.lock = threading.Lock()
+
+    def write(self, line: bytes) -> bool:
+        """Write `line` (< PIPE_BUF: all or nothing) unless our end is closed; False when it
+        could not be written (closed, dead or stuck)."""
+        with self.lock:
+            if self.wfd < 0:
+                return False
+            try:
+                os.write(self.wfd, line)
+            except OSError:
+                return False
+            return True
 
     def stop(self, *, kill: bool) -> None:
         """Close our end and reap it. `kill` first when replacing it: a live guardian that saw
@@ -189,9 +207,10 @@ class _Process:
                 self.loop.remove_reader(self.pidfd)  # a no-op once the loop is closed
             os.close(self.pidfd)
             self.pidfd = -1
-        if self.wfd >= 0:
-            os.close(self.wfd)
-            self.wfd = -1
+        with self.lock:
+            if self.wfd >= 0:
+                os.close(self.wfd)
+                self.wfd = -1
         import subprocess
 
         try:
@@ -205,7 +224,8 @@ class Guardian:
     """The launcher's handle on its guardian: `register`/`unregister` process groups.
 
     The set of registered groups lives here; the process only mirrors it, so a replacement
-    process is simply sent the whole set. Call from one thread (the event loop's).
+    process is simply sent the whole set. Call from one thread (the event loop's), except
+    `announce` and `withdraw`, which any thread may call.
     """
 
     def __init__(self, argv: list[str] | None = None) -> None:
@@ -225,10 +245,31 @@ class Guardian:
         if self._proc is None:
             self._start()
 
-    def register(self, pgid: int) -> None:
+    def announce(self, pgid: int) -> object | None:
+        """From any thread, right after a spawn: tell the running guardian process about `pgid`
+        at once, before the event loop has seen the spawn (a spawn on a worker thread reaches
+        the loop a little later). Returns a token for `register(pgid, announced=…)`, or None
+        when nothing was written (no guardian, or it died: `register` starts another). The
+        loop's `register` (or `withdraw`, for a start given up) must follow."""
+        proc = self._proc
+        if proc is not None and proc.write(b"+%d\n" % pgid):
+            return proc
+        return None
+
+    def withdraw(self, pgid: int) -> None:
+        """From any thread: take back an `announce` that no `register` follows (a start given
+        up), before the group's leader is reaped. Never raises."""
+        proc = self._proc
+        if proc is not None:
+            proc.write(b"-%d\n" % pgid)
+
+    def register(self, pgid: int, *, announced: object | None = None) -> None:
         """Guard `pgid`. Raises GuardianError if no guardian holds it now (it stays in the set
-        and is sent to the next guardian started)."""
+        and is sent to the next guardian started). `announced`: what `announce` returned; when
+        it is the running process, the line is there already and is not written again."""
         self.groups.add(pgid)
+        if announced is not None and announced is self._proc:
+            return
         self._send(b"+%d\n" % pgid)
 
     def unregister(self, pgid: int) -> None:
@@ -263,11 +304,9 @@ class Guardian:
         if proc is None:
             self._start()  # sends the whole set, `line` included in effect
             return
-        try:
-            # Non-blocking and < PIPE_BUF: all or nothing. EAGAIN means ~65,000 lines are
-            # waiting, so the guardian is stuck: replace it like a dead one.
-            os.write(proc.wfd, line)
-        except OSError:  # EPIPE: it died; EAGAIN: it is stuck
+        # Non-blocking and < PIPE_BUF: all or nothing. EAGAIN means ~65,000 lines are
+        # waiting, so the guardian is stuck: replace it like a dead one (EPIPE: it died).
+        if not proc.write(line):
             self._start()
 
     def _start(self) -> None:
@@ -314,6 +353,17 @@ class Guardian:
                 fcntl.fcntl(wfd, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
             except OSError:
                 pass  # above /proc/sys/fs/pipe-max-size: the default 64 KiB will do
+        # Under the process's lock: a spawn thread's `announce` must not cut into the set's
+        # lines (this write may take several chunks), nor write before the pipe is non-blocking.
+        with proc.lock:
+            error = self._send_set(wfd)
+        if error is not None:
+            self._drop()
+            proc.stop(kill=True)
+            raise GuardianError(f"cannot reach the guardian process: {error}") from error
+
+    def _send_set(self, wfd: int) -> OSError | None:
+        """Write every registered group to a fresh pipe, then make it non-blocking."""
         if self.groups:
             # A fresh pipe is empty and the guardian reads it as soon as it runs: a blocking
             # write of the whole set returns quickly even when it exceeds the pipe's size.
@@ -323,10 +373,9 @@ class Guardian:
                 while view:
                     view = view[os.write(wfd, view) :]
             except OSError as exc:
-                self._drop()
-                proc.stop(kill=True)
-                raise GuardianError(f"cannot reach the guardian process: {exc}") from exc
+                return exc
         os.set_blocking(wfd, False)
+        return None
 
     def _watch(self, proc: _Process) -> None:
         """Replace the guardian as soon as it dies while groups are registered (needs a pidfd and
