@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Annotated, Any, TypeVar
 
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -36,8 +35,8 @@ from runlane.service.views import (
     chain_run_dict,
     emitted_dict,
     explanation_dict,
-    iso,
     job_view,
+    jsonable,
     log_tail_dict,
     pause_dict,
     run_dict,
@@ -103,14 +102,6 @@ class Confirmation(BaseModel):
 
 # What a tool gets from its confirmation resolver: the person's answer, or None (not asked).
 Asked = ElicitationResult[Confirmation]
-
-
-def listed(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Run-list items (`operations.list_run_items_page`) as `run_dict` writes runs: times as
-    ISO text."""
-    return [
-        {k: iso(v) if isinstance(v, datetime) else v for k, v in item.items()} for item in items
-    ]
 
 
 def ok(data: Mapping[str, Any], notices: tuple[Notice, ...] = ()) -> CallToolResult:
@@ -309,7 +300,7 @@ def build_server(runtime_of: RuntimeOf, caller_of: CallerOf) -> RunlaneServer:
         except RunlaneError as exc:
             return error_result(exc)
         data = job_view(info, schedules.get(info.name, ()), with_last_run=True)
-        data["last_runs"] = listed(last.items)
+        data["last_runs"] = jsonable(last.items)
         return ok(data)
 
     @server.tool(annotations=READ)
@@ -351,7 +342,7 @@ def build_server(runtime_of: RuntimeOf, caller_of: CallerOf) -> RunlaneServer:
             )
         except RunlaneError as exc:
             return error_result(exc)
-        return ok({"items": listed(page.items), "next_cursor": page.next_cursor})
+        return ok({"items": jsonable(page.items), "next_cursor": page.next_cursor})
 
     @server.tool(annotations=READ)
     async def get_run(run_id: RunIdArg, ctx: Context) -> CallToolResult:

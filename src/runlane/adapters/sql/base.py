@@ -260,10 +260,8 @@ class SqlStoreBase:
         return [self._read.run(r) for r in await self._run_list_rows(flt)]
 
     async def list_run_items(self, flt: RunFilter, *, basic: bool = False) -> list[dict[str, Any]]:
-        if basic:
-            run_item = self._read.run_item
-            return [run_item(r, basic=True) for r in await self._run_list_rows(flt, basic=True)]
-        return [self._read.run_item(r) for r in await self._run_list_rows(flt)]
+        run_item = self._read.run_item
+        return [run_item(r, basic=basic) for r in await self._run_list_rows(flt, basic=basic)]
 
     async def _run_list_rows(self, flt: RunFilter, *, basic: bool = False) -> list[Row]:
         ids = (

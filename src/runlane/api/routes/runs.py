@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Coroutine
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import msgspec
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -20,13 +20,11 @@ from runlane.api.problems import problem_responses
 from runlane.api.writes import audited
 from runlane.core.runs import RunStatus, Trigger
 from runlane.service import operations
-from runlane.service.operations import RUN_LIST_VIEWS, CancelledRun, text_problem
+from runlane.service.operations import RUN_LIST_VIEWS, CancelledRun, RunListView, text_problem
 from runlane.service.runtime import Runtime
 from runlane.service.views import chain_run_dict, iso, run_dict
 
 router = APIRouter(prefix="/api/v1", tags=["runs"], dependencies=[Depends(storable_parameters)])
-
-RunListView = Literal["full", "basic"]  # operations.RUN_LIST_VIEWS
 
 RunId = Annotated[
     str, Path(description="A run's id, or a unique prefix of it (at least 6 characters)")

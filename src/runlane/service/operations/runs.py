@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, get_args
 
 from runlane.core.access import Role
 from runlane.core.runs import Run, RunStatus, Trigger
@@ -31,7 +31,8 @@ from runlane.service.runtime import Runtime
 DEFAULT_LIST_LIMIT = 20
 DEFAULT_PAGE_LIMIT = 50
 MAX_PAGE_LIMIT = 500  # a page of the API's run list holds at most this many runs
-RUN_LIST_VIEWS = ("full", "basic")  # list_run_items_page's `view`
+RunListView = Literal["full", "basic"]  # list_run_items_page's `view`
+RUN_LIST_VIEWS: tuple[str, ...] = get_args(RunListView)
 _CURSOR_VERSION = "v1"
 _MAX_CURSOR_CHARS = 200  # a cursor this module writes is about 100 characters
 
@@ -268,7 +269,7 @@ async def list_run_items_page(
     until: str | datetime | None = None,
     limit: int = DEFAULT_PAGE_LIMIT,
     cursor: str | None = None,
-    view: str = "full",
+    view: RunListView = "full",
 ) -> RunItemsPage:
     """`list_runs_page` (the same arguments, checks, rows and cursors) with each run as the
     dict a face shows rather than a `Run`: one pass from the row to what is encoded, for the
