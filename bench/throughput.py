@@ -188,6 +188,25 @@ def in_flight_ms(url: str, n: int) -> list[float]:
     return time_pairs_ms(url, sql)
 
 
+def steady_rate(url: str, n: int) -> float:
+    """Runs per second between the 10th and the 90th percentile of the first `n` runs' starts:
+    the steady rate, without the first claims' ramp-up and the last runs' drain."""
+    sql = (
+        "SELECT started_at, started_at FROM run_log WHERE job = 'noop'"
+        f" ORDER BY started_at LIMIT {int(n)}"
+    )
+    if url.startswith("sqlite:"):
+        with contextlib.closing(sqlite3.connect(url.split(":///", 1)[1], timeout=30)) as db:
+            rows = [datetime.fromisoformat(a) for a, _ in db.execute(sql).fetchall()]
+    else:
+        with psycopg.connect(url) as conn:
+            rows = [a for a, _ in conn.execute(sql).fetchall()]
+    lo, hi = len(rows) // 10, len(rows) * 9 // 10
+    if hi <= lo:
+        return 0.0
+    return (hi - lo) / max(1e-9, (rows[hi] - rows[lo]).total_seconds())
+
+
 def py_spy() -> str:
     """py-spy from PATH or next to this interpreter (a venv's bin need not be on PATH)."""
     found = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
@@ -324,6 +343,7 @@ def one(
                 )
                 launcher_cpu = max(0.0, launcher_cpu - startup_cpu)
                 flights = in_flight_ms(url, n)
+                steady = steady_rate(url, n)
                 # Pickup: runs accepted one at a time to the idle launcher (none: not timed).
                 pickups: list[float] = []
                 if pickup_runs:
@@ -349,6 +369,7 @@ def one(
                     proc.wait(30)
             return {
                 "runs_per_s": n / span,
+                "steady_runs_per_s": steady,
                 "enqueue_per_s": enqueue_rate,
                 "cpu_ms_per_run": 1000 * (launcher_cpu + pg_cpu) / n,
                 "launcher_cpu_ms_per_run": 1000 * launcher_cpu / n,
