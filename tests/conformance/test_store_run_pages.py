@@ -47,7 +47,7 @@ FAILURE = Outcome(RunStatus.FAILURE, "exit", exit_code=1, error_code="exit_code"
 
 def new_run(job: str, **kw: Any) -> NewRun:
     return NewRun(
-        id=str(uuid.uuid4()),
+        id=kw.pop("id", str(uuid.uuid4())),
         job=job,
         trigger=kw.pop("trigger", Trigger.MANUAL),
         dedupe_key=str(uuid.uuid4()),
@@ -454,3 +454,44 @@ async def test_the_basic_view_reads_every_column_but_the_unbounded_ones(
     assert not {*BASIC_LEFT_OUT, "lease_token", "*"} & set(
         RUN_LIST_BASIC_SELECT.replace(",", " ").split()
     )
+
+
+async def test_a_short_id_is_a_range_of_the_primary_key_on_sqlite(tmp_path: Path) -> None:
+    """`run_ids_by_prefix` and `chain_run_ids_by_prefix` (a short id's lookup) read their
+    table's primary key from the first id the prefix allows to the last, in order, and no row."""
+    path = tmp_path / "plans.db"
+    store = SqliteStore(str(path))
+    await store.open()
+    await store.upgrade()
+    await store.close()
+    params = {"lo": "abcdef00-0000-0000-0000-000000000000", "limit": 11}
+    params["hi"] = "abcdefff-ffff-ffff-ffff-ffffffffffff"
+    conn = sqlite3.connect(path)
+    try:
+        for name, table in (
+            ("run_ids_by_prefix", "run_log"),
+            ("chain_run_ids_by_prefix", "chain_runs"),
+        ):
+            steps = [r[3] for r in conn.execute(f"EXPLAIN QUERY PLAN {SQLITE_Q[name]}", params)]
+            assert steps == [
+                f"SEARCH {table} USING COVERING INDEX sqlite_autoindex_{table}_1 (id>? AND id<?)"
+            ], steps
+    finally:
+        conn.close()
+
+
+async def test_short_ids_are_found_in_id_order_from_the_whole_table(harness: StoreHarness) -> None:
+    _, store, _ = await pinned(harness)
+    ids = sorted(f"{p}-0000-4000-8000-000000000000" for p in ("abcdef01", "abcdef02", "abcdee99"))
+    for run_id in ids:
+        await store.accept(new_run("a", id=run_id))
+    assert await store.run_ids_by_prefix("abcdef", limit=10) == ids[1:]
+    assert await store.run_ids_by_prefix("abcde", limit=2) == ids[:2]
+    assert await store.run_ids_by_prefix("abcdef02-0000-4000-8000-000000000000", limit=5) == [
+        ids[2]
+    ]
+    for impossible in ("abcdeg", "abcdef012", "ABCDEF", ""):
+        assert await store.run_ids_by_prefix(impossible, limit=10) == (
+            ids if impossible == "" else []
+        )
+    assert await store.run_ids_by_prefix("abcdef", limit=0) == []

@@ -29,7 +29,7 @@ from runlane.errors import (
     UnknownJob,
     UnknownRun,
 )
-from runlane.ports import Heartbeat, RunFilter, Store
+from runlane.ports import Heartbeat, NewChainRun, RunFilter, Store
 from runlane.service import operations
 from runlane.service.accept import RunRequest, prepare_run
 from runlane.service.config import Settings
@@ -211,6 +211,54 @@ async def test_an_ambiguous_prefix_is_refused(rt: Runtime, store: Store, catalog
     assert (ambiguous.value.code, ambiguous.value.exit_code) == ("ambiguous_id", 1)
     assert ambiguous.value.message == "run id prefix 'ABCDEF' is ambiguous (2 runs)"
     assert (await operations.show_run(rt, "abcdef02")).id.startswith("abcdef02")
+
+
+async def test_a_prefix_finds_a_run_however_old_and_counts_every_match(
+    rt: Runtime, store: Store, catalog: Catalog
+) -> None:
+    # The oldest run, then 600 newer ones: a prefix is matched against the whole run log, not
+    # the newest few hundred rows (the lookup before read the 500 newest and matched there, so
+    # this run was "unknown" and a prefix shared with it "unique").
+    async def accept(run_id: str) -> None:
+        new, _ = prepare_run(catalog, RunRequest(job="hello", trigger=Trigger.CLI))
+        await store.accept(replace(new, id=run_id), overlap_action="none")
+
+    old = "0abcde00-0000-4000-8000-000000000000"
+    await accept(old)
+    for i in range(600):
+        await accept(f"{0xF0000000 + i:08x}-0000-4000-8000-000000000000")
+    assert (await operations.show_run(rt, "0ABCDE00")).id == old
+    await accept("0abcde01-0000-4000-8000-000000000000")  # now the newest run
+    with pytest.raises(AmbiguousId) as both:
+        await operations.show_run(rt, "0abcde0")
+    assert both.value.message == "run id prefix '0abcde0' is ambiguous (2 runs)"
+    with pytest.raises(AmbiguousId) as many:
+        await operations.show_run(rt, "f00000")
+    assert many.value.message == "run id prefix 'f00000' is ambiguous (more than 10 runs)"
+    # Hyphens where a UUID has them are part of a prefix; anything else can begin no id.
+    assert (await operations.show_run(rt, "0abcde00-0000-4")).id == old
+    for unknown in ("0abcde00-x", "0abcdez", "0abcde000", f"{old}0", old.replace("0a", "1a")):
+        with pytest.raises(UnknownRun) as refused:
+            await operations.show_run(rt, unknown)
+        assert refused.value.message == f"no run with id {unknown!r}"
+
+
+async def test_a_chain_run_prefix_is_matched_over_every_chain_run(
+    rt: Runtime, store: Store
+) -> None:
+    for chain_run_id in (
+        "c0ffee01-0000-5000-8000-000000000000",
+        "c0ffee02-0000-5000-8000-000000000000",
+    ):
+        await store.create_chain_run(
+            NewChainRun(id=chain_run_id, chain="pair", dedupe_key=chain_run_id, trigger="cli")
+        )
+    assert (await operations.show_chain_run(rt, "C0FFEE02")).run.id.startswith("c0ffee02")
+    with pytest.raises(AmbiguousId) as both:
+        await operations.show_chain_run(rt, "c0ffee0")
+    assert both.value.message == "chain run id prefix 'c0ffee0' is ambiguous (2 chain runs)"
+    with pytest.raises(UnknownChainRun):
+        await operations.show_chain_run(rt, "c0ffee03-0000-5000-8000-000000000000")
 
 
 async def test_list_runs_checks_its_limit_and_status(rt: Runtime) -> None:

@@ -143,6 +143,12 @@ class RunLog(Protocol):
         """The row; `NotFound` for an unknown (or malformed) id."""
         ...
 
+    async def run_ids_by_prefix(self, prefix: str, *, limit: int) -> list[str]:
+        """Up to `limit` ids of runs whose id starts with `prefix` (lowercase), in id order,
+        from the whole run log through its primary key (no row is read); none when `prefix`
+        cannot begin a canonical UUID."""
+        ...
+
     async def run_by_dedupe_key(self, dedupe_key: str) -> Run | None:
         """The row holding `dedupe_key`, or None."""
         ...
@@ -395,6 +401,10 @@ class ChainRuns(Protocol):
 
     async def get_chain_run(self, chain_run_id: str) -> ChainRun:
         """The chain run; `NotFound` for an unknown (or malformed) id."""
+        ...
+
+    async def chain_run_ids_by_prefix(self, prefix: str, *, limit: int) -> list[str]:
+        """`run_ids_by_prefix` for chain runs."""
         ...
 
     async def active_chain_runs(

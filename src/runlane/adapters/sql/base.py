@@ -200,6 +200,26 @@ def run_list_statement(
     return name
 
 
+# A canonical UUID's text, as every run and chain run id is written: hex digits and the four
+# hyphens at these places.
+_UUID_SHAPE = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+_HEX = frozenset("0123456789abcdef")
+
+
+def uuid_prefix_bounds(prefix: str) -> tuple[str, str] | None:
+    """The lowest and the highest canonical UUID that begin with `prefix` (lowercase), or None
+    when none can. Every id with that prefix lies between the two, in the text order of SQLite's
+    ids and in PostgreSQL's uuid order (byte order, the order of the lowercase hex), so a range
+    on the primary key finds them all, however old."""
+    if len(prefix) > len(_UUID_SHAPE):
+        return None
+    for ch, shape in zip(prefix, _UUID_SHAPE, strict=False):
+        if (ch != "-") if shape == "-" else (ch not in _HEX):
+            return None
+    rest = _UUID_SHAPE[len(prefix) :]
+    return prefix + rest.replace("x", "0"), prefix + rest.replace("x", "f")
+
+
 class SqlStoreBase:
     """The Store methods that are one statement (or one batch) in both dialects."""
 
@@ -251,6 +271,16 @@ class SqlStoreBase:
         if row is None:
             raise NotFound(f"no run {run_id}")
         return self._read.run(row)
+
+    async def run_ids_by_prefix(self, prefix: str, *, limit: int) -> list[str]:
+        return await self._ids_by_prefix("run_ids_by_prefix", prefix, limit)
+
+    async def _ids_by_prefix(self, name: str, prefix: str, limit: int) -> list[str]:
+        bounds = uuid_prefix_bounds(prefix)
+        if bounds is None or limit <= 0:
+            return []
+        rows = await self._read_all(name, {"lo": bounds[0], "hi": bounds[1], "limit": limit})
+        return [str(row["id"]) for row in rows]
 
     async def run_by_dedupe_key(self, dedupe_key: str) -> Run | None:
         row = await self._read_one("run_by_dedupe_key", {"dedupe_key": dedupe_key})
@@ -459,6 +489,9 @@ class SqlStoreBase:
         if row is None:
             raise NotFound(f"no chain run {chain_run_id}")
         return self._read.chain_run(row)
+
+    async def chain_run_ids_by_prefix(self, prefix: str, *, limit: int) -> list[str]:
+        return await self._ids_by_prefix("chain_run_ids_by_prefix", prefix, limit)
 
     async def active_chain_runs(
         self, *, after: ChainRun | None = None, limit: int = 500
@@ -697,5 +730,6 @@ __all__ = [
     "outcome_params",
     "run_params",
     "seconds_since",
+    "uuid_prefix_bounds",
     "wait_for_event",
 ]

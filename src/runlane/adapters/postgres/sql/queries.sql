@@ -413,6 +413,10 @@ SELECT id FROM run_log
 WHERE status = 'running' AND lease_owner = %(owner)s AND cancel_requested_at IS NOT NULL
 ORDER BY id
 
+-- name: run_ids_by_prefix
+-- A short id's runs: a range on the primary key (operations.lookup), no row read.
+SELECT id FROM run_log WHERE id BETWEEN %(lo)s::uuid AND %(hi)s::uuid ORDER BY id LIMIT %(limit)s
+
 -- name: get_run
 SELECT * FROM run_log WHERE id = %(id)s::uuid
 
@@ -563,6 +567,9 @@ FROM n
 ON CONFLICT DO NOTHING
 RETURNING *
 
+
+-- name: chain_run_ids_by_prefix
+SELECT id FROM chain_runs WHERE id BETWEEN %(lo)s::uuid AND %(hi)s::uuid ORDER BY id LIMIT %(limit)s
 
 -- name: get_chain_run
 SELECT * FROM chain_runs WHERE id = %(id)s::uuid

@@ -203,6 +203,10 @@ SELECT id FROM run_log INDEXED BY run_log_running_lease_idx
 WHERE status = 'running' AND lease_owner = :owner AND cancel_requested_at IS NOT NULL
 ORDER BY id
 
+-- name: run_ids_by_prefix
+-- A short id's runs: a range on the primary key (operations.lookup), no row read.
+SELECT id FROM run_log WHERE id BETWEEN :lo AND :hi ORDER BY id LIMIT :limit
+
 -- name: get_run
 SELECT * FROM run_log WHERE id = :id
 
@@ -349,6 +353,9 @@ INSERT INTO chain_runs (
 ON CONFLICT DO NOTHING
 RETURNING *
 
+
+-- name: chain_run_ids_by_prefix
+SELECT id FROM chain_runs WHERE id BETWEEN :lo AND :hi ORDER BY id LIMIT :limit
 
 -- name: get_chain_run
 SELECT * FROM chain_runs WHERE id = :id
