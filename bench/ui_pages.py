@@ -15,7 +15,9 @@ against `runlane serve` (launcher and HTTP server in one process) on PostgreSQL:
   page (a MutationObserver notes when it arrives), p50/p95. The run page is opened in a new
   tab each time (`--repeat`), and then `--paints` times in the same tab, by a click on the
   run's link on `/runs?job=biglog` (how a person opens a run); beside both, the floor of each
-  mode: `/healthz`'s first contentful paint in a new tab and in the same tab.
+  mode: `/healthz`'s first contentful paint in a new tab and in the same tab, and in a new tab the
+  first paint of the UI's own 404 page for a run that does not exist (the same header, stylesheet
+  and script as the run page, no log): what any page of this UI costs a new tab.
 
     .venv/bin/python bench/ui_pages.py                       # the figures (several minutes)
     .venv/bin/python bench/ui_pages.py --quick               # smoke: tiny sizes
@@ -292,6 +294,11 @@ PAINTED = r"""
 """
 
 
+# A run id that names no run: its page is the UI's 404, styled like every page (the new-tab floor
+# of a page of this UI).
+MISSING_RUN = "00000000-0000-4000-8000-000000000000"
+
+
 # When the page's first contentful paint happened (from navigation start): the floor of a
 # page that has no log, such as `/healthz` (15 bytes of JSON, no stylesheet, no script).
 FIRST_PAINT = r"""
@@ -352,10 +359,17 @@ def same_tab_paints(base: str, context: Any, run_id: str, count: int) -> dict[st
         same_floor.append(tab.evaluate(FIRST_PAINT))
     tab.close()
     new_floor: list[float] = []
+    styled_floor: list[float] = []
     for _ in range(count):
         fresh = context.new_page()
         fresh.goto(f"{base}/healthz", wait_until="domcontentloaded")
         new_floor.append(fresh.evaluate(FIRST_PAINT))
+        fresh.close()
+        # The floor of a page of this UI in a new tab: the run page's own frame (header,
+        # navigation, the same stylesheet and script), for a run that does not exist (404).
+        fresh = context.new_page()
+        fresh.goto(f"{base}/runs/{MISSING_RUN}", wait_until="domcontentloaded")
+        styled_floor.append(fresh.evaluate(FIRST_PAINT))
         fresh.close()
 
     def listed(values: list[float]) -> str:
@@ -368,6 +382,10 @@ def same_tab_paints(base: str, context: Any, run_id: str, count: int) -> dict[st
         ),
         "same-tab log page, medians": parts_text(breakdown),
         "/healthz painted, new tab": f"median {median(new_floor):.0f} ms ({listed(new_floor)})",
+        "404 run page, new tab": (
+            f"median {median(styled_floor):.0f} ms ({listed(styled_floor)}; the UI's frame "
+            "and stylesheet, no log)"
+        ),
         "/healthz painted, same tab": (
             f"median {median(same_floor):.0f} ms ({listed(same_floor)})"
         ),
