@@ -246,19 +246,22 @@ async def test_a_prefix_finds_a_run_however_old_and_counts_every_match(
 async def test_a_chain_run_prefix_is_matched_over_every_chain_run(
     rt: Runtime, store: Store
 ) -> None:
-    for chain_run_id in (
-        "c0ffee01-0000-5000-8000-000000000000",
-        "c0ffee02-0000-5000-8000-000000000000",
-    ):
+    for n in range(1, 13):  # c0ffee01 … c0ffee12
+        chain_run_id = f"c0ffee{n:02d}-0000-5000-8000-000000000000"
         await store.create_chain_run(
             NewChainRun(id=chain_run_id, chain="pair", dedupe_key=chain_run_id, trigger="cli")
         )
-    assert (await operations.show_chain_run(rt, "C0FFEE02")).run.id.startswith("c0ffee02")
-    with pytest.raises(AmbiguousId) as both:
+    assert (await operations.show_chain_run(rt, "C0FFEE12")).run.id.startswith("c0ffee12")
+    with pytest.raises(AmbiguousId) as nine:
         await operations.show_chain_run(rt, "c0ffee0")
-    assert both.value.message == "chain run id prefix 'c0ffee0' is ambiguous (2 chain runs)"
+    assert nine.value.message == "chain run id prefix 'c0ffee0' is ambiguous (9 chain runs)"
+    with pytest.raises(AmbiguousId) as twelve:
+        await operations.show_chain_run(rt, "c0ffee")
+    assert twelve.value.message == (
+        "chain run id prefix 'c0ffee' is ambiguous (more than 10 chain runs)"
+    )
     with pytest.raises(UnknownChainRun):
-        await operations.show_chain_run(rt, "c0ffee03-0000-5000-8000-000000000000")
+        await operations.show_chain_run(rt, "c0ffee13-0000-5000-8000-000000000000")
 
 
 async def test_list_runs_checks_its_limit_and_status(rt: Runtime) -> None:
