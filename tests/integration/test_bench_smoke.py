@@ -48,6 +48,11 @@ CASES = [
     ("schedule_latency.py", "--jobs 10 --short --db sqlite", r"p99 start lag \d+ ms"),
     ("schedule_tick.py", "--jobs 100 --short", r"\d+\.\d+ ms CPU"),
     ("spawn.py", "--spawns 50 --repeats 1", r"RSS \d+\.\d+ MiB"),
+    (
+        "spawner_proto.py",
+        "--spawns 50 --repeat 1",
+        r"spawner process +\d+ +\d+\.\d+ +\d+\.\d+(.|\n)*executor, loop +\d+",
+    ),
     ("store_micro.py", "--runs 50 --workers 2", r"[\d,]+ runs/s"),
     (
         "web_runs_cpu.py",
