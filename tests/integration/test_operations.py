@@ -243,6 +243,17 @@ async def test_a_prefix_finds_a_run_however_old_and_counts_every_match(
         assert refused.value.message == f"no run with id {unknown!r}"
 
 
+async def test_an_id_no_database_can_parse_is_an_unknown_run(rt: Runtime) -> None:
+    # Python's uuid.UUID takes these (int() reads non-ASCII digits and underscores; it strips
+    # "urn:uuid:"), PostgreSQL's uuid input refuses them: an unknown run, not a database error.
+    for odd in ("\u0660" * 32, "0000_000" + "0" * 24, "urn:uuid:" + "0" * 32):
+        with pytest.raises(UnknownRun) as refused:
+            await operations.show_run(rt, odd)
+        assert refused.value.message == f"no run with id {odd!r}"
+        with pytest.raises(UnknownChainRun):
+            await operations.show_chain_run(rt, odd)
+
+
 async def test_a_chain_run_prefix_is_matched_over_every_chain_run(
     rt: Runtime, store: Store
 ) -> None:

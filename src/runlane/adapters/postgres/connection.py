@@ -11,7 +11,6 @@ import os
 import re
 import socket
 import time
-import uuid
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
@@ -176,14 +175,15 @@ _CANONICAL_UUID = re.compile(
 ).fullmatch
 
 
+# Every other form PostgreSQL's uuid input takes: 32 hex digits in either case, a hyphen allowed
+# after any group of four, the whole in braces or not. (`uuid.UUID` is no test of that: it also
+# takes `urn:uuid:`, underscores and non-ASCII digits, which PostgreSQL refuses with an error.)
+_HEX_GROUPS = r"(?:[0-9a-fA-F]{4}-?){7}[0-9a-fA-F]{4}"
+_PG_UUID = re.compile(rf"{_HEX_GROUPS}|\{{{_HEX_GROUPS}\}}").fullmatch
+
+
 def _is_uuid(value: str) -> bool:
-    if _CANONICAL_UUID(value) is not None:
-        return True
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return False
-    return True
+    return _CANONICAL_UUID(value) is not None or _PG_UUID(value) is not None
 
 
 class PostgresConnections:
