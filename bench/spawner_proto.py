@@ -4,12 +4,15 @@ process that starts the runs, waits out their vfork and reaps them, fed by an as
 The question it answers: how much launcher CPU per run is left when the spawn, the reaping and
 the output leave the launcher's process, and what the spawner costs instead. It is a model, not
 the executor: the spawner (stdlib only, as the guardian is) reads `<id> <argv...>` lines, spawns
-each with `os.posix_spawn` in a process group of its own, stdout and stderr on a log file it
-opens itself (no output pipe, so no bounded log: the real design would need one), reaps on
-SIGCHLD and writes `<id> <exit status>` lines back, as many as are ready in one write. The
-"launcher" keeps `--in-flight` runs going, one future per run, and is woken by the spawner's
-pipe. Beside it, in alternating rounds, the real inline executor (`bench/spawn.py`'s guardian
-mode: spawns on threads, pidfds, bounded logs).
+each with `os.posix_spawn` in a process group of its own, reaps on SIGCHLD and writes
+`<id> <exit status>` lines back, as many as are ready in one write. Two ways with the output:
+`spawner, log file` (the child writes the log file the spawner opened: no pipe, no bound on
+the log) and `spawner, pipe` (stdout and stderr on a pipe the spawner reads into the log file,
+bounded at 10 MiB; a run is over when it has exited and its pipe is at EOF, as in the
+executor). The "launcher" keeps `--in-flight` runs going, one future per run, and is woken by
+the spawner's pipe. Beside it, in alternating rounds, the real inline executor in guardian mode
+with spawns on threads (the default) and on the loop (`bench/spawn.py`'s rounds: pidfds,
+bounded logs, the guardian).
 
     .venv/bin/python bench/spawner_proto.py --spawns 4000 --repeat 3
     .venv/bin/python bench/spawner_proto.py --spawns 50 --repeat 1      # smoke
@@ -33,7 +36,7 @@ from pathlib import Path
 
 SPAWNER = r"""
 import os, selectors, signal, sys
-logdir = sys.argv[1]
+logdir, mode = sys.argv[1], sys.argv[2]  # mode "file": the child writes its log; "pipe": we do
 env = dict(os.environ)
 devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
 rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -42,10 +45,19 @@ signal.signal(signal.SIGCHLD, lambda *a: None)
 sel = selectors.DefaultSelector()
 sel.register(0, selectors.EVENT_READ, "in")
 sel.register(rfd, selectors.EVENT_READ, "chld")
-live = {}
+live = {}  # pid -> run id
+runs = {}  # run id -> [log fd, pipe fd or None, exit status or None, bytes written]
+LOG_MAX = 10 << 20
 buf = b""
 out = sys.stdout.buffer
 resolved = {}
+done = []
+
+def end(rid):
+    log, pipe, status, _ = runs.pop(rid)
+    os.close(log)
+    done.append(f"{rid} {status}\n")
+
 while True:
     for key, _ in sel.select():
         if key.data == "in":
@@ -61,29 +73,55 @@ while True:
                     prog = resolved[argv[0]] = next(
                         os.path.join(d, argv[0]) for d in os.get_exec_path(env)
                         if os.access(os.path.join(d, argv[0]), os.X_OK))
-                fd = os.open(f"{logdir}/{rid}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+                log = os.open(f"{logdir}/{rid}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+                if mode == "pipe":
+                    pipe, target = os.pipe2(os.O_CLOEXEC)
+                else:
+                    pipe, target = None, log
                 pid = os.posix_spawn(prog, argv, env, file_actions=[
-                    (os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, fd, 1),
-                    (os.POSIX_SPAWN_DUP2, fd, 2)], setpgroup=0)
-                os.close(fd)
+                    (os.POSIX_SPAWN_DUP2, devnull, 0), (os.POSIX_SPAWN_DUP2, target, 1),
+                    (os.POSIX_SPAWN_DUP2, target, 2)], setpgroup=0)
+                if pipe is not None:
+                    os.close(target)
+                    os.set_blocking(pipe, False)
+                    sel.register(pipe, selectors.EVENT_READ, rid)
                 live[pid] = rid
-        else:
+                runs[rid] = [log, pipe, None, 0]
+        elif key.data == "chld":
             try:
                 os.read(rfd, 4096)
             except BlockingIOError:
                 pass
-        done = []
-        while live:
+        else:  # a run's output
+            run = runs[key.data]
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            done.append(f"{live.pop(pid)} {os.waitstatus_to_exitcode(status)}\n")
-        if done:
-            out.write("".join(done).encode())
-            out.flush()
+                data = os.read(run[1], 65536)
+            except BlockingIOError:
+                continue
+            if data:
+                if run[3] < LOG_MAX:
+                    run[3] += os.write(run[0], data[: LOG_MAX - run[3]])
+                continue
+            sel.unregister(run[1])
+            os.close(run[1])
+            run[1] = None
+            if run[2] is not None:
+                end(key.data)
+    while live:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+        rid = live.pop(pid)
+        runs[rid][2] = os.waitstatus_to_exitcode(status)
+        if runs[rid][1] is None:
+            end(rid)
+    if done:
+        out.write("".join(done).encode())
+        out.flush()
+        done.clear()
 """
 
 
@@ -93,9 +131,9 @@ def proc_cpu(pid: int, children: bool = False) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
-async def spawner_round(n: int, in_flight: int, logdir: str) -> dict[str, float]:
+async def spawner_round(n: int, in_flight: int, logdir: str, mode: str) -> dict[str, float]:
     proc = subprocess.Popen(  # noqa: ASYNC220 - started before anything is timed
-        [sys.executable, "-I", "-S", "-c", SPAWNER, logdir],
+        [sys.executable, "-I", "-S", "-c", SPAWNER, logdir, mode],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
     )
@@ -190,7 +228,7 @@ async def measure(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from runlane.adapters.local.executor import InlineExecutor
 
-    names = ("spawner process", "executor, threads", "executor, loop")
+    names = ("spawner, log file", "spawner, pipe", "executor, threads", "executor, loop")
     rows: dict[str, list[dict[str, float]]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory() as tmp:
         executors = {
@@ -208,7 +246,10 @@ async def measure(args: argparse.Namespace) -> None:
             for name in names:
                 executor = executors.get(name)
                 if executor is None:
-                    got = await spawner_round(args.spawns, args.in_flight, str(Path(tmp) / "s"))
+                    mode = "pipe" if name.endswith("pipe") else "file"
+                    got = await spawner_round(
+                        args.spawns, args.in_flight, str(Path(tmp) / "s"), mode
+                    )
                 else:
                     got = await executor_round(
                         executor, args.spawns, args.in_flight, f"{r}{name[-4:]}"

@@ -51,7 +51,7 @@ CASES = [
     (
         "spawner_proto.py",
         "--spawns 50 --repeat 1",
-        r"spawner process +\d+ +\d+\.\d+ +\d+\.\d+(.|\n)*executor, loop +\d+",
+        r"spawner, pipe +\d+ +\d+\.\d+ +\d+\.\d+(.|\n)*executor, loop +\d+",
     ),
     ("store_micro.py", "--runs 50 --workers 2", r"[\d,]+ runs/s"),
     (
