@@ -191,20 +191,16 @@ def in_flight_ms(url: str, n: int) -> list[float]:
 def steady_rate(url: str, n: int) -> float:
     """Runs per second between the 10th and the 90th percentile of the first `n` runs' starts:
     the steady rate, without the first claims' ramp-up and the last runs' drain."""
+    # Each start as its time after the first (ms), read through the one helper.
     sql = (
-        "SELECT started_at, started_at FROM run_log WHERE job = 'noop'"
+        "SELECT min(started_at) OVER (), started_at FROM run_log WHERE job = 'noop'"
         f" ORDER BY started_at LIMIT {int(n)}"
     )
-    if url.startswith("sqlite:"):
-        with contextlib.closing(sqlite3.connect(url.split(":///", 1)[1], timeout=30)) as db:
-            rows = [datetime.fromisoformat(a) for a, _ in db.execute(sql).fetchall()]
-    else:
-        with psycopg.connect(url) as conn:
-            rows = [a for a, _ in conn.execute(sql).fetchall()]
-    lo, hi = len(rows) // 10, len(rows) * 9 // 10
+    starts = time_pairs_ms(url, sql)
+    lo, hi = len(starts) // 10, len(starts) * 9 // 10
     if hi <= lo:
         return 0.0
-    return (hi - lo) / max(1e-9, (rows[hi] - rows[lo]).total_seconds())
+    return 1000 * (hi - lo) / max(1e-6, starts[hi] - starts[lo])
 
 
 def py_spy() -> str:
