@@ -159,8 +159,9 @@ def postgres_cpu_delta(before: dict[int, float], after: dict[int, float]) -> flo
 
 
 def helper_cpu_seconds(pid: int) -> float:
-    """CPU of the launcher's own helper processes (the inline executor's guardian): part of
-    the launcher's cost, though not in its own utime + stime. Runs are not counted."""
+    """CPU of the launcher's own helper processes (the inline executor's guardian or its
+    spawner): part of the launcher's cost, though not in its own utime + stime. Runs are not
+    counted (the spawner's reaped runs are in its cutime, not here)."""
     total = 0.0
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -170,7 +171,9 @@ def helper_cpu_seconds(pid: int) -> float:
             cmdline = (proc / "cmdline").read_bytes()
         except OSError:
             continue  # gone meanwhile
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"guardian" in cmdline:
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid and (
+            b"guardian" in cmdline or b"spawner.py" in cmdline
+        ):
             total += cpu_seconds(int(proc.name))
     return total
 

@@ -37,31 +37,48 @@ class Sample:
     runs_per_s: float
     cpu_ms_per_run: float
     launcher_cpu_ms_per_run: float
+    helper_cpu_ms_per_run: float
 
 
-def _guardian_cpu(executor: InlineExecutor) -> float:
-    """CPU seconds of the executor's (unreaped, so not in RUSAGE_CHILDREN) guardian process."""
-    pid = executor.guardian_pid
-    if pid is None:
-        return 0.0
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _helper_pids(executor: InlineExecutor) -> list[int]:
+    guardian = executor.guardian_pid
+    return [guardian] if guardian is not None else executor.spawner_pids
+
+
+def _helper_cpu(executor: InlineExecutor) -> tuple[float, float]:
+    """CPU seconds of the executor's (unreaped, so not in RUSAGE_CHILDREN) guardian or spawner
+    processes, and of the children they reaped (the spawners' runs)."""
+    own = reaped = 0
+    for pid in _helper_pids(executor):
+        fields = [
+            int(f) for f in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1:]
+        ]
+        fields.insert(0, 0)  # (the state letter)
+        own += fields[11] + fields[12]
+        reaped += fields[13] + fields[14]
+    tick = os.sysconf("SC_CLK_TCK")
+    return own / tick, reaped / tick
 
 
 def _guardian_rss_kib(executor: InlineExecutor) -> int | None:
-    pid = executor.guardian_pid
-    if pid is None:
+    """The helper processes' resident set sizes, summed."""
+    pids = _helper_pids(executor)
+    if not pids:
         return None
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return None
+    total = 0
+    for pid in pids:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1])
+    return total
 
 
-def _cpu(executor: InlineExecutor) -> tuple[float, float]:
+def _cpu(executor: InlineExecutor) -> tuple[float, float, float]:
+    """CPU seconds so far of the launcher, of its guardian or spawner, and of the runs."""
     me = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime + _guardian_cpu(executor)
+    helper, runs = _helper_cpu(executor)
+    return me.ru_utime + me.ru_stime, helper, kids.ru_utime + kids.ru_stime + runs
 
 
 async def _one_round(executor: InlineExecutor, spawns: int, in_flight: int, tag: str) -> Sample:
@@ -89,15 +106,16 @@ async def _one_round(executor: InlineExecutor, spawns: int, in_flight: int, tag:
                     assert event.outcome is not None
                     assert event.outcome.exit_code == 0, event.outcome
 
-    self0, kids0 = _cpu(executor)
+    self0, helper0, kids0 = _cpu(executor)
     t0 = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(in_flight)))
     elapsed = time.perf_counter() - t0
-    self1, kids1 = _cpu(executor)
+    self1, helper1, kids1 = _cpu(executor)
     return Sample(
         runs_per_s=spawns / elapsed,
-        cpu_ms_per_run=((self1 - self0) + (kids1 - kids0)) * 1000 / spawns,
+        cpu_ms_per_run=((self1 - self0) + (helper1 - helper0) + (kids1 - kids0)) * 1000 / spawns,
         launcher_cpu_ms_per_run=(self1 - self0) * 1000 / spawns,
+        helper_cpu_ms_per_run=(helper1 - helper0) * 1000 / spawns,
     )
 
 
@@ -106,11 +124,13 @@ async def main() -> None:
     parser.add_argument("--spawns", type=int, default=2000)
     parser.add_argument("--in-flight", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--modes", default="guardian,guardian-loop,setpriv,prctl,none")
+    parser.add_argument("--modes", default="guardian,guardian-loop,spawner,setpriv,prctl,none")
     args = parser.parse_args()
     modes = [m for m in args.modes.split(",") if m]
 
     def executor_for(mode: str, log_dir: Path) -> InlineExecutor:
+        if mode == "spawner":
+            return InlineExecutor(log_dir, spawn_process=True)
         pdeathsig: PdeathsigMode = mode.removesuffix("-loop")  # type: ignore[assignment]
         return InlineExecutor(
             log_dir, pdeathsig=pdeathsig, spawn_off_loop=False if mode.endswith("-loop") else None
@@ -136,13 +156,17 @@ async def main() -> None:
         f"python {sys.version.split()[0]}, {args.spawns} spawns of `true`, "
         f"{args.in_flight} in flight, median of {args.repeats}"
     )
-    print(f"{'method':<14}{'runs/s':>10}{'CPU ms/run':>12}{'launcher ms/run':>17}")
+    print(
+        f"{'method':<14}{'runs/s':>10}{'CPU ms/run':>12}{'launcher ms/run':>17}"
+        f"{'helper ms/run':>15}"
+    )
     for mode, rows in samples.items():
         print(
             f"{mode:<14}"
             f"{statistics.median(s.runs_per_s for s in rows):>10.0f}"
             f"{statistics.median(s.cpu_ms_per_run for s in rows):>12.3f}"
             f"{statistics.median(s.launcher_cpu_ms_per_run for s in rows):>17.3f}"
+            f"{statistics.median(s.helper_cpu_ms_per_run for s in rows):>15.3f}"
         )
     for mode, kib in rss.items():
         if kib is not None:

@@ -114,11 +114,16 @@ def log_dir(tmp_path: Path) -> Path:
     return tmp_path / "logs"
 
 
-@pytest.fixture(params=["thread", "loop"])
+@pytest.fixture(params=["thread", "loop", "process"])
 async def executor(log_dir: Path, request: pytest.FixtureRequest) -> AsyncIterator[InlineExecutor]:
-    # Every behaviour holds with the spawn on a worker thread (the default) and on the loop.
-    ex = InlineExecutor(log_dir, spawn_off_loop=request.param == "thread")
-    assert ex.spawn_off_loop == (request.param == "thread")
+    # Every behaviour holds with the spawn on a worker thread (the default), on the loop, and
+    # in the spawner process.
+    if request.param == "process":
+        ex = InlineExecutor(log_dir, spawn_process=True)
+        assert ex.pdeathsig_mode == "spawner"
+    else:
+        ex = InlineExecutor(log_dir, spawn_off_loop=request.param == "thread")
+        assert ex.spawn_off_loop == (request.param == "thread")
     yield ex
     await asyncio.wait_for(ex.shutdown(grace=0), 10)
     ex.close()
@@ -612,7 +617,10 @@ from runlane.adapters.local.executor import InlineExecutor
 from runlane.ports import ExecutionSpec
 
 async def main():
-    ex = InlineExecutor(sys.argv[1], pdeathsig=sys.argv[2])
+    if sys.argv[2] == "spawner":
+        ex = InlineExecutor(sys.argv[1], spawn_process=True)
+    else:
+        ex = InlineExecutor(sys.argv[1], pdeathsig=sys.argv[2])
     spec = ExecutionSpec("r1", "j", 1, "manual", ["sleep", "60"], {}, {}, 120, 1)
     execution = await ex.start(spec)
     print(execution.external_id, flush=True)
@@ -621,15 +629,13 @@ async def main():
 asyncio.run(main())
 """
 
-MODES: list[PdeathsigMode] = ["guardian", "prctl"]
+MODES: list[str] = ["guardian", "prctl", "spawner"]
 if setpriv_supports_pdeathsig():
     MODES.insert(1, "setpriv")
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_child_dies_with_its_launcher(
-    log_dir: Path, mode: PdeathsigMode, stray_pids: list[int]
-) -> None:
+def test_child_dies_with_its_launcher(log_dir: Path, mode: str, stray_pids: list[int]) -> None:
     launcher = subprocess.Popen(
         [PY, "-c", LAUNCHER, str(log_dir), mode], stdout=subprocess.PIPE, text=True
     )

@@ -113,12 +113,14 @@ def test_the_database_bound_follows_the_lease_within_its_range() -> None:
     )
 
 
-def test_inline_spawn_takes_auto_thread_or_loop_and_nothing_else() -> None:
-    for value in ("auto", "thread", "loop"):
+def test_inline_spawn_takes_auto_thread_loop_or_process_and_nothing_else() -> None:
+    for value in ("auto", "thread", "loop", "process"):
         assert Settings.from_env({"RUNLANE_INLINE_SPAWN": value}).inline_spawn == value
     assert Settings.from_env({}).inline_spawn == "auto"
     message = _refused({"RUNLANE_INLINE_SPAWN": "fork"})
-    assert message.startswith("RUNLANE_INLINE_SPAWN='fork': expected one of auto, thread, loop")
+    assert message.startswith(
+        "RUNLANE_INLINE_SPAWN='fork': expected one of auto, thread, loop, process"
+    )
 
 
 def test_the_management_url_is_masked_and_checked() -> None:

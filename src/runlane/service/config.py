@@ -19,8 +19,14 @@ from runlane.errors import ConfigError
 # database INTEGER (a LIMIT on PostgreSQL, a bound parameter on SQLite) or a thread pool takes.
 MAX_CONCURRENCY = 10_000
 MAX_SPAWN_THREADS = 256
-# RUNLANE_INLINE_SPAWN: whether inline runs are spawned on worker threads (None: where they can)
-INLINE_SPAWN_MODES: dict[str, bool | None] = {"auto": None, "thread": True, "loop": False}
+# RUNLANE_INLINE_SPAWN: where inline runs are spawned: on worker threads (`spawn_off_loop`; None:
+# where they can), on the loop, or (`process`) by a spawner process.
+INLINE_SPAWN_MODES: dict[str, bool | None] = {
+    "auto": None,
+    "thread": True,
+    "loop": False,
+    "process": None,
+}
 # RUNLANE_DB_TIMEOUT: shorter than a second cuts ordinary statements short on a busy server
 # (PostgreSQL gets a quarter of it for a lock); longer than five minutes bounds nothing useful.
 MIN_DB_TIMEOUT = 1.0
@@ -367,7 +373,7 @@ class Settings:
         if self.inline_spawn not in INLINE_SPAWN_MODES:
             raise ConfigError(
                 f"RUNLANE_INLINE_SPAWN={_shown(self.inline_spawn)}: "
-                "expected one of auto, thread, loop"
+                "expected one of auto, thread, loop, process"
             )
         if not MIN_DB_TIMEOUT <= self.db_timeout <= MAX_DB_TIMEOUT:
             raise ConfigError(

@@ -153,7 +153,9 @@ def build_executors(
 
     executors: dict[str, Executor] = {
         "inline": InlineExecutor(
-            settings.log_dir, spawn_off_loop=INLINE_SPAWN_MODES[settings.inline_spawn]
+            settings.log_dir,
+            spawn_off_loop=INLINE_SPAWN_MODES[settings.inline_spawn],
+            spawn_process=settings.inline_spawn == "process",
         )
     }
     if cluster_configured() or cluster_problem() is not None:

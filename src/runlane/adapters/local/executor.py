@@ -12,6 +12,7 @@ import collections
 import contextlib
 import os
 import queue
+import select
 import shutil
 import signal
 import sys
@@ -31,13 +32,14 @@ from runlane.adapters.local.pdeathsig import (
     setpriv_supports_pdeathsig,
 )
 from runlane.adapters.local.process import (
-    RESTORED_SIGNALS,
     Child,
     Process,
     Spawner,
     Termination,
     check_command,
 )
+from runlane.adapters.local.remote import RemoteChild, SpawnerClient, SpawnerError
+from runlane.adapters.local.spawner import RESTORED_SIGNALS
 from runlane.core.envsplit import split_env
 from runlane.core.runs import EndReason, RunStatus
 from runlane.errors import PermanentExecutorError, TemporaryExecutorError
@@ -96,6 +98,7 @@ class InlineExecutor:
         tail_lines: int = 100,
         pdeathsig: PdeathsigMode = "auto",
         spawn_off_loop: bool | None = None,
+        spawn_process: bool = False,
     ) -> None:
         # Absolute, once: the paths a run is given (RUNLANE_PARAMS_FILE) must still name the
         # same files after the job changes directory, and per-run paths stay plain string
@@ -119,6 +122,22 @@ class InlineExecutor:
         self._setpriv: str | None = None
         self._preexec: Callable[[], None] | None = None
         self._guardian: Guardian | None = None
+        # With `spawn_process`, a spawner process starts, watches and reaps the runs, and kills
+        # them when the launcher dies (`spawner`): no guardian, no spawn threads.
+        self._remote: SpawnerClient | None = None
+        if spawn_process:
+            if not (hasattr(select, "epoll") and hasattr(os, "posix_spawn")):
+                raise PermanentExecutorError(
+                    "a spawner process needs Linux (epoll, posix_spawn)", error_code="config_error"
+                )
+            if pdeathsig not in ("auto", "guardian") or spawn_off_loop is not None:
+                raise PermanentExecutorError(
+                    "a spawner process is its runs' guardian: no other pdeathsig or spawn mode "
+                    "goes with it",
+                    error_code="config_error",
+                )
+            self._remote = SpawnerClient(self._base_env)
+            pdeathsig = "none"
         # Best first: the guardian keeps the plain vfork spawn; setpriv (exec in place, spawned
         # with vfork) is cheaper than fork() + prctl; prctl is for where setpriv is missing.
         if pdeathsig == "guardian" or (pdeathsig == "auto" and sys.platform.startswith("linux")):
@@ -138,7 +157,9 @@ class InlineExecutor:
         if self._guardian is None and self._setpriv is None and pdeathsig in ("auto", "prctl"):
             self._preexec = prctl_pdeathsig()
         self.pdeathsig_mode: str = (
-            "guardian"
+            "spawner"
+            if self._remote
+            else "guardian"
             if self._guardian
             else "setpriv"
             if self._setpriv
@@ -188,7 +209,7 @@ class InlineExecutor:
         live = self._live.get(key)
         if live is not None:
             return live
-        if self._spawn_pool is None:
+        if self._spawn_pool is None and self._remote is None:
             # Spawned on this thread with no await in between: no second start of the same
             # attempt can begin before this one has registered it in `_live`.
             return await self._start(spec, key)
@@ -231,6 +252,8 @@ class InlineExecutor:
         run_env, spilled = split_env(spec.env, params_dir)
         if spilled:
             write_params_dir(Path(params_dir), spilled)
+        if self._remote is not None:
+            return await self._start_remote(self._remote, spec, key, run_env, params_dir, spilled)
         env = {**self._base_env, **run_env}
         program = spec.command[0]
         if self._setpriv is not None:
@@ -288,6 +311,49 @@ class InlineExecutor:
         child.watch()
         return execution
 
+    async def _start_remote(
+        self,
+        remote: SpawnerClient,
+        spec: ExecutionSpec,
+        key: tuple[str, int],
+        run_env: dict[str, str],
+        params_dir: str,
+        spilled: object,
+    ) -> Execution:
+        """Start the run in the spawner process and wait for its pid (or why it did not start):
+        the loop runs on meanwhile. A start cancelled while it waits is killed on arrival."""
+        try:
+            remote.ensure()  # started lazily; replaced here if it died
+        except SpawnerError as exc:
+            if spilled:
+                shutil.rmtree(params_dir, ignore_errors=True)
+            raise TemporaryExecutorError(
+                f"cannot start the run: {exc}", error_code="spawn_failed"
+            ) from exc
+        child = RemoteChild(
+            self, remote, spec, f"{self._log_prefix}{spec.run_id}.{spec.attempt}.log"
+        )
+        child.params_dir = Path(params_dir) if spilled else None
+        remote.spawn(
+            child,
+            list(spec.command),
+            run_env,
+            log_max_bytes=spec.log_max_bytes or self.log_max_bytes,
+            tail_bytes=self.tail_bytes,
+            tail_lines=self.tail_lines,
+        )
+        try:
+            pid = await child.started
+        except BaseException:
+            if spilled:
+                shutil.rmtree(params_dir, ignore_errors=True)
+            raise
+        execution = Execution(spec.run_id, spec.attempt, str(pid), handle=child)
+        if not child.finished.done():  # (its end may have come with its pid)
+            self._live[key] = execution
+            child.arm_deadline()
+        return execution
+
     async def reattach(self, spec: ExecutionSpec) -> Execution | None:
         return self._live.get((spec.run_id, spec.attempt))
 
@@ -331,6 +397,8 @@ class InlineExecutor:
             await asyncio.gather(*(asyncio.shield(c.finished) for c in children))
         if self._guardian is not None and not self._live:
             self._guardian.close()  # nothing is registered now; the next spawn starts another
+        if self._remote is not None and not self._live:
+            self._remote.close()  # nothing is live there now; the next start starts another
 
     def running_count(self) -> int:
         return len(self._live)
@@ -342,6 +410,11 @@ class InlineExecutor:
         return self.log_dir / f"{run_id}.{attempt}.log"
 
     @property
+    def spawner_pids(self) -> list[int]:
+        """The pids of the spawner processes that run now."""
+        return self._remote.pids if self._remote is not None else []
+
+    @property
     def guardian_pid(self) -> int | None:
         """The pid of the guardian process, while one runs."""
         return self._guardian.pid if self._guardian is not None else None
@@ -351,6 +424,8 @@ class InlineExecutor:
         runs still live then are killed by the guardian on its way out)."""
         if self._guardian is not None:
             self._guardian.close()
+        if self._remote is not None:
+            self._remote.close()
         if self._spawn_pool is not None:
             # Waits for a spawn in progress (well under a millisecond) before the descriptors
             # it uses are closed.
@@ -360,7 +435,7 @@ class InlineExecutor:
         if not self._live:  # else when the last live run has been seen to end (forget)
             self.watcher.close()
 
-    def forget(self, child: Child) -> None:
+    def forget(self, child: Child | RemoteChild) -> None:
         key = (child.spec.run_id, child.spec.attempt)
         live = self._live.get(key)
         if live is not None and live.handle is child:
@@ -483,9 +558,9 @@ def _discard_spawned(spawned: Spawned, guardian: Guardian | None) -> None:
     log.close()
 
 
-def _child_of(execution: Execution) -> Child:
+def _child_of(execution: Execution) -> Child | RemoteChild:
     child = execution.handle
-    if not isinstance(child, Child):
+    if not isinstance(child, Child | RemoteChild):
         raise PermanentExecutorError(
             f"run {execution.run_id} was not started by this inline executor",
             error_code="invalid_spec",

@@ -13,19 +13,21 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from runlane.adapters.files.logfile import READ_CHUNK, BoundedLog, tail_text
 from runlane.adapters.local.fdwatch import FdWatcher
 from runlane.adapters.local.guardian import Guardian, GuardianError
 from runlane.adapters.local.libcspawn import LibcSpawn
+from runlane.adapters.local.spawner import DRAIN_AFTER_EXIT_SECONDS as _DRAIN_AFTER_EXIT_SECONDS
+from runlane.adapters.local.spawner import RESTORED_SIGNALS, find_executable
 from runlane.core.runs import EndReason, Outcome, RunStatus, joined_notes
 from runlane.errors import PermanentExecutorError, TemporaryExecutorError
 from runlane.ports import ExecutionSpec
 
-# After the main process exits, a descendant may still hold the output pipe open; we read what
-# it writes for this long, then stop so the run can end.
-_DRAIN_AFTER_EXIT_SECONDS = 1.0
+if TYPE_CHECKING:
+    from runlane.adapters.local.remote import RemoteChild
+
 _TEMPORARY_SPAWN_ERRNOS = frozenset({errno.EAGAIN, errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 
 
@@ -78,19 +80,13 @@ class SpawnedProcess:
         return self.returncode
 
 
-# Signals Python ignores that a child must start with at their defaults (Popen's restore_signals).
-RESTORED_SIGNALS = tuple(
-    getattr(signal, name) for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ") if hasattr(signal, name)
-)
-
-
 class ChildOwner(Protocol):
     """What a `Child` needs of the executor that started it."""
 
     tail_lines: int  # lines of output kept as the run's log tail
     watcher: FdWatcher
 
-    def forget(self, child: Child) -> None:
+    def forget(self, child: Child | RemoteChild) -> None:
         """The child has ended: it is no longer live."""
 
 
@@ -253,40 +249,13 @@ class Child:
             self.finished.set_result(self._outcome(self.returncode))
 
     def _outcome(self, rc: int) -> Outcome:
-        tail = tail_text(bytes(self.log.ring), self.owner.tail_lines)
-        notes = []
-        if self.drain_cut:
-            notes.append(
-                "a descendant process kept the output pipe open after the command exited; "
-                f"output after {_DRAIN_AFTER_EXIT_SECONDS:g}s was not read"
-            )
-        if self.log.write_error is not None:
-            notes.append(
-                f"the log file {self.log_path} is incomplete: writing it failed "
-                f"({self.log.write_error}); the tail here is complete"
-            )
-        note = joined_notes(*notes)
-        term = self.termination
-        if term is not None:
-            return Outcome(
-                term.status,
-                term.end_reason,
-                exit_code=rc,
-                error_code=term.error_code,
-                log_tail=tail,
-                # Why it was ended first, then what else is true of it (an incomplete log file).
-                note=joined_notes(term.note, note),
-            )
-        if rc == 0:
-            return Outcome(RunStatus.SUCCESS, EndReason.EXIT, exit_code=0, log_tail=tail, note=note)
-        error_code = signal_error_code(-rc) if rc < 0 else "exit_code"
-        return Outcome(
-            RunStatus.FAILURE,
-            EndReason.EXIT,
-            exit_code=rc,
-            error_code=error_code,
-            log_tail=tail,
-            note=note,
+        return run_outcome(
+            rc,
+            self.termination,
+            tail_text(bytes(self.log.ring), self.owner.tail_lines),
+            drain_cut=self.drain_cut,
+            log_write_error=self.log.write_error,
+            log_path=self.log_path,
         )
 
     # -- ending it ----------------------------------------------------------------------------
@@ -331,6 +300,61 @@ class Child:
             os.killpg(self.pid, signum)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def run_outcome(
+    rc: int,
+    term: Termination | None,
+    tail: str,
+    *,
+    drain_cut: bool,
+    log_write_error: str | None,
+    log_path: str,
+) -> Outcome:
+    """What a run that exited with `rc` ended as: `term` (why it was ended) when it was ended,
+    else by its exit; with notes for output not read and a log file left incomplete."""
+    notes = []
+    if drain_cut:
+        notes.append(
+            "a descendant process kept the output pipe open after the command exited; "
+            f"output after {_DRAIN_AFTER_EXIT_SECONDS:g}s was not read"
+        )
+    if log_write_error is not None:
+        notes.append(
+            f"the log file {log_path} is incomplete: writing it failed "
+            f"({log_write_error}); the tail here is complete"
+        )
+    note = joined_notes(*notes)
+    if term is not None:
+        return Outcome(
+            term.status,
+            term.end_reason,
+            exit_code=rc,
+            error_code=term.error_code,
+            log_tail=tail,
+            # Why it was ended first, then what else is true of it (an incomplete log file).
+            note=joined_notes(term.note, note),
+        )
+    if rc == 0:
+        return Outcome(RunStatus.SUCCESS, EndReason.EXIT, exit_code=0, log_tail=tail, note=note)
+    error_code = signal_error_code(-rc) if rc < 0 else "exit_code"
+    return Outcome(
+        RunStatus.FAILURE,
+        EndReason.EXIT,
+        exit_code=rc,
+        error_code=error_code,
+        log_tail=tail,
+        note=note,
+    )
+
+
+def unpassable_error(exc: ValueError | str) -> PermanentExecutorError:
+    """A command or environment holding a NUL byte or an unpaired surrogate."""
+    return PermanentExecutorError(
+        "the run's command or environment holds a character no process can be given "
+        f"(a NUL byte or an unpaired surrogate): {exc}",
+        error_code="invalid_spec",
+    )
 
 
 class Spawner:
@@ -412,11 +436,7 @@ class Spawner:
         except ValueError as exc:  # a NUL byte, or (UnicodeEncodeError) an unpaired surrogate
             os.close(read_fd)
             log.close()
-            raise PermanentExecutorError(
-                "the run's command or environment holds a character no process can be given "
-                f"(a NUL byte or an unpaired surrogate): {exc}",
-                error_code="invalid_spec",
-            ) from exc
+            raise unpassable_error(exc) from exc
         except BaseException:
             os.close(read_fd)
             log.close()
@@ -462,22 +482,7 @@ class Spawner:
     def _executable(self, program: str, path: str | None) -> str:
         """The file `execvpe` would run for `program` on the child's PATH (Popen's lookup),
         cached per (program, PATH); raises the OSError exec would give."""
-        if "/" in program:
-            return program
-        key = (program, path)
-        found = self._resolved.get(key)
-        if found is not None:
-            return found
-        denied = False
-        for directory in os.get_exec_path({"PATH": path} if path is not None else {}):
-            candidate = os.path.join(directory, program)  # noqa: PTH118 - str in, str out
-            if os.path.isfile(candidate):  # noqa: PTH113
-                if os.access(candidate, os.X_OK):
-                    self._resolved[key] = candidate
-                    return candidate
-                denied = True
-        code = errno.EACCES if denied else errno.ENOENT
-        raise OSError(code, os.strerror(code), program)
+        return find_executable(program, path, self._resolved)
 
 
 def no_inherited_descriptors() -> None:
