@@ -666,8 +666,32 @@ def test_child_dies_with_its_launcher(log_dir: Path, mode: str, stray_pids: list
             launcher.stdout.close()
 
 
-def test_guardian_is_the_default_on_linux(log_dir: Path) -> None:
+def test_spawner_processes_are_the_default_on_linux(log_dir: Path) -> None:
     ex = InlineExecutor(log_dir)
+    assert ex.pdeathsig_mode == "spawner"
+    assert ex.spawner_pids == []  # started lazily, on the first run
+    assert ex.guardian_pid is None
+    assert ex._spawn_pool is None  # no spawn threads: the spawners spawn
+    ex.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"pdeathsig": "prctl"}, "no other pdeathsig"),
+        ({"spawn_off_loop": True}, "no other pdeathsig or spawn mode"),
+    ],
+)
+def test_spawner_processes_refuse_another_mode_beside_them(
+    log_dir: Path, kwargs: dict[str, object], words: str
+) -> None:
+    with pytest.raises(PermanentExecutorError, match=words) as caught:
+        InlineExecutor(log_dir, spawn_process=True, **kwargs)  # type: ignore[arg-type]
+    assert caught.value.code == "config_error"
+
+
+def test_the_guardian_with_spawn_threads_stays_selectable(log_dir: Path) -> None:
+    ex = InlineExecutor(log_dir, spawn_off_loop=True)
     assert ex.pdeathsig_mode == "guardian"
     assert ex.guardian_pid is None  # started lazily, on the first spawn
     # The guardian alone: no preexec_fn (it would force fork() instead of vfork()), and spawns
@@ -698,7 +722,7 @@ async def test_runs_spawn_on_worker_threads_off_the_loop(log_dir: Path) -> None:
 
     from runlane.adapters.local import process
 
-    ex = InlineExecutor(log_dir)
+    ex = InlineExecutor(log_dir, spawn_off_loop=True)
     threads: list[str] = []
     spawn = ex._spawner._libc
     assert spawn is not None
@@ -730,7 +754,7 @@ async def test_runs_spawn_on_worker_threads_off_the_loop(log_dir: Path) -> None:
 
 
 async def test_a_start_cancelled_during_the_spawn_leaves_no_process(log_dir: Path) -> None:
-    ex = InlineExecutor(log_dir)
+    ex = InlineExecutor(log_dir, spawn_off_loop=True)
     spawn = ex._spawner._libc
     assert spawn is not None
     real = spawn.spawn
@@ -779,7 +803,7 @@ async def test_without_pidfd_a_waiter_thread_reports_the_exit(
         raise OSError(38, "Function not implemented")
 
     monkeypatch.setattr(os, "pidfd_open", no_pidfd)
-    ex = InlineExecutor(log_dir)
+    ex = InlineExecutor(log_dir, spawn_off_loop=True)
     ok = await finish(ex, await ex.start(make_spec(["sh", "-c", "echo fine"])))
     assert (ok.status, ok.log_tail) == (RunStatus.SUCCESS, "fine\n")
     spec = make_spec(["sh", "-c", "sleep 60 & echo $!; echo ready; wait"], deadline=0.5, grace=60)
@@ -792,12 +816,13 @@ async def test_without_pidfd_a_waiter_thread_reports_the_exit(
     ex.close()
 
 
-async def test_a_run_starts_like_popen_would_start_it(log_dir: Path) -> None:
+@pytest.mark.parametrize("mode", ["thread", "process"])
+async def test_a_run_starts_like_popen_would_start_it(log_dir: Path, mode: str) -> None:
     # posix_spawn, not Popen: the child still gets SIGPIPE at its default, its own process group,
     # /dev/null for stdin, and no descriptor of ours, not even one this process inherited.
     inherited = os.open(os.devnull, os.O_RDONLY)
     os.set_inheritable(inherited, True)
-    ex = InlineExecutor(log_dir)
+    ex = InlineExecutor(log_dir, spawn_process=mode == "process")
     try:
         script = (
             "grep SigIgn /proc/self/status; ls /proc/self/fd | tr '\\n' ' '; echo; "

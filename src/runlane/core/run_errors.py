@@ -65,6 +65,8 @@ RUN_ERROR_TEXTS: Mapping[str, str] = {
     "slurm_job_lost": "The run's Slurm job vanished: slurmctld forgot it and no completion "
     "record names it.",
     # The launcher
+    "spawner_lost": "The launcher's spawner process running the run died (killed, or out of "
+    "memory); the launcher killed the run's processes and retries it if attempts remain.",
     "launcher_lost": "The launcher supervising the run stopped beating; another one took the "
     "run over or ended it.",
     "launcher_shutdown": "The launcher was shut down while the run was running.",

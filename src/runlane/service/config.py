@@ -251,9 +251,10 @@ class Settings:
     log_level: str | None = None  # None: `info` for `runlane serve`, `warning` otherwise
     log_format: str = "console"  # or "json": one JSON object per line
     spawn_threads: int = 6  # inline spawns on worker threads (off the loop, or without posix_spawn)
-    # Where inline runs are spawned: `thread` (worker threads, the GIL released during the vfork
-    # wait; needs the guardian and glibc), `loop` (the event-loop thread), `auto` (thread where
-    # it can be). docs/performance.md, "Off the event loop".
+    # Where inline runs are spawned: `process` (two spawner processes that also watch and reap
+    # them: Linux), `thread` (worker threads, the GIL released during the vfork wait; needs the
+    # guardian and glibc), `loop` (the event-loop thread), `auto` (process where it can be).
+    # docs/performance.md, "Off the event loop" and "Spawner processes".
     inline_spawn: str = "auto"
     # The launcher's bound on one PostgreSQL call: past it the database counts as unavailable
     # (the outage handling takes over). PostgreSQL itself gives up on a statement after half of

@@ -61,7 +61,12 @@ class InlineExecutor:
       `tail_bytes` are kept), environment = the launcher's plus `spec.env`. Idempotent while
       the (run_id, attempt) is running here.
       `external_id` is the pid. The run dies with the launcher: `pdeathsig_mode` says how.
-    - `pdeathsig`: `guardian` (the default on Linux) registers each run's process group with a
+    - `spawn_process` (the default on Linux, unless `pdeathsig` or `spawn_off_loop` asks for
+      another mode): two spawner processes (`runlane.adapters.local.spawner`) spawn, watch and
+      reap the runs, read their output into the bounded logs, and SIGKILL every run's group
+      when the launcher dies; the launcher sends each run as one message and keeps the
+      deadlines (`remote`). `pdeathsig_mode` is then `spawner`.
+    - `pdeathsig`: `guardian` registers each run's process group with a
       small helper process (`runlane.adapters.local.guardian`) that SIGKILLs every registered
       group when the launcher dies — grandchildren too — and keeps the plain vfork spawn path;
       `setpriv` (argv prefixed with `setpriv --pdeathsig KILL --`) and `prctl` (a `preexec_fn`)
@@ -77,8 +82,8 @@ class InlineExecutor:
       its launcher, so there is nothing to find after a takeover.
     - `running_count()` / `running()` serve the heartbeat.
 
-    All methods must be called from the event loop thread: the guardian's set of groups has
-    one owner, and in the `setpriv`/`prctl` modes the kernel's parent-death signal fires when
+    All methods must be called from the event loop thread: the spawner client and the
+    guardian's set of groups have one owner, and in the `setpriv`/`prctl` modes the kernel's parent-death signal fires when
     the *thread* that spawned a child exits, so those spawn on the loop thread. With the
     guardian the spawn itself runs on a worker thread (`spawn_off_loop`) whenever another run
     is live or starting (an idle executor spawns on the loop: lower pickup latency); that
@@ -98,7 +103,7 @@ class InlineExecutor:
         tail_lines: int = 100,
         pdeathsig: PdeathsigMode = "auto",
         spawn_off_loop: bool | None = None,
-        spawn_process: bool = False,
+        spawn_process: bool | None = None,
     ) -> None:
         # Absolute, once: the paths a run is given (RUNLANE_PARAMS_FILE) must still name the
         # same files after the job changes directory, and per-run paths stay plain string
@@ -125,8 +130,10 @@ class InlineExecutor:
         # With `spawn_process`, a spawner process starts, watches and reaps the runs, and kills
         # them when the launcher dies (`spawner`): no guardian, no spawn threads.
         self._remote: SpawnerClient | None = None
+        if spawn_process is None:  # the default where it can be, unless another mode was asked
+            spawn_process = pdeathsig == "auto" and spawn_off_loop is None and spawner_available()
         if spawn_process:
-            if not (hasattr(select, "epoll") and hasattr(os, "posix_spawn")):
+            if not spawner_available():
                 raise PermanentExecutorError(
                     "a spawner process needs Linux (epoll, posix_spawn)", error_code="config_error"
                 )
@@ -556,6 +563,13 @@ def _discard_spawned(spawned: Spawned, guardian: Guardian | None) -> None:
     proc.wait()
     os.close(read_fd)
     log.close()
+
+
+def spawner_available() -> bool:
+    """Whether runs can be spawned by spawner processes here (Linux: epoll, posix_spawn)."""
+    return (
+        sys.platform.startswith("linux") and hasattr(select, "epoll") and hasattr(os, "posix_spawn")
+    )
 
 
 def _child_of(execution: Execution) -> Child | RemoteChild:

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from runlane.adapters.files.logfile import READ_CHUNK, BoundedLog, tail_text
 from runlane.adapters.local.fdwatch import FdWatcher
@@ -24,9 +24,6 @@ from runlane.adapters.local.spawner import RESTORED_SIGNALS, find_executable
 from runlane.core.runs import EndReason, Outcome, RunStatus, joined_notes
 from runlane.errors import PermanentExecutorError, TemporaryExecutorError
 from runlane.ports import ExecutionSpec
-
-if TYPE_CHECKING:
-    from runlane.adapters.local.remote import RemoteChild
 
 _TEMPORARY_SPAWN_ERRNOS = frozenset({errno.EAGAIN, errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 
@@ -86,7 +83,7 @@ class ChildOwner(Protocol):
     tail_lines: int  # lines of output kept as the run's log tail
     watcher: FdWatcher
 
-    def forget(self, child: Child | RemoteChild) -> None:
+    def forget(self, child: Child) -> None:
         """The child has ended: it is no longer live."""
 
 

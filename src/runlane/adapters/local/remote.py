@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from runlane.adapters.files.logfile import read_log_tail
 from runlane.adapters.local import spawner as proto
@@ -25,9 +25,6 @@ from runlane.adapters.local.process import (
 from runlane.core.runs import EndReason, Outcome, RunStatus
 from runlane.errors import TemporaryExecutorError
 from runlane.ports import ExecutionSpec
-
-if TYPE_CHECKING:
-    from runlane.adapters.local.process import ChildOwner
 
 # More starts than this within the window means the spawner cannot run here: stop trying.
 _MAX_STARTS = 5
@@ -45,6 +42,13 @@ def spawner_argv() -> list[str]:
     module = Path(proto.__file__).absolute()
     root = module.parents[3]  # .../runlane/adapters/local/spawner.py -> the import root
     return [sys.executable, "-I", "-S", str(module), str(os.getpid()), str(root)]
+
+
+class RemoteOwner(Protocol):
+    """What a `RemoteChild` needs of the executor that started it."""
+
+    def forget(self, child: RemoteChild) -> None:
+        """The run has ended: it is no longer live."""
 
 
 class RemoteChild:
@@ -70,7 +74,7 @@ class RemoteChild:
     )
 
     def __init__(
-        self, owner: ChildOwner, client: SpawnerClient, spec: ExecutionSpec, log_path: str
+        self, owner: RemoteOwner, client: SpawnerClient, spec: ExecutionSpec, log_path: str
     ) -> None:
         self.owner = owner
         self.client = client
