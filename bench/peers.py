@@ -56,19 +56,20 @@ processes of 8 threads.
                  instead of 1.1, 205 jobs/s instead of 735; --pgqueuer-loop uvloop to see it).
                  Default: `pgq run`'s, batches of 10 and no cap; sweep at most 16 and 32 picked
                  at once (batches of half that).
-  runlane        bench/throughput.py --db postgres (its launcher and guardian are the worker).
+  runlane        bench/throughput.py --db postgres (its launcher and spawners are the worker).
                  Default: 16 in flight (RUNLANE_CONCURRENCY's default); sweep 32 and 64, as
                  the fastest peer's sweep goes to CPUSx32 (64 threads on two CPUs). Its ratios
                  are given for both: the
                  default's (`runlane_vs_*`) and the best setting's (`runlane_best_vs_*`).
-                 With --runlane-loop a third time with RUNLANE_INLINE_SPAWN=loop.
+                 With --runlane-also thread,loop again in those RUNLANE_INLINE_SPAWN modes
+                 (the default, `auto`, is `process` on Linux: the spawner processes).
 Dramatiq and Celery without publisher confirms are not durable: a published job can be lost.
 Celery acknowledges a job before running it (its default), Dramatiq after.
 
     .venv/bin/python bench/peers.py                          # 3,000 jobs, 16 in flight, 3 turns
     .venv/bin/python bench/peers.py --peers runlane,dramatiq --repeat 5
     .venv/bin/python bench/peers.py --quick                  # 50 jobs once, defaults only
-    .venv/bin/python bench/peers.py --runlane-loop           # runlane's spawn on/off the loop
+    .venv/bin/python bench/peers.py --runlane-also thread    # runlane's spawn modes side by side
 """
 
 from __future__ import annotations
@@ -565,9 +566,11 @@ def main() -> None:
         help="seconds each step of a peer may take: enqueue, start, the jobs (default 60 + jobs/20; 30 with --quick)",
     )
     ap.add_argument(
-        "--runlane-loop",
-        action="store_true",
-        help="runlane a second time with its spawns on the event loop (RUNLANE_INLINE_SPAWN=loop)",
+        "--runlane-also",
+        default="",
+        metavar="MODES",
+        help="runlane again with each of these RUNLANE_INLINE_SPAWN modes (thread, loop, "
+        "process), comma-separated: diagnostics beside the default, not settings in the sweep",
     )
     ap.add_argument("--pgqueuer-loop", choices=["asyncio", "uvloop"], default="asyncio")
     ap.add_argument("--pgqueuer-driver", choices=["asyncpg", "psycopg"], default="asyncpg")
@@ -587,10 +590,11 @@ def main() -> None:
     if args.defaults_only:
         chosen = [s for s in chosen if s.default]
     swept = {f"runlane@{k * args.concurrency}": k * args.concurrency for k in (2, 4)}
+    also = {f"runlane@{m}": m for m in args.runlane_also.split(",") if m}
     ours = [
         "runlane",
         *([] if args.defaults_only else swept),
-        *(["runlane@loop"] if args.runlane_loop else []),
+        *also,
     ]
     runs: list[str | Setting] = ["floor", *(ours if "runlane" in peers else []), *chosen]
 
@@ -605,7 +609,7 @@ def main() -> None:
                 tag = "floor/16 threads"
             elif item == "runlane":
                 tag = "runlane/postgres"
-            elif item == "runlane@loop" or item in swept:
+            elif item in also or item in swept:
                 tag = f"{item}/postgres"
             else:
                 assert isinstance(item, Setting)
@@ -615,8 +619,8 @@ def main() -> None:
                     r = spawn_floor(args.jobs)
                 elif item == "runlane":
                     r = one_runlane(args.jobs, args.concurrency, args)
-                elif item == "runlane@loop":
-                    r = one_runlane(args.jobs, args.concurrency, args, spawn="loop")
+                elif item in also:
+                    r = one_runlane(args.jobs, args.concurrency, args, spawn=also[item])
                 elif isinstance(item, str) and item in swept:
                     r = one_runlane(args.jobs, swept[item], args)
                 else:
@@ -632,14 +636,17 @@ def main() -> None:
                 continue
             results.setdefault(tag, {})[i] = r
             print(f"[{tag} #{i + 1}] {show(r, args.jobs)}", flush=True)
-    summarise(results, chosen, args.jobs)
+    summarise(results, chosen, args.jobs, frozenset(f"{item}/postgres" for item in also))
     if failed:
         print(f"{failed} of {args.repeat * len(runs)} runs failed", file=sys.stderr)
         sys.exit(1)
 
 
 def summarise(
-    results: dict[str, dict[int, dict[str, float]]], chosen: list[Setting], n: int
+    results: dict[str, dict[int, dict[str, float]]],
+    chosen: list[Setting],
+    n: int,
+    diagnostics: frozenset[str] = frozenset(),
 ) -> None:
     """Medians per setting; each peer's default and best; runlane's ratios to the best peer
     setting and to the spawn floor, round by round (so a machine that drifts between rounds
@@ -663,9 +670,9 @@ def summarise(
         if best is None or got[top.label] > medians_of(list(results[best.tag].values()))[rate]:
             best = top
     floor = results.get("floor/16 threads", {})
-    # runlane at its default, and at its best setting of the sweep (the loop variant is a
-    # diagnostic, not a setting a user would pick).
-    mine = [t for t in results if t.startswith("runlane") and not t.startswith("runlane@loop")]
+    # runlane at its default, and at its best setting of the sweep (the spawn-mode variants are
+    # diagnostics, not settings a user would pick).
+    mine = [t for t in results if t.startswith("runlane") and t not in diagnostics]
     top = max(mine, key=lambda t: medians_of(list(results[t].values()))[rate], default=None)
     lines = []
     for name, tag in (("runlane", "runlane/postgres"), ("runlane_best", top)):
