@@ -3,6 +3,8 @@ form of every other bad setting, instead of crashing `runlane serve` later."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from runlane.core.durations import MAX_DURATION_SECONDS
@@ -131,3 +133,27 @@ def test_the_management_url_is_masked_and_checked() -> None:
     message = _refused({"RUNLANE_RABBITMQ_MANAGEMENT_URL": "amqp://guest:s3cret@h/"})
     assert message.startswith("RUNLANE_RABBITMQ_MANAGEMENT_URL='amqp://guest:***@h/': expected")
     assert "s3cret" not in message
+
+
+@pytest.mark.parametrize(
+    ("value", "mode", "off_loop"),
+    [
+        ("auto", "spawner", False),
+        ("process", "spawner", False),
+        ("thread", "guardian", True),
+        ("loop", "guardian", False),
+    ],
+)
+def test_the_launchers_inline_executor_spawns_where_the_setting_says(
+    tmp_path: Path, value: str, mode: str, off_loop: bool
+) -> None:
+    from runlane.adapters.local.executor import InlineExecutor
+    from runlane.service.wiring import build_executors
+
+    settings = Settings.from_env({"RUNLANE_INLINE_SPAWN": value, "RUNLANE_LOG_DIR": str(tmp_path)})
+    inline = build_executors(settings, start_timeout=60)["inline"]
+    assert isinstance(inline, InlineExecutor)
+    try:
+        assert (inline.pdeathsig_mode, inline.spawn_off_loop) == (mode, off_loop)
+    finally:
+        inline.close()

@@ -155,7 +155,8 @@ def build_executors(
         "inline": InlineExecutor(
             settings.log_dir,
             spawn_off_loop=INLINE_SPAWN_MODES[settings.inline_spawn],
-            spawn_process=settings.inline_spawn == "process",
+            # None (auto): spawner processes where they can run, unless a mode was named
+            spawn_process=True if settings.inline_spawn == "process" else None,
         )
     }
     if cluster_configured() or cluster_problem() is not None:
