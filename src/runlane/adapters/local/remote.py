@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 from typing import Protocol
 
@@ -171,10 +172,23 @@ class RemoteChild:
 class _Process:
     """One spawner process as the launcher holds it."""
 
-    __slots__ = ("flush_soon", "inbox", "live", "outbox", "popen", "rfd", "wfd", "writing")
+    __slots__ = (
+        "flush_soon",
+        "inbox",
+        "live",
+        "loop",
+        "outbox",
+        "popen",
+        "rfd",
+        "wfd",
+        "writing",
+    )
 
-    def __init__(self, popen: subprocess.Popen[bytes], wfd: int, rfd: int) -> None:
+    def __init__(
+        self, popen: subprocess.Popen[bytes], wfd: int, rfd: int, loop: asyncio.AbstractEventLoop
+    ) -> None:
         self.popen = popen
+        self.loop = loop
         self.wfd = wfd  # its commands
         self.rfd = rfd  # its reports
         self.outbox = bytearray()
@@ -196,8 +210,10 @@ class SpawnerClient:
         self.argv = argv
         self.runs: dict[int, RemoteChild] = {}  # by tag, from the spawn request to its end
         self._procs: list[_Process] = []
+        # A client dropped without `close` (a launcher that was never shut down) still stops its
+        # spawners, at collection or at exit: EOF, and they end whatever they still hold.
+        self._finalizer = weakref.finalize(self, _stop_all, self._procs)
         self._wanted = max(1, processes)
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._tags = 0
         self._starts: list[float] = []
         self.starts = 0  # processes started so far, for tests and the bench
@@ -244,9 +260,7 @@ class SpawnerClient:
 
     def close(self) -> None:
         """Stop the spawners: EOF, each kills what is still live (normally nothing) and exits."""
-        procs, self._procs = self._procs, []
-        for proc in procs:
-            self._stop(proc, kill=False)
+        _stop_all(self._procs)
 
     # -- internals --------------------------------------------------------------------------
 
@@ -270,13 +284,12 @@ class SpawnerClient:
             proc.outbox.clear()
             return
         del proc.outbox[:written]
-        loop = self._loop
-        if proc.outbox and not proc.writing and loop is not None:
+        if proc.outbox and not proc.writing:
             proc.writing = True
-            loop.add_writer(proc.wfd, self._flush, proc)
-        elif not proc.outbox and proc.writing and loop is not None:
+            proc.loop.add_writer(proc.wfd, self._flush, proc)
+        elif not proc.outbox and proc.writing:
             proc.writing = False
-            loop.remove_writer(proc.wfd)
+            proc.loop.remove_writer(proc.wfd)
 
     def _on_reports(self, proc: _Process) -> None:
         try:
@@ -317,7 +330,7 @@ class SpawnerClient:
         if proc not in self._procs:
             return
         self._procs.remove(proc)
-        self._stop(proc, kill=True)
+        _stop(proc, kill=True)
         why = _death(proc.popen.returncode)
         for tag, child in [(tag, child) for tag, child in self.runs.items() if child.proc is proc]:
             del self.runs[tag]
@@ -345,7 +358,6 @@ class SpawnerClient:
             )
         self._starts.append(now)
         loop = asyncio.get_running_loop()
-        self._loop = loop
         cmd_r, cmd_w = os.pipe2(os.O_CLOEXEC)
         rep_r, rep_w = os.pipe2(os.O_CLOEXEC)
         try:
@@ -369,26 +381,33 @@ class SpawnerClient:
             with contextlib.suppress(OSError):  # above pipe-max-size: the default will do
                 fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, proto.PIPE_SIZE)
             os.set_blocking(fd, False)
-        proc = _Process(popen, cmd_w, rep_r)
+        proc = _Process(popen, cmd_w, rep_r, loop)
         self._procs.append(proc)
         self.starts += 1
         loop.add_reader(rep_r, self._on_reports, proc)
 
-    def _stop(self, proc: _Process, *, kill: bool) -> None:
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            loop.remove_reader(proc.rfd)
-            if proc.writing:
-                loop.remove_writer(proc.wfd)
-        if kill and proc.popen.returncode is None:
-            proc.popen.kill()  # our unreaped child: the pid cannot name anyone else
-        os.close(proc.wfd)
-        os.close(proc.rfd)
-        try:
-            proc.popen.wait(timeout=_CLOSE_WAIT_SECONDS)
-        except subprocess.TimeoutExpired:
-            proc.popen.kill()
-            proc.popen.wait()
+
+def _stop_all(procs: list[_Process]) -> None:
+    """Stop every spawner in `procs` (emptied): EOF, each ends what it still holds and exits."""
+    while procs:
+        _stop(procs.pop(), kill=False)
+
+
+def _stop(proc: _Process, *, kill: bool) -> None:
+    loop = proc.loop
+    if not loop.is_closed():
+        loop.remove_reader(proc.rfd)
+        if proc.writing:
+            loop.remove_writer(proc.wfd)
+    if kill and proc.popen.returncode is None:
+        proc.popen.kill()  # our unreaped child: the pid cannot name anyone else
+    os.close(proc.wfd)
+    os.close(proc.rfd)
+    try:
+        proc.popen.wait(timeout=_CLOSE_WAIT_SECONDS)
+    except subprocess.TimeoutExpired:
+        proc.popen.kill()
+        proc.popen.wait()
 
 
 def _load(proc: _Process) -> int:
