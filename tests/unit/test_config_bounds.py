@@ -81,7 +81,7 @@ def test_numbers_beyond_any_float_are_refused_in_one_short_line() -> None:
 
 @pytest.mark.parametrize(
     ("name", "limit"),
-    [("RUNLANE_CONCURRENCY", 10000), ("RUNLANE_SPAWN_THREADS", 256)],
+    [("RUNLANE_CONCURRENCY", 10000), ("RUNLANE_SPAWN_THREADS", 256), ("RUNLANE_SPAWNERS", 64)],
 )
 def test_whole_numbers_have_an_upper_bound(name: str, limit: int) -> None:
     field = next(f for f, n in ENV_NAMES.items() if n == name)
@@ -156,4 +156,23 @@ def test_the_launchers_inline_executor_spawns_where_the_setting_says(
     try:
         assert (inline.pdeathsig_mode, inline.spawn_off_loop) == (mode, off_loop)
     finally:
+        inline.close()
+
+
+async def test_runlane_spawners_sets_how_many_spawner_processes_run(tmp_path: Path) -> None:
+    from runlane.adapters.local.executor import InlineExecutor
+    from runlane.ports import ExecutionSpec
+    from runlane.service.wiring import build_executors
+
+    assert Settings.from_env({}).spawners == 2
+    assert _refused({"RUNLANE_SPAWNERS": "0"}) == "RUNLANE_SPAWNERS='0': must be at least 1"
+    settings = Settings.from_env({"RUNLANE_SPAWNERS": "3", "RUNLANE_LOG_DIR": str(tmp_path)})
+    inline = build_executors(settings, start_timeout=60)["inline"]
+    assert isinstance(inline, InlineExecutor)
+    try:
+        spec = ExecutionSpec("r1", "j", 1, "manual", ["true"], {}, {}, 60, 1)
+        await inline.start(spec)
+        assert len(inline.spawner_pids) == 3
+    finally:
+        await inline.shutdown(grace=0)
         inline.close()

@@ -19,6 +19,7 @@ from runlane.errors import ConfigError
 # database INTEGER (a LIMIT on PostgreSQL, a bound parameter on SQLite) or a thread pool takes.
 MAX_CONCURRENCY = 10_000
 MAX_SPAWN_THREADS = 256
+MAX_SPAWNERS = 64
 # RUNLANE_INLINE_SPAWN: where inline runs are spawned: on worker threads (`spawn_off_loop`; None:
 # where they can), on the loop, or (`process`) by a spawner process.
 INLINE_SPAWN_MODES: dict[str, bool | None] = {
@@ -251,6 +252,7 @@ class Settings:
     log_level: str | None = None  # None: `info` for `runlane serve`, `warning` otherwise
     log_format: str = "console"  # or "json": one JSON object per line
     spawn_threads: int = 6  # inline spawns on worker threads (off the loop, or without posix_spawn)
+    spawners: int = 2  # spawner processes with RUNLANE_INLINE_SPAWN=process (auto on Linux)
     # Where inline runs are spawned: `process` (two spawner processes that also watch and reap
     # them: Linux), `thread` (worker threads, the GIL released during the vfork wait; needs the
     # guardian and glibc), `loop` (the event-loop thread), `auto` (process where it can be).
@@ -303,6 +305,7 @@ class Settings:
             log_level=env_log_level(e),
             log_format=env_log_format(e),
             spawn_threads=_env_int(e, "RUNLANE_SPAWN_THREADS", 6, maximum=MAX_SPAWN_THREADS),
+            spawners=_env_int(e, "RUNLANE_SPAWNERS", 2, maximum=MAX_SPAWNERS),
             inline_spawn=(e.get("RUNLANE_INLINE_SPAWN") or "auto").strip(),
             db_timeout=_env_db_timeout(e, ttl),
             http_addr=(e.get("RUNLANE_HTTP_ADDR") or "").strip() or DEFAULT_HTTP_ADDR,
@@ -371,6 +374,10 @@ class Settings:
             )
         if self.spawn_threads < 1:
             raise ConfigError(f"RUNLANE_SPAWN_THREADS={self.spawn_threads!r}: must be at least 1")
+        if not 1 <= self.spawners <= MAX_SPAWNERS:
+            raise ConfigError(
+                f"RUNLANE_SPAWNERS={self.spawners!r}: must be between 1 and {MAX_SPAWNERS}"
+            )
         if self.inline_spawn not in INLINE_SPAWN_MODES:
             raise ConfigError(
                 f"RUNLANE_INLINE_SPAWN={_shown(self.inline_spawn)}: "
@@ -450,6 +457,7 @@ ENV_NAMES: dict[str, str] = {
     "log_level": "RUNLANE_LOG_LEVEL",
     "log_format": "RUNLANE_LOG_FORMAT",
     "spawn_threads": "RUNLANE_SPAWN_THREADS",
+    "spawners": "RUNLANE_SPAWNERS",
     "inline_spawn": "RUNLANE_INLINE_SPAWN",
     "db_timeout": "RUNLANE_DB_TIMEOUT",
     "http_addr": "RUNLANE_HTTP_ADDR",

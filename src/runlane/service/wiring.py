@@ -157,6 +157,7 @@ def build_executors(
             spawn_off_loop=INLINE_SPAWN_MODES[settings.inline_spawn],
             # None (auto): spawner processes where they can run, unless a mode was named
             spawn_process=True if settings.inline_spawn == "process" else None,
+            spawners=settings.spawners,
         )
     }
     if cluster_configured() or cluster_problem() is not None:

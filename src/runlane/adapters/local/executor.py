@@ -62,7 +62,7 @@ class InlineExecutor:
       the (run_id, attempt) is running here.
       `external_id` is the pid. The run dies with the launcher: `pdeathsig_mode` says how.
     - `spawn_process` (the default on Linux, unless `pdeathsig` or `spawn_off_loop` asks for
-      another mode): two spawner processes (`runlane.adapters.local.spawner`) spawn, watch and
+      another mode): `spawners` spawner processes (`runlane.adapters.local.spawner`) spawn, watch and
       reap the runs, read their output into the bounded logs, and SIGKILL every run's group
       when the launcher dies; the launcher sends each run as one message and keeps the
       deadlines (`remote`). `pdeathsig_mode` is then `spawner`.
@@ -104,6 +104,7 @@ class InlineExecutor:
         pdeathsig: PdeathsigMode = "auto",
         spawn_off_loop: bool | None = None,
         spawn_process: bool | None = None,
+        spawners: int = 2,
     ) -> None:
         # Absolute, once: the paths a run is given (RUNLANE_PARAMS_FILE) must still name the
         # same files after the job changes directory, and per-run paths stay plain string
@@ -143,7 +144,7 @@ class InlineExecutor:
                     "goes with it",
                     error_code="config_error",
                 )
-            self._remote = SpawnerClient(self._base_env)
+            self._remote = SpawnerClient(self._base_env, processes=spawners)
             pdeathsig = "none"
         # Best first: the guardian keeps the plain vfork spawn; setpriv (exec in place, spawned
         # with vfork) is cheaper than fork() + prctl; prctl is for where setpriv is missing.
