@@ -342,17 +342,28 @@ class InlineExecutor:
             self, remote, spec, f"{self._log_prefix}{spec.run_id}.{spec.attempt}.log"
         )
         child.params_dir = Path(params_dir) if spilled else None
-        remote.spawn(
-            child,
-            list(spec.command),
-            run_env,
-            log_max_bytes=spec.log_max_bytes or self.log_max_bytes,
-            tail_bytes=self.tail_bytes,
-            tail_lines=self.tail_lines,
-        )
+        try:
+            remote.spawn(
+                child,
+                list(spec.command),
+                run_env,
+                log_max_bytes=spec.log_max_bytes or self.log_max_bytes,
+                tail_bytes=self.tail_bytes,
+                tail_lines=self.tail_lines,
+            )
+        except ValueError as exc:  # marshal refused a value (only plain str can travel)
+            if spilled:
+                shutil.rmtree(params_dir, ignore_errors=True)
+            raise PermanentExecutorError(
+                f"the run's command or environment cannot be sent to the spawner: {exc}",
+                error_code="invalid_spec",
+            ) from exc
         try:
             pid = await child.started
         except BaseException:
+            if child.started.done() and not child.started.cancelled():
+                # Cancelled in the turn its pid came: it runs, and nobody would watch it.
+                child.kill(Termination(RunStatus.CANCELLED, EndReason.CANCELLED))
             if spilled:
                 shutil.rmtree(params_dir, ignore_errors=True)
             raise
@@ -405,7 +416,7 @@ class InlineExecutor:
             await asyncio.gather(*(asyncio.shield(c.finished) for c in children))
         if self._guardian is not None and not self._live:
             self._guardian.close()  # nothing is registered now; the next spawn starts another
-        if self._remote is not None and not self._live:
+        if self._remote is not None and not self._live and not self._remote.runs:
             self._remote.close()  # nothing is live there now; the next start starts another
 
     def running_count(self) -> int:

@@ -27,8 +27,8 @@ from runlane.core.runs import EndReason, Outcome, RunStatus
 from runlane.errors import TemporaryExecutorError
 from runlane.ports import ExecutionSpec
 
-# More starts than this within the window means the spawner cannot run here: stop trying.
-_MAX_STARTS = 5
+# This many spawner deaths within the window means it cannot run here: stop starting more.
+_MAX_DEATHS = 5
 _START_WINDOW_SECONDS = 10.0
 _CLOSE_WAIT_SECONDS = 5.0
 _READ_BYTES = 1 << 20
@@ -61,7 +61,6 @@ class RemoteChild:
         "_kill_timer",
         "client",
         "finished",
-        "if_alive",
         "log_path",
         "loop",
         "owner",
@@ -88,9 +87,9 @@ class RemoteChild:
         self.started: asyncio.Future[int] = self.loop.create_future()
         self.finished: asyncio.Future[Outcome] = self.loop.create_future()
         self.termination: Termination | None = None
-        # The termination stands only if a signal reached the command while it ran (a deadline
-        # as the command exits on its own is not a timeout).
-        self.if_alive = False
+        # The termination stands only if a signal reached the command while it ran: a deadline,
+        # cancel or kill that finds it exited (reaped in the spawner, its end on its way) leaves
+        # its exit as the outcome, as `Child` does.
         self.params_dir: Path | None = None
         self._deadline_timer: asyncio.TimerHandle | None = None
         self._kill_timer: asyncio.TimerHandle | None = None
@@ -106,15 +105,13 @@ class RemoteChild:
         self.terminate(
             Termination(RunStatus.TIMEOUT, EndReason.DEADLINE, error_code="deadline"),
             self.spec.kill_grace_seconds,
-            if_alive=True,
         )
 
-    def terminate(self, termination: Termination, grace: float, *, if_alive: bool = False) -> None:
+    def terminate(self, termination: Termination, grace: float) -> None:
         """SIGTERM the group, SIGKILL it after `grace`. The first reason given is kept."""
         if self.finished.done() or self.termination is not None:
             return
         self.termination = termination
-        self.if_alive = if_alive
         if grace <= 0:
             self.client.signal(self, signal.SIGKILL)
             return
@@ -126,15 +123,12 @@ class RemoteChild:
         if self.finished.done():
             return
         self.termination = termination
-        self.if_alive = False
         self.client.signal(self, signal.SIGKILL)
 
     def ended(
         self, rc: int, tail: str, drain_cut: bool, write_error: str | None, signalled: bool
     ) -> None:
-        term = self.termination
-        if term is not None and self.if_alive and not signalled:
-            term = None
+        term = self.termination if signalled else None
         self._finish(
             run_outcome(
                 rc,
@@ -215,7 +209,7 @@ class SpawnerClient:
         self._finalizer = weakref.finalize(self, _stop_all, self._procs)
         self._wanted = max(1, processes)
         self._tags = 0
-        self._starts: list[float] = []
+        self._deaths: list[float] = []  # when spawners died, for the give-up rule
         self.starts = 0  # processes started so far, for tests and the bench
 
     @property
@@ -243,15 +237,16 @@ class SpawnerClient:
         tail_lines: int,
     ) -> None:
         """Ask for `child`'s run; `child.started` gets its pid or the error. `ensure` first."""
-        self._tags += 1
-        tag = child.tag = self._tags
+        tag = self._tags + 1
+        message = (proto.SPAWN, tag, argv, env, child.log_path, log_max_bytes)
+        data = proto.frame((*message, tail_bytes, tail_lines))  # first: it may raise
+        self._tags = child.tag = tag
         self.runs[tag] = child
         procs = self._procs
         proc = procs[0] if len(procs) == 1 else min(procs, key=_load)
         proc.live += 1
         child.proc = proc
-        message = (proto.SPAWN, tag, argv, env, child.log_path, log_max_bytes)
-        self._send(proc, proto.frame((*message, tail_bytes, tail_lines)))
+        self._send(proc, data)
 
     def signal(self, child: RemoteChild, signum: int) -> None:
         proc = child.proc
@@ -259,8 +254,12 @@ class SpawnerClient:
             self._send(proc, proto.frame((proto.SIGNAL, child.tag, int(signum))))
 
     def close(self) -> None:
-        """Stop the spawners: EOF, each kills what is still live (normally nothing) and exits."""
+        """Stop the spawners: EOF, each kills what is still live (normally nothing) and exits;
+        what they still held ends here (`lost`, or its start fails)."""
+        procs = list(self._procs)
         _stop_all(self._procs)
+        for proc in procs:
+            self._end_runs_of(proc, "was stopped with the launcher's executor")
 
     # -- internals --------------------------------------------------------------------------
 
@@ -282,6 +281,9 @@ class SpawnerClient:
             written = 0
         except OSError:  # it died: its reports' EOF ends what it held
             proc.outbox.clear()
+            if proc.writing:
+                proc.writing = False
+                proc.loop.remove_writer(proc.wfd)
             return
         del proc.outbox[:written]
         if proc.outbox and not proc.writing:
@@ -330,15 +332,23 @@ class SpawnerClient:
         if proc not in self._procs:
             return
         self._procs.remove(proc)
+        self._deaths.append(time.monotonic())
+        # Its runs are orphans now. They are in its session (it started them there): every
+        # process still in it is SIGKILLed, runs it had spawned but not yet reported included.
+        # Before it is reaped: until then its pid, the session's id, is nobody else's.
+        _kill_session(proc.popen.pid)
         _stop(proc, kill=True)
-        why = _death(proc.popen.returncode)
+        self._end_runs_of(proc, _death(proc.popen.returncode))
+
+    def _end_runs_of(self, proc: _Process, why: str) -> None:
         for tag, child in [(tag, child) for tag, child in self.runs.items() if child.proc is proc]:
             del self.runs[tag]
-            if child.started.done() and not child.started.cancelled():
-                # Orphaned now; killed by group id as the guardian would after a launcher
-                # death (docs/limits.md: a leader reaped by init meanwhile is a tiny window).
+            if child.pid:
+                # Killed by group id too, as the guardian would after a launcher death
+                # (docs/limits.md: a leader reaped by init meanwhile is a tiny window).
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(child.pid, signal.SIGKILL)
+            if child.started.done() and not child.started.cancelled():
                 child.lost(why)
             elif not child.started.done():
                 child.started.set_exception(
@@ -350,13 +360,12 @@ class SpawnerClient:
 
     def _start(self) -> None:
         now = time.monotonic()
-        self._starts = [t for t in self._starts if now - t < _START_WINDOW_SECONDS]
-        if len(self._starts) >= _MAX_STARTS + self._wanted - 1:
+        self._deaths = [t for t in self._deaths if now - t < _START_WINDOW_SECONDS]
+        if len(self._deaths) >= _MAX_DEATHS:
             raise SpawnerError(
-                f"the spawner process exited {len(self._starts)} times within "
+                f"the spawner process exited {len(self._deaths)} times within "
                 f"{_START_WINDOW_SECONDS:g}s"
             )
-        self._starts.append(now)
         loop = asyncio.get_running_loop()
         cmd_r, cmd_w = os.pipe2(os.O_CLOEXEC)
         rep_r, rep_w = os.pipe2(os.O_CLOEXEC)
@@ -383,6 +392,9 @@ class SpawnerClient:
             os.set_blocking(fd, False)
         proc = _Process(popen, cmd_w, rep_r, loop)
         self._procs.append(proc)
+        # The runs' base environment exactly as the launcher has it (the spawner's own may
+        # differ: Python's start-up can add LC_CTYPE when it coerces a C locale).
+        self._send(proc, proto.frame((proto.ENV, self.env)))
         self.starts += 1
         loop.add_reader(rep_r, self._on_reports, proc)
 
@@ -408,6 +420,21 @@ def _stop(proc: _Process, *, kill: bool) -> None:
     except subprocess.TimeoutExpired:
         proc.popen.kill()
         proc.popen.wait()
+
+
+def _kill_session(sid: int) -> None:
+    """SIGKILL every process in session `sid` (a dead spawner's: its runs and what they
+    started in it), found in /proc."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry.name), signal.SIGKILL)
 
 
 def _load(proc: _Process) -> int:

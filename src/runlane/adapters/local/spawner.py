@@ -27,6 +27,7 @@ and the spawner are the same interpreter). Launcher → spawner:
 
     (SPAWN, tag, argv, env, log_path, log_max_bytes, tail_bytes, tail_lines)
     (SIGNAL, tag, signum)   signal the run's group unless its command has exited
+    (ENV, env)              the launcher's environment, the base of every run's (sent first)
 
 Spawner → launcher:
 
@@ -57,7 +58,7 @@ TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the spawner does not import
 if TYPE_CHECKING:
     from typing import Any
 
-SPAWN, SIGNAL = 0, 1
+SPAWN, SIGNAL, ENV = 0, 1, 2
 STARTED, FAILED, ENDED = 0, 1, 2
 # After a run's command exits, a descendant may still hold the output pipe open; it is read for
 # this long, then closed so the run can end.
@@ -207,6 +208,8 @@ class Server:
                 self._spawn(*message[1:])
             elif message[0] == SIGNAL:
                 self._signal(message[1], message[2])
+            elif message[0] == ENV:
+                self.env = message[1]
         return True
 
     def _spawn(
