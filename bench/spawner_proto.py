@@ -1,5 +1,7 @@
-"""Option A of docs/performance.md "Off the event loop", measured before it is built: a spawner
+"""Option A of docs/performance.md "Off the event loop", measured before it was built: a spawner
 process that starts the runs, waits out their vfork and reaps them, fed by an asyncio loop.
+(Built since as the default on Linux: `adapters/local/spawner.py`; `bench/spawn.py --modes
+spawner` measures the real one.)
 
 The question it answers: how much launcher CPU per run is left when the spawn, the reaping and
 the output leave the launcher's process, and what the spawner costs instead. It is a model, not
