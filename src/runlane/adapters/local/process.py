@@ -20,7 +20,7 @@ from runlane.adapters.local.fdwatch import FdWatcher
 from runlane.adapters.local.guardian import Guardian, GuardianError
 from runlane.adapters.local.libcspawn import LibcSpawn
 from runlane.adapters.local.spawner import DRAIN_AFTER_EXIT_SECONDS as _DRAIN_AFTER_EXIT_SECONDS
-from runlane.adapters.local.spawner import RESTORED_SIGNALS, find_executable
+from runlane.adapters.local.spawner import RESTORED_SIGNALS, spawn_found
 from runlane.core.runs import EndReason, Outcome, RunStatus, joined_notes
 from runlane.errors import PermanentExecutorError, TemporaryExecutorError
 from runlane.ports import ExecutionSpec
@@ -386,7 +386,7 @@ class Spawner:
         self.setpriv = setpriv  # argv is prefixed with `setpriv --pdeathsig KILL --`
         self.preexec = preexec
         self.devnull = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-        self._resolved: dict[tuple[str, str | None], str] = {}  # see _executable
+        self._resolved: dict[tuple[str, str | None], str] = {}  # see spawner.find_executable
         self.posix_spawn_ok = preexec is None and hasattr(os, "posix_spawn")
         self._libc = libc if self.posix_spawn_ok else None
         if self.posix_spawn_ok:
@@ -454,32 +454,21 @@ class Spawner:
             (os.POSIX_SPAWN_DUP2, write_fd, 1),
             (os.POSIX_SPAWN_DUP2, write_fd, 2),
         ]
-        for attempt in (1, 2):
-            executable = self._executable(program, path)
-            try:
-                if self._libc is not None:
-                    pid = self._libc.spawn(executable, argv, env, self.devnull, write_fd)
-                else:
-                    pid = os.posix_spawn(
-                        executable,
-                        argv,
-                        env,
-                        file_actions=file_actions,
-                        setpgroup=0,
-                        setsigdef=RESTORED_SIGNALS,
-                    )
-            except FileNotFoundError:
-                # A cached location that went away: look the program up again, once.
-                if attempt == 2 or self._resolved.pop((program, path), None) is None:
-                    raise
-                continue
-            return SpawnedProcess(pid)
-        raise AssertionError("unreachable")  # pragma: no cover
+        libc = self._libc
 
-    def _executable(self, program: str, path: str | None) -> str:
-        """The file `execvpe` would run for `program` on the child's PATH (Popen's lookup),
-        cached per (program, PATH); raises the OSError exec would give."""
-        return find_executable(program, path, self._resolved)
+        def spawn(executable: str) -> int:
+            if libc is not None:
+                return libc.spawn(executable, argv, env, self.devnull, write_fd)
+            return os.posix_spawn(
+                executable,
+                argv,
+                env,
+                file_actions=file_actions,
+                setpgroup=0,
+                setsigdef=RESTORED_SIGNALS,
+            )
+
+        return SpawnedProcess(spawn_found(program, path, self._resolved, spawn))
 
 
 def no_inherited_descriptors() -> None:

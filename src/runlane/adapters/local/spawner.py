@@ -56,6 +56,7 @@ from runlane.adapters.files.bounded import READ_CHUNK, BoundedLog, tail_text
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: the spawner does not import typing
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 SPAWN, SIGNAL, ENV = 0, 1, 2
@@ -112,6 +113,24 @@ def find_executable(
             denied = True
     code = errno.EACCES if denied else errno.ENOENT
     raise OSError(code, os.strerror(code), program)
+
+
+def spawn_found(
+    program: str,
+    path: str | None,
+    cache: dict[tuple[str, str | None], str],
+    spawn: Callable[[str], int],
+) -> int:
+    """`spawn(executable)` for the file `program` names on `path` (`find_executable`); a cached
+    location that went away is looked up again, once. Returns the pid."""
+    for attempt in (1, 2):
+        executable = find_executable(program, path, cache)
+        try:
+            return spawn(executable)
+        except FileNotFoundError:
+            if attempt == 2 or cache.pop((program, path), None) is None:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 class _Run:
@@ -242,37 +261,32 @@ class Server:
     def _posix_spawn(
         self, argv: list[str], env: dict[str, str], path: str | None
     ) -> tuple[int, int]:
-        program = argv[0]
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+        file_actions = [
+            (os.POSIX_SPAWN_DUP2, self.devnull, 0),
+            (os.POSIX_SPAWN_DUP2, write_fd, 1),
+            (os.POSIX_SPAWN_DUP2, write_fd, 2),
+        ]
+
+        def spawn(executable: str) -> int:
+            return os.posix_spawn(
+                executable,
+                argv,
+                env,
+                file_actions=file_actions,
+                setpgroup=0,
+                setsigdef=RESTORED_SIGNALS,
+            )
+
         try:
-            for attempt in (1, 2):
-                executable = find_executable(program, path, self.resolved)
-                try:
-                    pid = os.posix_spawn(
-                        executable,
-                        argv,
-                        env,
-                        file_actions=[
-                            (os.POSIX_SPAWN_DUP2, self.devnull, 0),
-                            (os.POSIX_SPAWN_DUP2, write_fd, 1),
-                            (os.POSIX_SPAWN_DUP2, write_fd, 2),
-                        ],
-                        setpgroup=0,
-                        setsigdef=RESTORED_SIGNALS,
-                    )
-                except FileNotFoundError:
-                    # A cached location that went away: look the program up again, once.
-                    if attempt == 2 or self.resolved.pop((program, path), None) is None:
-                        raise
-                    continue
-                os.set_blocking(read_fd, False)
-                return pid, read_fd
+            pid = spawn_found(argv[0], path, self.resolved, spawn)
         except BaseException:
             os.close(read_fd)
             raise
         finally:
             os.close(write_fd)
-        raise AssertionError("unreachable")  # pragma: no cover
+        os.set_blocking(read_fd, False)
+        return pid, read_fd
 
     def _signal(self, tag: int, signum: int) -> None:
         run = self.runs.get(tag)
