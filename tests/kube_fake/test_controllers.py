@@ -167,6 +167,36 @@ def test_active_deadline_counts_pending_time(kube_fake: KubeFake) -> None:
     kube_fake.state.wait_for(lambda s: not s.pods_of("d") and not s.pods_of("h"))
 
 
+def test_explain_job_says_what_the_cluster_holds_for_it(kube_fake: KubeFake) -> None:
+    state = kube_fake.state
+    assert "Job: none" in state.explain_job("x")
+    state.create(
+        "jobs",
+        job_body(
+            "x",
+            image="local",
+            command=[sys.executable, "-c", "import signal; signal.pause()"],
+            activeDeadlineSeconds=30,
+        ),
+    )
+    state.wait_for(
+        lambda s: bool(s.pods_of("x")) and s.pods_of("x")[0]["status"].get("phase") == "Running"
+    )
+    running = state.explain_job("x")
+    assert "activeDeadlineSeconds 30, active=1" in running
+    assert "phase Running, containers [main running]" in running
+    assert "kubelet: stage running, [main pid " in running
+    assert "events of x: SuccessfulCreate" in running
+    assert "controller thread alive" in running
+    state.advance(31)
+    state.wait_for(lambda s: s.job_finished("x") and not s.pods_of("x"))
+    ended = state.explain_job("x")
+    assert "Failed=True(DeadlineExceeded)" in ended
+    assert "pods: none" in ended
+    assert "events of x: SuccessfulCreate, DeadlineExceeded" in ended
+    assert "Killing" in ended  # the deleted pod's events outlive it
+
+
 def test_retries_up_to_backoff_limit(kube_fake: KubeFake) -> None:
     kube_fake.state.create("jobs", job_body("r", image="fake/exit:1", backoffLimit=2))
     kube_fake.state.wait_for(lambda s: s.job_finished("r"))

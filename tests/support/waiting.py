@@ -1,5 +1,6 @@
 """The one way a test waits for something another task, thread or process does in its own time:
-poll a predicate until it holds or a bounded deadline passes, then fail saying what was awaited."""
+poll a predicate until it holds or a bounded deadline passes, then fail saying what was awaited
+(and, given `explain`, the state of whatever was to bring it about)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,11 @@ async def eventually(
     *,
     within: float = WITHIN,
     poll: float = POLL,
+    explain: Callable[[], str] | None = None,
 ) -> T:
     """Poll `predicate` (sync or async) until it returns a true value and return that value;
-    raise `AssertionError` naming `what` when `within` seconds pass first."""
+    raise `AssertionError` naming `what` when `within` seconds pass first, followed by what
+    `explain()` says then (the state that should have made it happen)."""
     deadline = time.monotonic() + within
     while True:
         answer = predicate()
@@ -31,12 +34,17 @@ async def eventually(
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(f"not within {within:g} s: {what}")
+            raise AssertionError(_timed_out(within, what, explain))
         await asyncio.sleep(poll)
 
 
 def eventually_sync(
-    predicate: Callable[[], T], what: str, *, within: float = WITHIN, poll: float = POLL
+    predicate: Callable[[], T],
+    what: str,
+    *,
+    within: float = WITHIN,
+    poll: float = POLL,
+    explain: Callable[[], str] | None = None,
 ) -> T:
     """`eventually` for a test without an event loop (a thread or process it does not own)."""
     deadline = time.monotonic() + within
@@ -45,5 +53,15 @@ def eventually_sync(
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(f"not within {within:g} s: {what}")
+            raise AssertionError(_timed_out(within, what, explain))
         time.sleep(poll)
+
+
+def _timed_out(within: float, what: str, explain: Callable[[], str] | None) -> str:
+    message = f"not within {within:g} s: {what}"
+    if explain is not None:
+        try:
+            message += "\n" + explain()
+        except Exception as exc:  # the explanation must not hide the timeout
+            message += f"\n(explaining it failed: {exc!r})"
+    return message

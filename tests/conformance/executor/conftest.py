@@ -20,12 +20,13 @@ from typing import Any, TypeVar
 import pytest
 
 from runlane.adapters.kubernetes.executor import PodExecutor
+from runlane.adapters.kubernetes.names import job_name
 from runlane.adapters.local.executor import InlineExecutor
 from runlane.adapters.slurm.executor import SlurmExecutor
 from runlane.ports import Execution, ExecutionSpec, Executor
 from runlane.testing.fakes import Script, ScriptedExecutor, exited
 from runlane.testing.kube import KubeFake, run_server
-from tests.integration.test_pod_executor import make_executor
+from tests.integration.test_pod_executor import NS, make_executor
 from tests.support.slurm import SlurmCluster, slurm_cluster
 
 E = TypeVar("E", bound=Executor)
@@ -81,6 +82,12 @@ class ExecutorHarness:
     reattach_unknown_error: str | None
     # Make the deadline of a started run pass (virtual time where the provider has a clock).
     pass_deadline: Callable[[Execution], None] = lambda execution: None
+    # The deadline (seconds) of a run a test starts, sees begin, then times out: short where
+    # only wall time passes deadlines; where `pass_deadline` moves a clock, long enough that
+    # wall time cannot pass it first.
+    deadline_to_pass: float = 1.0
+    # What the provider holds for a run, for the message of a wait on it that timed out.
+    explain: Callable[[ExecutionSpec], str] = lambda spec: ""
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
 
@@ -220,9 +227,19 @@ def inline_harness(tmp_path: Path) -> ExecutorHarness:
     )
 
 
+# The deadline of a pod run the contract test times out. Not 1 s: the cluster clock runs with
+# wall time, and a Job's startTime has whole seconds (as in Kubernetes), so activeDeadlineSeconds=1
+# can pass well under a second after the Job starts — the Job then fails and its pod is killed
+# before the command began (a flaky "not within 10 s: the run's command began" under load).
+POD_DEADLINE = 30.0
+
+
 def pod_harness(tmp_path: Path, kube: KubeFake) -> ExecutorHarness:
     def pass_deadline(execution: Execution) -> None:
-        kube.state.advance(60)  # the cluster clock passes activeDeadlineSeconds
+        kube.state.advance(2 * POD_DEADLINE)  # the cluster clock passes activeDeadlineSeconds
+
+    def explain(spec: ExecutionSpec) -> str:
+        return kube.state.explain_job(job_name(spec.job, spec.run_id, spec.attempt), NS)
 
     return process_harness(
         "pod",
@@ -232,6 +249,8 @@ def pod_harness(tmp_path: Path, kube: KubeFake) -> ExecutorHarness:
         reattach_finds_taken_over=True,  # the Job runs on without its launcher
         reattach_unknown_error="deleted_externally",
         pass_deadline=pass_deadline,
+        deadline_to_pass=POD_DEADLINE,
+        explain=explain,
     )
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from runlane.core.runs import Outcome, RunStatus
 from runlane.errors import PermanentExecutorError
-from runlane.ports import Execution, ExecutionEvent, Executor
+from runlane.ports import Execution, ExecutionEvent, ExecutionSpec, Executor
 from tests.support.waiting import eventually
 
 from .conftest import Behaviour, ExecutorHarness
@@ -32,6 +32,15 @@ async def all_events(
         return [event async for event in executor.events(execution)]
 
     return await asyncio.wait_for(collect(), within)
+
+
+async def began(harness: ExecutorHarness, spec: ExecutionSpec) -> None:
+    """Until the run's command began (bounded); a timeout says what the provider holds."""
+    await eventually(
+        lambda: harness.starts(spec) >= 1,
+        "the run's command began",
+        explain=lambda: harness.explain(spec),
+    )
 
 
 def outcome_of(events: list[ExecutionEvent]) -> Outcome:
@@ -69,7 +78,7 @@ async def test_a_second_start_of_the_same_run_and_attempt_adopts_it(
     second = await ex.start(spec)
     assert second.external_id == first.external_id
     assert (second.run_id, second.attempt) == (spec.run_id, spec.attempt)
-    await eventually(lambda: harness.starts(spec) >= 1, "the run's command began")
+    await began(harness, spec)
     await ex.cancel(first, grace=0)
     outcome_of(await all_events(ex, first))
     assert harness.starts(spec) == 1  # the command began once, not twice
@@ -94,7 +103,7 @@ async def test_reattach_after_a_takeover_gives_the_executors_documented_answer(
 ) -> None:
     spec = harness.make_spec(HANG)
     first = await harness.executor.start(spec)
-    await eventually(lambda: harness.starts(spec) >= 1, "the run's command began")
+    await began(harness, spec)
     other = await harness.takeover()
     found = await other.reattach(spec)
     if harness.reattach_finds_taken_over:
@@ -139,7 +148,7 @@ async def test_cancel_ends_a_running_execution_and_the_finished_event_follows(
     ex = harness.executor
     spec = harness.make_spec(Behaviour(output="working\n", hang=True))
     execution = await ex.start(spec)
-    await eventually(lambda: harness.starts(spec) >= 1, "the run's command began")
+    await began(harness, spec)
     await ex.cancel(execution, grace=spec.kill_grace_seconds)
     outcome = outcome_of(await all_events(ex, execution))
     assert outcome.status == RunStatus.CANCELLED
@@ -155,9 +164,9 @@ async def test_cancel_of_an_ended_execution_changes_nothing(harness: ExecutorHar
 
 async def test_a_passed_deadline_is_a_timeout(harness: ExecutorHarness) -> None:
     ex = harness.executor
-    spec = harness.make_spec(HANG, deadline=1.0)
+    spec = harness.make_spec(HANG, deadline=harness.deadline_to_pass)
     execution = await ex.start(spec)
-    await eventually(lambda: harness.starts(spec) >= 1, "the run's command began")
+    await began(harness, spec)
     harness.pass_deadline(execution)
     outcome = outcome_of(await all_events(ex, execution))
     assert (outcome.status, outcome.error_code) == (RunStatus.TIMEOUT, "deadline")

@@ -157,6 +157,20 @@ class Cluster:
             due = bool(self._timers) and self._timers[0][0] <= self.store.clock.now()
             return not (due or self._dirty_jobs or self._dirty_pods or self._gc)
 
+    def loop_state(self) -> str:
+        """The controller loop in one line, for a test's failure message: whether its thread
+        lives, its timers (the next one's due time on the cluster clock) and its queued work."""
+        with self.store.lock:
+            alive = self._thread is not None and self._thread.is_alive()
+            timers = f"{len(self._timers)} timers"
+            if self._timers:
+                timers += f" (next in {self._timers[0][0] - self.store.clock.now():.3f} s)"
+            return (
+                f"controller thread {'alive' if alive else 'NOT RUNNING'}, {timers}, "
+                f"dirty jobs={len(self._dirty_jobs)} pods={len(self._dirty_pods)}, "
+                f"gc={len(self._gc)}, clock offset {self.store.clock.offset:g} s"
+            )
+
     def _step(self) -> bool:
         worked = False
         now = self.store.clock.now()

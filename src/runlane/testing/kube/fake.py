@@ -24,6 +24,7 @@ from runlane.testing.kube.kubelet import Timing
 from runlane.testing.kube.server import AccessRules, ApiServer, RequestRecord
 from runlane.testing.kube.store import (
     BY_PATH,
+    EVENTS,
     JOBS,
     PODS,
     RESOURCES,
@@ -92,6 +93,78 @@ class KubeState:
             if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
                 return str(cond["type"])
         return None
+
+    def explain_job(self, name: str, namespace: str = "default") -> str:
+        """What the cluster holds for Job `name`, for a test's failure message when a wait on it
+        times out: the Job's status, its pods (phase, container states, what the kubelet did:
+        its stage, each process's pid and exit), the events of the Job and its pods (which
+        outlive a deleted pod), the open watches and the controller loop."""
+        with self.store.lock:
+            lines = [f"kube fake, Job {namespace}/{name}:"]
+            job = self.store.find(JOBS, namespace, name)
+            if job is None:
+                lines.append("  Job: none")
+            else:
+                spec, st = job.get("spec") or {}, job.get("status") or {}
+                conds = [
+                    f"{c.get('type')}={c.get('status')}({c.get('reason', '')})"
+                    for c in st.get("conditions") or []
+                ]
+                lines.append(
+                    f"  Job: created {job['metadata'].get('creationTimestamp')}, startTime "
+                    f"{st.get('startTime')}, activeDeadlineSeconds "
+                    f"{spec.get('activeDeadlineSeconds')}, active={st.get('active', 0)} "
+                    f"failed={st.get('failed', 0)} succeeded={st.get('succeeded', 0)}, "
+                    f"conditions [{', '.join(conds)}]"
+                    + (", deleting" if job["metadata"].get("deletionTimestamp") else "")
+                )
+            pods, _ = self.store.select(PODS, namespace, f"batch.kubernetes.io/job-name={name}")
+            if not pods:
+                lines.append("  pods: none")
+            for pod in pods:
+                lines.append(f"  pod {pod['metadata']['name']}: {self._pod_state(pod)}")
+            events, _ = self.store.select(EVENTS, namespace)
+            by_object: dict[str, list[str]] = {}
+            for ev in sorted(events, key=lambda e: int(e["metadata"]["resourceVersion"])):
+                obj = (ev.get("involvedObject") or {}).get("name") or ""
+                if obj == name or obj.startswith(f"{name}-"):
+                    by_object.setdefault(obj, []).append(str(ev.get("reason")))
+            for obj, reasons in by_object.items():
+                lines.append(f"  events of {obj}: {', '.join(reasons)}")
+            lines.append(f"  open watches: {len(self.store.active_watches)}")
+            lines.append(f"  {self.cluster.loop_state()}")
+            return "\n".join(lines)
+
+    def _pod_state(self, pod: Obj) -> str:
+        st = pod.get("status") or {}
+        states = []
+        for cs in st.get("containerStatuses") or []:
+            kind, detail = next(iter((cs.get("state") or {"unknown": {}}).items()))
+            why = detail.get("reason") or ""
+            code = detail.get("exitCode")
+            states.append(
+                f"{cs.get('name')} {kind}"
+                + (f" {why}" if why else "")
+                + (f" exit {code}" if code is not None else "")
+            )
+        text = f"phase {st.get('phase')}, containers [{'; '.join(states)}]"
+        if pod["metadata"].get("deletionTimestamp"):
+            text += ", deleting"
+        runtime = self.cluster.kubelet.runtime(pod["metadata"]["uid"])
+        if runtime is None:
+            return text + ", kubelet: not tracked"
+        procs = []
+        for c in runtime.containers:
+            if c.process is None:
+                procs.append(f"{c.name} no process")
+            else:
+                code = c.process.poll()
+                procs.append(
+                    f"{c.name} pid {c.process.pid} "
+                    + ("running" if code is None else f"exited {code}")
+                )
+        killing = ", killing" if runtime.killing else ""
+        return text + f", kubelet: stage {runtime.stage}{killing}, [{'; '.join(procs)}]"
 
     def logs(self, pod: str, namespace: str = "default", container: str | None = None) -> str:
         obj = self.store.find(PODS, namespace, pod)
