@@ -20,7 +20,7 @@ from runlane.errors import StoreError
 from runlane.ports import Heartbeat, Store
 from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
-from runlane.service.runtime import open_runtime, serve
+from runlane.service.runtime import GC_YOUNG_THRESHOLD, open_runtime, serve
 from runlane.service.wiring import build_executors, store_from_url
 from runlane.testing.clock import FixedClock
 
@@ -153,20 +153,24 @@ def test_the_prune_bound_is_an_hour_or_ten_heartbeats() -> None:
 
 
 async def test_serve_freezes_what_its_start_up_allocated(sqlite_settings: Settings) -> None:
-    # `runlane serve` hides its start-up objects from the cyclic collector once running; a
-    # library caller of serve() keeps the collector as it was.
+    # `runlane serve` hides its start-up objects from the cyclic collector once running and
+    # collects its young generation less often, until it returns; a library caller of serve()
+    # keeps the collector as it was.
     import gc
 
     from runlane.core.runs import Trigger
     from runlane.service.accept import RunRequest, accept_run
 
     gc.unfreeze()
+    before = gc.get_threshold()
+    assert before[0] != GC_YOUNG_THRESHOLD
     seen: dict[str, int] = {}
     finished = asyncio.Event()
 
     def hook(event: str, run_id: str) -> None:
         if event == "finished":
             seen["frozen"] = gc.get_freeze_count()
+            seen["young"] = gc.get_threshold()[0]
             finished.set()
 
     async with open_runtime(sqlite_settings) as rt:
@@ -193,3 +197,5 @@ async def test_serve_freezes_what_its_start_up_allocated(sqlite_settings: Settin
             frozen = seen["frozen"]
             gc.unfreeze()
         assert (frozen > 10_000) is freeze, frozen
+        assert seen["young"] == (GC_YOUNG_THRESHOLD if freeze else before[0])
+        assert gc.get_threshold() == before  # as it was once serve() returned
