@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from lightkube.config.kubeconfig import KubeConfig
 
-from runlane.adapters.kubernetes.api import KubeApi
+from runlane.adapters.kubernetes.api import KubeApi, jobs_path
 from runlane.adapters.kubernetes.executor import PodExecutor
 from runlane.adapters.kubernetes.names import job_name
 from runlane.adapters.kubernetes.rbac import rbac_report
@@ -23,6 +23,7 @@ from runlane.core.runs import Outcome, RunStatus
 from runlane.errors import PermanentExecutorError, TemporaryExecutorError
 from runlane.ports import Execution, ExecutionEvent, ExecutionSpec
 from runlane.testing.kube import KubeFake, KubeState, Timing, run_server
+from tests.support.waiting import eventually
 
 NS = "default"
 
@@ -579,3 +580,45 @@ async def test_logs_of_a_running_pod(kube: KubeFake, executor: PodExecutor) -> N
     assert "hello from the pod" in text
     await executor.cancel(execution, grace=0)
     assert (await finish(events)).status == RunStatus.CANCELLED
+
+
+async def test_finished_jobs_and_pods_share_their_keys_in_the_cache(
+    kube: KubeFake, executor: PodExecutor
+) -> None:
+    # The cache keeps every runlane Job and pod until the cluster deletes it (a day, by the
+    # Jobs' TTL): a finished one's keys and short texts are shared with the others', not
+    # copies of its own (watch._compact), and its content is what the API server says.
+    specs = [spec(), spec()]
+    for s in specs:
+        _, outcome = await outcome_of(executor, await executor.start(s))
+        assert outcome.status == RunStatus.SUCCESS
+    watch = executor.watches[NS]
+    names = [job_name(s.job, s.run_id, s.attempt) for s in specs]
+
+    def final_pods() -> list[dict[str, Any]]:
+        pods = [p for n in names for p in watch.pods_of(n)]
+        return pods if [p["status"].get("phase") for p in pods] == ["Succeeded"] * 2 else []
+
+    await eventually(final_pods, "both runs' pods Succeeded in the watch's cache")
+
+    def assert_shared() -> None:
+        jobs = [watch.job(n) for n in names]
+        assert all(j is not None for j in jobs)
+        first, second = (j["status"]["conditions"][0] for j in jobs if j is not None)
+        assert first == second | {k: first[k] for k in first if "Time" in k}
+        for key_one, key_two in zip(first, second, strict=True):
+            assert key_one is key_two  # one string for the key of every cached condition
+        assert first["status"] is second["status"]  # "True", shared as well
+        pods = final_pods()
+        assert pods[0]["status"]["phase"] is pods[1]["status"]["phase"]
+
+    assert_shared()
+    for n in names:  # what the cache holds of a Job is what the API server says
+        job = await executor.api.request("GET", jobs_path(NS, n))
+        cached = watch.job(n)
+        assert cached is not None
+        assert cached["status"] == job["status"]
+    lists = watch.stats.lists
+    kube.state.expire_watches()  # a relist stores the listed objects the same way
+    await stats_reach(watch, lambda st: st.lists > lists)
+    assert_shared()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -68,7 +69,38 @@ def _slim(obj: Json) -> Json:
     spec = obj.get("spec")
     if isinstance(spec, dict) and "suspend" in spec:
         out["spec"] = {"suspend": spec["suspend"]}
-    return out
+    return _compact(out) if _is_final(out) else out
+
+
+# A finished Job or pod stays in the cache until the cluster deletes it (the Jobs' TTL: a day by
+# default), so a launcher holds every runlane Job and pod of the namespace's last day. Decoded
+# from separate events, each keeps its own copy of every key ("lastTransitionTime", "type", ...)
+# and short value ("True", "Succeeded", ...): ~10 KiB a run (Job + pod). Shared, ~4.6 KiB. Done
+# once, when an object turns final (its later copies are rare), not on every event of a live one.
+_SHARED_TEXT_MAX = 64
+
+
+def _compact(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {sys.intern(k): _compact(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_compact(v) for v in value]
+    if isinstance(value, str) and len(value) <= _SHARED_TEXT_MAX:
+        return sys.intern(value)
+    return value
+
+
+def _is_final(obj: Json) -> bool:
+    """A pod that succeeded or failed, or a Job that completed or failed."""
+    status = obj.get("status") or {}
+    if "phase" in status:
+        return status["phase"] in ("Succeeded", "Failed")
+    return any(
+        isinstance(c, dict)
+        and c.get("type") in ("Complete", "Failed")
+        and c.get("status") == "True"
+        for c in status.get("conditions") or ()
+    )
 
 
 def is_too_large(exc: ApiStatus) -> bool:
