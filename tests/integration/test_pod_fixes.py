@@ -457,3 +457,36 @@ async def test_logs_without_follow_keep_failing_at_once(
     with pytest.raises(NotFound):
         async for _ in pod_log_lines(rt, await store.get_run(run_id), follow=False):
             pass
+
+
+async def test_a_launchers_pod_jobs_stay_as_long_as_runlane_pod_job_ttl_says(
+    settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What bounds the launcher's watch cache (every finished runlane Job and pod is held until
+    # the cluster deletes it) is the operator's to set: ttlSecondsAfterFinished.
+    from runlane.adapters.kubernetes.api import jobs_path
+    from runlane.errors import ConfigError
+    from runlane.service.wiring import build_executors
+
+    with run_server() as fake:
+        monkeypatch.setenv("KUBECONFIG", str(fake.kubeconfig_path))
+        monkeypatch.setenv("KUBERNETES_NAMESPACE", NS)
+        for value, seconds in (("6h", 21_600), ("", 86_400)):
+            monkeypatch.setenv("RUNLANE_POD_JOB_TTL", value)
+            pod = build_executors(settings)["pod"]
+            assert isinstance(pod, PodExecutor)
+            spec = pod_spec({})
+            try:
+                assert (await outcome_of(pod, await pod.start(spec))).status == RunStatus.SUCCESS
+                job = await pod.api.request(
+                    "GET", jobs_path(NS, job_name(spec.job, spec.run_id, spec.attempt))
+                )
+            finally:
+                await pod.aclose()
+            assert job["spec"]["ttlSecondsAfterFinished"] == seconds
+        for wrong in ("5m", "31d", "soon"):
+            monkeypatch.setenv("RUNLANE_POD_JOB_TTL", wrong)
+            with pytest.raises(ConfigError) as refused:
+                build_executors(settings)
+            assert str(refused.value).startswith(f"RUNLANE_POD_JOB_TTL={wrong!r}: ")
+            assert "\n" not in str(refused.value)

@@ -176,3 +176,30 @@ async def test_runlane_spawners_sets_how_many_spawner_processes_run(tmp_path: Pa
     finally:
         await inline.shutdown(grace=0)
         inline.close()
+
+
+def test_adapter_durations_read_from_the_environment_have_one_form() -> None:
+    # The Slurm poll interval and the pod Jobs' TTL are read as the settings' durations are:
+    # a duration or a number of seconds, bounded, and one line naming the variable if not.
+    from runlane.adapters.kubernetes.config import job_ttl_seconds
+    from runlane.adapters.slurm.config import poll_interval
+
+    assert poll_interval({}) == 5.0
+    assert poll_interval({"RUNLANE_SLURM_POLL_INTERVAL": "0.2"}) == 0.2
+    assert poll_interval({"RUNLANE_SLURM_POLL_INTERVAL": "2m"}) == 120.0
+    assert job_ttl_seconds({}) == 86_400
+    assert job_ttl_seconds({"RUNLANE_POD_JOB_TTL": "1h30m"}) == 5_400
+    refused = {
+        ("RUNLANE_SLURM_POLL_INTERVAL", "0.01"): "cannot be shorter than 50ms",
+        ("RUNLANE_SLURM_POLL_INTERVAL", "11m"): "cannot be longer than 10m",
+        ("RUNLANE_SLURM_POLL_INTERVAL", "often"): "expected a duration",
+        ("RUNLANE_POD_JOB_TTL", "9m"): "cannot be shorter than 10m (a finished Job must stay",
+        ("RUNLANE_POD_JOB_TTL", "31d"): "cannot be longer than 30d",
+        ("RUNLANE_POD_JOB_TTL", "0"): "must be greater than zero",
+    }
+    for (name, value), said in refused.items():
+        read = poll_interval if name == "RUNLANE_SLURM_POLL_INTERVAL" else job_ttl_seconds
+        with pytest.raises(ConfigError) as err:
+            read({name: value})
+        assert str(err.value).startswith(f"{name}={value!r}: "), err.value
+        assert said in str(err.value)

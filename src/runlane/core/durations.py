@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
+
+from runlane.errors import ConfigError
 
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
@@ -89,3 +92,32 @@ def format_duration(seconds: float) -> str:
         if n:
             out.append(f"{n}{unit}")
     return "".join(out)
+
+
+def env_duration(
+    environ: Mapping[str, str],
+    name: str,
+    default: float,
+    *,
+    minimum: float = 0.0,
+    maximum: float = MAX_DURATION_SECONDS,
+    why: str = "",
+) -> float:
+    """The duration in the environment variable `name` (`default` when unset or empty), more
+    than zero and from `minimum` to `maximum`; otherwise ConfigError, one line:
+    `NAME='value': what is wrong` (and `why`, when the bounds have a reason)."""
+    raw = environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = parse_duration(raw, maximum=maximum)
+    except ValueError as exc:
+        raise ConfigError(f"{name}={_shown(raw)}: {exc}") from exc
+    if value <= 0:
+        raise ConfigError(f"{name}={raw!r}: must be greater than zero")
+    if value < minimum:
+        raise ConfigError(
+            f"{name}={raw!r}: cannot be shorter than {format_duration(minimum)}"
+            + (f" ({why})" if why else "")
+        )
+    return value

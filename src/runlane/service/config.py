@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from runlane.core.durations import MAX_DURATION_SECONDS, parse_duration
+from runlane.core.durations import env_duration
 from runlane.core.secrets import mask_url
 from runlane.errors import ConfigError
 
@@ -38,17 +38,8 @@ _WHOLE_NUMBER = re.compile(r"\s*[-+]?\d+\s*")
 
 
 def _env_duration(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        # Bounded (100 years), so a typo such as 100000000d stops here, not in the launcher.
-        value = parse_duration(raw, maximum=MAX_DURATION_SECONDS)
-    except ValueError as exc:
-        raise ConfigError(f"{name}={_shown(raw)}: {exc}") from exc
-    if value <= 0:
-        raise ConfigError(f"{name}={raw!r}: must be greater than zero")
-    return value
+    # Bounded (100 years), so a typo such as 100000000d stops here, not in the launcher.
+    return env_duration(env, name, default)
 
 
 def _env_int(

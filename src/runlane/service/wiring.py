@@ -143,7 +143,11 @@ def build_executors(
 ) -> dict[str, Executor]:
     """The launcher's executors. `pod` joins when a cluster is configured; its start timeout is
     the catalog's `global.start_timeout` (read from `settings.catalog_path` when not given)."""
-    from runlane.adapters.kubernetes.config import cluster_configured, cluster_problem
+    from runlane.adapters.kubernetes.config import (
+        cluster_configured,
+        cluster_problem,
+        job_ttl_seconds,
+    )
     from runlane.adapters.local import executor as inline
     from runlane.adapters.local.executor import InlineExecutor
 
@@ -166,7 +170,7 @@ def build_executors(
         from runlane.adapters.kubernetes.executor import PodExecutor
 
         start_timeout = _start_timeout(settings, start_timeout)
-        executors["pod"] = PodExecutor(start_timeout=start_timeout)
+        executors["pod"] = PodExecutor(start_timeout=start_timeout, ttl_seconds=job_ttl_seconds())
     if slurm_configured():
         from runlane.adapters.slurm.config import poll_interval
         from runlane.adapters.slurm.executor import SlurmExecutor

@@ -18,6 +18,8 @@ import structlog
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from lightkube.core.exceptions import ConfigError as LightkubeConfigError
 
+from runlane.adapters.kubernetes.manifests import DEFAULT_TTL_SECONDS
+from runlane.core.durations import env_duration
 from runlane.errors import ConfigError
 
 log = structlog.get_logger("runlane.kubernetes")
@@ -126,3 +128,24 @@ def resolve_namespace(
             hint="set the profile's namespace or KUBERNETES_NAMESPACE; using 'default'",
         )
     return "default"
+
+
+# A finished Job must outlive the launcher's look at it (its watch may lag, or the run may be
+# taken over after a lease expiry): gone sooner, the run's outcome is unknown.
+MIN_JOB_TTL_SECONDS = 600
+MAX_JOB_TTL_SECONDS = 30 * 86_400
+
+
+def job_ttl_seconds(environ: Mapping[str, str] | None = None) -> int:
+    """`RUNLANE_POD_JOB_TTL`: how long a finished Job (and its pod, with its log) stays in the
+    cluster, its `ttlSecondsAfterFinished`; 1 day when unset. Every launcher's watch holds each
+    runlane Job and pod of its namespaces until then (docs/kubernetes.md, *Memory*)."""
+    seconds = env_duration(
+        os.environ if environ is None else environ,
+        "RUNLANE_POD_JOB_TTL",
+        DEFAULT_TTL_SECONDS,
+        minimum=MIN_JOB_TTL_SECONDS,
+        maximum=MAX_JOB_TTL_SECONDS,
+        why="a finished Job must stay until its launcher has read its outcome",
+    )
+    return round(seconds)

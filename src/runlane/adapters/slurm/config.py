@@ -15,7 +15,7 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from runlane.errors import ConfigError
+from runlane.core.durations import env_duration
 
 DEFAULT_CONF = "/etc/slurm/slurm.conf"
 DEFAULT_POLL_INTERVAL = 5.0
@@ -35,16 +35,12 @@ def slurm_configured(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def poll_interval(environ: Mapping[str, str] | None = None) -> float:
-    env = os.environ if environ is None else environ
-    text = env.get("RUNLANE_SLURM_POLL_INTERVAL")
-    if not text:
-        return DEFAULT_POLL_INTERVAL
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.05 <= value <= 600:
-        raise ConfigError(
-            f"RUNLANE_SLURM_POLL_INTERVAL: {text!r} is not a number of seconds from 0.05 to 600"
-        )
-    return value
+    """`RUNLANE_SLURM_POLL_INTERVAL`: a duration (`5s`; a bare number is seconds) from 50 ms to
+    10 minutes."""
+    return env_duration(
+        os.environ if environ is None else environ,
+        "RUNLANE_SLURM_POLL_INTERVAL",
+        DEFAULT_POLL_INTERVAL,
+        minimum=0.05,
+        maximum=600.0,
+    )
