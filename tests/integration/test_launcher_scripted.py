@@ -4,6 +4,8 @@ it does with start errors, cancel requests and outcomes, without spawning anythi
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from datetime import timedelta
@@ -14,7 +16,7 @@ import pytest
 from runlane.catalog import Catalog
 from runlane.core.runs import RunStatus, Trigger
 from runlane.errors import PermanentExecutorError, TemporaryExecutorError
-from runlane.ports import Delivery, OutboxMessage, RunFilter, Store
+from runlane.ports import Delivery, Execution, ExecutionSpec, OutboxMessage, RunFilter, Store
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
@@ -206,5 +208,57 @@ async def test_the_launcher_claims_when_its_bus_wakes_it(
             await other.close()
         bus.wake()
         await asyncio.wait_for(events.wait("claimed", run_id), 10)  # well before the 60 s poll
+    finally:
+        await running.stop()
+
+
+class LeaseTakenAtStart(ScriptedExecutor):
+    """Its start returns as another launcher takes the run over (the lease moves on): the
+    launcher's fenced save of the Job name then finds its lease gone."""
+
+    def __init__(self, database: Path) -> None:
+        super().__init__()
+        self.database = database
+        self.taken = True  # each start's lease moves on while this holds
+
+    async def start(self, spec: ExecutionSpec) -> Execution:
+        execution = await super().start(spec)
+        if self.taken:
+            with contextlib.closing(sqlite3.connect(self.database)) as db, db:
+                db.execute(
+                    "UPDATE run_log SET lease_generation = lease_generation + 1 WHERE id = ?",
+                    (spec.run_id,),
+                )
+        return execution
+
+
+async def test_a_run_it_stops_supervising_is_let_go_by_its_executor(
+    store: Store, catalog: Catalog, settings: Settings, tmp_path: Path
+) -> None:
+    # Whatever way a supervision ends, the executor is told to stop following the execution:
+    # after its events ended (a no-op there), and when they were never read, as when the lease
+    # is lost while the execution's id is being saved (a pod run would otherwise keep its
+    # watch subscription, a Slurm job its poll, for the launcher's life).
+    executor = LeaseTakenAtStart(tmp_path / "runlane.db")
+    events = Events()
+    launcher = Launcher(
+        store=store,
+        catalog=catalog,
+        executors={"inline": executor},
+        settings=settings,
+        hook=events,
+    )
+    running = Running(launcher, asyncio.create_task(launcher.run()), events)
+    try:
+        lost = await accept(store, catalog, "hello")
+        await events.wait("lease_lost", lost)
+        await events.wait("finished", lost)
+        assert [c.run_id for c in executor.calls_to("stop_following")] == [lost]
+        assert executor.calls_to("events") == []  # never followed: let go all the same
+        executor.taken = False  # the next start keeps its lease
+        done = await accept(store, catalog, "hello")
+        await events.wait("finished", done)
+        assert (await store.get_run(done)).status == RunStatus.SUCCESS
+        assert [c.run_id for c in executor.calls_to("stop_following")] == [lost, done]
     finally:
         await running.stop()

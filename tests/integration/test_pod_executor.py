@@ -622,3 +622,22 @@ async def test_finished_jobs_and_pods_share_their_keys_in_the_cache(
     kube.state.expire_watches()  # a relist stores the listed objects the same way
     await stats_reach(watch, lambda st: st.lists > lists)
     assert_shared()
+
+
+async def test_a_run_no_longer_followed_holds_nothing_in_the_executor(
+    kube: KubeFake, executor: PodExecutor
+) -> None:
+    # A supervision that ends before reading the events (a lease lost while the Job's name was
+    # being saved) must not leave the run's entry and watch subscription behind for the
+    # launcher's life, nor a tombstone once the Job is deleted.
+    s = spec("fake/hang", deadline=5)
+    execution = await executor.start(s)
+    watch = executor.watches[NS]
+    name = job_name(s.job, s.run_id, s.attempt)
+    assert name in watch._subscribers and executor._runs  # noqa: PT018 - followed once started
+    executor.stop_following(execution)
+    assert name not in watch._subscribers
+    assert not executor._runs
+    kube.state.delete("jobs", name, NS)
+    await eventually(lambda: watch.job(name) is None, "the Job's deletion in the cache")
+    assert watch.tombstone(name) is None

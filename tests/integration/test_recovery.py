@@ -563,6 +563,9 @@ class SlowStart:
     async def logs(self, execution: Execution, *, tail_bytes: int = 65536) -> str:
         return await self.inner.logs(execution, tail_bytes=tail_bytes)
 
+    def stop_following(self, execution: Execution) -> None:
+        self.inner.stop_following(execution)
+
 
 async def run_slowly_started(
     store: Store, catalog: Catalog, settings: Settings, slow: type[SlowStart]

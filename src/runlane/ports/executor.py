@@ -65,6 +65,10 @@ class Executor(Protocol):
       outcome. A dropped connection is never a final state.
     - `cancel` ends the execution (TERM, then KILL after `grace`); the `finished` event follows.
     - `logs` returns the tail of the execution's output.
+    - `stop_following` drops an execution this launcher will not follow to its end (its lease went to
+      another launcher, or its supervision ended before its events were read): whatever the
+      executor holds for it (watch subscriptions, polls, caches) goes; the execution itself is
+      left as it is. Idempotent, and a no-op for an execution whose events already ended.
     """
 
     name: str
@@ -78,3 +82,5 @@ class Executor(Protocol):
     async def cancel(self, execution: Execution, *, grace: float) -> None: ...
 
     async def logs(self, execution: Execution, *, tail_bytes: int = 65536) -> str: ...
+
+    def stop_following(self, execution: Execution) -> None: ...

@@ -57,7 +57,7 @@ class Script:
 class Call:
     """One call the executor received, in order (`grace` for `cancel`, `tail_bytes` for `logs`)."""
 
-    method: Literal["start", "reattach", "events", "cancel", "logs"]
+    method: Literal["start", "reattach", "events", "cancel", "logs", "stop_following"]
     run_id: str
     attempt: int
     grace: float | None = None
@@ -174,6 +174,9 @@ class ScriptedExecutor:
             yield ExecutionEvent(state)
         outcome = await asyncio.shield(live.ended)
         yield ExecutionEvent("finished", outcome)
+
+    def stop_following(self, execution: Execution) -> None:
+        self.calls.append(Call("stop_following", execution.run_id, execution.attempt))
 
     async def cancel(self, execution: Execution, *, grace: float) -> None:
         live = self._of(execution)

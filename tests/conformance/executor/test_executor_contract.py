@@ -192,3 +192,21 @@ async def test_params_reach_the_process_as_env(harness: ExecutorHarness) -> None
     assert json.loads(env["RUNLANE_PARAMS"]) == params
     assert (env["RUNLANE_PARAM_WEEK"], env["RUNLANE_PARAM_DRY_RUN"]) == ("7", "true")
     assert env["RUNLANE_PARAM_NAME"] == "north"
+
+
+async def test_an_execution_no_longer_followed_is_left_running(harness: ExecutorHarness) -> None:
+    # `stop_following` (a lost lease, a supervision that ended before reading the events) lets
+    # go of what the executor holds for the execution, not of the execution: it runs on, and
+    # a launcher that takes the run over finds it.
+    ex = harness.executor
+    spec = harness.make_spec(HANG)
+    execution = await ex.start(spec)
+    await began(harness, spec)
+    ex.stop_following(execution)
+    ex.stop_following(execution)  # idempotent
+    found = await ex.reattach(spec)
+    assert found is not None
+    assert found.external_id == execution.external_id
+    await ex.cancel(found, grace=0)
+    assert outcome_of(await all_events(ex, found)).status == RunStatus.CANCELLED
+    assert harness.starts(spec) == 1

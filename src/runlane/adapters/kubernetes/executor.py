@@ -430,6 +430,15 @@ class PodExecutor:
             watch.unsubscribe(run.name)
             self._runs.pop((run.spec.run_id, run.spec.attempt), None)
 
+    def stop_following(self, execution: Execution) -> None:
+        """Stop following the run (the Job is left running): its watch subscription and its
+        entry go, as when `events` ends."""
+        run = _run_of(execution)
+        run.watch.unsubscribe(run.name)
+        key = (run.spec.run_id, run.spec.attempt)
+        if self._runs.get(key) is run:
+            del self._runs[key]
+
     async def cancel(self, execution: Execution, *, grace: float) -> None:
         """Save the log tail, then delete the Job (Background, UID precondition). The pod gets
         its own `terminationGracePeriodSeconds` (the run's kill grace); `events` ends the run

@@ -382,6 +382,11 @@ class InlineExecutor:
         outcome = await asyncio.shield(child.finished)
         yield ExecutionEvent("finished", outcome)
 
+    def stop_following(self, execution: Execution) -> None:
+        """Nothing to forget: a process is this launcher's own to the end (its exit is reaped
+        and its entry dropped whether or not anyone reads its events; it dies with the
+        launcher), and a lost lease ends it (`kill_now`)."""
+
     async def cancel(self, execution: Execution, *, grace: float) -> None:
         """SIGTERM the group, SIGKILL after `grace`; the run ends `cancelled`. Idempotent; a
         finished execution is left alone. Returns at once: `events` reports the end."""

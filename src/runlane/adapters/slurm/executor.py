@@ -300,6 +300,15 @@ class SlurmExecutor:
             if run.outcome is not None:
                 self._forget(run)
 
+    def stop_following(self, execution: Execution) -> None:
+        """Stop following the job (it is left as it is): out of the shared poll. Its spilled
+        params stay: a job still pending reads them when it starts."""
+        run = _run_of(execution)
+        key = (run.spec.run_id, run.spec.attempt)
+        if self._runs.get(key) is run:
+            del self._runs[key]
+            self.poll.unwatch(run.job_id)
+
     async def cancel(self, execution: Execution, *, grace: float) -> None:
         """`scancel` the job (Slurm: SIGTERM, SIGKILL after `KillWait`); `events` ends the run
         `cancelled` once Slurm says CANCELLED. Idempotent; an ended run is left alone."""

@@ -140,6 +140,15 @@ class Supervisor:
                 self._metrics.lease_lost(run)
                 if sup.execution is not None and sup.executor.name == "inline":
                     await sup.cancel_execution(grace=0.0)
+            if sup.execution is not None:
+                # Whatever the executor still holds for it goes: its events ended (nothing is
+                # left), or were never read or were cut short (a lease lost while its Job name
+                # was being saved, a crash, a shutdown), which would keep a watch subscription
+                # or a poll for the launcher's life.
+                try:
+                    sup.executor.stop_following(sup.execution)
+                except Exception:
+                    log.exception("run.stop_following_failed", run_id=run.id, job=run.job)
             self._active.pop(run.id, None)
             self._wake.set()
             self.emit(FINISHED, run.id)
