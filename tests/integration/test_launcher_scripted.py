@@ -43,6 +43,15 @@ async def launcher(
     store: Store, catalog: Catalog, settings: Settings, executor: ScriptedExecutor
 ) -> AsyncIterator[Running]:
     """A launcher whose every job (the catalog's are inline) runs on the scripted executor."""
+    running = start_launcher(store, catalog, settings, executor)
+    yield running
+    if not running.task.done():
+        await running.stop()
+
+
+def start_launcher(
+    store: Store, catalog: Catalog, settings: Settings, executor: ScriptedExecutor
+) -> Running:
     events = Events()
     launcher = Launcher(
         store=store,
@@ -52,10 +61,7 @@ async def launcher(
         hook=events,
         retry_base_seconds=0.05,
     )
-    running = Running(launcher, asyncio.create_task(launcher.run()), events)
-    yield running
-    if not running.task.done():
-        await running.stop()
+    return Running(launcher, asyncio.create_task(launcher.run()), events)
 
 
 async def accept(store: Store, catalog: Catalog, job: str) -> str:
@@ -240,15 +246,8 @@ async def test_a_run_it_stops_supervising_is_let_go_by_its_executor(
     # is lost while the execution's id is being saved (a pod run would otherwise keep its
     # watch subscription, a Slurm job its poll, for the launcher's life).
     executor = LeaseTakenAtStart(tmp_path / "runlane.db")
-    events = Events()
-    launcher = Launcher(
-        store=store,
-        catalog=catalog,
-        executors={"inline": executor},
-        settings=settings,
-        hook=events,
-    )
-    running = Running(launcher, asyncio.create_task(launcher.run()), events)
+    running = start_launcher(store, catalog, settings, executor)
+    events = running.events
     try:
         lost = await accept(store, catalog, "hello")
         await events.wait("lease_lost", lost)
