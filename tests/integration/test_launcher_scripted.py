@@ -261,3 +261,54 @@ async def test_a_run_it_stops_supervising_is_let_go_by_its_executor(
         assert [c.run_id for c in executor.calls_to("stop_following")] == [lost, done]
     finally:
         await running.stop()
+
+
+class TakesItsOwnRunOver(ScriptedExecutor):
+    """Its first start returns only once the launcher has taken the run over from itself (the
+    lease expired under it, as under a loop stalled past the lease), so the first supervision
+    then finds its lease gone while a second one follows the same execution."""
+
+    def __init__(self, database: Path) -> None:
+        super().__init__()
+        self.database = database
+        self.reattached = asyncio.Event()
+
+    async def start(self, spec: ExecutionSpec) -> Execution:
+        execution = await super().start(spec)
+        if len(self.calls_to("start")) == 1:
+            with contextlib.closing(sqlite3.connect(self.database)) as db, db:
+                db.execute(
+                    "UPDATE run_log SET lease_expires_at = '2000-01-01T00:00:00+00:00' "
+                    "WHERE id = ?",
+                    (spec.run_id,),
+                )
+            async with asyncio.timeout(10):
+                await self.reattached.wait()
+        return execution
+
+    async def reattach(self, spec: ExecutionSpec) -> Execution | None:
+        found = await super().reattach(spec)
+        self.reattached.set()
+        return found
+
+
+async def test_a_run_taken_over_by_its_own_launcher_is_left_to_the_newer_supervision(
+    store: Store, catalog: Catalog, settings: Settings, tmp_path: Path
+) -> None:
+    # The older supervision's lease is lost: it must neither let go of the execution the newer
+    # one follows, nor free the newer one's slot; the newer one records the outcome.
+    executor = TakesItsOwnRunOver(tmp_path / "runlane.db")
+    executor.script(Script(outcome=None), job="hello")  # until released below
+    running = start_launcher(store, catalog, settings, executor)
+    try:
+        run_id = await accept(store, catalog, "hello")
+        await running.events.wait("lease_lost", run_id)
+        assert executor.calls_to("stop_following") == []
+        assert run_id in running.launcher._active  # the newer supervision's, still there
+        executor.release(run_id)
+        await eventually(lambda: executor.calls_to("stop_following"), "the newer supervision's end")
+        assert (await store.get_run(run_id)).status == RunStatus.SUCCESS
+        assert [c.run_id for c in executor.calls_to("stop_following")] == [run_id]
+        assert [c.method for c in executor.calls_to("reattach")] == ["reattach"]
+    finally:
+        await running.stop()

@@ -434,10 +434,10 @@ class PodExecutor:
         """Stop following the run (the Job is left running): its watch subscription and its
         entry go, as when `events` ends."""
         run = _run_of(execution)
-        run.watch.unsubscribe(run.name)
         key = (run.spec.run_id, run.spec.attempt)
-        if self._runs.get(key) is run:
+        if self._runs.get(key) is run:  # else its events ended, or a newer one follows the Job
             del self._runs[key]
+            run.watch.unsubscribe(run.name)
 
     async def cancel(self, execution: Execution, *, grace: float) -> None:
         """Save the log tail, then delete the Job (Background, UID precondition). The pod gets

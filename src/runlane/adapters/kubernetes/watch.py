@@ -92,14 +92,17 @@ def _compact(value: Any) -> Any:
 
 def _is_final(obj: Json) -> bool:
     """A pod that succeeded or failed, or a Job that completed or failed."""
-    status = obj.get("status") or {}
+    status = obj.get("status")
+    if not isinstance(status, dict):
+        return False
     if "phase" in status:
         return status["phase"] in ("Succeeded", "Failed")
-    return any(
+    conditions = status.get("conditions")
+    return isinstance(conditions, list) and any(
         isinstance(c, dict)
         and c.get("type") in ("Complete", "Failed")
         and c.get("status") == "True"
-        for c in status.get("conditions") or ()
+        for c in conditions
     )
 
 

@@ -122,6 +122,10 @@ class Supervisor:
         except Exception:  # a bug must not take the launcher down; the lease will expire
             log.exception("run.supervisor_crashed", run_id=run.id, job=run.job)
         finally:
+            # Unless this launcher took the run over from itself (its lease expired while it
+            # still supervised the run: a stalled loop) and a newer supervision now follows the
+            # same execution: then the execution, its tracking and the slot are that one's.
+            current = self._active.get(run.id) is sup
             if sup.lost:
                 # Once per run. Another launcher holds the run now (this one was paused, or cut
                 # off from the database, for longer than the lease): what this one saw of the
@@ -138,9 +142,9 @@ class Supervisor:
                 )
                 self.emit(LEASE_LOST, run.id)
                 self._metrics.lease_lost(run)
-                if sup.execution is not None and sup.executor.name == "inline":
+                if current and sup.execution is not None and sup.executor.name == "inline":
                     await sup.cancel_execution(grace=0.0)
-            if sup.execution is not None:
+            if self._active.get(run.id) is sup and sup.execution is not None:
                 # Whatever the executor still holds for it goes: its events ended (nothing is
                 # left), or were never read or were cut short (a lease lost while its Job name
                 # was being saved, a crash, a shutdown), which would keep a watch subscription
@@ -149,7 +153,8 @@ class Supervisor:
                     sup.executor.stop_following(sup.execution)
                 except Exception:
                     log.exception("run.stop_following_failed", run_id=run.id, job=run.job)
-            self._active.pop(run.id, None)
+            if self._active.get(run.id) is sup:  # (looked at again: the cancel may await)
+                del self._active[run.id]
             self._wake.set()
             self.emit(FINISHED, run.id)
 
