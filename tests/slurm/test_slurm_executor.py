@@ -15,7 +15,7 @@ from runlane.adapters.slurm.commands import Answer, job_name, run_tool
 from runlane.adapters.slurm.executor import SlurmExecutor
 from runlane.core.runs import EndReason, Outcome, RunStatus
 from runlane.errors import PermanentExecutorError, TemporaryExecutorError
-from runlane.ports import Execution, ExecutionEvent
+from runlane.ports import Execution, ExecutionEvent, ExecutionSpec
 from tests.support.slurm import SlurmCluster
 from tests.support.waiting import eventually
 
@@ -35,6 +35,18 @@ async def finish(executor: SlurmExecutor, execution: Execution) -> tuple[list[st
     assert events[-1].kind == "finished"
     assert events[-1].outcome is not None
     return [e.kind for e in events], events[-1].outcome
+
+
+async def taken_over(slurm: SlurmCluster, log_dir: Path, spec: ExecutionSpec) -> Outcome:
+    """The run's outcome as another launcher's executor sees it, reattached to its job."""
+    other = make_executor(slurm, log_dir)
+    try:
+        found = await other.reattach(spec)
+        assert found is not None
+        _, outcome = await finish(other, found)
+    finally:
+        await other.aclose()
+    return outcome
 
 
 def leftover_params(log_dir: Path) -> list[Path]:
@@ -225,13 +237,7 @@ async def test_a_new_executor_reattaches_to_a_job_that_ended_unwatched(
     await executor.aclose()  # the launcher goes away; the job runs and ends without it
     name = job_name(spec.job, spec.run_id, spec.attempt)
     await eventually(lambda: "FAILED" in "".join(squeue(slurm, name)), "the job ended")
-    other = make_executor(slurm, executor.log_dir)
-    try:
-        found = await other.reattach(spec)
-        assert found is not None
-        _, outcome = await finish(other, found)
-    finally:
-        await other.aclose()
+    outcome = await taken_over(slurm, executor.log_dir, spec)
     assert (outcome.status, outcome.exit_code) == (RunStatus.FAILURE, 4)
     assert outcome.log_tail is not None
     assert "bye" in outcome.log_tail
@@ -287,3 +293,17 @@ async def test_a_job_slurmctld_forgot_is_read_from_the_job_completion_log(
     assert (outcome.status, outcome.exit_code) == (RunStatus.FAILURE, 6)
     comp = (slurm.root / "jobcomp.log").read_text()
     assert f"JobId={execution.external_id} " in comp
+
+
+async def test_a_launcher_that_takes_a_job_over_removes_its_spilled_params_at_its_end(
+    executor: SlurmExecutor, slurm: SlurmCluster
+) -> None:
+    # The params that did not fit the environment are the run's, not the submitting launcher's:
+    # whoever follows the job to its end removes them.
+    spec = python_spec("print('read them')", params={"blob": "x" * 100_000})
+    execution = await executor.start(spec)
+    assert leftover_params(Path(executor.log_dir))
+    executor.stop_following(execution)  # its lease went to another launcher
+    outcome = await taken_over(slurm, executor.log_dir, spec)
+    assert outcome.status == RunStatus.SUCCESS, outcome
+    assert not leftover_params(Path(executor.log_dir))

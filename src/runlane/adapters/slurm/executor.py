@@ -166,7 +166,7 @@ class SlurmExecutor:
         found = await self._find(spec, name)
         if found is not None:
             log.info("slurm.adopted", run_id=spec.run_id, job_id=found)
-            return self._execution(self._track(spec, name, found))
+            return self._execution(self._track(spec, name, found, self._params_dir(spec)))
         argv, env, params_dir = self._submission(spec, name)
         try:
             answer = await self.runner(argv, env, 30.0)
@@ -203,12 +203,14 @@ class SlurmExecutor:
         found = await self._find(spec, name)
         if found is not None:
             log.info("slurm.reattached", run_id=spec.run_id, job_id=found)
-            return self._execution(self._track(spec, name, found))
+            return self._execution(self._track(spec, name, found, self._params_dir(spec)))
         config = await self.poll.config()
         if config.get("JobCompType") == "jobcomp/filetxt" and config.get("JobCompLoc"):
             ended = jobcomp_by_name(config["JobCompLoc"], name)
             if ended is not None:
-                return self._execution(self._track(spec, name, ended.job_id, known=ended))
+                return self._execution(
+                    self._track(spec, name, ended.job_id, self._params_dir(spec), known=ended)
+                )
         raise PermanentExecutorError(
             f"no Slurm job named {name} is known to the cluster: it never was submitted, or "
             "was purged while no launcher watched it; the run's outcome is unknown",
@@ -335,11 +337,15 @@ class SlurmExecutor:
 
     # ------------------------------------------------------------------ helpers
 
+    def _params_dir(self, spec: ExecutionSpec) -> str:
+        """Where the run's params go when they do not fit the environment (one place, so that
+        a launcher that adopts or takes over the job removes them when it ends)."""
+        return f"{self.log_path(spec.run_id, spec.attempt).with_suffix('')}.params"
+
     def _submission(self, spec: ExecutionSpec, name: str) -> tuple[list[str], dict[str, str], str]:
         """sbatch's argv and environment for `spec`, and the params directory (written now
         when the params do not fit the environment)."""
-        base = f"{self.log_path(spec.run_id, spec.attempt).with_suffix('')}"
-        params_dir = base + ".params"
+        params_dir = self._params_dir(spec)
         run_env, spilled = split_env(spec.env, params_dir)
         if spilled:
             write_params_dir(Path(params_dir), spilled)
