@@ -20,7 +20,8 @@ from runlane.adapters.local.fdwatch import FdWatcher
 from runlane.adapters.local.guardian import Guardian, GuardianError
 from runlane.adapters.local.libcspawn import LibcSpawn
 from runlane.adapters.local.spawner import DRAIN_AFTER_EXIT_SECONDS as _DRAIN_AFTER_EXIT_SECONDS
-from runlane.adapters.local.spawner import RESTORED_SIGNALS, spawn_found
+from runlane.adapters.local.spawner import RESTORED_SIGNALS as RESTORED_SIGNALS  # re-exported
+from runlane.adapters.local.spawner import posix_spawn_run, spawn_found
 from runlane.core.runs import EndReason, Outcome, RunStatus, joined_notes
 from runlane.errors import PermanentExecutorError, TemporaryExecutorError
 from runlane.ports import ExecutionSpec
@@ -449,24 +450,12 @@ class Spawner:
         nothing else reaches the child."""
         program = argv[0]
         path = env.get("PATH")
-        file_actions = [
-            (os.POSIX_SPAWN_DUP2, self.devnull, 0),
-            (os.POSIX_SPAWN_DUP2, write_fd, 1),
-            (os.POSIX_SPAWN_DUP2, write_fd, 2),
-        ]
         libc = self._libc
 
         def spawn(executable: str) -> int:
             if libc is not None:
                 return libc.spawn(executable, argv, env, self.devnull, write_fd)
-            return os.posix_spawn(
-                executable,
-                argv,
-                env,
-                file_actions=file_actions,
-                setpgroup=0,
-                setsigdef=RESTORED_SIGNALS,
-            )
+            return posix_spawn_run(executable, argv, env, self.devnull, write_fd)
 
         return SpawnedProcess(spawn_found(program, path, self._resolved, spawn))
 

@@ -115,6 +115,26 @@ def find_executable(
     raise OSError(code, os.strerror(code), program)
 
 
+def posix_spawn_run(
+    executable: str, argv: list[str], env: dict[str, str], stdin_fd: int, output_fd: int
+) -> int:
+    """A run's process: `os.posix_spawn` (vfork) of `argv` in a new process group, stdin from
+    `stdin_fd`, stdout and stderr to `output_fd`, Python's ignored signals back at their
+    defaults. Returns the pid."""
+    return os.posix_spawn(
+        executable,
+        argv,
+        env,
+        file_actions=[
+            (os.POSIX_SPAWN_DUP2, stdin_fd, 0),
+            (os.POSIX_SPAWN_DUP2, output_fd, 1),
+            (os.POSIX_SPAWN_DUP2, output_fd, 2),
+        ],
+        setpgroup=0,
+        setsigdef=RESTORED_SIGNALS,
+    )
+
+
 def spawn_found(
     program: str,
     path: str | None,
@@ -262,21 +282,9 @@ class Server:
         self, argv: list[str], env: dict[str, str], path: str | None
     ) -> tuple[int, int]:
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
-        file_actions = [
-            (os.POSIX_SPAWN_DUP2, self.devnull, 0),
-            (os.POSIX_SPAWN_DUP2, write_fd, 1),
-            (os.POSIX_SPAWN_DUP2, write_fd, 2),
-        ]
 
         def spawn(executable: str) -> int:
-            return os.posix_spawn(
-                executable,
-                argv,
-                env,
-                file_actions=file_actions,
-                setpgroup=0,
-                setsigdef=RESTORED_SIGNALS,
-            )
+            return posix_spawn_run(executable, argv, env, self.devnull, write_fd)
 
         try:
             pid = spawn_found(argv[0], path, self.resolved, spawn)
