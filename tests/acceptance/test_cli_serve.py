@@ -134,3 +134,24 @@ def test_web_answers_readyz_and_stops_on_sigterm(tmp_path: Path) -> None:
     assert f"serving http://127.0.0.1:{port}" in logged
     assert "launcher.start" not in logged  # web runs no launcher
     assert "Traceback" not in logged
+
+
+def test_serve_runs_on_the_event_loop_runlane_event_loop_names(tmp_path: Path) -> None:
+    # uvloop by default (`auto`, installed with runlane), asyncio's own when asked: the launcher
+    # says which in its start line, and runs a job to its end on either.
+    for choice, expected in (("auto", "uvloop"), ("asyncio", "asyncio"), ("uvloop", "uvloop")):
+        work = tmp_path / choice
+        work.mkdir()
+        env = cli_env(work, CATALOG, RUNLANE_LOG_LEVEL="info", RUNLANE_EVENT_LOOP=choice)
+        with started(work, "serve", "--no-http", env=env) as proc:
+            queued = runlane("run", "hello", "--wait", "--json", env=env)
+            assert queued.returncode == 0, queued.stderr
+            assert json.loads(queued.stdout)["status"] == "success"
+            assert stop(proc) == 0
+        logged = (work / "stderr.txt").read_text()
+        assert f"event_loop={expected}" in logged, logged
+        assert "launcher.stopped" in logged
+    bad = runlane("serve", env={**env, "RUNLANE_EVENT_LOOP": "tokio"})
+    assert bad.returncode != 0
+    assert "RUNLANE_EVENT_LOOP='tokio'" in bad.stderr
+    assert "Traceback" not in bad.stderr

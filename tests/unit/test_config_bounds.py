@@ -203,3 +203,33 @@ def test_adapter_durations_read_from_the_environment_have_one_form() -> None:
             read({name: value})
         assert str(err.value).startswith(f"{name}={value!r}: "), err.value
         assert said in str(err.value)
+
+
+def test_runlane_event_loop_picks_serves_loop_and_refuses_anything_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import asyncio
+    import sys
+
+    import uvloop
+
+    from runlane.service.runtime import event_loop_factory
+
+    assert Settings.from_env({}).event_loop == "auto"
+    assert Settings.from_env({"RUNLANE_EVENT_LOOP": " uvloop "}).event_loop == "uvloop"
+    assert _refused({"RUNLANE_EVENT_LOOP": "tokio"}) == (
+        "RUNLANE_EVENT_LOOP='tokio': expected one of auto, uvloop, asyncio"
+    )
+    assert event_loop_factory("asyncio") is None
+    for choice in ("auto", "uvloop"):
+        factory = event_loop_factory(choice)
+        assert factory is uvloop.new_event_loop
+        with asyncio.Runner(loop_factory=factory) as runner:
+            assert type(runner.get_loop()).__module__.startswith("uvloop")
+    # Where uvloop is not installed: `auto` falls back to asyncio's loop, `uvloop` says so.
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # import uvloop -> ImportError
+    assert event_loop_factory("auto") is None
+    with pytest.raises(ConfigError) as info:
+        event_loop_factory("uvloop")
+    assert str(info.value).startswith("RUNLANE_EVENT_LOOP='uvloop': uvloop is not installed")
+    assert "RUNLANE_EVENT_LOOP=asyncio" in str(info.value)

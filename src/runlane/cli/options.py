@@ -53,8 +53,13 @@ def cli_requester(*, login_name: bool = False) -> Requester:
     return Requester(name or "cli", Trigger.CLI)
 
 
-def run_async(coro: Coroutine[Any, Any, T]) -> T:
-    return asyncio.run(coro)
+def run_async(
+    coro: Coroutine[Any, Any, T],
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+) -> T:
+    """Run `coro` to its end on a new event loop (`loop_factory`'s; asyncio's by default)."""
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(coro)
 
 
 def with_runtime(

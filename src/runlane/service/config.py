@@ -28,6 +28,10 @@ INLINE_SPAWN_MODES: dict[str, bool | None] = {
     "loop": False,
     "process": None,
 }
+# RUNLANE_EVENT_LOOP: the event loop `runlane serve` runs on. `auto` (the default) is uvloop where
+# it is installed (a dependency where it builds: Linux, macOS), else asyncio's own; `uvloop`
+# insists on it. docs/performance.md, "Nineteenth session".
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 # RUNLANE_DB_TIMEOUT: shorter than a second cuts ordinary statements short on a busy server
 # (PostgreSQL gets a quarter of it for a lock); longer than five minutes bounds nothing useful.
 MIN_DB_TIMEOUT = 1.0
@@ -249,6 +253,8 @@ class Settings:
     # guardian and glibc), `loop` (the event-loop thread), `auto` (process where it can be).
     # docs/performance.md, "Off the event loop" and "Spawner processes".
     inline_spawn: str = "auto"
+    # The event loop of `runlane serve` (EVENT_LOOPS; `event_loop_factory` resolves it).
+    event_loop: str = "auto"
     # The launcher's bound on one PostgreSQL call: past it the database counts as unavailable
     # (the outage handling takes over). PostgreSQL itself gives up on a statement after half of
     # it and on a lock wait after a quarter (adapters/postgres/store.py, `PostgresStore`).
@@ -298,6 +304,7 @@ class Settings:
             spawn_threads=_env_int(e, "RUNLANE_SPAWN_THREADS", 6, maximum=MAX_SPAWN_THREADS),
             spawners=_env_int(e, "RUNLANE_SPAWNERS", 2, maximum=MAX_SPAWNERS),
             inline_spawn=(e.get("RUNLANE_INLINE_SPAWN") or "auto").strip(),
+            event_loop=(e.get("RUNLANE_EVENT_LOOP") or "auto").strip(),
             db_timeout=_env_db_timeout(e, ttl),
             http_addr=(e.get("RUNLANE_HTTP_ADDR") or "").strip() or DEFAULT_HTTP_ADDR,
             http_request_timeout=_env_http_timeout(e),
@@ -373,6 +380,10 @@ class Settings:
             raise ConfigError(
                 f"RUNLANE_INLINE_SPAWN={_shown(self.inline_spawn)}: "
                 "expected one of auto, thread, loop, process"
+            )
+        if self.event_loop not in EVENT_LOOPS:
+            raise ConfigError(
+                f"RUNLANE_EVENT_LOOP={_shown(self.event_loop)}: expected one of auto, uvloop, asyncio"
             )
         if not MIN_DB_TIMEOUT <= self.db_timeout <= MAX_DB_TIMEOUT:
             raise ConfigError(
@@ -450,6 +461,7 @@ ENV_NAMES: dict[str, str] = {
     "spawn_threads": "RUNLANE_SPAWN_THREADS",
     "spawners": "RUNLANE_SPAWNERS",
     "inline_spawn": "RUNLANE_INLINE_SPAWN",
+    "event_loop": "RUNLANE_EVENT_LOOP",
     "db_timeout": "RUNLANE_DB_TIMEOUT",
     "http_addr": "RUNLANE_HTTP_ADDR",
     "http_request_timeout": "RUNLANE_HTTP_REQUEST_TIMEOUT",

@@ -227,17 +227,20 @@ def serve(
     settings, listen = http_settings(catalog, database, http_addr)
     if no_http:
         listen = None
+    from runlane.service.runtime import event_loop_factory
+
+    loop_factory = event_loop_factory(settings.event_loop)
     if listen is None and not (settings.metrics_enabled and settings.metrics_listen is not None):
         # The launcher alone: the HTTP stack (FastAPI, the web UI, MCP; ~0.6 s of imports and
         # ~40 MiB) is never loaded into a launcher that serves nothing.
         from runlane.service.metrics import LauncherMetrics
         from runlane.service.runtime import serve as serve_launcher
 
-        run_async(serve_launcher(settings, freeze_gc=True, metrics=LauncherMetrics()))
+        run_async(serve_launcher(settings, freeze_gc=True, metrics=LauncherMetrics()), loop_factory)
         return
     from runlane.api.server import serve_with_http
 
-    run_async(serve_with_http(settings, listen))
+    run_async(serve_with_http(settings, listen), loop_factory)
 
 
 @one_line_errors

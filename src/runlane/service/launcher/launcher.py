@@ -186,6 +186,7 @@ class Launcher:
             launcher=self.owner,
             executors=sorted(self.executors),
             concurrency=self.settings.concurrency,
+            event_loop=_event_loop_name(),
         )
         self._tasks = [
             asyncio.create_task(self._wakeup_pump(), name="runlane-wakeup"),
@@ -471,3 +472,9 @@ class Launcher:
             if sup is not None and sup.execution is not None:
                 log.info("run.cancelling", run_id=run_id)
                 await sup.cancel_execution(grace=sup.claimed.run.kill_grace_seconds)
+
+
+def _event_loop_name() -> str:
+    """`uvloop` or `asyncio`: the running loop (RUNLANE_EVENT_LOOP), for the start line."""
+    module = type(asyncio.get_running_loop()).__module__
+    return "uvloop" if module.startswith("uvloop") else "asyncio"
