@@ -41,7 +41,8 @@ this work would try; runlane is compared with the best of them, median against m
 round by round in `runlane_vs_best_peer`. The tag names the setting: `dramatiq@2x8` is two
 processes of 8 threads.
   dramatiq       RabbitMQ, its default pika broker, no publisher confirms. Default: one process
-                 per CPU x 8 threads (the `dramatiq` command's); sweep 1x16, CPUSx16, CPUSx32, 4x4. Each
+                 per CPU x 8 threads (the `dramatiq` command's); sweep 1x16, CPUSx16, CPUSx32,
+                 CPUSx64, 4x4. Each
                  process is built as `dramatiq` builds its worker processes, forked from a small
                  supervisor (counted too).
   celery         RabbitMQ (py-amqp), prefetch multiplier 4, results ignored, no result backend,
@@ -57,8 +58,8 @@ processes of 8 threads.
                  Default: `pgq run`'s, batches of 10 and no cap; sweep at most 16 and 32 picked
                  at once (batches of half that).
   runlane        bench/throughput.py --db postgres (its launcher and spawners are the worker).
-                 Default: 16 in flight (RUNLANE_CONCURRENCY's default); sweep 32 and 64, as
-                 the fastest peer's sweep goes to CPUSx32 (64 threads on two CPUs). Its ratios
+                 Default: 16 in flight (RUNLANE_CONCURRENCY's default); sweep 32, 64 and 128,
+                 as the fastest peer's sweep goes to CPUSx64 (128 threads on two CPUs). Its ratios
                  are given for both: the
                  default's (`runlane_vs_*`) and the best setting's (`runlane_best_vs_*`).
                  With --runlane-also thread,loop again in those RUNLANE_INLINE_SPAWN modes
@@ -502,16 +503,18 @@ def settings(concurrency: int) -> list[Setting]:
       procrastinate  a worker's concurrency is 1.
       pgqueuer       `pgq run`: batches of 10 and no cap on jobs in flight.
     The sweep is what a user tuning for this load would try: `concurrency` (16) slots split
-    into processes x threads, twice that, and Dramatiq at CPUS x twice that; Celery with
+    into processes x threads, twice that, and Dramatiq at CPUS x twice and four times that (as
+    many threads as runlane's widest setting has runs in flight); Celery with
     prefork processes or threads; procrastinate and PgQueuer at `concurrency` and twice it. Every peer's best setting is
     the one runlane is compared with, so none is held to a setting that does not suit it.
     """
-    c, c2 = concurrency, 2 * concurrency
+    c, c2, c4 = concurrency, 2 * concurrency, 4 * concurrency
     return [
         Setting("dramatiq", f"{CPUS}x8", ("--processes", str(CPUS), "--concurrency", "8"), True),
         Setting("dramatiq", f"1x{c}", ("--processes", "1", "--concurrency", str(c))),
         Setting("dramatiq", f"{CPUS}x{c}", ("--processes", str(CPUS), "--concurrency", str(c))),
         Setting("dramatiq", f"{CPUS}x{c2}", ("--processes", str(CPUS), "--concurrency", str(c2))),
+        Setting("dramatiq", f"{CPUS}x{c4}", ("--processes", str(CPUS), "--concurrency", str(c4))),
         Setting("dramatiq", "4x4", ("--processes", "4", "--concurrency", "4")),
         Setting(
             "celery",
@@ -589,7 +592,7 @@ def main() -> None:
     chosen = [s for s in settings(args.concurrency) if s.peer in peers]
     if args.defaults_only:
         chosen = [s for s in chosen if s.default]
-    swept = {f"runlane@{k * args.concurrency}": k * args.concurrency for k in (2, 4)}
+    swept = {f"runlane@{k * args.concurrency}": k * args.concurrency for k in (2, 4, 8)}
     also = {f"runlane@{m}": m for m in args.runlane_also.split(",") if m}
     ours = [
         "runlane",
