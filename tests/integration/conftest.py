@@ -218,3 +218,23 @@ async def run_to_end(
         launcher.stop()
         async with asyncio.timeout(30):
             await task
+
+
+# The suites of the inline executor (every spawn mode) and of its spawner processes run on
+# uvloop too: `runlane serve`'s loop by default (RUNLANE_EVENT_LOOP=auto), and the executor is
+# the launcher's code closest to the loop (readers on pipes and pidfds, timers, the spawners'
+# reports). Every other test here runs on asyncio's loop, as before.
+_ON_BOTH_LOOPS = ("test_inline_executor", "test_spawner")
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
+    factories: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+        "asyncio": asyncio.new_event_loop
+    }
+    if item.path.stem in _ON_BOTH_LOOPS:
+        import uvloop
+
+        factories["uvloop"] = uvloop.new_event_loop
+    return factories
