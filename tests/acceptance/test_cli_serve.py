@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.acceptance.cli_process import cli_env, runlane
 from tests.integration.conftest import CATALOG
@@ -139,6 +140,7 @@ def test_web_answers_readyz_and_stops_on_sigterm(tmp_path: Path) -> None:
 def test_serve_runs_on_the_event_loop_runlane_event_loop_names(tmp_path: Path) -> None:
     # uvloop by default (`auto`, installed with runlane), asyncio's own when asked: the launcher
     # says which in its start line, and runs a job to its end on either.
+    pytest.importorskip("uvloop")
     for choice, expected in (("auto", "uvloop"), ("asyncio", "asyncio"), ("uvloop", "uvloop")):
         work = tmp_path / choice
         work.mkdir()

@@ -234,7 +234,9 @@ def pytest_asyncio_loop_factories(
         "asyncio": asyncio.new_event_loop
     }
     if item.path.stem in _ON_BOTH_LOOPS:
-        import uvloop
-
+        try:
+            import uvloop
+        except ImportError:  # not a dependency where it does not build (Windows, PyPy)
+            return factories
         factories["uvloop"] = uvloop.new_event_loop
     return factories

@@ -211,9 +211,9 @@ def test_runlane_event_loop_picks_serves_loop_and_refuses_anything_else(
     import asyncio
     import sys
 
-    import uvloop
-
     from runlane.service.runtime import event_loop_factory
+
+    uvloop = pytest.importorskip("uvloop")
 
     assert Settings.from_env({}).event_loop == "auto"
     assert Settings.from_env({"RUNLANE_EVENT_LOOP": " uvloop "}).event_loop == "uvloop"

@@ -29,7 +29,7 @@ INLINE_SPAWN_MODES: dict[str, bool | None] = {
     "process": None,
 }
 # RUNLANE_EVENT_LOOP: the event loop `runlane serve` runs on. `auto` (the default) is uvloop where
-# it is installed (a dependency where it builds: Linux, macOS), else asyncio's own; `uvloop`
+# it is installed (a dependency on CPython outside Windows), else asyncio's own; `uvloop`
 # insists on it. docs/performance.md, "Nineteenth session".
 EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 # RUNLANE_DB_TIMEOUT: shorter than a second cuts ordinary statements short on a busy server

@@ -39,7 +39,7 @@ from runlane.service.launcher.heartbeat import HeartbeatWriter, QueueDepthsReade
 from runlane.service.launcher.journal import OutcomeJournal
 from runlane.service.launcher.leases import ExternalIdWrites, LeaseKeeper, LeaseWrites
 from runlane.service.launcher.signals import EXPIRED, ORPHANED, LauncherHook
-from runlane.service.launcher.supervised import Supervised
+from runlane.service.launcher.supervised import Supervised, loop_time, wait_until
 from runlane.service.launcher.supervisor import Supervisor
 from runlane.service.metrics import LauncherMetrics
 from runlane.service.wiring import absolute_url
@@ -333,21 +333,19 @@ class Launcher:
         self, tasks: list[asyncio.Task[None]], grace: float
     ) -> set[asyncio.Task[None]]:
         """Wait up to `grace` seconds for `tasks`, less if `stop()` is asked again; the unfinished."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + grace
         still = set(tasks)
-        while still and not self._hurry.is_set():
-            left = deadline - loop.time()
-            if left <= 0:
-                break
-            hurry = asyncio.create_task(self._hurry.wait())
-            try:
-                done, _ = await asyncio.wait(
-                    [*still, hurry], timeout=left, return_when=asyncio.FIRST_COMPLETED
-                )
-            finally:
-                hurry.cancel()
-            still -= done
+        # One deadline for the whole wait (see `wait_until`): the tasks are not cancelled by it.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout_at(loop_time() + grace):
+                while still and not self._hurry.is_set():
+                    hurry = asyncio.create_task(self._hurry.wait())
+                    try:
+                        done, _ = await asyncio.wait(
+                            [*still, hurry], return_when=asyncio.FIRST_COMPLETED
+                        )
+                    finally:
+                        hurry.cancel()
+                    still -= done
         return still
 
     # ------------------------------------------------------------------ consumer
@@ -427,19 +425,13 @@ class Launcher:
     async def _gather_free_slots(self) -> int:
         """Wait up to CLAIM_COALESCE_SECONDS for `_claim_batch_min` free slots; return the
         number free."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + CLAIM_COALESCE_SECONDS
-        free = self._free_slots()
-        while free < self._claim_batch_min and not self._stopping.is_set():
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                break
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(remaining):
-                    await self._wake.wait()
-            free = self._free_slots()
-        return free
+        batch_min, stopping = self._claim_batch_min, self._stopping
+        await wait_until(
+            self._wake,
+            lambda: self._free_slots() >= batch_min or stopping.is_set(),
+            loop_time() + CLAIM_COALESCE_SECONDS,
+        )
+        return self._free_slots()
 
     def _free_slots(self) -> int:
         """Concurrency counts executions, not outcomes waiting to be saved."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -26,6 +27,19 @@ class Tunables(Protocol):
 def loop_time() -> float:
     """Monotonic time of the running event loop."""
     return asyncio.get_running_loop().time()
+
+
+async def wait_until(event: asyncio.Event, ready: Callable[[], bool], deadline: float) -> None:
+    """Wait until `ready()`, looked at each time `event` is set, or until the loop's clock reaches
+    `deadline`. One timer for the whole wait, never one per turn from what is left: uvloop's
+    clock counts whole milliseconds and its timers round to them, so "wait what is left" in a
+    loop goes round a hundred times in the last millisecond (what was left is 1e-13 s, a timer
+    of 0 ms fires at once, and the clock has not moved)."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout_at(deadline):
+            while not ready():
+                event.clear()
+                await event.wait()
 
 
 @dataclass(slots=True)
