@@ -23,7 +23,7 @@ from runlane.core.runs import EndReason, RunStatus
 from runlane.errors import PermanentExecutorError, TemporaryExecutorError
 from tests.support.waiting import eventually, eventually_sync
 
-from .test_inline_executor import alive, command_of, finish, make_spec, python
+from .test_inline_executor import alive, command_of, finish, make_spec, python, wait_for_output
 
 PY = sys.executable
 
@@ -93,9 +93,11 @@ async def test_a_spawners_death_ends_its_runs_and_their_groups_and_the_next_run_
         print("ready", flush=True)
         time.sleep(60)
     """
-    execution = await executor.start(make_spec(python(code)))
+    spec = make_spec(python(code))
+    execution = await executor.start(spec)
     leader = int(execution.external_id)
-    await eventually(pidfile.exists, "the run wrote its grandchild's pid", within=10)
+    # In the log, not only printed: the spawner killed with it still in the pipe would lose it.
+    await wait_for_output(executor.log_path(spec.run_id, 1), "ready")
     grandchild = int(pidfile.read_text())
     spawner = parent_of(leader)
     os.kill(spawner, signal.SIGKILL)
