@@ -21,6 +21,7 @@ from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
 from runlane.service.runtime import Runtime
 from runlane.service.wiring import build_executors, store_from_url
+from tests.support.loops import LOOPS, LoopFactory
 from tests.support.postgres import PG_URL, scratch_database, truncate_all
 
 __all__ = ["CATALOG", "PG_URL", "PY"]  # tests.acceptance imports these from here
@@ -229,14 +230,7 @@ _ON_BOTH_LOOPS = ("test_inline_executor", "test_spawner")
 
 def pytest_asyncio_loop_factories(
     config: pytest.Config, item: pytest.Item
-) -> dict[str, Callable[[], asyncio.AbstractEventLoop]]:
-    factories: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
-        "asyncio": asyncio.new_event_loop
-    }
+) -> dict[str, LoopFactory]:
     if item.path.stem in _ON_BOTH_LOOPS:
-        try:
-            import uvloop
-        except ImportError:  # not a dependency where it does not build (Windows, PyPy)
-            return factories
-        factories["uvloop"] = uvloop.new_event_loop
-    return factories
+        return dict(LOOPS)
+    return {"asyncio": LOOPS["asyncio"]}

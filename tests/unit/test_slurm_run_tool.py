@@ -8,21 +8,14 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from runlane.adapters.slurm.commands import run_tool
 from runlane.errors import TemporaryExecutorError
+from tests.support.loops import LOOPS
 from tests.support.waiting import eventually
-
-uvloop = pytest.importorskip("uvloop")
-
-LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
-    "asyncio": asyncio.new_event_loop,
-    "uvloop": uvloop.new_event_loop,
-}
 
 
 def hanging(pidfile: Path) -> list[str]:

@@ -6,18 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 
 import pytest
 
 from runlane.service.launcher.supervised import wait_until
-
-uvloop = pytest.importorskip("uvloop")
-
-LOOPS: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
-    "asyncio": asyncio.new_event_loop,
-    "uvloop": uvloop.new_event_loop,
-}
+from tests.support.loops import LOOPS
 
 
 @pytest.mark.parametrize("loop", LOOPS)
