@@ -6,11 +6,12 @@ import os
 import sqlite3
 import statistics
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,6 @@ def wait_for_successes(
     mark = "?" if url.startswith("sqlite:") else "%s"
     where = "status = 'success'" + ("" if job is None else f" AND job = {mark}")
     count = f"SELECT count(*) FROM run_log WHERE {where}"
-    span_sql = f"SELECT min(started_at), max(finished_at) FROM run_log WHERE {where}"
     args: tuple[str, ...] = () if job is None else (job,)
     started = time.monotonic()
     if url.startswith("sqlite:"):
@@ -73,10 +73,75 @@ def wait_for_successes(
             if time.monotonic() - started > timeout:
                 raise SystemExit(f"fewer than {n} runs finished in {timeout:g} s")
             time.sleep(0.25)
-        first, last = db.execute(span_sql, args).fetchone()
-    if isinstance(first, str):
-        first, last = datetime.fromisoformat(first), datetime.fromisoformat(last)
-    return float((last - first).total_seconds())
+    first, last = run_span(url, job)
+    return last - first
+
+
+def run_span(url: str, job: str | None = None) -> tuple[float, float]:
+    """The first start and the last finish of the `success` runs (of `job`), as Unix times."""
+    mark = "?" if url.startswith("sqlite:") else "%s"
+    where = "status = 'success'" + ("" if job is None else f" AND job = {mark}")
+    span_sql = f"SELECT min(started_at), max(finished_at) FROM run_log WHERE {where}"
+    args: tuple[str, ...] = () if job is None else (job,)
+    if url.startswith("sqlite:"):
+        with closing(sqlite3.connect(url.split(":///", 1)[1], timeout=30)) as db:
+            first, last = db.execute(span_sql, args).fetchone()
+        # (stored as UTC; naive text is UTC too)
+        first, last = (datetime.fromisoformat(t).replace(tzinfo=UTC) for t in (first, last))
+    else:
+        with psycopg.connect(url, autocommit=True) as conn:
+            first, last = conn.execute(span_sql, args).fetchone() or (None, None)
+    return first.timestamp(), last.timestamp()
+
+
+class MachineLoad:
+    """Samples the machine's CPU time (/proc/stat: busy and idle, all CPUs) every `every`
+    seconds in a thread, so that how idle the machine was over a window known only afterwards
+    (a run log's first start to last finish) can be read: a queue that leaves cores idle while
+    runs wait is slower than its CPU per run says."""
+
+    def __init__(self, every: float = 0.01) -> None:
+        self._every = every
+        # (Unix time, monotonic time, busy s, idle s)
+        self._samples: list[tuple[float, float, float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> MachineLoad:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        ticks = os.sysconf("SC_CLK_TCK")
+        fd = os.open("/proc/stat", os.O_RDONLY)
+        try:
+            while True:
+                # (read afresh each time: a buffered file's seek(0) would keep the old text)
+                f = [int(x) for x in os.pread(fd, 256, 0).split(b"\n", 1)[0].split()[1:9]]
+                # user nice system idle iowait irq softirq steal
+                busy, idle = f[0] + f[1] + f[2] + f[5] + f[6] + f[7], f[3] + f[4]
+                now = (time.time(), time.monotonic())
+                self._samples.append((*now, busy / ticks, idle / ticks))
+                if self._stop.wait(self._every):
+                    return
+        finally:
+            os.close(fd)
+
+    def idle_pct(self, start: float, end: float, *, monotonic: bool = False) -> float:
+        """Percent of all CPUs' time idle from `start` to `end` (Unix times, or the monotonic
+        clock's), between the samples just inside the window (NaN when it holds fewer than
+        two)."""
+        clock = 1 if monotonic else 0
+        inside = [s for s in self._samples if start <= s[clock] <= end]
+        if len(inside) < 2:
+            return float("nan")
+        (_, _, b0, i0), (_, _, b1, i1) = inside[0], inside[-1]
+        total = (b1 - b0) + (i1 - i0)
+        return 100 * (i1 - i0) / total if total > 0 else float("nan")
 
 
 _FAR_FUTURE = "9999-12-31T00:00:00+00:00"

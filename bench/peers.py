@@ -28,6 +28,10 @@ up front) it is told to go. Per repetition:
                   run (every 0.25 s), and VmHWM (the peak since start, as throughput.py reports).
                   Summed over a prefork pool's processes, pages they share count once per process.
                   runlane's are its launcher's alone (its guardian adds ~9 MiB).
+  machine_idle_pct
+                  the share of all CPUs' time left idle (iowait included) from the first job's
+                  start to the last one's end (/proc/stat sampled every 10 ms): a queue whose
+                  pipeline leaves cores idle is slower than its CPU a job says.
 
 The spawn floor (`floor/16 threads`) runs in every repetition too: 16 threads each running
 `subprocess.run(["true"])` in a loop, in a process of its own, N spawns in all. It is what
@@ -92,6 +96,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from _common import (
+    MachineLoad,
     cpu_seconds,
     median,
     postgres_cpu_delta,
@@ -337,6 +342,7 @@ def one_peer(peer: str, setting: Setting, n: int, opts: argparse.Namespace) -> d
             startup_cpu = tree_cpu(pids)
             idle_rss = tree_rss(pids)
             broker_before = broker.reading()
+            load = stack.enter_context(MachineLoad())
             assert proc.stdin is not None
             proc.stdin.write(b"go\n")
             proc.stdin.flush()
@@ -366,6 +372,7 @@ def one_peer(peer: str, setting: Setting, n: int, opts: argparse.Namespace) -> d
         data = records.read_bytes()
         starts = [float(data[i : i + 18]) for i in range(0, len(data), RECORD)]
         ends = [float(data[i + 19 : i + 37]) for i in range(0, len(data), RECORD)]
+        machine_idle = load.idle_pct(min(starts), max(ends), monotonic=True)
         return {
             "jobs": float(len(starts)),
             "jobs_per_s": n / (max(ends) - min(starts)),
@@ -377,6 +384,7 @@ def one_peer(peer: str, setting: Setting, n: int, opts: argparse.Namespace) -> d
             "idle_rss_mib": idle_rss,
             "load_rss_mib": load_rss,
             "peak_rss_mib": peak_rss,
+            "machine_idle_pct": machine_idle,
         }
 
 
@@ -390,6 +398,7 @@ RUNLANE_KEYS = {
     "startup_cpu_s": "startup_cpu_s",
     "idle_rss_mib": "idle_rss_mib",
     "peak_rss_mib": "peak_rss_mib",
+    "machine_idle_pct": "machine_idle_pct",
 }
 
 
@@ -427,7 +436,7 @@ def one_runlane(
     # throughput.py fails unless every run succeeded
     return {
         "jobs": float(n),
-        **{ours: float(found[theirs]) for theirs, ours in RUNLANE_KEYS.items()},
+        **{ours: float(found.get(theirs, "nan")) for theirs, ours in RUNLANE_KEYS.items()},
     }
 
 

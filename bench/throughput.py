@@ -9,8 +9,9 @@ the shared WAL writer, checkpointer and background writer; other sessions on the
 left out). Then, the launcher idle, `--pickup-runs` more runs are accepted one at a time at a
 steady pace below capacity: their pickup (queued_at to started_at, database timestamps) gives
 p50/p99; then, every run done, the idle
-launcher's CPU over 2 s (`idle_cpu_pct`, percent of a core). Prints one line per repetition and
-the medians.
+launcher's CPU over 2 s (`idle_cpu_pct`, percent of a core). `machine_idle_pct` is the share of
+the machine's CPU time left idle from the first run's start to the last one's finish (/proc/stat
+sampled every 10 ms). Prints one line per repetition and the medians.
 
 `--bus rabbitmq` runs the launcher with RUNLANE_BUS=rabbitmq on a fresh vhost (rabbitmqctl as
 root; otherwise runlane's queues in RUNLANE_TEST_RABBITMQ_URL's vhost are deleted first), the
@@ -63,6 +64,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import psycopg
 from _common import (
     CATALOG,
+    MachineLoad,
     cpu_seconds,
     held_queue,
     helper_cpu_seconds,
@@ -71,6 +73,7 @@ from _common import (
     postgres_cpu_delta,
     postgres_cpu_seconds,
     rss_mib,
+    run_span,
     runlane_cmd,
     scratch_database,
     wait_for_successes,
@@ -314,9 +317,11 @@ def one(
                         if profile
                         else None
                     )
+                    load = stack.enter_context(MachineLoad())
                     release()
                 try:
                     span = wait_for_successes(url, n, job="noop" if history else None)
+                    machine_idle = load.idle_pct(*run_span(url, "noop" if history else None))
                 except BaseException:
                     # Show why: the launcher's own log is in the scratch directory.
                     log_file.flush()
@@ -378,6 +383,8 @@ def one(
                 "in_flight_p50_ms": percentile(flights, 50),
                 "slots_busy": sum(flights) / 1000 / (span * concurrency),
                 "idle_cpu_pct": 100 * idle_cpu / IDLE_SECONDS,
+                # The machine's CPUs idle while the runs ran (first start to last finish).
+                "machine_idle_pct": machine_idle,
                 **(
                     {
                         "pickup_p50_ms": percentile(pickups, 50),
