@@ -60,7 +60,11 @@ CASES = [
         r"none +page \d+\.\d+ +api \d+\.\d+ +difference [+-]\d+\.\d+",
     ),
     ("throughput.py", "--quick --db sqlite", r"runs_per_s=\d+\.\d+"),
-    ("throughput.py", "--quick --db postgres", r"cpu_ms_per_run=\d+\.\d+"),
+    (
+        "throughput.py",
+        "--quick --db postgres",
+        r"cpu_ms_per_run=\d+\.\d+ .*machine_idle_pct=(\d+\.\d+|nan)",
+    ),
     (
         "throughput.py",
         "--quick --db postgres --statements --in-flight 1,4 --history 2000",
@@ -120,13 +124,16 @@ def test_peers_bench_runs_every_peer(pg_database: str) -> None:
             # each peer at its default setting (`peer@setting/broker`), runlane as itself
             rf"^\[{peer}(?:@\w+)?/\w+ #1\] jobs=(\d+)/50 +jobs_per_s=(\d+\.\d+) .*"
             rf"cpu_ms_per_job=(\d+\.\d+) +worker_cpu_ms_per_job=(\d+\.\d+) +"
-            rf"broker_cpu_ms_per_job=(\d+\.\d+) .*peak_rss_mib=(\d+\.\d+)$",
+            rf"broker_cpu_ms_per_job=(\d+\.\d+) .*peak_rss_mib=(\d+\.\d+) +"
+            # (NaN when the jobs took under two of its 10 ms samples)
+            rf"machine_idle_pct=(\d+\.\d+|nan)$",
             proc.stdout,
             re.MULTILINE,
         )
         assert found, f"no figures for {peer}:\n{proc.stdout[-3000:]}"
-        done, per_s, cpu, worker, broker, rss = found.groups()
+        done, per_s, cpu, worker, broker, rss, idle = found.groups()
         assert done == "50", found.group(0)  # every job ran, once
+        assert idle == "nan" or 0 <= float(idle) <= 100, found.group(0)
         assert float(per_s) > 0, found.group(0)
         assert float(cpu) == pytest.approx(float(worker) + float(broker), abs=0.011)
         assert float(rss) > 0, found.group(0)
