@@ -56,12 +56,22 @@ def wait_for_successes(
     url: str, n: int, *, timeout: float = 600.0, job: str | None = None
 ) -> float:
     """Wait until `n` runs are `success`; return the seconds from the first start to the last
-    finish (database timestamps). Polls a count on one connection every 0.25 s: listing the runs
+    finish (database timestamps)."""
+    first, last = wait_for_span(url, n, timeout=timeout, job=job)
+    return last - first
+
+
+def wait_for_span(
+    url: str, n: int, *, timeout: float = 600.0, job: str | None = None
+) -> tuple[float, float]:
+    """Wait until `n` runs are `success`; return the first start and the last finish as Unix
+    times (database timestamps). Polls a count on one connection every 0.25 s: listing the runs
     instead would cost the database and this process more than the launcher being measured."""
     # With `job`, only that job's runs (a bench that seeded history times its own runs only).
     mark = "?" if url.startswith("sqlite:") else "%s"
     where = "status = 'success'" + ("" if job is None else f" AND job = {mark}")
     count = f"SELECT count(*) FROM run_log WHERE {where}"
+    span_sql = f"SELECT min(started_at), max(finished_at) FROM run_log WHERE {where}"
     args: tuple[str, ...] = () if job is None else (job,)
     started = time.monotonic()
     if url.startswith("sqlite:"):
@@ -73,24 +83,9 @@ def wait_for_successes(
             if time.monotonic() - started > timeout:
                 raise SystemExit(f"fewer than {n} runs finished in {timeout:g} s")
             time.sleep(0.25)
-    first, last = run_span(url, job)
-    return last - first
-
-
-def run_span(url: str, job: str | None = None) -> tuple[float, float]:
-    """The first start and the last finish of the `success` runs (of `job`), as Unix times."""
-    mark = "?" if url.startswith("sqlite:") else "%s"
-    where = "status = 'success'" + ("" if job is None else f" AND job = {mark}")
-    span_sql = f"SELECT min(started_at), max(finished_at) FROM run_log WHERE {where}"
-    args: tuple[str, ...] = () if job is None else (job,)
-    if url.startswith("sqlite:"):
-        with closing(sqlite3.connect(url.split(":///", 1)[1], timeout=30)) as db:
-            first, last = db.execute(span_sql, args).fetchone()
-        # (stored as UTC; naive text is UTC too)
+        first, last = db.execute(span_sql, args).fetchone()
+    if isinstance(first, str):  # SQLite's text, stored as UTC (naive text is UTC too)
         first, last = (datetime.fromisoformat(t).replace(tzinfo=UTC) for t in (first, last))
-    else:
-        with psycopg.connect(url, autocommit=True) as conn:
-            first, last = conn.execute(span_sql, args).fetchone() or (None, None)
     return first.timestamp(), last.timestamp()
 
 

@@ -432,11 +432,11 @@ def one_runlane(
         raise PeerFailed(
             f"bench/throughput.py failed (exit {done.returncode}):\n{tail(done.stderr)}"
         )
-    found = dict(re.findall(r"(\w+)=([\d.]+)", line))
+    found = dict(re.findall(r"(\w+)=([\d.]+|nan)", line))
     # throughput.py fails unless every run succeeded
     return {
         "jobs": float(n),
-        **{ours: float(found.get(theirs, "nan")) for theirs, ours in RUNLANE_KEYS.items()},
+        **{ours: float(found[theirs]) for theirs, ours in RUNLANE_KEYS.items()},
     }
 
 

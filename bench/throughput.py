@@ -73,9 +73,9 @@ from _common import (
     postgres_cpu_delta,
     postgres_cpu_seconds,
     rss_mib,
-    run_span,
     runlane_cmd,
     scratch_database,
+    wait_for_span,
     wait_for_successes,
 )
 from api_runs import seed
@@ -320,8 +320,8 @@ def one(
                     load = stack.enter_context(MachineLoad())
                     release()
                 try:
-                    span = wait_for_successes(url, n, job="noop" if history else None)
-                    machine_idle = load.idle_pct(*run_span(url, "noop" if history else None))
+                    first, last = wait_for_span(url, n, job="noop" if history else None)
+                    span, machine_idle = last - first, load.idle_pct(first, last)
                 except BaseException:
                     # Show why: the launcher's own log is in the scratch directory.
                     log_file.flush()
