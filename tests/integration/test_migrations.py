@@ -143,7 +143,24 @@ def pg_schema(url: str) -> dict[str, object]:
             "FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace "
             "WHERE n.nspname = 'public' ORDER BY 1, 2"
         ).fetchall()
-    return {"columns": columns, "indexes": indexes, "constraints": constraints}
+        # Triggers with whether they fire (0013 switches the facts ones with bus_config.facts),
+        # and the functions with how they run (SECURITY DEFINER, their settings).
+        triggers = conn.execute(
+            "SELECT t.tgrelid::regclass::text, t.tgname, t.tgenabled, pg_get_triggerdef(t.oid) "
+            "FROM pg_trigger t WHERE NOT t.tgisinternal ORDER BY 1, 2"
+        ).fetchall()
+        functions = conn.execute(
+            "SELECT p.proname, p.prosecdef, p.proconfig, pg_get_function_arguments(p.oid) "
+            "FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = 'public' ORDER BY 1"
+        ).fetchall()
+    return {
+        "columns": columns,
+        "indexes": indexes,
+        "constraints": constraints,
+        "triggers": triggers,
+        "functions": functions,
+    }
 
 
 @pytest.mark.postgres
@@ -172,6 +189,11 @@ async def test_postgres_migrations_match_the_reference_schema(pg_scratch: list[s
         conn.execute(load_reference_schema("runlane.adapters.postgres").encode())
     assert pg_schema(reference_url) == first
     assert any(row[0] == "run_log" for row in first["columns"])  # type: ignore[attr-defined]
+    # A new database is on the database bus: its facts triggers are off (0013).
+    assert {(t[1], t[2]) for t in first["triggers"] if t[0] == "run_log"} == {  # type: ignore[attr-defined]
+        ("run_log_fact_insert", "D"),
+        ("run_log_fact_update", "D"),
+    }
 
 
 # --- upgrading a database of an older version --------------------------------------------------

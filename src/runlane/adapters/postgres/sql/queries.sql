@@ -822,6 +822,6 @@ INSERT INTO outbox (topic, payload, created_at, msg_key)
 VALUES (%(topic)s, %(payload)s::jsonb, clock_timestamp(), %(key)s)
 
 -- name: set_bus_facts
--- Whether run state changes write facts to the outbox (the RabbitMQ bus's launchers: yes).
-INSERT INTO bus_config (id, facts) VALUES (1, %(facts)s)
-ON CONFLICT (id) DO UPDATE SET facts = excluded.facts
+-- Whether run state changes write facts to the outbox (the RabbitMQ bus's launchers: yes): the
+-- flag, and run_log's facts triggers switched with it (migration 0013).
+SELECT runlane_set_bus_facts(%(facts)s::boolean)
