@@ -1,6 +1,8 @@
 """PostgreSQL's facts triggers on run_log fire only while facts are on (migration 0013): on the
-database bus a run's state changes cost no trigger call, and `set_bus_facts` switches the
-triggers with the flag, for any role, without waiting on run_log when nothing changes."""
+database bus a run's state changes cost no trigger call. `set_bus_facts` switches the triggers
+with the flag in one transaction: for a role that does not own run_log, in the order the flag
+was written when two launchers disagree, without waiting on run_log when nothing changes, and
+never fooled by a caller's temporary tables."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from runlane.catalog import Catalog, load_catalog
 from runlane.core.runs import EndReason, Outcome, RunStatus, Trigger
 from runlane.service.accept import RunRequest, accept_run
 from tests.support.postgres import scratch_database
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.postgres
 
@@ -113,39 +116,74 @@ async def test_facts_are_written_only_while_on_and_the_triggers_follow_the_flag(
     assert await fact_topics(store) == []
 
 
+def waiting_for_run_log(url: str) -> int:
+    """How many sessions wait for a lock on run_log."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'run_log'::regclass"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 async def test_setting_the_flag_it_already_has_does_not_wait_for_run_logs_writers(
     store: PostgresStore, catalog: Catalog, url: str
 ) -> None:
     """Every launcher sets the flag as it starts: when the triggers are already as asked, it
     must not take run_log's lock (which waits for a transaction writing runs)."""
     await store.set_bus_facts(True)
-    with psycopg.connect(url) as writer:  # a run being written, not yet committed
-        writer.execute("LOCK TABLE run_log IN ROW EXCLUSIVE MODE")  # what a writer holds
+    with psycopg.connect(url) as writer:  # a transaction writing runs, not yet committed
+        writer.execute("LOCK TABLE run_log IN ROW EXCLUSIVE MODE")
         await asyncio.wait_for(store.set_bus_facts(True), 5)
         assert trigger_states(url) == ON
-        # Switching them does wait for it (and then goes through).
+        # Switching them does wait for it, then goes through.
         switching = asyncio.create_task(store.set_bus_facts(False))
-        done, _ = await asyncio.wait([switching], timeout=0.5)
-        assert not done
+        await eventually(lambda: waiting_for_run_log(url) == 1, "the switch waits for run_log")
+        assert not switching.done()
         writer.rollback()
     await asyncio.wait_for(switching, 10)
     assert trigger_states(url) == OFF
-    assert await fact_topics(store) == []
     await one_run_to_the_end(store, catalog)
     assert await fact_topics(store) == []
 
 
-@pytest.fixture
-def other_role(url: str) -> Iterator[str]:
-    """A login role that may use run_log but does not own it (migrations ran as another)."""
+async def test_two_launchers_that_disagree_leave_the_triggers_as_the_flag_says(
+    store: PostgresStore, url: str
+) -> None:
+    """One launcher turns facts off while another turns them on: whichever writes the flag last,
+    the triggers end as the flag says (a flag left on with its triggers off would lose every
+    fact without a word)."""
+    await store.set_bus_facts(True)
+    with psycopg.connect(url) as first:  # facts off, switched, not yet committed
+        first.execute("UPDATE bus_config SET facts = false WHERE id = 1")
+        first.execute("SELECT runlane_sync_facts_triggers()")
+        second = asyncio.create_task(store.set_bus_facts(True))  # waits for the flag's row
+
+        def second_waits() -> bool:
+            with psycopg.connect(url) as conn:
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid'"
+                ).fetchone()
+            return row is not None and row[0] >= 1
+
+        await eventually(second_waits, "the second launcher waits for the first's flag")
+        first.commit()
+    await asyncio.wait_for(second, 10)
+    assert (trigger_states(url), facts_flag(url)) == (ON, True)
+
+
+def login_role(url: str, grant: bool) -> Iterator[str]:
+    """A login role that does not own run_log (migrations ran as another), allowed to write
+    runlane's tables (`grant`) or nothing at all; its URL."""
     role = f"runlane_user_{secrets.token_hex(4)}"
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
-        conn.execute(
-            sql.SQL("GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA public TO {}").format(
-                sql.Identifier(role)
+        if grant:
+            conn.execute(
+                sql.SQL("GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA public TO {}").format(
+                    sql.Identifier(role)
+                )
             )
-        )
     parts = urlsplit(url)
     try:
         yield urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname}:{parts.port or 5432}"))
@@ -153,6 +191,16 @@ def other_role(url: str) -> Iterator[str]:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
             conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+@pytest.fixture
+def other_role(url: str) -> Iterator[str]:
+    yield from login_role(url, grant=True)
+
+
+@pytest.fixture
+def stranger(url: str) -> Iterator[str]:
+    yield from login_role(url, grant=False)
 
 
 async def test_a_role_that_does_not_own_run_log_switches_the_triggers_too(
@@ -174,13 +222,36 @@ async def test_a_role_that_does_not_own_run_log_switches_the_triggers_too(
         await as_user.close()
 
 
+async def test_a_callers_temporary_tables_do_not_stand_in_for_runlanes(
+    store: PostgresStore, url: str, stranger: str
+) -> None:
+    """The switch runs with run_log owner's rights: a role with no rights on runlane's tables
+    may call it, and it only ever matches the real triggers to the real flag, whatever
+    temporary tables the caller made under the same names."""
+    with psycopg.connect(stranger, autocommit=True) as conn:
+        conn.execute("CREATE TEMP TABLE bus_config (id int PRIMARY KEY, facts boolean)")
+        conn.execute("INSERT INTO bus_config VALUES (1, true)")
+        conn.execute("CREATE TEMP TABLE run_log (id int)")
+        conn.execute("SELECT runlane_sync_facts_triggers()")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("INSERT INTO public.bus_config (id, facts) VALUES (1, true)")
+    assert (trigger_states(url), facts_flag(url)) == (OFF, False)
+    await store.set_bus_facts(True)
+    with psycopg.connect(stranger, autocommit=True) as conn:
+        conn.execute("CREATE TEMP TABLE bus_config (id int PRIMARY KEY, facts boolean)")
+        conn.execute("INSERT INTO bus_config VALUES (1, false)")
+        conn.execute("SELECT runlane_sync_facts_triggers()")
+    assert (trigger_states(url), facts_flag(url)) == (ON, True)
+
+
 async def test_an_upgrade_keeps_the_facts_a_database_had_on(url: str) -> None:
-    """A database on the RabbitMQ bus before 0013 keeps its triggers firing; one on the
-    database bus has them switched off."""
+    """A database on the RabbitMQ bus before 0013 keeps its triggers firing (one on the
+    database bus has them off: test_migrations.py compares an upgraded database with a new
+    one, triggers' states included)."""
     migrations = load_migrations("runlane.adapters.postgres")
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(load_queries("runlane.adapters.postgres")["bootstrap_migrations"].encode())
-        for migration in migrations[:12]:
+        for migration in [m for m in migrations if m.version < 13]:
             conn.execute(migration.sql.encode())
             conn.execute(
                 "INSERT INTO schema_migrations (version) VALUES (%s)", (migration.version,)
@@ -189,7 +260,7 @@ async def test_an_upgrade_keeps_the_facts_a_database_had_on(url: str) -> None:
     store = PostgresStore(url)
     await store.open()
     try:
-        assert await store.upgrade() == [m.version for m in migrations[12:]]
+        assert await store.upgrade() == [m.version for m in migrations if m.version >= 13]
     finally:
         await store.close()
     assert (trigger_states(url), facts_flag(url)) == (ON, True)

@@ -505,7 +505,9 @@ class Outbox(Protocol):
 
     async def set_bus_facts(self, enabled: bool) -> None:
         """Whether every run state change writes a fact (`event:run.<job>.<status>`, a
-        CloudEvent) to the outbox in its own transaction (a trigger on the run log)."""
+        CloudEvent) to the outbox in its own transaction (a trigger on the run log). On
+        PostgreSQL the triggers are enabled only while facts are on, switched in the same
+        transaction (which waits for run_log's writers when they change)."""
         ...
 
 

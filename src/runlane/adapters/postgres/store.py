@@ -201,6 +201,16 @@ class PostgresStore(PostgresLeases, SqlIncidents, SqlStoreBase):
             raise StoreError(f"run with dedupe key {new.dedupe_key!r} vanished during accept")
         return AcceptResult(_READ.run(row), created=False)
 
+    # --- the bus's facts ------------------------------------------------------------------------
+
+    async def set_bus_facts(self, enabled: bool) -> None:
+        """The flag, written with this role's own rights, then run_log's facts triggers matched
+        to it (migration 0013) in the same transaction: the flag's row lock orders concurrent
+        callers, so once each commits the triggers are as the flag says."""
+        async with self._conn() as conn:
+            await conn.execute(Q["set_bus_facts"], {"facts": enabled})
+            await conn.execute(Q["sync_facts_triggers"])
+
     # --- unleased changes -----------------------------------------------------------------------
 
     async def finish_unleased(self, run_id: str, expected: RunStatus, outcome: Outcome) -> Run:

@@ -261,11 +261,18 @@ class Launcher:
 
     async def _facts_off(self) -> None:
         """On the database bus nothing publishes facts: run state changes must not write them
-        (a database that was on the RabbitMQ bus before)."""
-        try:
-            await self.store.set_bus_facts(False)
-        except StoreError as exc:
-            log.warning("launcher.bus_facts_unset", error=str(exc))
+        (a database that was on the RabbitMQ bus before), or the outbox would grow unread.
+        Retried until it lands (switching the triggers waits for run_log's lock, and the
+        database may be away), as the relay retries turning them on."""
+        delay = 1.0
+        while not self._stopping.is_set():
+            try:
+                await self.store.set_bus_facts(False)
+                return
+            except StoreError as exc:
+                log.warning("launcher.bus_facts_unset", error=str(exc), retry_in=delay)
+            await self._sleep_or_stop(delay)
+            delay = min(delay * 2, 30.0)
 
     def _start_trigger_loops(self) -> list[asyncio.Task[None]]:
         """The scheduler and the chain advancer; both write runs through the one accept path."""

@@ -822,6 +822,11 @@ INSERT INTO outbox (topic, payload, created_at, msg_key)
 VALUES (%(topic)s, %(payload)s::jsonb, clock_timestamp(), %(key)s)
 
 -- name: set_bus_facts
--- Whether run state changes write facts to the outbox (the RabbitMQ bus's launchers: yes): the
--- flag, and run_log's facts triggers switched with it (migration 0013).
-SELECT runlane_set_bus_facts(%(facts)s::boolean)
+-- Whether run state changes write facts to the outbox (the RabbitMQ bus's launchers: yes).
+-- PostgreSQL's store then runs sync_facts_triggers in the same transaction.
+INSERT INTO bus_config (id, facts) VALUES (1, %(facts)s)
+ON CONFLICT (id) DO UPDATE SET facts = excluded.facts
+
+-- name: sync_facts_triggers
+-- run_log's facts triggers enabled or disabled as bus_config.facts says (migration 0013).
+SELECT runlane_sync_facts_triggers()

@@ -330,19 +330,23 @@ CREATE TRIGGER run_log_fact_insert AFTER INSERT ON run_log
 CREATE TRIGGER run_log_fact_update AFTER UPDATE OF status ON run_log
     FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status)
     EXECUTE FUNCTION runlane_run_fact();
--- (migration 0013) Enabled only while facts are on: runlane_set_bus_facts switches them with the
--- flag (a new database starts on the database bus: off).
+-- (migration 0013) Enabled only while facts are on: runlane_sync_facts_triggers matches them to
+-- the flag (a new database is on the database bus: off).
 ALTER TABLE run_log DISABLE TRIGGER run_log_fact_insert;
 ALTER TABLE run_log DISABLE TRIGGER run_log_fact_update;
 
-CREATE FUNCTION runlane_set_bus_facts(facts_on boolean) RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+CREATE FUNCTION runlane_sync_facts_triggers() RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    facts_on boolean;
 BEGIN
+    SELECT facts INTO facts_on FROM bus_config WHERE id = 1 FOR SHARE;
+    facts_on := coalesce(facts_on, false);
     IF EXISTS (
-        SELECT 1 FROM pg_trigger
+        SELECT 1 FROM pg_catalog.pg_trigger
         WHERE tgrelid = 'run_log'::regclass
           AND tgname IN ('run_log_fact_insert', 'run_log_fact_update')
-          AND (tgenabled = 'D') = facts_on
+          AND (tgenabled IN ('O', 'A')) <> facts_on
     ) THEN
         IF facts_on THEN
             ALTER TABLE run_log ENABLE TRIGGER run_log_fact_insert;
@@ -352,7 +356,14 @@ BEGIN
             ALTER TABLE run_log DISABLE TRIGGER run_log_fact_update;
         END IF;
     END IF;
-    INSERT INTO bus_config (id, facts) VALUES (1, facts_on)
-    ON CONFLICT (id) DO UPDATE SET facts = excluded.facts;
+END
+$$;
+
+DO $$
+BEGIN
+    EXECUTE format(
+        'ALTER FUNCTION runlane_sync_facts_triggers() SET search_path = %I, pg_temp',
+        current_schema()
+    );
 END
 $$;

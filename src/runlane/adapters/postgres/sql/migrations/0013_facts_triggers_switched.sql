@@ -1,22 +1,29 @@
--- 0013: the facts triggers on run_log (0010) are switched with `bus_config.facts`: enabled while
--- facts are on (the RabbitMQ bus), disabled otherwise. On the database bus, the default, every
--- run's claim and finish fired them for nothing: a queued after-trigger event and a PL/pgSQL
--- call that found facts off, ~0.025 ms of the database's CPU a run of its ~0.14
--- (docs/performance.md, "Twenty-first session"). The function still checks the flag.
+-- 0013: the facts triggers on run_log (0010) fire only while `bus_config.facts` is set (the
+-- RabbitMQ bus). On the database bus, the default, every run's insert, claim and finish fired
+-- them for nothing: a queued after-trigger event and a PL/pgSQL call that found facts off, ~0.02
+-- ms of the database's CPU a run (docs/performance.md, "Twenty-first session"). The function
+-- still checks the flag.
 --
--- runlane_set_bus_facts(on) sets the flag and switches both triggers in the caller's
--- transaction, so the two never disagree once it commits. The triggers are altered only when
--- their state differs: ALTER TABLE takes a lock that waits for run_log's writers. SECURITY
--- DEFINER, with the search path it was created with: a launcher whose role does not own run_log
--- (migrations run by another role) can switch them too, and it does nothing else.
-CREATE FUNCTION runlane_set_bus_facts(facts_on boolean) RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+-- runlane_sync_facts_triggers() enables or disables both triggers to match the flag. The store's
+-- set_bus_facts writes the flag (with the caller's own rights) and calls it in the same
+-- transaction: the flag's row lock orders the callers, so once each commits the triggers are as
+-- the flag says. SECURITY DEFINER, so a launcher whose role does not own run_log (migrations run
+-- by another role) can switch them; it takes no argument and only ever makes the triggers agree
+-- with the flag. It alters run_log only when they differ: ALTER TABLE's lock waits for, and
+-- briefly holds up, run_log's writers. Its search path is this schema, then pg_temp (a caller's
+-- temporary tables never stand in for run_log or bus_config).
+CREATE FUNCTION runlane_sync_facts_triggers() RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER AS $$
+DECLARE
+    facts_on boolean;
 BEGIN
+    SELECT facts INTO facts_on FROM bus_config WHERE id = 1 FOR SHARE;
+    facts_on := coalesce(facts_on, false);
     IF EXISTS (
-        SELECT 1 FROM pg_trigger
+        SELECT 1 FROM pg_catalog.pg_trigger
         WHERE tgrelid = 'run_log'::regclass
           AND tgname IN ('run_log_fact_insert', 'run_log_fact_update')
-          AND (tgenabled = 'D') = facts_on
+          AND (tgenabled IN ('O', 'A')) <> facts_on
     ) THEN
         IF facts_on THEN
             ALTER TABLE run_log ENABLE TRIGGER run_log_fact_insert;
@@ -26,17 +33,17 @@ BEGIN
             ALTER TABLE run_log DISABLE TRIGGER run_log_fact_update;
         END IF;
     END IF;
-    INSERT INTO bus_config (id, facts) VALUES (1, facts_on)
-    ON CONFLICT (id) DO UPDATE SET facts = excluded.facts;
+END
+$$;
+
+DO $$
+BEGIN
+    EXECUTE format(
+        'ALTER FUNCTION runlane_sync_facts_triggers() SET search_path = %I, pg_temp',
+        current_schema()
+    );
 END
 $$;
 
 -- As the flag is now (no row: facts off).
-DO $$
-BEGIN
-    IF NOT EXISTS (SELECT 1 FROM bus_config WHERE facts) THEN
-        ALTER TABLE run_log DISABLE TRIGGER run_log_fact_insert;
-        ALTER TABLE run_log DISABLE TRIGGER run_log_fact_update;
-    END IF;
-END
-$$;
+SELECT runlane_sync_facts_triggers();
