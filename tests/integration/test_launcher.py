@@ -15,16 +15,18 @@ from runlane.catalog import Catalog, parse_catalog_text
 from runlane.core.runs import RunStatus, Trigger
 from runlane.errors import (
     ConfirmationRequired,
+    DatabaseUnavailable,
     OverlapRefused,
     ParamError,
     RunRefused,
     UnknownJob,
 )
-from runlane.ports import RunFilter, Store
+from runlane.ports import EventFact, RunFilter, Store
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
 from runlane.service.wiring import build_executors
+from tests.support.waiting import eventually
 
 from .conftest import Events, Running
 
@@ -285,3 +287,30 @@ async def test_a_renewal_racing_an_outcome_being_saved_is_not_a_lost_lease(
     finished = await store.list_runs(RunFilter(job="quick", limit=1000))
     assert len(finished) == 400
     assert {r.status for r in finished} == {RunStatus.SUCCESS}
+
+
+async def test_the_database_bus_retries_turning_facts_off_until_it_lands(
+    store: Store, start_launcher: Callable[..., Running], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Facts left on with no relay to publish them would grow the outbox unread: a launcher of
+    the database bus keeps trying to turn them off (on PostgreSQL the switch can wait out
+    run_log's lock, or the database can be away) until it lands."""
+    await store.set_bus_facts(True)  # the database was on the RabbitMQ bus before
+    real = store.set_bus_facts
+    calls: list[bool] = []
+
+    async def flaky(enabled: bool) -> None:
+        calls.append(enabled)
+        if len(calls) == 1:
+            raise DatabaseUnavailable("the database went away")
+        await real(enabled)
+
+    monkeypatch.setattr(store, "set_bus_facts", flaky)
+    with structlog.testing.capture_logs() as logs:
+        start_launcher()
+        await eventually(lambda: len(calls) >= 2, "a second try")
+    assert calls[:2] == [False, False]
+    assert any(e["event"] == "launcher.bus_facts_unset" for e in logs)
+    fact = EventFact("runlane://events")
+    await store.record_event("after", "some.key", {}, fact=fact)
+    assert await store.outbox_pending() == 0  # facts are off: the event wrote none
