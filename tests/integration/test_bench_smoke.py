@@ -22,6 +22,11 @@ BENCH = Path(__file__).resolve().parents[2] / "bench"
 CASES = [
     ("api_runs.py", "--rows 2000 --requests 20", r"none first +p50=\d+\.\d+ ms p99=\d+\.\d+ ms"),
     ("calibrate.py", "--spawns 50 --repeat 1", r"asyncio_16_in_flight=\d+/s threads_16=\d+/s"),
+    (
+        "claim_finish_pg.py",
+        "--runs 50 --repeat 2 --facts-triggers on,off",
+        r"triggers on median of 2\] pg_cpu_ms_per_run=\d+\.\d+(.|\n)*off median of 2\]",
+    ),
     ("fencing.py", "--runs 50 --repeat 1", r"cost of fencing=[+-]?\d+\.\d+ ms"),
     (
         "metrics_scrape.py",
