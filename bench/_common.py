@@ -185,6 +185,12 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks
 
 
+def children_cpu_seconds(pid: int) -> float:
+    """cutime + cstime of one process: its reaped children's CPU (and theirs)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+
+
 # Server processes that work for every database (a commit's WAL flush, checkpoints).
 _PG_SHARED = ("walwriter", "checkpointer", "background writer")
 
@@ -218,11 +224,9 @@ def postgres_cpu_delta(before: dict[int, float], after: dict[int, float]) -> flo
     return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
 
 
-def helper_cpu_seconds(pid: int) -> float:
-    """CPU of the launcher's own helper processes (the inline executor's guardian or its
-    spawner): part of the launcher's cost, though not in its own utime + stime. Runs are not
-    counted (the spawner's reaped runs are in its cutime, not here)."""
-    total = 0.0
+def helper_pids(pid: int) -> list[int]:
+    """The launcher's own helper processes (the inline executor's guardian or its spawners)."""
+    found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -234,8 +238,21 @@ def helper_cpu_seconds(pid: int) -> float:
         if int(stat.rsplit(")", 1)[1].split()[1]) == pid and (
             b"guardian" in cmdline or b"spawner.py" in cmdline
         ):
-            total += cpu_seconds(int(proc.name))
-    return total
+            found.append(int(proc.name))
+    return found
+
+
+def helper_cpu_seconds(pid: int) -> float:
+    """CPU of the launcher's own helper processes (the inline executor's guardian or its
+    spawner): part of the launcher's cost, though not in its own utime + stime. Runs are not
+    counted (the spawner's reaped runs are in its cutime, not here)."""
+    return sum(cpu_seconds(helper) for helper in helper_pids(pid))
+
+
+def runs_cpu_seconds(pid: int) -> float:
+    """CPU of the runs themselves: the reaped children of the launcher (runs it spawned on its
+    own threads) and of its helpers (the spawners' runs), cutime + cstime."""
+    return sum(children_cpu_seconds(p) for p in (pid, *helper_pids(pid)))
 
 
 def rss_mib(pid: int, field: str = "VmRSS") -> float:

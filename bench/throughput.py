@@ -74,6 +74,7 @@ from _common import (
     postgres_cpu_seconds,
     rss_mib,
     runlane_cmd,
+    runs_cpu_seconds,
     scratch_database,
     wait_for_span,
     wait_for_successes,
@@ -295,7 +296,9 @@ def one(
                     proc = subprocess.Popen(serve, env=env, stdout=log_file, stderr=log_file)
                     time.sleep(2.0)
                     idle_rss = rss_mib(proc.pid)
-                    startup_cpu = cpu_seconds(proc.pid) + helper_cpu_seconds(proc.pid)
+                    startup_helpers = helper_cpu_seconds(proc.pid)
+                    startup_cpu = cpu_seconds(proc.pid) + startup_helpers
+                    startup_runs = runs_cpu_seconds(proc.pid)
                     pg_before = postgres_cpu_seconds(database) if kind == "postgres" else {}
                     spy = (
                         subprocess.Popen(
@@ -332,7 +335,10 @@ def one(
                 if amqp_url:  # the relay's and the consumer's work done too
                     wait_bus_idle(url, amqp_url)
                 bus_drain = time.monotonic() - bus_drain
-                launcher_cpu = cpu_seconds(proc.pid) + helper_cpu_seconds(proc.pid)
+                helpers_cpu = helper_cpu_seconds(proc.pid)
+                launcher_cpu = cpu_seconds(proc.pid) + helpers_cpu
+                helpers_cpu = max(0.0, helpers_cpu - startup_helpers)
+                runs_cpu = max(0.0, runs_cpu_seconds(proc.pid) - startup_runs)
                 if spy is not None:
                     spy.send_signal(signal.SIGINT)
                     spy.wait(30)
@@ -375,6 +381,13 @@ def one(
                 "cpu_ms_per_run": 1000 * (launcher_cpu + pg_cpu) / n,
                 "launcher_cpu_ms_per_run": 1000 * launcher_cpu / n,
                 "pg_cpu_ms_per_run": 1000 * pg_cpu / n,
+                # Of the launcher's: its spawner and guardian processes (a spawn's own
+                # vfork and exec wait, the pipe protocol), already in launcher_cpu_ms_per_run.
+                "helpers_cpu_ms_per_run": 1000 * helpers_cpu / n,
+                # The runs' own (each `true`'s exec and exit), reaped by the spawners: with
+                # cpu_ms_per_run, what the machine spent a run, to set beside the spawn floor's
+                # CPU a spawn (bench/peers.py).
+                "runs_cpu_ms_per_run": 1000 * runs_cpu / n,
                 "startup_cpu_s": startup_cpu,
                 "idle_rss_mib": idle_rss,
                 "peak_rss_mib": peak,

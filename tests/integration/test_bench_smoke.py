@@ -45,7 +45,12 @@ CASES = [
         "--quick",
         r"machine: \d+ -> \d+ asyncio spawns/s(.|\n)*SQLite CPU ms/run",
     ),
-    ("latency.py", "--quick", r"pickup p50=\d+\.\d+ ms p99=\d+\.\d+ ms"),
+    (
+        "latency.py",
+        "--quick --floor",
+        r"\[postgres median of 1\] pickup p50=\d+\.\d+ ms p99=\d+\.\d+ ms(.|\n)*"
+        r"\[floor median of 1\] pickup p50=\d+\.\d+ ms(.|\n)*runlane_vs_floor p50=\d+\.\d+x",
+    ),
     ("multi_launcher.py", "--runs 100 --launchers 1 2 --repeat 1", r"\] \d+ runs/s"),
     ("pod_scale.py", "--runs 20 --repeats 1 --per-kind 2", r"\d+\.\d+ s after the deadline"),
     ("pod_scale.py", "--launcher --runs 20 --repeats 1", r"recorded \d+\.\d+ s after it started"),
@@ -68,7 +73,8 @@ CASES = [
     (
         "throughput.py",
         "--quick --db postgres",
-        r"cpu_ms_per_run=\d+\.\d+ .*machine_idle_pct=(\d+\.\d+|nan)",
+        r"cpu_ms_per_run=\d+\.\d+ .*helpers_cpu_ms_per_run=\d+\.\d+ .*"
+        r"machine_idle_pct=(\d+\.\d+|nan)",
     ),
     (
         "throughput.py",
@@ -142,6 +148,12 @@ def test_peers_bench_runs_every_peer(pg_database: str) -> None:
         assert float(per_s) > 0, found.group(0)
         assert float(cpu) == pytest.approx(float(worker) + float(broker), abs=0.011)
         assert float(rss) > 0, found.group(0)
+        # The jobs' own CPU (each `true`, reaped by the worker): some, for 50 spawns.
+        jobs_cpu = re.search(
+            rf"^\[{peer}(?:@\w+)?/\w+ #1\] .*jobs_cpu_ms_per_job=(\d+\.\d+)", proc.stdout, re.M
+        )
+        assert jobs_cpu, found.group(0)
+        assert float(jobs_cpu.group(1)) > 0, jobs_cpu.group(0)
         assert re.search(
             rf"^\[{peer}(?:@\w+)?/\w+ median of 1\] jobs=50/50 ", proc.stdout, re.MULTILINE
         )
@@ -155,3 +167,21 @@ def test_peers_bench_runs_every_peer(pg_database: str) -> None:
     )
     assert ratios, proc.stdout[-3000:]
     assert float(ratios.group(1)) > 0, ratios.group(0)
+    # The floor's CPU a spawn, apart (the spawning process's and the `true`s'), and what a job
+    # cost each queue beyond it.
+    floor_cpu = re.search(
+        r"^\[floor/16 threads #1\] .*cpu_ms_per_spawn=(\d+\.\d+) +"
+        r"spawner_cpu_ms_per_spawn=(\d+\.\d+) +jobs_cpu_ms_per_job=(\d+\.\d+)$",
+        proc.stdout,
+        re.MULTILINE,
+    )
+    assert floor_cpu, proc.stdout[-3000:]
+    total, own, kids = map(float, floor_cpu.groups())
+    assert total == pytest.approx(own + kids, abs=0.011)
+    assert kids > 0, floor_cpu.group(0)
+    assert re.search(
+        r"^\[CPU ms a job beyond the floor's \d+\.\d+ ms a spawn, median over rounds\] "
+        r"runlane=-?\d+\.\d+ \(runlane/postgres\).* best_peer=-?\d+\.\d+ ",
+        proc.stdout,
+        re.MULTILINE,
+    ), proc.stdout[-3000:]
