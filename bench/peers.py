@@ -101,7 +101,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -232,20 +232,13 @@ def start_time(pid: int) -> int | None:
         return None
 
 
-def tree_cpu(pids: list[int]) -> float:
+def tree_cpu(pids: list[int], read: Callable[[int], float] = cpu_seconds) -> float:
+    """`read` (a process's own CPU; `children_cpu_seconds` for its reaped children's, the
+    jobs' `true`s: each worker reaps its own) summed over `pids`."""
     total = 0.0
     for pid in pids:
         with contextlib.suppress(OSError):
-            total += cpu_seconds(pid)
-    return total
-
-
-def tree_children_cpu(pids: list[int]) -> float:
-    """The reaped children's CPU of `pids` (the jobs' `true`s: each worker reaps its own)."""
-    total = 0.0
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            total += children_cpu_seconds(pid)
+            total += read(pid)
     return total
 
 
@@ -360,7 +353,7 @@ def one_peer(peer: str, setting: Setting, n: int, opts: argparse.Namespace) -> d
                 raise PeerFailed(f"not on the event loop asked for: {ready}")
             pids = process_tree(proc.pid)
             startup_cpu = tree_cpu(pids)
-            startup_jobs_cpu = tree_children_cpu(pids)
+            startup_jobs_cpu = tree_cpu(pids, children_cpu_seconds)
             idle_rss = tree_rss(pids)
             broker_before = broker.reading()
             load = stack.enter_context(MachineLoad())
@@ -383,7 +376,7 @@ def one_peer(peer: str, setting: Setting, n: int, opts: argparse.Namespace) -> d
             # Worker processes started since (none expected) count in full.
             tree = sorted({*pids, *process_tree(proc.pid)})
             worker_cpu = tree_cpu(tree) - startup_cpu
-            jobs_cpu = tree_children_cpu(tree) - startup_jobs_cpu
+            jobs_cpu = tree_cpu(tree, children_cpu_seconds) - startup_jobs_cpu
             broker_cpu = broker.delta(broker_before, broker.reading())
             peak_rss = tree_rss(pids, "VmHWM")
         except PeerFailed as e:
