@@ -6,12 +6,15 @@ accept path first, then a launcher is started and timed from its first start to 
 the runs are held while the launcher starts, and its CPU is read once it is idle, so start-up
 is not counted) plus the PostgreSQL processes that serve the scratch database (its backends and
 the shared WAL writer, checkpointer and background writer; other sessions on the server are
-left out). Then, the launcher idle, `--pickup-runs` more runs are accepted one at a time at a
-steady pace below capacity: their pickup (queued_at to started_at, database timestamps) gives
-p50/p99; then, every run done, the idle
-launcher's CPU over 2 s (`idle_cpu_pct`, percent of a core). `machine_idle_pct` is the share of
-the machine's CPU time left idle from the first run's start to the last one's finish (/proc/stat
-sampled every 10 ms). Prints one line per repetition and the medians.
+left out). Of the launcher's, `helpers_cpu_ms_per_run` is its spawners' (or guardian's) share;
+`runs_cpu_ms_per_run` is the runs' own (the `true`s, reaped by the spawners), not in the rest.
+Then, the launcher idle, `--pickup-runs` more runs are accepted one at a time at a steady pace
+below capacity: their pickup (queued_at to started_at, database timestamps: the claim, not the
+process's start; `bench/latency.py` measures enqueue to process started) gives p50/p99; then,
+every run done, the idle launcher's CPU over 2 s (`idle_cpu_pct`, percent of a core).
+`machine_idle_pct` is the share of the machine's CPU time left idle from the first run's start
+to the last one's finish (/proc/stat sampled every 10 ms). Prints one line per repetition and
+the medians.
 
 `--bus rabbitmq` runs the launcher with RUNLANE_BUS=rabbitmq on a fresh vhost (rabbitmqctl as
 root; otherwise runlane's queues in RUNLANE_TEST_RABBITMQ_URL's vhost are deleted first), the
