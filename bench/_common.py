@@ -178,17 +178,21 @@ def held_queue(url: str) -> Iterator[Callable[[], None]]:
         yield release_postgres
 
 
+def _stat_seconds(pid: int, first: int) -> float:
+    """Two adjacent clock-tick fields of /proc/<pid>/stat (counted after the command's name),
+    summed, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[first]) + int(fields[first + 1])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(pid: int) -> float:
     """utime + stime of one process (its children excluded)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
+    return _stat_seconds(pid, 11)
 
 
 def children_cpu_seconds(pid: int) -> float:
     """cutime + cstime of one process: its reaped children's CPU (and theirs)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+    return _stat_seconds(pid, 13)
 
 
 # Server processes that work for every database (a commit's WAL flush, checkpoints).

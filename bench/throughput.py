@@ -338,9 +338,9 @@ def one(
                 if amqp_url:  # the relay's and the consumer's work done too
                     wait_bus_idle(url, amqp_url)
                 bus_drain = time.monotonic() - bus_drain
-                helpers_cpu = helper_cpu_seconds(proc.pid)
-                launcher_cpu = cpu_seconds(proc.pid) + helpers_cpu
-                helpers_cpu = max(0.0, helpers_cpu - startup_helpers)
+                helpers_total = helper_cpu_seconds(proc.pid)
+                launcher_cpu = cpu_seconds(proc.pid) + helpers_total
+                helpers_cpu = max(0.0, helpers_total - startup_helpers)
                 runs_cpu = max(0.0, runs_cpu_seconds(proc.pid) - startup_runs)
                 if spy is not None:
                     spy.send_signal(signal.SIGINT)
