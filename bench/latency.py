@@ -4,7 +4,8 @@ The launcher runs in this process with a long poll interval (10 s), so a fast pi
 come from the wake-up path (LISTEN/NOTIFY on PostgreSQL). Runs are enqueued by another process
 (as `runlane run` or the API would), which reads the clock just before it accepts each run; the
 launcher's hook reads it when the run's process has been started (CLOCK_MONOTONIC, the same for
-both processes). Prints p50/p99 over the samples, median of the repetitions.
+both processes). The launcher runs on the event loop `runlane serve` runs on by default (uvloop
+where installed). Prints p50/p99 over the samples, median of the repetitions.
 
 `--floor` adds a turn of the same measurement without runlane, in every repetition: the least a
 durable queue pays on this machine for the same path. The client commits one row and its NOTIFY
@@ -42,6 +43,7 @@ from runlane.core.runs import Trigger
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
+from runlane.service.runtime import event_loop_factory
 from runlane.service.wiring import build_executors, store_from_url
 
 
@@ -247,7 +249,12 @@ def main() -> None:
                     if mode == FLOOR:
                         lat, accepted, claims = measure_floor(url, args.samples)
                     else:
-                        lat, accepted, claims = asyncio.run(measure(url, work, args.samples, mode))
+                        # On the event loop `runlane serve` runs on by default (uvloop where
+                        # installed: RUNLANE_EVENT_LOOP=auto).
+                        with asyncio.Runner(loop_factory=event_loop_factory("auto")) as runner:
+                            lat, accepted, claims = runner.run(
+                                measure(url, work, args.samples, mode)
+                            )
             p50s[mode].append(percentile(lat, 50))
             p99s[mode].append(percentile(lat, 99))
             print(

@@ -24,11 +24,14 @@ import pytest
 
 from runlane.adapters.files.logfile import follow_log
 from runlane.adapters.local.executor import InlineExecutor, SpawnThreads
+from runlane.adapters.local.guardian import GuardianError
 from runlane.adapters.local.pdeathsig import (
     PdeathsigMode,
     prctl_pdeathsig,
     setpriv_supports_pdeathsig,
 )
+from runlane.adapters.local.process import Child
+from runlane.adapters.local.remote import RemoteChild
 from runlane.core.runs import Outcome, RunStatus
 from runlane.errors import PermanentExecutorError
 from runlane.ports import Execution, ExecutionSpec
@@ -114,13 +117,17 @@ def log_dir(tmp_path: Path) -> Path:
     return tmp_path / "logs"
 
 
-@pytest.fixture(params=["thread", "loop", "process"])
+@pytest.fixture(params=["thread", "loop", "process", "auto"])
 async def executor(log_dir: Path, request: pytest.FixtureRequest) -> AsyncIterator[InlineExecutor]:
-    # Every behaviour holds with the spawn on a worker thread (the default), on the loop, and
-    # in the spawner process.
+    # Every behaviour holds with the spawn on a worker thread, on the loop, in the spawner
+    # process, and as the default does it (spawners, an idle executor's run on the loop).
     if request.param == "process":
         ex = InlineExecutor(log_dir, spawn_process=True)
         assert ex.pdeathsig_mode == "spawner"
+        assert not ex.idle_on_loop
+    elif request.param == "auto":
+        ex = InlineExecutor(log_dir)
+        assert (ex.pdeathsig_mode, ex.idle_on_loop) == ("spawner", True)
     else:
         ex = InlineExecutor(log_dir, spawn_off_loop=request.param == "thread")
         assert ex.spawn_off_loop == (request.param == "thread")
@@ -258,7 +265,13 @@ async def test_unpassable_characters_are_permanent_and_leak_nothing(
     """A catalog `env` or command can hold what no exec can pass on (YAML escapes): the run
     fails for good with the reason instead of crashing its supervisor, and no descriptor of
     its output pipe or log is left open."""
-    await executor.start(make_spec(["true"]))  # the guardian and the fd watcher exist already
+    # The guardian, the fd watcher and the spawners exist already: the default mode spawns an
+    # idle executor's run on the loop and gives one started beside it to a spawner.
+    first = await executor.start(make_spec(["sleep", "60"]))
+    second = await executor.start(make_spec(["true"]))
+    executor.kill_now(first)
+    for execution in (first, second):
+        await finish(executor, execution)
     before = open_fds()
     for _ in range(5):
         with pytest.raises(PermanentExecutorError) as info:
@@ -629,6 +642,65 @@ async def main():
 asyncio.run(main())
 """
 
+
+@contextlib.contextmanager
+def launched(script: str, *args: str) -> Iterator[subprocess.Popen[str]]:
+    """`script` run by its own interpreter with `args`, its stdout piped; killed and reaped on
+    the way out whatever happened."""
+    launcher = subprocess.Popen([PY, "-c", script, *args], stdout=subprocess.PIPE, text=True)
+    try:
+        yield launcher
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+        if launcher.stdout is not None:
+            launcher.stdout.close()
+
+
+AUTO_LAUNCHER = """
+import asyncio, sys
+from runlane.adapters.local.executor import InlineExecutor
+from runlane.ports import ExecutionSpec
+
+async def main():
+    ex = InlineExecutor(sys.argv[1])
+    for run_id in ("r1", "r2"):  # r1 on the idle loop, r2 (r1 live) in a spawner
+        spec = ExecutionSpec(run_id, "j", 1, "manual", ["sleep", "60"], {}, {}, 120, 1)
+        execution = await ex.start(spec)
+        print(type(execution.handle).__name__, execution.external_id, flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+def test_the_defaults_runs_die_with_their_launcher_whichever_way_they_started(
+    log_dir: Path, stray_pids: list[int]
+) -> None:
+    """The default mode's two kinds of run: the idle one's guardian and the busy one's spawner
+    each kill theirs when the launcher is SIGKILLed."""
+    with launched(AUTO_LAUNCHER, str(log_dir)) as launcher:
+        assert launcher.stdout is not None
+        kinds, pids = [], []
+        for _ in range(2):
+            kind, pid = launcher.stdout.readline().split()
+            kinds.append(kind)
+            pids.append(int(pid))
+        stray_pids.extend(pids)
+        assert kinds == ["Child", "RemoteChild"]
+        for pid in pids:
+            eventually_sync(
+                lambda pid=pid: command_of(pid) == ["sleep", "60"], f"{pid} runs its command"
+            )
+        launcher.kill()
+        launcher.wait(timeout=10)
+        for pid in pids:
+            eventually_sync(
+                lambda pid=pid: not alive(pid), f"child {pid} gone with its launcher", within=10
+            )
+
+
 MODES: list[str] = ["guardian", "prctl", "spawner"]
 if setpriv_supports_pdeathsig():
     MODES.insert(1, "setpriv")
@@ -636,10 +708,7 @@ if setpriv_supports_pdeathsig():
 
 @pytest.mark.parametrize("mode", MODES)
 def test_child_dies_with_its_launcher(log_dir: Path, mode: str, stray_pids: list[int]) -> None:
-    launcher = subprocess.Popen(
-        [PY, "-c", LAUNCHER, str(log_dir), mode], stdout=subprocess.PIPE, text=True
-    )
-    try:
+    with launched(LAUNCHER, str(log_dir), mode) as launcher:
         assert launcher.stdout is not None
         child_pid = int(launcher.stdout.readline())
         stray_pids.append(child_pid)
@@ -658,12 +727,67 @@ def test_child_dies_with_its_launcher(log_dir: Path, mode: str, stray_pids: list
             f"{mode}: child {child_pid} gone with its launcher",
             within=10,
         )
+
+
+async def test_the_default_spawns_an_idle_executors_run_on_the_loop_and_a_busy_ones_in_a_spawner(
+    log_dir: Path, stray_pids: list[int]
+) -> None:
+    """The default mode: a run an idle executor starts is spawned on the loop and guarded by
+    the guardian (no hop to a spawner: a lower pickup); one started while another is live goes
+    to a spawner; once nothing is live, the next is the loop's again."""
+    ex = InlineExecutor(log_dir)
+    try:
+        first = await ex.start(make_spec(["sleep", "60"]))
+        stray_pids.append(int(first.external_id))
+        assert isinstance(first.handle, Child)
+        assert ex.spawner_pids == []  # none was needed
+        assert ex.guardian_pid is not None
+        assert ex._guardian is not None
+        assert int(first.external_id) in ex._guardian.groups
+        second = await ex.start(make_spec(["sleep", "60"]))
+        stray_pids.append(int(second.external_id))
+        assert isinstance(second.handle, RemoteChild)
+        assert len(ex.spawner_pids) == 2
+        assert int(second.external_id) not in ex._guardian.groups  # its spawner guards it
+        for execution in (first, second):
+            ex.kill_now(execution)
+            assert (await finish(ex, execution)).status is RunStatus.CANCELLED
+        await eventually(lambda: ex.running_count() == 0, "both runs forgotten")
+        third = await ex.start(make_spec(["true"]))
+        assert isinstance(third.handle, Child)
+        assert (await finish(ex, third)).status is RunStatus.SUCCESS
+        assert not ex._guardian.groups  # each group taken back as its leader was reaped
+        # A batch started at once (a claim's runs) goes to the spawners whole, its first run
+        # included: the loop is not held for a spawn while the others wait.
+        await eventually(lambda: ex.running_count() == 0, "the third run forgotten")
+        batch = await asyncio.gather(*(ex.start(make_spec(["true"])) for _ in range(3)))
+        assert [type(e.handle) for e in batch] == [RemoteChild] * 3
+        for execution in batch:
+            assert (await finish(ex, execution)).status is RunStatus.SUCCESS
     finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
-        if launcher.stdout is not None:
-            launcher.stdout.close()
+        await asyncio.wait_for(ex.shutdown(grace=0), 10)
+        ex.close()
+
+
+async def test_the_default_gives_an_idle_run_to_a_spawner_when_no_guardian_starts(
+    log_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An idle spawn needs the guardian; when it cannot start, the run goes to a spawner
+    instead of failing."""
+    ex = InlineExecutor(log_dir)
+    assert ex._guardian is not None
+
+    def refuse() -> None:
+        raise GuardianError("no guardian today")
+
+    monkeypatch.setattr(ex._guardian, "ensure", refuse)
+    try:
+        execution = await ex.start(make_spec(["true"]))
+        assert isinstance(execution.handle, RemoteChild)
+        assert (await finish(ex, execution)).status is RunStatus.SUCCESS
+    finally:
+        await asyncio.wait_for(ex.shutdown(grace=0), 10)
+        ex.close()
 
 
 def test_spawner_processes_are_the_default_on_linux(log_dir: Path) -> None:

@@ -136,16 +136,16 @@ def test_the_management_url_is_masked_and_checked() -> None:
 
 
 @pytest.mark.parametrize(
-    ("value", "mode", "off_loop"),
+    ("value", "mode", "off_loop", "idle_on_loop"),
     [
-        ("auto", "spawner", False),
-        ("process", "spawner", False),
-        ("thread", "guardian", True),
-        ("loop", "guardian", False),
+        ("auto", "spawner", False, True),
+        ("process", "spawner", False, False),
+        ("thread", "guardian", True, False),
+        ("loop", "guardian", False, False),
     ],
 )
 def test_the_launchers_inline_executor_spawns_where_the_setting_says(
-    tmp_path: Path, value: str, mode: str, off_loop: bool
+    tmp_path: Path, value: str, mode: str, off_loop: bool, idle_on_loop: bool
 ) -> None:
     from runlane.adapters.local.executor import InlineExecutor
     from runlane.service.wiring import build_executors
@@ -155,6 +155,7 @@ def test_the_launchers_inline_executor_spawns_where_the_setting_says(
     assert isinstance(inline, InlineExecutor)
     try:
         assert (inline.pdeathsig_mode, inline.spawn_off_loop) == (mode, off_loop)
+        assert inline.idle_on_loop is idle_on_loop
     finally:
         inline.close()
 
@@ -170,8 +171,11 @@ async def test_runlane_spawners_sets_how_many_spawner_processes_run(tmp_path: Pa
     inline = build_executors(settings, start_timeout=60)["inline"]
     assert isinstance(inline, InlineExecutor)
     try:
-        spec = ExecutionSpec("r1", "j", 1, "manual", ["true"], {}, {}, 60, 1)
-        await inline.start(spec)
+        # The first run of an idle launcher is spawned on its loop; the next, while it runs,
+        # by a spawner: then they start.
+        await inline.start(ExecutionSpec("r1", "j", 1, "manual", ["sleep", "60"], {}, {}, 60, 1))
+        assert inline.spawner_pids == []
+        await inline.start(ExecutionSpec("r2", "j", 1, "manual", ["true"], {}, {}, 60, 1))
         assert len(inline.spawner_pids) == 3
     finally:
         await inline.shutdown(grace=0)

@@ -65,7 +65,9 @@ class InlineExecutor:
       another mode): `spawners` spawner processes (`runlane.adapters.local.spawner`) spawn, watch and
       reap the runs, read their output into the bounded logs, and SIGKILL every run's group
       when the launcher dies; the launcher sends each run as one message and keeps the
-      deadlines (`remote`). `pdeathsig_mode` is then `spawner`.
+      deadlines (`remote`). `pdeathsig_mode` is then `spawner`. With `idle_on_loop` (the
+      default mode's, not `spawn_process=True`'s), a run an idle executor starts (nothing live,
+      no other start under way) is spawned on the loop instead, guarded by the guardian.
     - `pdeathsig`: `guardian` registers each run's process group with a
       small helper process (`runlane.adapters.local.guardian`) that SIGKILLs every registered
       group when the launcher dies — grandchildren too — and keeps the plain vfork spawn path;
@@ -105,6 +107,7 @@ class InlineExecutor:
         spawn_off_loop: bool | None = None,
         spawn_process: bool | None = None,
         spawners: int = 2,
+        idle_on_loop: bool | None = None,
     ) -> None:
         # Absolute, once: the paths a run is given (RUNLANE_PARAMS_FILE) must still name the
         # same files after the job changes directory, and per-run paths stay plain string
@@ -129,10 +132,19 @@ class InlineExecutor:
         self._preexec: Callable[[], None] | None = None
         self._guardian: Guardian | None = None
         # With `spawn_process`, a spawner process starts, watches and reaps the runs, and kills
-        # them when the launcher dies (`spawner`): no guardian, no spawn threads.
+        # them when the launcher dies (`spawner`): no spawn threads, and a guardian only for
+        # the runs an idle executor spawns on the loop (`idle_on_loop`).
         self._remote: SpawnerClient | None = None
+        chosen = spawn_process is None
         if spawn_process is None:  # the default where it can be, unless another mode was asked
             spawn_process = pdeathsig == "auto" and spawn_off_loop is None and spawner_available()
+        if idle_on_loop is None:  # the default mode's: not with spawners asked for by name
+            idle_on_loop = chosen and spawn_process
+        if idle_on_loop and not spawn_process:
+            raise PermanentExecutorError(
+                "spawning an idle executor's runs on the loop goes with spawner processes",
+                error_code="config_error",
+            )
         if spawn_process:
             if not spawner_available():
                 raise PermanentExecutorError(
@@ -184,7 +196,15 @@ class InlineExecutor:
         # threads with the GIL released during the vfork wait (`libcspawn`), so the loop goes
         # on with other runs meanwhile (docs/performance.md, "Off the event loop"). Only the
         # guardian allows it: nothing then depends on which thread spawned a child.
-        off_loop = self._guardian is not None and libcspawn.available()
+        # With spawners, an idle executor spawns its run on the loop (`idle_on_loop`), guarded
+        # by the guardian: the spawn follows the claim at once, without the hop to a spawner
+        # and its wake-up (~0.5-1 ms of an idle launcher's pickup, docs/performance.md,
+        # "Twenty-third session"). Any run started while another is live or starting goes to
+        # a spawner, so a busy launcher's loop never waits out a spawn.
+        if idle_on_loop and (argv := guardian_argv()) is not None:
+            self._guardian = Guardian(argv)  # its process starts on the first idle spawn
+        self.idle_on_loop = self._remote is not None and self._guardian is not None
+        off_loop = self._remote is None and self._guardian is not None and libcspawn.available()
         if spawn_off_loop and not off_loop:
             raise PermanentExecutorError(
                 "spawning off the event loop needs the guardian and glibc",
@@ -245,13 +265,23 @@ class InlineExecutor:
                 f"run id {spec.run_id!r} cannot name a log file", error_code="invalid_spec"
             )
         guardian = self._guardian
-        if guardian is not None:
+        remote = self._remote
+        if remote is not None and guardian is not None and self._idle():
+            # One turn of the loop first: the first run of a claimed batch finds the executor
+            # idle too, and its siblings, whose tasks run in this turn, go to the spawners; so
+            # does this one then, rather than hold the loop for a spawn while they wait.
+            await asyncio.sleep(0)
+        if remote is not None and (guardian is None or not self._idle()):
+            guardian = None  # a spawner's run: it is the run's guardian
+        elif guardian is not None:
             try:
                 guardian.ensure()  # started lazily; replaced here if it died
             except GuardianError as exc:
-                raise TemporaryExecutorError(
-                    f"cannot guard a new run: {exc}", error_code="spawn_failed"
-                ) from exc
+                if remote is None:
+                    raise TemporaryExecutorError(
+                        f"cannot guard a new run: {exc}", error_code="spawn_failed"
+                    ) from exc
+                guardian = None  # no guardian for an idle spawn: the spawners take the run
         # Params too large for the environment (E2BIG past 128 KiB in one variable) go to files
         # in a private directory; RUNLANE_PARAMS_FILE names the JSON one (the SDK reads it).
         # Per-run paths as plain strings: pathlib joins are slow on the loop thread.
@@ -260,8 +290,8 @@ class InlineExecutor:
         run_env, spilled = split_env(spec.env, params_dir)
         if spilled:
             write_params_dir(Path(params_dir), spilled)
-        if self._remote is not None:
-            return await self._start_remote(self._remote, spec, key, run_env, params_dir, spilled)
+        if remote is not None and guardian is None:
+            return await self._start_remote(remote, spec, key, run_env, params_dir, spilled)
         env = {**self._base_env, **run_env}
         program = spec.command[0]
         if self._setpriv is not None:
@@ -318,6 +348,10 @@ class InlineExecutor:
         self._live[key] = execution
         child.watch()
         return execution
+
+    def _idle(self) -> bool:
+        """Nothing live and no other start under way (this one's is in `_starting`)."""
+        return self._posix_spawn_ok and not self._live and len(self._starting) <= 1
 
     async def _start_remote(
         self,
