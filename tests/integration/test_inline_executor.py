@@ -769,18 +769,52 @@ async def test_the_default_spawns_an_idle_executors_run_on_the_loop_and_a_busy_o
         ex.close()
 
 
-async def test_the_default_gives_an_idle_run_to_a_spawner_when_no_guardian_starts(
-    log_dir: Path, monkeypatch: pytest.MonkeyPatch
+async def test_a_busy_start_replaces_a_guardian_that_died_holding_an_idle_run(
+    log_dir: Path, stray_pids: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An idle spawn needs the guardian; when it cannot start, the run goes to a spawner
-    instead of failing."""
+    """The default mode: the guardian of a run spawned on the loop dies and cannot be replaced
+    at once; a busy executor makes no idle start that would replace it, so the next start (a
+    spawner's) does, and the run is guarded again: the new guardian kills it at its EOF."""
+    ex = InlineExecutor(log_dir)
+    guardian = ex._guardian
+    assert guardian is not None
+    first = await ex.start(make_spec(["sleep", "60"]))
+    pid = int(first.external_id)
+    stray_pids.append(pid)
+    old = guardian.pid
+    assert old is not None
+    real_start = guardian._start
+
+    def refuse() -> None:
+        raise GuardianError("not now")
+
+    monkeypatch.setattr(guardian, "_start", refuse)
+    os.kill(old, signal.SIGKILL)
+    await eventually(lambda: guardian.pid is None, "the guardian's death seen")
+    monkeypatch.setattr(guardian, "_start", real_start)
+    second = await ex.start(make_spec(["sleep", "60"]))
+    stray_pids.append(int(second.external_id))
+    assert isinstance(second.handle, RemoteChild)
+    assert guardian.pid not in (None, old)
+    assert pid in guardian.groups
+    ex.close()  # the guardian's EOF: it kills what it holds
+    eventually_sync(lambda: not alive(pid), f"run {pid} killed by the new guardian", within=10)
+
+
+@pytest.mark.parametrize("refusing", ["ensure", "register"])
+async def test_an_idle_run_goes_to_a_spawner_when_the_guardian_cannot_take_it(
+    log_dir: Path, monkeypatch: pytest.MonkeyPatch, refusing: str
+) -> None:
+    """An idle spawn needs the guardian. When it cannot start (`ensure`), or refuses the run's
+    group (`register`: it died just then; the process spawned for it is killed), the default
+    mode gives the run to a spawner instead of failing it."""
     ex = InlineExecutor(log_dir)
     assert ex._guardian is not None
 
-    def refuse() -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
         raise GuardianError("no guardian today")
 
-    monkeypatch.setattr(ex._guardian, "ensure", refuse)
+    monkeypatch.setattr(ex._guardian, refusing, refuse)
     try:
         execution = await ex.start(make_spec(["true"]))
         assert isinstance(execution.handle, RemoteChild)
@@ -940,28 +974,41 @@ async def test_without_pidfd_a_waiter_thread_reports_the_exit(
     ex.close()
 
 
-@pytest.mark.parametrize("mode", ["thread", "process"])
+@pytest.mark.parametrize("mode", ["thread", "process", "auto"])
 async def test_a_run_starts_like_popen_would_start_it(log_dir: Path, mode: str) -> None:
     # posix_spawn, not Popen: the child still gets SIGPIPE at its default, its own process group,
-    # /dev/null for stdin, and no descriptor of ours, not even one this process inherited.
+    # /dev/null for stdin, and no descriptor of ours, not even one this process inherited. In
+    # the default mode (`auto`: an idle executor's run, spawned on the loop) it is also in a
+    # session of its own, without the launcher's terminal, as a spawner's runs are.
     inherited = os.open(os.devnull, os.O_RDONLY)
     os.set_inheritable(inherited, True)
-    ex = InlineExecutor(log_dir, spawn_process=mode == "process")
+    ex = (
+        InlineExecutor(log_dir)
+        if mode == "auto"
+        else InlineExecutor(log_dir, spawn_process=mode == "process")
+    )
     try:
         script = (
             "grep SigIgn /proc/self/status; ls /proc/self/fd | tr '\\n' ' '; echo; "
-            "ps -o pgid= -p $$; readlink /proc/self/fd/0"
+            "ps -o pgid= -p $$; readlink /proc/self/fd/0; ps -o sid= -p $$"
         )
         execution = await ex.start(make_spec(["sh", "-c", script]))
+        assert isinstance(execution.handle, RemoteChild if mode == "process" else Child)
         outcome = await finish(ex, execution)
         assert outcome.status is RunStatus.SUCCESS
         assert outcome.log_tail is not None
-        sig_ign, fds, pgid, stdin = outcome.log_tail.splitlines()
+        sig_ign, fds, pgid, stdin, sid = outcome.log_tail.splitlines()
         assert not int(sig_ign.split()[1], 16) & (1 << (signal.SIGPIPE - 1))
         # 0-2 and the listing's own descriptor (ls opens /proc/self/fd as 3)
         assert fds.split() == ["0", "1", "2", "3"]
         assert int(pgid) == int(execution.external_id)
         assert stdin == "/dev/null"
+        if mode == "auto":
+            assert int(sid) == int(execution.external_id)  # its own session
+        elif mode == "thread":
+            assert int(sid) == os.getsid(0)  # the launcher's
+        else:
+            assert int(sid) not in (os.getsid(0), int(execution.external_id))  # the spawner's
     finally:
         ex.close()
         os.close(inherited)

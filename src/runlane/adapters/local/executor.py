@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import math
 import os
 import queue
 import select
@@ -17,9 +18,12 @@ import shutil
 import signal
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from functools import partial
 from pathlib import Path
+
+import structlog
 
 from runlane.adapters.files.logfile import BoundedLog, read_log_tail
 from runlane.adapters.files.params import write_params_dir
@@ -44,6 +48,8 @@ from runlane.core.envsplit import split_env
 from runlane.core.runs import EndReason, RunStatus
 from runlane.errors import PermanentExecutorError, TemporaryExecutorError
 from runlane.ports import Execution, ExecutionEvent, ExecutionSpec
+
+log = structlog.get_logger("runlane.inline")
 
 # Spawns on worker threads (with the guardian, glibc's posix_spawn through ctypes; or Popen where
 # there is no posix_spawn): each waits for its child to exec (vfork), so several can be in
@@ -217,7 +223,10 @@ class InlineExecutor:
             setpriv=self._setpriv,
             preexec=self._preexec,
             libc=libcspawn.LibcSpawn(RESTORED_SIGNALS) if off_loop else None,
+            # An idle run spawned on the loop gets what a spawner's would: no terminal.
+            new_session=self.idle_on_loop,
         )
+        self._fallback_logged = -math.inf  # when an idle run last went to a spawner unguarded
         self._spawn = self._spawner.spawn
         self._posix_spawn_ok = self._spawner.posix_spawn_ok
         self._spawn_pool: SpawnThreads | None = None
@@ -272,6 +281,12 @@ class InlineExecutor:
             # does this one then, rather than hold the loop for a spawn while they wait.
             await asyncio.sleep(0)
         if remote is not None and (guardian is None or not self._idle()):
+            if guardian is not None and guardian.groups and guardian.pid is None:
+                # A guardian that died while a run it guards still lives (and could not be
+                # replaced then) is replaced now: a busy executor makes no idle start that
+                # would. That run's group is sent to the new one.
+                with contextlib.suppress(GuardianError):
+                    guardian.ensure()
             guardian = None  # a spawner's run: it is the run's guardian
         elif guardian is not None:
             try:
@@ -281,6 +296,7 @@ class InlineExecutor:
                     raise TemporaryExecutorError(
                         f"cannot guard a new run: {exc}", error_code="spawn_failed"
                     ) from exc
+                self._no_guardian(exc)
                 guardian = None  # no guardian for an idle spawn: the spawners take the run
         # Params too large for the environment (E2BIG past 128 KiB in one variable) go to files
         # in a private directory; RUNLANE_PARAMS_FILE names the JSON one (the SDK reads it).
@@ -336,6 +352,9 @@ class InlineExecutor:
                 proc.wait()
                 os.close(read_fd)
                 log.close()
+                if remote is not None:  # an idle run the guardian lost: a spawner takes it
+                    self._no_guardian(exc)
+                    return await self._start_remote(remote, spec, key, run_env, params_dir, spilled)
                 if spilled:
                     shutil.rmtree(params_dir, ignore_errors=True)
                 raise TemporaryExecutorError(
@@ -348,6 +367,14 @@ class InlineExecutor:
         self._live[key] = execution
         child.watch()
         return execution
+
+    def _no_guardian(self, exc: GuardianError) -> None:
+        """An idle run goes to a spawner because the guardian is not there: said at most once a
+        minute (each such start is slower, not unsafe: the spawner guards the run)."""
+        now = time.monotonic()
+        if now - self._fallback_logged >= 60.0:
+            self._fallback_logged = now
+            log.warning("inline.guardian_unavailable", error=str(exc), spawns="spawner processes")
 
     def _idle(self) -> bool:
         """Nothing live and no other start under way (this one's is in `_starting`)."""

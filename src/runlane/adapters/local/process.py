@@ -367,6 +367,7 @@ class Spawner:
         "_resolved",
         "devnull",
         "log_max_bytes",
+        "new_session",
         "posix_spawn_ok",
         "preexec",
         "setpriv",
@@ -381,8 +382,12 @@ class Spawner:
         setpriv: str | None,
         preexec: Callable[[], None] | None,
         libc: LibcSpawn | None = None,
+        new_session: bool = False,
     ) -> None:
         self.log_max_bytes = log_max_bytes
+        # Each run in a session of its own (no controlling terminal), as a spawner's runs are:
+        # the runs an executor with spawners spawns itself when idle.
+        self.new_session = new_session
         self.tail_bytes = tail_bytes
         self.setpriv = setpriv  # argv is prefixed with `setpriv --pdeathsig KILL --`
         self.preexec = preexec
@@ -424,7 +429,8 @@ class Spawner:
                     stdout=write_fd,
                     stderr=subprocess.STDOUT,
                     env=env,
-                    process_group=0,
+                    process_group=None if self.new_session else 0,
+                    start_new_session=self.new_session,
                     preexec_fn=self.preexec,
                 )
         except OSError as exc:
@@ -455,7 +461,9 @@ class Spawner:
         def spawn(executable: str) -> int:
             if libc is not None:
                 return libc.spawn(executable, argv, env, self.devnull, write_fd)
-            return posix_spawn_run(executable, argv, env, self.devnull, write_fd)
+            return posix_spawn_run(
+                executable, argv, env, self.devnull, write_fd, new_session=self.new_session
+            )
 
         return SpawnedProcess(spawn_found(program, path, self._resolved, spawn))
 

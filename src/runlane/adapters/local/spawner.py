@@ -116,22 +116,34 @@ def find_executable(
 
 
 def posix_spawn_run(
-    executable: str, argv: list[str], env: dict[str, str], stdin_fd: int, output_fd: int
+    executable: str,
+    argv: list[str],
+    env: dict[str, str],
+    stdin_fd: int,
+    output_fd: int,
+    *,
+    new_session: bool = False,
 ) -> int:
-    """A run's process: `os.posix_spawn` (vfork) of `argv` in a new process group, stdin from
-    `stdin_fd`, stdout and stderr to `output_fd`, Python's ignored signals back at their
-    defaults. Returns the pid."""
+    """A run's process: `os.posix_spawn` (vfork) of `argv` in a new process group (with
+    `new_session`, a new session and its group: no controlling terminal, as a spawner's runs
+    have none), stdin from `stdin_fd`, stdout and stderr to `output_fd`, Python's ignored
+    signals back at their defaults. Returns the pid, which is the group's id either way."""
+    file_actions = [
+        (os.POSIX_SPAWN_DUP2, stdin_fd, 0),
+        (os.POSIX_SPAWN_DUP2, output_fd, 1),
+        (os.POSIX_SPAWN_DUP2, output_fd, 2),
+    ]
+    if new_session:  # (setsid and setpgroup together fail: a session leader cannot setpgid)
+        return os.posix_spawn(
+            executable,
+            argv,
+            env,
+            file_actions=file_actions,
+            setsid=True,
+            setsigdef=RESTORED_SIGNALS,
+        )
     return os.posix_spawn(
-        executable,
-        argv,
-        env,
-        file_actions=[
-            (os.POSIX_SPAWN_DUP2, stdin_fd, 0),
-            (os.POSIX_SPAWN_DUP2, output_fd, 1),
-            (os.POSIX_SPAWN_DUP2, output_fd, 2),
-        ],
-        setpgroup=0,
-        setsigdef=RESTORED_SIGNALS,
+        executable, argv, env, file_actions=file_actions, setpgroup=0, setsigdef=RESTORED_SIGNALS
     )
 
 
