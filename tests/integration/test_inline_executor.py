@@ -806,19 +806,32 @@ async def test_an_idle_run_goes_to_a_spawner_when_the_guardian_cannot_take_it(
     log_dir: Path, monkeypatch: pytest.MonkeyPatch, refusing: str
 ) -> None:
     """An idle spawn needs the guardian. When it cannot start (`ensure`), or refuses the run's
-    group (`register`: it died just then; the process spawned for it is killed), the default
-    mode gives the run to a spawner instead of failing it."""
+    group (`register`: it died just then), the default mode gives the run to a spawner instead
+    of failing it; a process spawned for it is killed and reaped, and its group dropped."""
     ex = InlineExecutor(log_dir)
-    assert ex._guardian is not None
+    guardian = ex._guardian
+    assert guardian is not None
+    refused: list[int] = []
 
     def refuse(*args: object, **kwargs: object) -> None:
+        if args and isinstance(args[0], int):  # register(pgid): the group stays in the set
+            refused.append(args[0])
+            guardian.groups.add(args[0])
         raise GuardianError("no guardian today")
 
-    monkeypatch.setattr(ex._guardian, refusing, refuse)
+    monkeypatch.setattr(guardian, refusing, refuse)
     try:
-        execution = await ex.start(make_spec(["true"]))
+        execution = await ex.start(make_spec(["sleep", "60"]))
         assert isinstance(execution.handle, RemoteChild)
-        assert (await finish(ex, execution)).status is RunStatus.SUCCESS
+        if refusing == "register":
+            [pid] = refused
+            assert pid != int(execution.external_id)
+            assert pid not in guardian.groups
+            assert not alive(pid)
+            with pytest.raises(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222 - WNOHANG: reaped already
+        ex.kill_now(execution)
+        assert (await finish(ex, execution)).status is RunStatus.CANCELLED
     finally:
         await asyncio.wait_for(ex.shutdown(grace=0), 10)
         ex.close()
