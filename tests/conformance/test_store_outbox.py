@@ -33,6 +33,19 @@ async def test_an_accept_writes_the_run_command_the_relay_leases(harness: StoreH
     }  # fmt: skip
 
 
+async def test_an_accept_on_the_database_bus_writes_no_run_command(harness: StoreHarness) -> None:
+    """Without the outbox (the database bus) the run row is all an accept writes: no command
+    row, whatever the params' size (none is built for it either)."""
+    store = await harness.make_store()
+    run = new_run("nightly", params={"blob": "x" * 200_000}, trigger=Trigger.CLI)
+    result = await store.accept(run)
+    assert result.created
+    assert result.run.params == {"blob": "x" * 200_000}
+    assert await store.outbox_pending() == 0
+    assert await store.outbox_lease("relay-a", limit=10, lease_seconds=30) == []
+    assert harness.query("SELECT count(*) FROM outbox", {})[0][0] == 0
+
+
 async def test_two_relays_never_lease_the_same_row(harness: StoreHarness) -> None:
     store = await harness.make_store(outbox=True)
     for _ in range(5):

@@ -50,7 +50,9 @@ class PostgresLeases(PostgresConnections):
         params["queue_ttl_seconds"] = new.queue_ttl_seconds
         params["outbox"] = self._outbox
         params["outbox_topic"] = base.OUTBOX_TOPIC_RUN_QUEUED
-        params["outbox_payload"] = base.outbox_payload(new)
+        # Built only for the RabbitMQ bus: on the database bus no outbox row is written, and the
+        # payload (the params again) would be encoded, sent and cast to jsonb for nothing.
+        params["outbox_payload"] = base.outbox_payload(new) if self._outbox else None
         return params
 
     # --- claims ---------------------------------------------------------------------------------
