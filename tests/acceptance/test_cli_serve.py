@@ -152,6 +152,8 @@ def test_serve_runs_on_the_event_loop_runlane_event_loop_names(tmp_path: Path) -
             assert stop(proc) == 0
         logged = (work / "stderr.txt").read_text()
         assert f"event_loop={expected}" in logged, logged
+        # ... and how it spawns inline runs (RUNLANE_INLINE_SPAWN's default on Linux)
+        assert "inline=spawners+idle-loop" in logged, logged
         assert "launcher.stopped" in logged
     bad = runlane("serve", env={**env, "RUNLANE_EVENT_LOOP": "tokio"})
     assert bad.returncode != 0

@@ -136,16 +136,16 @@ def test_the_management_url_is_masked_and_checked() -> None:
 
 
 @pytest.mark.parametrize(
-    ("value", "mode", "off_loop", "idle_on_loop"),
+    ("value", "mode", "off_loop", "idle_on_loop", "spawn_mode"),
     [
-        ("auto", "spawner", False, True),
-        ("process", "spawner", False, False),
-        ("thread", "guardian", True, False),
-        ("loop", "guardian", False, False),
+        ("auto", "spawner", False, True, "spawners+idle-loop"),
+        ("process", "spawner", False, False, "spawners"),
+        ("thread", "guardian", True, False, "threads+guardian"),
+        ("loop", "guardian", False, False, "loop+guardian"),
     ],
 )
 def test_the_launchers_inline_executor_spawns_where_the_setting_says(
-    tmp_path: Path, value: str, mode: str, off_loop: bool, idle_on_loop: bool
+    tmp_path: Path, value: str, mode: str, off_loop: bool, idle_on_loop: bool, spawn_mode: str
 ) -> None:
     from runlane.adapters.local.executor import InlineExecutor
     from runlane.service.wiring import build_executors
@@ -156,6 +156,7 @@ def test_the_launchers_inline_executor_spawns_where_the_setting_says(
     try:
         assert (inline.pdeathsig_mode, inline.spawn_off_loop) == (mode, off_loop)
         assert inline.idle_on_loop is idle_on_loop
+        assert inline.spawn_mode == spawn_mode  # what the launcher's start line says
     finally:
         inline.close()
 

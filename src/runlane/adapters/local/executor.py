@@ -485,6 +485,23 @@ class InlineExecutor:
         if self._remote is not None and not self._live and not self._remote.runs:
             self._remote.close()  # nothing is live there now; the next start starts another
 
+    @property
+    def spawn_mode(self) -> str:
+        """Who spawns the runs and what ends them with the launcher, for the start line:
+        `spawners+idle-loop` (the default on Linux), `spawners`, `threads+guardian`,
+        `loop+guardian`, `loop+setpriv`, `loop+prctl` or `loop` (no parent-death guarantee;
+        `popen` instead of `loop` where os.posix_spawn cannot be used)."""
+        if self._remote is not None:
+            return "spawners+idle-loop" if self.idle_on_loop else "spawners"
+        where = (
+            "threads"
+            if self.spawn_off_loop
+            else "loop"
+            if self._posix_spawn_ok and self._spawn_pool is None
+            else "popen"
+        )
+        return where if self.pdeathsig_mode == "none" else f"{where}+{self.pdeathsig_mode}"
+
     def running_count(self) -> int:
         return len(self._live)
 

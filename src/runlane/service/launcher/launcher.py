@@ -187,6 +187,7 @@ class Launcher:
             executors=sorted(self.executors),
             concurrency=self.settings.concurrency,
             event_loop=_event_loop_name(),
+            inline=getattr(self.executors.get("inline"), "spawn_mode", None),
         )
         self._tasks = [
             asyncio.create_task(self._wakeup_pump(), name="runlane-wakeup"),
