@@ -35,6 +35,7 @@ from runlane.adapters.local.remote import RemoteChild
 from runlane.core.runs import Outcome, RunStatus
 from runlane.errors import PermanentExecutorError
 from runlane.ports import Execution, ExecutionSpec
+from tests.support.scripts import launched
 from tests.support.waiting import eventually, eventually_sync
 
 PY = sys.executable
@@ -641,21 +642,6 @@ async def main():
 
 asyncio.run(main())
 """
-
-
-@contextlib.contextmanager
-def launched(script: str, *args: str) -> Iterator[subprocess.Popen[str]]:
-    """`script` run by its own interpreter with `args`, its stdout piped; killed and reaped on
-    the way out whatever happened."""
-    launcher = subprocess.Popen([PY, "-c", script, *args], stdout=subprocess.PIPE, text=True)
-    try:
-        yield launcher
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
-        if launcher.stdout is not None:
-            launcher.stdout.close()
 
 
 AUTO_LAUNCHER = """

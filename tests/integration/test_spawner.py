@@ -9,7 +9,6 @@ import asyncio
 import os
 import re
 import signal
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +20,7 @@ from runlane.adapters.local.process import Termination
 from runlane.adapters.local.remote import RemoteChild, SpawnerClient
 from runlane.core.runs import EndReason, RunStatus
 from runlane.errors import PermanentExecutorError, TemporaryExecutorError
+from tests.support.scripts import launched
 from tests.support.waiting import eventually, eventually_sync
 
 from .test_inline_executor import alive, command_of, finish, make_spec, python, wait_for_output
@@ -236,10 +236,7 @@ asyncio.run(main())
 
 
 def test_a_launchers_death_ends_its_runs_groups_and_its_spawners(tmp_path: Path) -> None:
-    launcher = subprocess.Popen(
-        [PY, "-c", LAUNCHER, str(tmp_path / "logs")], stdout=subprocess.PIPE, text=True
-    )
-    try:
+    with launched(LAUNCHER, str(tmp_path / "logs")) as launcher:
         assert launcher.stdout is not None
         leader = int(launcher.stdout.readline())
         spawner = parent_of(leader)
@@ -251,12 +248,6 @@ def test_a_launchers_death_ends_its_runs_groups_and_its_spawners(tmp_path: Path)
         launcher.wait(timeout=10)
         for pid, what in ((leader, "run"), (grandchild, "its child"), (spawner, "spawner")):
             eventually_sync(lambda p=pid: not alive(p), f"{what} {pid} gone", within=10)  # type: ignore[misc]
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
-        if launcher.stdout is not None:
-            launcher.stdout.close()
 
 
 async def test_a_start_cancelled_in_the_turn_its_pid_arrives_leaves_no_process(
