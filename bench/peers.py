@@ -41,12 +41,17 @@ The spawn floor (`floor/16 threads`) runs in every repetition too: 16 threads ea
 spawning alone costs this machine now, so `runlane_vs_floor` (runlane's rate over the floor's,
 round by round, then the median) holds when the machine's speed drifts or other work loads it.
 Its CPU a spawn is given whole (`cpu_ms_per_spawn`) and in its parts: the spawning process's
-own (`spawner_cpu_ms_per_spawn`: fork_exec, the wait, Popen's Python) and the `true`s'. The last
-line sets each queue's whole CPU a job (cpu_ms_per_job + jobs_cpu_ms_per_job) beside the floor's
-a spawn, round by round: what is left is the queue's own work beyond spawning, which issue 21's
-"launcher + database CPU a run <= 0.3 ms" budget is about (its 70%-of-the-floor target is 0.72
-ms of spawn plus 0.3 ms of the rest). A runlane spawner's vfork and reaping are spawn work the
-floor pays too, in its own process; launcher_cpu_ms_per_run counts them with the launcher's.
+own (`spawner_cpu_ms_per_spawn`: fork_exec, the wait, Popen's Python) and the `true`s'. The
+"CPU ms a job beyond the floor's" line sets each queue's whole CPU a job (cpu_ms_per_job +
+jobs_cpu_ms_per_job) beside the floor's a spawn, round by round: what is left is the queue's own
+work beyond spawning, which issue 21's "launcher + database CPU a run <= 0.3 ms" budget is about
+(its 70%-of-the-floor target is 0.72 ms of spawn plus 0.3 ms of the rest). A runlane spawner's
+vfork and reaping are spawn work the floor pays too, in its own process; launcher_cpu_ms_per_run
+counts them with the launcher's. The last line says where the machine went while each queue
+ran: its whole CPU a job, the share of the machine's CPU that accounts for at its rate, and the
+share left idle. jobs/s is that share of the cores over the CPU a job, so a queue cheaper a job
+can still be slower if its pipeline leaves the machine idle (runlane against Dramatiq's best,
+issue 21). Each ratio comes with its rounds' range: one round's figure can stray that far.
 
 The peers (bench/_peer_workers.py has how each is set up; `pip install -e ".[peers]"`), each at
 its documented default and at a small sweep (`settings()` lists them; --defaults-only skips the
@@ -721,34 +726,72 @@ def summarise(
         if floor:
             ratios = [ours[i][rate] / floor[i]["spawns_per_s"] for i in ours if i in floor]
             if ratios:
-                lines.append(f"{name}_vs_floor={median(ratios):.3f} ({label}rounds={len(ratios)})")
+                lines.append(
+                    f"{name}_vs_floor={median(ratios):.3f} ({label}rounds={len(ratios)}: "
+                    f"{spread(ratios)})"
+                )
         if best is not None:
             theirs = results[best.tag]
             ratios = [ours[i][rate] / theirs[i][rate] for i in ours if i in theirs]
             if ratios:
                 lines.append(
                     f"{name}_vs_best_peer={median(ratios):.3f} "
-                    f"({label}{best.tag}, rounds={len(ratios)})"
+                    f"({label}{best.tag}, rounds={len(ratios)}: {spread(ratios)})"
                 )
     if best is not None and floor:
         theirs = results[best.tag]
         ratios = [theirs[i][rate] / floor[i]["spawns_per_s"] for i in theirs if i in floor]
         if ratios:
-            lines.append(f"best_peer_vs_floor={median(ratios):.3f}")
+            lines.append(
+                f"best_peer_vs_floor={median(ratios):.3f} (rounds={len(ratios)}: {spread(ratios)})"
+            )
     if lines:
         print("[ratios, median over rounds] " + "  ".join(lines))
+    named = [
+        ("runlane", "runlane/postgres"),
+        ("runlane_best", top if len(mine) >= 2 else None),
+        ("best_peer", best.tag if best is not None else None),
+    ]
     if floor:
-        print(
-            cpu_over_floor(
-                results,
-                floor,
-                [
-                    ("runlane", "runlane/postgres"),
-                    ("runlane_best", top if len(mine) >= 2 else None),
-                    ("best_peer", best.tag if best is not None else None),
-                ],
-            )
+        print(cpu_over_floor(results, floor, named))
+    print(machine_use(results, named))
+
+
+def spread(values: list[float]) -> str:
+    """The rounds' lowest and highest value: how far one round's figure can stray (the
+    machine's speed moves between rounds more than most changes move a figure)."""
+    return f"{min(values):.3f}-{max(values):.3f}"
+
+
+def machine_use(
+    results: dict[str, dict[int, dict[str, float]]], named: list[tuple[str, str | None]]
+) -> str:
+    """Where the machine went while each queue ran, median over rounds: its whole CPU a job
+    (worker + broker + the job's own `true`), the share of the machine's CPU that accounts for
+    at its rate (jobs/s x CPU a job over CPUS cores), and the share left idle. A queue that is
+    cheaper a job but leaves more of the machine idle can still be slower: jobs/s is the
+    counted share times the cores over the CPU a job."""
+    parts = []
+    for name, tag in named:
+        if tag is None or tag not in results:
+            continue
+        rounds = [r for r in results[tag].values() if "jobs_cpu_ms_per_job" in r]
+        if not rounds:
+            continue
+        whole = [r["cpu_ms_per_job"] + r["jobs_cpu_ms_per_job"] for r in rounds]
+        counted = [
+            r["jobs_per_s"] * w / (CPUS * 1000.0) * 100.0
+            for r, w in zip(rounds, whole, strict=True)
+        ]
+        idle = [
+            r["machine_idle_pct"] for r in rounds if r["machine_idle_pct"] == r["machine_idle_pct"]
+        ]
+        idle_text = f"{median(idle):.1f}" if idle else "nan"
+        parts.append(
+            f"{name}={median(whole):.3f} ms a job, {median(counted):.1f}% counted, "
+            f"{idle_text}% idle ({tag})"
         )
+    return "[the machine's CPU while each ran, median over rounds] " + "  ".join(parts)
 
 
 def cpu_over_floor(

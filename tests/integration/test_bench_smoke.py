@@ -167,6 +167,16 @@ def test_peers_bench_runs_every_peer(pg_database: str) -> None:
     )
     assert ratios, proc.stdout[-3000:]
     assert float(ratios.group(1)) > 0, ratios.group(0)
+    # Each ratio with its rounds' range, which holds the median (one round here: all three equal).
+    ranged = re.search(
+        r"^\[ratios, median over rounds\] "
+        r"runlane_vs_floor=(\d+\.\d+) \(rounds=1: (\d+\.\d+)-(\d+\.\d+)\)",
+        proc.stdout,
+        re.MULTILINE,
+    )
+    assert ranged, proc.stdout[-3000:]
+    mid, low, high = map(float, ranged.groups())
+    assert low <= mid <= high, ranged.group(0)
     # The floor's CPU a spawn, apart (the spawning process's and the `true`s'), and what a job
     # cost each queue beyond it.
     floor_cpu = re.search(
@@ -179,9 +189,51 @@ def test_peers_bench_runs_every_peer(pg_database: str) -> None:
     total, own, kids = map(float, floor_cpu.groups())
     assert total == pytest.approx(own + kids, abs=0.011)
     assert kids > 0, floor_cpu.group(0)
+    # Where the machine went: each queue's whole CPU a job, the share of the machine it
+    # accounts for at its rate, and the idle share.
+    for name in ("runlane", "best_peer"):
+        use = re.search(
+            r"^\[the machine's CPU while each ran, median over rounds\] .*"
+            rf"\b{name}=(\d+\.\d+) ms a job, (\d+\.\d+)% counted, (\d+\.\d+|nan)% idle ",
+            proc.stdout,
+            re.MULTILINE,
+        )
+        assert use, proc.stdout[-3000:]
+        whole, counted, idle = use.groups()
+        assert float(whole) > 0, use.group(0)
+        assert float(counted) > 0, use.group(0)
+        assert idle == "nan" or 0 <= float(idle) <= 100, use.group(0)
     assert re.search(
         r"^\[CPU ms a job beyond the floor's \d+\.\d+ ms a spawn, median over rounds\] "
         r"runlane=-?\d+\.\d+ \(runlane/postgres\).* best_peer=-?\d+\.\d+ ",
         proc.stdout,
         re.MULTILINE,
     ), proc.stdout[-3000:]
+
+
+def test_peers_machine_use_is_the_counted_share_of_the_cores() -> None:
+    """peers.py's last line, from figures given to it: a job's whole CPU (the queue's and its
+    `true`'s), times jobs/s over the machine's cores, is the share counted; medians over rounds.
+    Run in a child process: importing the bench sets its environment defaults."""
+    code = (
+        "import sys; sys.path.insert(0, 'bench'); import peers\n"
+        "r = {'q/db': {1: dict(jobs_per_s=1000.0, cpu_ms_per_job=0.2, jobs_cpu_ms_per_job=0.5,"
+        " machine_idle_pct=8.0), 2: dict(jobs_per_s=3000.0, cpu_ms_per_job=0.2,"
+        " jobs_cpu_ms_per_job=0.5, machine_idle_pct=float('nan')),"
+        " 3: dict(jobs_per_s=2000.0, cpu_ms_per_job=0.3, jobs_cpu_ms_per_job=0.5,"
+        " machine_idle_pct=4.0)}}\n"
+        "print(peers.CPUS); print(peers.machine_use(r, [('mine', 'q/db'), ('gone', None)]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=BENCH.parent, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cpus_line, line = proc.stdout.strip().splitlines()
+    cpus = int(cpus_line)
+    # Rounds' counted shares: 1000 x 0.7, 3000 x 0.7, 2000 x 0.8 ms a second over the cores; the
+    # median is 1,600 ms a second. Idle: the rounds that have it (8 and 4), median 6.
+    counted = 1600.0 / (cpus * 1000.0) * 100.0
+    assert line == (
+        "[the machine's CPU while each ran, median over rounds] "
+        f"mine=0.700 ms a job, {counted:.1f}% counted, 6.0% idle (q/db)"
+    ), line
