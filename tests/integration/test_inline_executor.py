@@ -21,6 +21,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from runlane.adapters.files.logfile import follow_log
 from runlane.adapters.local.executor import InlineExecutor, SpawnThreads
@@ -818,6 +819,71 @@ async def test_an_idle_run_goes_to_a_spawner_when_the_guardian_cannot_take_it(
                 os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222 - WNOHANG: reaped already
         ex.kill_now(execution)
         assert (await finish(ex, execution)).status is RunStatus.CANCELLED
+    finally:
+        await asyncio.wait_for(ex.shutdown(grace=0), 10)
+        ex.close()
+
+
+async def test_prepare_starts_the_spawners_and_the_guardian_before_the_first_run(
+    log_dir: Path,
+) -> None:
+    """`prepare` (the launcher's, at its start) starts the helpers the first runs would
+    otherwise wait for; the runs then use those processes, and a second `prepare` starts none."""
+    ex = InlineExecutor(log_dir)
+    try:
+        assert ex.spawner_pids == []
+        assert ex.guardian_pid is None
+        ex.prepare()
+        spawners, guardian = ex.spawner_pids, ex.guardian_pid
+        assert len(spawners) == 2
+        assert guardian is not None
+        assert all(alive(pid) for pid in [*spawners, guardian])
+        ex.prepare()
+        assert (ex.spawner_pids, ex.guardian_pid) == (spawners, guardian)
+        batch = await asyncio.gather(*(ex.start(make_spec(["true"])) for _ in range(3)))
+        assert [type(e.handle) for e in batch] == [RemoteChild] * 3
+        for execution in batch:
+            assert (await finish(ex, execution)).status is RunStatus.SUCCESS
+        await eventually(lambda: ex.running_count() == 0, "the batch forgotten")
+        idle = await ex.start(make_spec(["true"]))
+        assert isinstance(idle.handle, Child)
+        assert (await finish(ex, idle)).status is RunStatus.SUCCESS
+        assert ex._remote is not None
+        assert ex._remote.starts == 2  # the two prepare started, no more
+        assert (ex.spawner_pids, ex.guardian_pid) == (spawners, guardian)
+    finally:
+        await asyncio.wait_for(ex.shutdown(grace=0), 10)
+        ex.close()
+
+
+async def test_prepare_logs_a_helper_that_cannot_start_and_the_first_start_tries_again(
+    log_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`prepare` never raises: a spawner or guardian that cannot start is logged, and the
+    first run that needs it starts it then."""
+    ex = InlineExecutor(log_dir)
+    remote, guardian = ex._remote, ex._guardian
+    assert remote is not None
+    assert guardian is not None
+
+    def refuse() -> None:
+        raise GuardianError("no guardian today")
+
+    monkeypatch.setattr(remote, "argv", [str(tmp_path / "no-such-python")])
+    monkeypatch.setattr(guardian, "ensure", refuse)
+    try:
+        with capture_logs() as entries:
+            ex.prepare()
+        failed = [e for e in entries if e["event"] == "inline.prepare_failed"]
+        assert [e["helper"] for e in failed] == ["spawners", "guardian"]
+        assert "no-such-python" in failed[0]["error"]
+        assert failed[1]["error"] == "no guardian today"
+        assert ex.spawner_pids == []
+        monkeypatch.undo()
+        batch = await asyncio.gather(*(ex.start(make_spec(["true"])) for _ in range(2)))
+        assert len(ex.spawner_pids) == 2
+        for execution in batch:
+            assert (await finish(ex, execution)).status is RunStatus.SUCCESS
     finally:
         await asyncio.wait_for(ex.shutdown(grace=0), 10)
         ex.close()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from runlane.catalog import Catalog
+from runlane.catalog import Catalog, load_catalog
 from runlane.core.runs import RunStatus, Trigger
 from runlane.errors import PermanentExecutorError, TemporaryExecutorError
 from runlane.ports import Delivery, Execution, ExecutionSpec, OutboxMessage, RunFilter, Store
@@ -310,5 +310,70 @@ async def test_a_run_taken_over_by_its_own_launcher_is_left_to_the_newer_supervi
         assert (await store.get_run(run_id)).status == RunStatus.SUCCESS
         assert [c.run_id for c in executor.calls_to("stop_following")] == [run_id]
         assert [c.method for c in executor.calls_to("reattach")] == ["reattach"]
+    finally:
+        await running.stop()
+
+
+class OrderedPrepare(ScriptedExecutor):
+    """A scripted executor that notes how many starts it had seen when it was prepared."""
+
+    starts_before_prepare: int | None = None
+
+    def prepare(self) -> None:
+        super().prepare()
+        self.starts_before_prepare = len(self.calls_to("start"))
+
+
+POD_ONLY = """
+version: 1
+defaults: {executor: pod, overlap: allow, max_attempts: 1, deadline: 1m}
+jobs:
+  on-a-cluster: {command: ["true"]}
+"""
+
+
+@pytest.mark.parametrize(
+    ("catalog_text", "configured", "prepared"),
+    [
+        # The conftest catalog: inline jobs and one pod job; no job runs on Slurm.
+        (None, ["inline", "pod", "slurm"], ["inline", "pod"]),
+        (POD_ONLY, ["inline", "pod"], ["pod"]),
+        # No cluster configured: the pod job runs inline, so inline is prepared for it.
+        (POD_ONLY, ["inline"], ["inline"]),
+    ],
+)
+async def test_the_launcher_prepares_the_executors_its_jobs_run_on_before_its_first_claim(
+    store: Store,
+    catalog: Catalog,
+    settings: Settings,
+    tmp_path: Path,
+    catalog_text: str | None,
+    configured: list[str],
+    prepared: list[str],
+) -> None:
+    if catalog_text is not None:
+        path = tmp_path / "pod-only.yaml"
+        path.write_text(catalog_text)
+        catalog = load_catalog(path)
+    job = next(iter(catalog.jobs))
+    # Due before the launcher starts; accepted where the same executors are configured.
+    request = RunRequest(job=job, trigger=Trigger.CLI)
+    accepted = await accept_run(store, catalog, request, available_executors=configured)
+    queued = accepted.run.id
+    executors = {name: OrderedPrepare(name=name) for name in configured}
+    events = Events()
+    launcher = Launcher(
+        store=store, catalog=catalog, executors=dict(executors), settings=settings, hook=events
+    )
+    running = Running(launcher, asyncio.create_task(launcher.run()), events)
+    try:
+        await events.wait("finished", queued)
+        assert sorted(n for n, ex in executors.items() if ex.prepared) == prepared
+        for name in prepared:
+            assert executors[name].prepared == 1
+            assert executors[name].starts_before_prepare == 0  # before the queued run's start
+        started_on = [n for n, ex in executors.items() if ex.calls_to("start")]
+        assert len(started_on) == 1
+        assert started_on[0] in prepared
     finally:
         await running.stop()

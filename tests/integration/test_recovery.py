@@ -566,6 +566,9 @@ class SlowStart:
     def stop_following(self, execution: Execution) -> None:
         self.inner.stop_following(execution)
 
+    def prepare(self) -> None:
+        self.inner.prepare()
+
 
 async def run_slowly_started(
     store: Store, catalog: Catalog, settings: Settings, slow: type[SlowStart]

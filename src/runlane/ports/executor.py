@@ -69,6 +69,10 @@ class Executor(Protocol):
       another launcher, or its supervision ended before its events were read): whatever the
       executor holds for it (watch subscriptions, polls, caches) goes; the execution itself is
       left as it is. Idempotent, and a no-op for an execution whose events already ended.
+    - `prepare` starts what the executor needs before its first run (an inline executor's
+      spawner processes and guardian), so the first runs do not wait for it. Called from the
+      event loop when the launcher starts, before its first claim. Never raises: what cannot
+      start now is logged and left to the first `start`, which tries again and reports it.
     """
 
     name: str
@@ -84,3 +88,5 @@ class Executor(Protocol):
     async def logs(self, execution: Execution, *, tail_bytes: int = 65536) -> str: ...
 
     def stop_following(self, execution: Execution) -> None: ...
+
+    def prepare(self) -> None: ...

@@ -90,6 +90,7 @@ class ScriptedExecutor:
     default: Script = field(default_factory=Script)
     name: str = "scripted"
     calls: list[Call] = field(default_factory=list, init=False)
+    prepared: int = field(default=0, init=False)  # `prepare` calls (the launcher's, at its start)
     _by_run: dict[str, Script] = field(default_factory=dict, init=False)
     _by_job: dict[str, Script] = field(default_factory=dict, init=False)
     _live: dict[tuple[str, int], _Live] = field(default_factory=dict, init=False)
@@ -177,6 +178,9 @@ class ScriptedExecutor:
 
     def stop_following(self, execution: Execution) -> None:
         self.calls.append(Call("stop_following", execution.run_id, execution.attempt))
+
+    def prepare(self) -> None:
+        self.prepared += 1
 
     async def cancel(self, execution: Execution, *, grace: float) -> None:
         live = self._of(execution)

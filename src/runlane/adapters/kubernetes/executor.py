@@ -430,6 +430,10 @@ class PodExecutor:
             watch.unsubscribe(run.name)
             self._runs.pop((run.spec.run_id, run.spec.attempt), None)
 
+    def prepare(self) -> None:
+        """Nothing to start ahead: the API client connects, and the RBAC check runs, on the
+        first pod run (they need the namespace it runs in)."""
+
     def stop_following(self, execution: Execution) -> None:
         """Stop following the run (the Job is left running): its watch subscription and its
         entry go, as when `events` ends."""

@@ -302,6 +302,9 @@ class SlurmExecutor:
             if run.outcome is not None:
                 self._forget(run)
 
+    def prepare(self) -> None:
+        """Nothing to start ahead: each submission is a command of its own."""
+
     def stop_following(self, execution: Execution) -> None:
         """Stop following the job (it is left as it is): out of the shared poll. Its spilled
         params stay: a job still pending reads them when it starts."""

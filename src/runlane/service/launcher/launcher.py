@@ -189,6 +189,9 @@ class Launcher:
             event_loop=_event_loop_name(),
             inline=getattr(self.executors.get("inline"), "spawn_mode", None),
         )
+        # First: the executors' helper processes start up while the launcher's other loops and
+        # its first heartbeat do.
+        self._prepare_executors()
         self._tasks = [
             asyncio.create_task(self._wakeup_pump(), name="runlane-wakeup"),
             asyncio.create_task(self._finisher.run(), name="runlane-finisher"),
@@ -209,6 +212,20 @@ class Launcher:
             await self._consume_loop()
         finally:
             await self._shutdown()
+
+    def _prepare_executors(self) -> None:
+        """Before the first claim, start what the executors this catalog's jobs run on need
+        (an inline executor's spawner processes and guardian), so the first runs do not wait for
+        it. A job whose executor is not configured here runs inline (a pod job without a
+        cluster), so inline counts for it; an executor no job uses starts nothing."""
+        used: set[str] = set()
+        for job in self.catalog.jobs:
+            wanted = self.catalog.resolve(job).executor
+            used.add(wanted if wanted in self.executors else "inline")
+        for name in sorted(used):
+            executor = self.executors.get(name)
+            if executor is not None:
+                executor.prepare()
 
     async def _retry_repairs_now(self) -> None:
         """Runs a launcher kept for repair because it did not know their job (its catalog was
