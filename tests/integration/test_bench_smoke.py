@@ -38,6 +38,12 @@ CASES = [
         "--quick",
         r"http on median of 1\] runs_per_s=\d+(.|\n)*RSS median of 1=\d+\.\d+ MiB",
     ),
+    (
+        "first_runs.py",
+        "--quick",
+        r"\[prepare=on median of 1\] backlog of 8: first started \d+\.\d+ ms(.|\n)*"
+        r"\[prepare=off median of 1\] .*busy: claimed -> started \d+\.\d+ ms",
+    ),
     ("gil_spawn.py", "--spawns 40 --repeat 1 --threads 1,2", r"ctypes +2 +\d+ +\d+\.\d+"),
     ("inline_executor.py", "--runs 50 --repeat 1", r"cpu_ms_per_run=\d+\.\d+"),
     (
