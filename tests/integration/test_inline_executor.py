@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import gc
 import os
 import signal
@@ -884,6 +885,51 @@ async def test_prepare_logs_a_helper_that_cannot_start_and_the_first_start_tries
         assert len(ex.spawner_pids) == 2
         for execution in batch:
             assert (await finish(ex, execution)).status is RunStatus.SUCCESS
+        assert ex.guardian_pid is None
+        await eventually(lambda: ex.running_count() == 0, "the batch forgotten")
+        idle = await ex.start(make_spec(["true"]))  # an idle start: the guardian's
+        assert isinstance(idle.handle, Child)
+        assert ex.guardian_pid is not None
+        assert (await finish(ex, idle)).status is RunStatus.SUCCESS
+    finally:
+        await asyncio.wait_for(ex.shutdown(grace=0), 10)
+        ex.close()
+
+
+async def test_prepare_at_the_descriptor_limit_logs_it_and_leaks_no_descriptor(
+    log_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pipes a helper needs failing (EMFILE) are a helper that cannot start, not an error
+    out of `prepare`; a spawner whose second pipe failed closes its first."""
+    ex = InlineExecutor(log_dir)
+    real_pipe2 = os.pipe2
+    calls = 0
+
+    def second_pipe2_fails(flags: int) -> tuple[int, int]:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        return real_pipe2(flags)
+
+    def pipe_fails() -> tuple[int, int]:
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+    try:
+        before = open_fds()
+        monkeypatch.setattr(os, "pipe2", second_pipe2_fails)
+        monkeypatch.setattr(os, "pipe", pipe_fails)
+        with capture_logs() as entries:
+            ex.prepare()
+        monkeypatch.undo()
+        assert open_fds() == before
+        failed = [e for e in entries if e["event"] == "inline.prepare_failed"]
+        assert [e["helper"] for e in failed] == ["spawners", "guardian"]
+        assert all("Too many open files" in e["error"] for e in failed), failed
+        assert (ex.spawner_pids, ex.guardian_pid) == ([], None)
+        ex.prepare()  # the limit gone: both start
+        assert len(ex.spawner_pids) == 2
+        assert ex.guardian_pid is not None
     finally:
         await asyncio.wait_for(ex.shutdown(grace=0), 10)
         ex.close()

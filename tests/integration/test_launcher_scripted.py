@@ -12,6 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from runlane.catalog import Catalog, load_catalog
 from runlane.core.runs import RunStatus, Trigger
@@ -314,14 +315,35 @@ async def test_a_run_taken_over_by_its_own_launcher_is_left_to_the_newer_supervi
         await running.stop()
 
 
-class OrderedPrepare(ScriptedExecutor):
-    """A scripted executor that notes how many starts it had seen when it was prepared."""
+class ClaimCounting:
+    """A store that counts the launcher's claims and passes everything through."""
 
-    starts_before_prepare: int | None = None
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self.claims = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    async def claim(self, *args: object, **kwargs: object) -> object:
+        self.claims += 1
+        return await self.inner.claim(*args, **kwargs)  # type: ignore[arg-type]
+
+
+class OrderedPrepare(ScriptedExecutor):
+    """A scripted executor that notes how many claims the launcher had made when it was
+    prepared (and can be told to break its `prepare` contract)."""
+
+    store: ClaimCounting | None = None
+    claims_before_prepare: int | None = None
+    raises: bool = False
 
     def prepare(self) -> None:
         super().prepare()
-        self.starts_before_prepare = len(self.calls_to("start"))
+        assert self.store is not None
+        self.claims_before_prepare = self.store.claims
+        if self.raises:
+            raise RuntimeError("a prepare that breaks the port's contract")
 
 
 POD_ONLY = """
@@ -331,15 +353,21 @@ jobs:
   on-a-cluster: {command: ["true"]}
 """
 
+SLURM_ONLY = POD_ONLY.replace("executor: pod", "executor: slurm")
+
 
 @pytest.mark.parametrize(
-    ("catalog_text", "configured", "prepared"),
+    ("catalog_text", "configured", "prepared", "pod_fallback"),
     [
         # The conftest catalog: inline jobs and one pod job; no job runs on Slurm.
-        (None, ["inline", "pod", "slurm"], ["inline", "pod"]),
-        (POD_ONLY, ["inline", "pod"], ["pod"]),
-        # No cluster configured: the pod job runs inline, so inline is prepared for it.
-        (POD_ONLY, ["inline"], ["inline"]),
+        (None, ["inline", "pod", "slurm"], ["inline", "pod"], "inline"),
+        (POD_ONLY, ["inline", "pod"], ["pod"], "inline"),
+        # No cluster configured: the pod job runs inline, so inline is prepared for it ...
+        (POD_ONLY, ["inline"], ["inline"], "inline"),
+        # ... unless pod jobs without a cluster are refused: nothing runs inline then.
+        (POD_ONLY, ["inline"], [], "refuse"),
+        # No Slurm configured: the Slurm job runs inline.
+        (SLURM_ONLY, ["inline", "pod"], ["inline"], "inline"),
     ],
 )
 async def test_the_launcher_prepares_the_executors_its_jobs_run_on_before_its_first_claim(
@@ -350,30 +378,80 @@ async def test_the_launcher_prepares_the_executors_its_jobs_run_on_before_its_fi
     catalog_text: str | None,
     configured: list[str],
     prepared: list[str],
+    pod_fallback: str,
 ) -> None:
     if catalog_text is not None:
-        path = tmp_path / "pod-only.yaml"
+        path = tmp_path / "one-job.yaml"
         path.write_text(catalog_text)
         catalog = load_catalog(path)
-    job = next(iter(catalog.jobs))
-    # Due before the launcher starts; accepted where the same executors are configured.
-    request = RunRequest(job=job, trigger=Trigger.CLI)
-    accepted = await accept_run(store, catalog, request, available_executors=configured)
-    queued = accepted.run.id
+    settings = replace(settings, pod_fallback=pod_fallback)
+    counting = ClaimCounting(store)
     executors = {name: OrderedPrepare(name=name) for name in configured}
+    for executor in executors.values():
+        executor.store = counting
     events = Events()
     launcher = Launcher(
-        store=store, catalog=catalog, executors=dict(executors), settings=settings, hook=events
+        store=counting,  # type: ignore[arg-type]
+        catalog=catalog,
+        executors=dict(executors),
+        settings=settings,
+        hook=events,
     )
     running = Running(launcher, asyncio.create_task(launcher.run()), events)
     try:
-        await events.wait("finished", queued)
+        await eventually(lambda: counting.claims > 0, "the launcher's first claim")
         assert sorted(n for n, ex in executors.items() if ex.prepared) == prepared
         for name in prepared:
             assert executors[name].prepared == 1
-            assert executors[name].starts_before_prepare == 0  # before the queued run's start
+            assert executors[name].claims_before_prepare == 0
+        if pod_fallback == "refuse":
+            return
+        # A run of the job goes to a prepared executor.
+        job = next(iter(catalog.jobs))
+        request = RunRequest(job=job, trigger=Trigger.CLI)
+        accepted = await accept_run(store, catalog, request, available_executors=configured)
+        await events.wait("finished", accepted.run.id)
         started_on = [n for n, ex in executors.items() if ex.calls_to("start")]
-        assert len(started_on) == 1
+        assert started_on == [accepted.run.executor]
         assert started_on[0] in prepared
     finally:
         await running.stop()
+
+
+async def test_a_launcher_starts_with_no_job_and_with_an_executor_whose_prepare_raises(
+    store: Store, catalog: Catalog, settings: Settings, tmp_path: Path
+) -> None:
+    """An empty catalog prepares nothing; an executor whose `prepare` raises (against the
+    port's contract) is logged, and the launcher starts and runs its runs all the same."""
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("version: 1\njobs: {}\n")
+    counting = ClaimCounting(store)
+    idle = OrderedPrepare(name="inline")
+    idle.store = counting
+    launcher = Launcher(
+        store=counting,  # type: ignore[arg-type]
+        catalog=load_catalog(empty),
+        executors={"inline": idle},
+        settings=settings,
+        hook=Events(),
+    )
+    running = Running(launcher, asyncio.create_task(launcher.run()), Events())
+    try:
+        await eventually(lambda: counting.claims > 0, "the launcher's first claim")
+        assert idle.prepared == 0
+    finally:
+        await running.stop()
+
+    broken = OrderedPrepare(name="inline")
+    broken.store, broken.raises = counting, True
+    with capture_logs() as entries:
+        running = start_launcher(counting, catalog, settings, broken)  # type: ignore[arg-type]
+        try:
+            run_id = await accept(store, catalog, "hello")
+            await running.events.wait("finished", run_id)
+        finally:
+            await running.stop()
+    assert broken.prepared == 1
+    assert (await store.get_run(run_id)).status is RunStatus.SUCCESS
+    failed = [e for e in entries if e["event"] == "launcher.prepare_failed"]
+    assert [e["executor"] for e in failed] == ["inline"]

@@ -210,3 +210,17 @@ async def test_an_execution_no_longer_followed_is_left_running(harness: Executor
     await ex.cancel(found, grace=0)
     assert outcome_of(await all_events(ex, found)).status == RunStatus.CANCELLED
     assert harness.starts(spec) == 1
+
+
+async def test_prepare_never_raises_starts_nothing_twice_and_runs_start_after_it(
+    harness: ExecutorHarness,
+) -> None:
+    """`prepare` (the launcher's, as it starts) is safe to call again, and a run started after
+    it behaves as any other."""
+    ex = harness.executor
+    ex.prepare()
+    ex.prepare()
+    spec = harness.make_spec(Behaviour(exit_code=0))
+    outcome = outcome_of(await all_events(ex, await ex.start(spec)))
+    assert (outcome.status, outcome.exit_code) == (RunStatus.SUCCESS, 0)
+    assert harness.starts(spec) == 1

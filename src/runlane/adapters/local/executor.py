@@ -376,15 +376,17 @@ class InlineExecutor:
         again and reports it on the run."""
         if self._closed:
             return
+        # OSError: SpawnerError and GuardianError are ones, and so is what the pipes and fcntl
+        # raise on the way (EMFILE at the descriptor limit).
         if self._remote is not None:
             try:
                 self._remote.ensure()
-            except SpawnerError as exc:
+            except OSError as exc:
                 log.warning("inline.prepare_failed", helper="spawners", error=str(exc))
         if self._guardian is not None:
             try:
                 self._guardian.ensure()
-            except GuardianError as exc:
+            except OSError as exc:
                 log.warning("inline.prepare_failed", helper="guardian", error=str(exc))
 
     def _no_guardian(self, exc: GuardianError) -> None:

@@ -326,7 +326,10 @@ class Guardian:
         import subprocess
         import weakref
 
-        rfd, wfd = os.pipe()
+        try:
+            rfd, wfd = os.pipe()
+        except OSError as exc:
+            raise GuardianError(f"cannot start the guardian process: {exc}") from exc
         try:
             popen = subprocess.Popen(
                 [*self.argv, str(os.getpid())],

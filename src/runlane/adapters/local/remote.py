@@ -367,8 +367,16 @@ class SpawnerClient:
                 f"{_START_WINDOW_SECONDS:g}s"
             )
         loop = asyncio.get_running_loop()
-        cmd_r, cmd_w = os.pipe2(os.O_CLOEXEC)
-        rep_r, rep_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            cmd_r, cmd_w = os.pipe2(os.O_CLOEXEC)
+        except OSError as exc:
+            raise SpawnerError(f"cannot start the spawner process: {exc}") from exc
+        try:
+            rep_r, rep_w = os.pipe2(os.O_CLOEXEC)
+        except OSError as exc:
+            os.close(cmd_r)
+            os.close(cmd_w)
+            raise SpawnerError(f"cannot start the spawner process: {exc}") from exc
         try:
             popen = subprocess.Popen(
                 self.argv or spawner_argv(),

@@ -217,15 +217,26 @@ class Launcher:
         """Before the first claim, start what the executors this catalog's jobs run on need
         (an inline executor's spawner processes and guardian), so the first runs do not wait for
         it. A job whose executor is not configured here runs inline (a pod job without a
-        cluster), so inline counts for it; an executor no job uses starts nothing."""
+        cluster, unless RUNLANE_POD_FALLBACK=refuse), as `accept.choose_executor` decides, so
+        inline counts for it; an executor no job uses starts nothing. Runs are claimed by the
+        executor their row names, so a run accepted where fewer executors were configured (or
+        under an older catalog) may still need one not prepared here: it starts it then, as
+        before. Never raises: the launcher starts whatever an executor's `prepare` does."""
         used: set[str] = set()
         for job in self.catalog.jobs:
             wanted = self.catalog.resolve(job).executor
-            used.add(wanted if wanted in self.executors else "inline")
+            if wanted in self.executors:
+                used.add(wanted)
+            elif not (wanted == "pod" and self.settings.pod_fallback == "refuse"):
+                used.add("inline")
         for name in sorted(used):
             executor = self.executors.get(name)
-            if executor is not None:
+            if executor is None:
+                continue
+            try:
                 executor.prepare()
+            except Exception:  # the port says it never raises; a launcher must start anyway
+                log.exception("launcher.prepare_failed", executor=name)
 
     async def _retry_repairs_now(self) -> None:
         """Runs a launcher kept for repair because it did not know their job (its catalog was
