@@ -144,3 +144,49 @@ async def test_large_params_without_a_scheduling_delay(kube: KubeFake) -> None:
         assert outcome.status == RunStatus.SUCCESS, outcome
     finally:
         await executor.aclose()
+
+
+class HeldList:
+    """An API whose list answers only when released, with the page the test sets by then."""
+
+    def __init__(self) -> None:
+        self.sent = asyncio.Event()
+        self.release = asyncio.Event()
+        self.page: dict[str, object] = {}
+
+    async def request(self, method: str, path: str, **kwargs: object) -> dict[str, object]:
+        self.sent.set()
+        await self.release.wait()
+        return self.page
+
+
+def job_at(name: str, version: str) -> dict[str, object]:
+    return {"metadata": {"name": name, "resourceVersion": version, "uid": f"uid-{name}"}}
+
+
+@pytest.mark.parametrize(
+    ("seeded_at", "listed_at", "kept"),
+    [
+        ("5", "7", False),  # it existed at the list's version and the list has it not: deleted
+        ("9", "7", True),  # created after the list's snapshot: the watch's ADDED follows
+        ("7", "7", False),
+        ("a5", "7", True),  # versions that are not revisions are never compared
+    ],
+)
+async def test_a_job_seeded_while_a_list_is_in_flight_is_dropped_if_the_list_saw_it_deleted(
+    seeded_at: str, listed_at: str, kept: bool
+) -> None:
+    """A Job created (and seeded into the cache) while the watch's list was in flight, then
+    deleted before the server took the list's snapshot: the list has it not, and the watch's
+    events start after the snapshot, so nothing else would ever remove it (the run's deletion
+    would go unseen until the next relist, minutes later)."""
+    api = HeldList()
+    watch = NamespaceWatch(api, NS)  # type: ignore[arg-type]
+    listing = asyncio.create_task(watch._list("jobs", "/jobs"))
+    await asyncio.wait_for(api.sent.wait(), 5)
+    watch.seed(job_at("seeded", seeded_at))
+    api.page = {"items": [job_at("listed", "6")], "metadata": {"resourceVersion": listed_at}}
+    api.release.set()
+    assert await asyncio.wait_for(listing, 5) == listed_at
+    assert watch.job("listed") is not None
+    assert (watch.job("seeded") is not None) is kept

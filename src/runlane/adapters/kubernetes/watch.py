@@ -90,6 +90,20 @@ def _compact(value: Any) -> Any:
     return value
 
 
+def _revision(version: object) -> int | None:
+    """A resourceVersion as the etcd revision it is on API servers backed by etcd (and on
+    `runlane.testing.kube`); None for any other form, which is then never compared."""
+    if isinstance(version, str) and version.isdigit():
+        return int(version)
+    return None
+
+
+def _existed_at(obj: Json, listed: int | None) -> bool:
+    """Whether `obj`'s own version is at or before a list's (both etcd revisions)."""
+    own = _revision(_meta(obj).get("resourceVersion"))
+    return listed is not None and own is not None and own <= listed
+
+
 def _is_final(obj: Json) -> bool:
     """A pod that succeeded or failed, or a Job that completed or failed."""
     status = obj.get("status")
@@ -404,8 +418,13 @@ class NamespaceWatch:
                 seen.add(name)
                 self._store(kind, name, obj, seq, slimmed=True)
         del pages
+        listed = _revision(version)
         for name, entry in list(state.entries.items()):
-            if name not in seen and entry.seq < seq:
+            # An entry stored under this list's generation was seeded while the list was in
+            # flight, so maybe created after its snapshot: kept, unless it already existed at the
+            # snapshot's version and the list has it not. Then it was deleted before the list was
+            # taken, and no watch event (they start after that version) will say so.
+            if name not in seen and (entry.seq < seq or _existed_at(entry.obj, listed)):
                 self._remove(kind, name, entry.obj)
         state.available = True
         state.synced.set()
