@@ -298,18 +298,22 @@ async def test_the_database_bus_retries_turning_facts_off_until_it_lands(
     await store.set_bus_facts(True)  # the database was on the RabbitMQ bus before
     real = store.set_bus_facts
     calls: list[bool] = []
+    landed: list[bool] = []
 
     async def flaky(enabled: bool) -> None:
         calls.append(enabled)
         if len(calls) == 1:
             raise DatabaseUnavailable("the database went away")
         await real(enabled)
+        landed.append(enabled)
 
     monkeypatch.setattr(store, "set_bus_facts", flaky)
     with structlog.testing.capture_logs() as logs:
         start_launcher()
-        await eventually(lambda: len(calls) >= 2, "a second try")
+        # Landed, not only tried: the event below must come after facts are off.
+        await eventually(lambda: landed, "a second try that lands")
     assert calls[:2] == [False, False]
+    assert landed == [False]
     assert any(e["event"] == "launcher.bus_facts_unset" for e in logs)
     fact = EventFact("runlane://events")
     await store.record_event("after", "some.key", {}, fact=fact)
