@@ -367,16 +367,15 @@ class SpawnerClient:
                 f"{_START_WINDOW_SECONDS:g}s"
             )
         loop = asyncio.get_running_loop()
+        fds: list[int] = []
         try:
-            cmd_r, cmd_w = os.pipe2(os.O_CLOEXEC)
+            for _ in range(2):  # its commands, its reports
+                fds.extend(os.pipe2(os.O_CLOEXEC))
         except OSError as exc:
+            for fd in fds:  # a second pipe that failed leaves the first one open
+                os.close(fd)
             raise SpawnerError(f"cannot start the spawner process: {exc}") from exc
-        try:
-            rep_r, rep_w = os.pipe2(os.O_CLOEXEC)
-        except OSError as exc:
-            os.close(cmd_r)
-            os.close(cmd_w)
-            raise SpawnerError(f"cannot start the spawner process: {exc}") from exc
+        cmd_r, cmd_w, rep_r, rep_w = fds
         try:
             popen = subprocess.Popen(
                 self.argv or spawner_argv(),

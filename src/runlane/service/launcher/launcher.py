@@ -29,8 +29,9 @@ import structlog
 
 from runlane.catalog import Catalog
 from runlane.core.runs import AcceptResult
-from runlane.errors import DatabaseUnavailable, StoreError
+from runlane.errors import DatabaseUnavailable, RunRefused, StoreError
 from runlane.ports import BrokerBus, Bus, Executor, Store, Wakeups
+from runlane.service.accept import choose_executor
 from runlane.service.alerts.engine import AlertEngine, DlqDepth
 from runlane.service.alerts.targets import Target, build_targets, close_targets
 from runlane.service.config import Settings
@@ -216,25 +217,24 @@ class Launcher:
     def _prepare_executors(self) -> None:
         """Before the first claim, start what the executors this catalog's jobs run on need
         (an inline executor's spawner processes and guardian), so the first runs do not wait for
-        it. A job whose executor is not configured here runs inline (a pod job without a
-        cluster, unless RUNLANE_POD_FALLBACK=refuse), as `accept.choose_executor` decides, so
-        inline counts for it; an executor no job uses starts nothing. Runs are claimed by the
-        executor their row names, so a run accepted where fewer executors were configured (or
-        under an older catalog) may still need one not prepared here: it starts it then, as
+        it. Each job counts for the executor an accept here would give its runs
+        (`choose_executor`: a pod job without a cluster runs inline, unless
+        RUNLANE_POD_FALLBACK=refuse); an executor no job uses starts nothing. Runs are claimed
+        by the executor their row names, so a run accepted where fewer executors were configured
+        (or under an older catalog) may still need one not prepared here: it starts it then, as
         before. Never raises: the launcher starts whatever an executor's `prepare` does."""
         used: set[str] = set()
         for job in self.catalog.jobs:
-            wanted = self.catalog.resolve(job).executor
-            if wanted in self.executors:
-                used.add(wanted)
-            elif not (wanted == "pod" and self.settings.pod_fallback == "refuse"):
-                used.add("inline")
-        for name in sorted(used):
-            executor = self.executors.get(name)
-            if executor is None:
-                continue
             try:
-                executor.prepare()
+                name, _ = choose_executor(
+                    self.catalog.resolve(job), self.executors, self.settings.pod_fallback
+                )
+            except RunRefused:
+                continue  # no executor here takes its runs
+            used.add(name)
+        for name in sorted(used):
+            try:
+                self.executors[name].prepare()
             except Exception:  # the port says it never raises; a launcher must start anyway
                 log.exception("launcher.prepare_failed", executor=name)
 
