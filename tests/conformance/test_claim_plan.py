@@ -35,6 +35,15 @@ CLAIM_ARGS: dict[str, Any] = {
     "executors": ("inline",),
     "executor_caps": {},
 }
+# claim_fast's parameters as the store passes them for such a claim.
+CLAIM_FAST_PARAMS: dict[str, Any] = {
+    "now": None,
+    "executors": ["inline"],
+    "capped": [],
+    "limit": LIMIT,
+    "owner": "L1",
+    "ttl": 30.0,
+}
 
 
 def _nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -69,14 +78,7 @@ async def test_a_claim_reads_only_the_runs_it_takes(harness: StoreHarness) -> No
     # No ANALYZE: the statistics are whatever autovacuum left (here: those of an empty table),
     # the case where the planner once chose to read and sort the whole backlog. The plan is read
     # on a connection set up as the store sets up its claim connection (`claim_session`).
-    params = {
-        "now": None,
-        "executors": ["inline"],
-        "capped": [],
-        "limit": LIMIT,
-        "owner": "L1",
-        "ttl": 30.0,
-    }
+    params = CLAIM_FAST_PARAMS
     with psycopg.connect(harness.location) as conn:
         conn.execute(PG_QUERIES["claim_session"])
         rows = conn.execute(
@@ -172,6 +174,70 @@ async def test_finishing_and_renewing_find_runs_by_primary_key(harness: StoreHar
                 if n.get("Relation Name") == "run_log" and n["Node Type"] != "ModifyTable"
             )
             assert pages <= 6 * LIMIT, (name, pages)
+
+
+async def test_a_claims_update_finds_the_taken_runs_by_primary_key_with_stale_statistics(
+    harness: StoreHarness,
+) -> None:
+    """The statistics are taken while nothing is queued (autovacuum's ANALYZE on a quiet day),
+    then a backlog builds up (an outage, a fan-out). The planner then thinks `status = 'queued'`
+    matches one row, and claim_fast's update, joined with its candidates and testing `status =
+    'queued'`, read every queued run through run_log_status_queued_idx and compared each with
+    every candidate: O(backlog x batch) per claim (0.6 s for a batch of 64 with 50,000 queued
+    over 200,000 finished). The update and the two-step claim's must read the taken runs alone,
+    by primary key."""
+    if harness.dialect == "sqlite":
+        return
+    store = harness.store
+    for _ in range(HISTORY):
+        await store.accept(new_run())
+    for _ in range(HISTORY // 100):
+        taken = await claim_all(store, limit=100)
+        await store.finish_many([FinishRequest(c.lease, SUCCESS) for c in taken])
+    with psycopg.connect(harness.location, autocommit=True) as conn:
+        # Nothing analyzes the table behind the test's back; the statistics say: all finished.
+        conn.execute("ALTER TABLE run_log SET (autovacuum_enabled = false)")
+        conn.execute("ANALYZE run_log")
+    for _ in range(BACKLOG):
+        await store.accept(new_run())
+    in_claim_order = (
+        "SELECT id::text FROM run_log WHERE status = 'queued' "
+        "ORDER BY coalesce(not_before, queued_at), queued_at, id"
+    )
+    queued = [str(row[0]) for row in harness.query(in_claim_order, {})]
+    statements: dict[str, dict[str, Any]] = {
+        "claim_fast": CLAIM_FAST_PARAMS,
+        "claim_update": {"now": None, "owner": "L1", "ttl": 30.0, "ids": queued[:LIMIT]},
+    }
+    with psycopg.connect(harness.location) as conn:
+        conn.execute(PG_QUERIES["claim_session"])
+        conn.commit()
+        for name, params in statements.items():
+            conn.execute("SET LOCAL enable_seqscan = off")  # (a small table's fine choice)
+            rows = conn.execute(
+                ("EXPLAIN (ANALYZE, FORMAT JSON) " + PG_QUERIES[name]).encode(), params
+            ).fetchall()
+            conn.rollback()
+            raw = rows[0][0]
+            plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+            update = next(n for n in _nodes(plan) if n["Node Type"] == "ModifyTable")
+            assert update["Actual Rows"] == LIMIT, (name, update)  # it took a whole batch
+            nodes = list(_nodes(update))
+            indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
+            assert indexes == {"run_log_pkey"}, (name, indexes)
+            compared = sum(n.get("Rows Removed by Join Filter", 0) for n in nodes)
+            read = sum(
+                n["Actual Rows"] * n["Actual Loops"]
+                + n.get("Rows Removed by Filter", 0)
+                + n.get("Rows Removed by Index Recheck", 0)
+                for n in nodes
+                if n.get("Relation Name") == "run_log" and n["Node Type"] != "ModifyTable"
+            )
+            assert read <= LIMIT, (name, read)
+            assert compared == 0, (name, compared)  # no candidate matched against the backlog
+    # And the claim takes a batch as it should, in claim order.
+    claimed = await store.claim("L1", **CLAIM_ARGS)
+    assert [c.run.id for c in claimed] == queued[:LIMIT]
 
 
 async def test_sqlite_counts_and_polls_read_only_queued_or_running_runs(
