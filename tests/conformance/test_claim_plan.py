@@ -183,7 +183,7 @@ async def test_a_claims_update_finds_the_taken_runs_by_primary_key_with_stale_st
     then a backlog builds up (an outage, a fan-out). The planner then thinks `status = 'queued'`
     matches one row, and claim_fast's update, joined with its candidates and testing `status =
     'queued'`, read every queued run through run_log_status_queued_idx and compared each with
-    every candidate: O(backlog x batch) per claim (0.6 s for a batch of 64 with 50,000 queued
+    every candidate: O(backlog x batch) per claim (0.42 s for a batch of 64 with 50,000 queued
     over 200,000 finished). The update and the two-step claim's must read the taken runs alone,
     by primary key."""
     if harness.dialect == "sqlite":

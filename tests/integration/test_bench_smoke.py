@@ -29,6 +29,12 @@ CASES = [
     ),
     ("fencing.py", "--runs 50 --repeat 1", r"cost of fencing=[+-]?\d+\.\d+ ms"),
     (
+        "claim_stale_stats.py",
+        "--quick",
+        r"before the backlog \d+\.\d+ ms \(candidates via \w+ \(\d+ rows\), update via "
+        r"\w+ \(\d+ rows\)\); after ANALYZE \d+\.\d+ ms",
+    ),
+    (
         "metrics_scrape.py",
         "--rows 2000 --scrapes 3 --repeat 1",
         r"in process: median of 1 rounds \d+\.\d+ ms(.|\n)*http: median of 1 rounds \d+\.\d+ ms",
