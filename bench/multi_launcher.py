@@ -7,19 +7,24 @@ the fenced claim path costs when launchers share the queue.
 
 With `--in-flight T` the launchers share T slots (T // K each), so one launcher and several are
 compared at the same total in flight (issue 21 section 3: several launcher processes per host
-against one launcher's thread spawns). Rounds alternate between the launcher counts. CPU per run
+against one launcher's thread spawns). Rounds alternate between the launcher counts. `--hold`
+keeps the queue from every launcher until all have started (4 s), so no launcher works alone
+while another is still importing, and prints the share of the machine left idle over the span;
+`--spawners N` sets each launcher's RUNLANE_SPAWNERS. CPU per run
 is the launchers' own (utime + stime of the serve processes and their guardians; the runs
 excluded) plus the
 scratch database's PostgreSQL backends', read from /proc just before the launchers stop.
 
     .venv/bin/python bench/multi_launcher.py --runs 2000 --launchers 1 3 --repeat 3
     .venv/bin/python bench/multi_launcher.py --runs 3000 --launchers 1 2 --in-flight 16
+    .venv/bin/python bench/multi_launcher.py --runs 8000 --launchers 1 2 --in-flight 128 --hold
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -29,7 +34,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import psycopg
-from _common import CATALOG, median, runlane_cmd, scratch_database
+from _common import CATALOG, MachineLoad, held_queue, median, runlane_cmd, scratch_database
 
 from runlane.catalog import load_catalog
 from runlane.core.runs import Trigger
@@ -98,7 +103,11 @@ def total_cpu(pids: list[int]) -> float:
     return total
 
 
-def one(n: int, launchers: int, in_flight: int | None) -> tuple[float, int, float, float]:
+def one(
+    n: int, launchers: int, in_flight: int | None, *, hold: bool = False, spawners: int = 2
+) -> tuple[float, int, float, float, float]:
+    """runs/s, launchers that took runs, CPU ms a run (launchers, PostgreSQL), machine idle %
+    over the span (NaN without `hold`)."""
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         (work / "catalog.yaml").write_text(CATALOG)
@@ -110,6 +119,7 @@ def one(n: int, launchers: int, in_flight: int | None) -> tuple[float, int, floa
                 RUNLANE_LOG_DIR=str(work / "logs"),
                 RUNLANE_CONCURRENCY=str(16 if in_flight is None else in_flight // launchers),
                 RUNLANE_LOG_LEVEL="warning",
+                RUNLANE_SPAWNERS=str(spawners),
             )
             subprocess.run(
                 [*runlane_cmd(), "db", "upgrade"], env=env, check=True, capture_output=True
@@ -117,30 +127,44 @@ def one(n: int, launchers: int, in_flight: int | None) -> tuple[float, int, floa
             asyncio.run(enqueue(url, work / "catalog.yaml", n))
             database = urlsplit(url).path.lstrip("/")
             db_cpu0 = total_cpu(backends_of(database))
-            procs = [subprocess.Popen([*runlane_cmd(), "serve"], env=env) for _ in range(launchers)]
-            try:
-                with psycopg.connect(url, autocommit=True) as conn:
-                    while True:
-                        row = conn.execute(
-                            "SELECT count(*) FROM run_log WHERE status = 'success'"
-                        ).fetchone()
-                        if row is not None and row[0] >= n:
-                            break
-                        time.sleep(0.25)
-                    span, owners = conn.execute(
-                        "SELECT extract(epoch FROM max(finished_at) - min(started_at)), "
-                        "count(DISTINCT lease_owner) FROM run_log"
-                    ).fetchone() or (0.0, 0)
-                serving = [p.pid for p in procs]
-                launcher_cpu = total_cpu(serving + guardians_of(serving))
-                # (The backends that lived through the run; this one's own share is tiny.)
-                db_cpu = total_cpu(backends_of(database)) - db_cpu0
-            finally:
-                for p in procs:
-                    p.send_signal(signal.SIGTERM)
-                for p in procs:
-                    p.wait(30)
-            return n / float(span), int(owners), launcher_cpu * 1000 / n, db_cpu * 1000 / n
+            with contextlib.ExitStack() as stack:
+                release = stack.enter_context(held_queue(url)) if hold else None
+                procs = [
+                    subprocess.Popen([*runlane_cmd(), "serve"], env=env) for _ in range(launchers)
+                ]
+                idle = float("nan")
+                try:
+                    load = None
+                    if release is not None:
+                        time.sleep(4.0)  # every launcher up and idle
+                        load = stack.enter_context(MachineLoad())
+                        release()
+                    with psycopg.connect(url, autocommit=True) as conn:
+                        while True:
+                            row = conn.execute(
+                                "SELECT count(*) FROM run_log WHERE status = 'success'"
+                            ).fetchone()
+                            if row is not None and row[0] >= n:
+                                break
+                            time.sleep(0.25)
+                        first, last, owners = conn.execute(
+                            "SELECT extract(epoch FROM min(started_at)), "
+                            "extract(epoch FROM max(finished_at)), "
+                            "count(DISTINCT lease_owner) FROM run_log"
+                        ).fetchone() or (0.0, 0.0, 0)
+                    span = float(last) - float(first)
+                    if load is not None:
+                        idle = load.idle_pct(float(first), float(last))
+                    serving = [p.pid for p in procs]
+                    launcher_cpu = total_cpu(serving + guardians_of(serving))
+                    # (The backends that lived through the run; this one's own share is tiny.)
+                    db_cpu = total_cpu(backends_of(database)) - db_cpu0
+                finally:
+                    for p in procs:
+                        p.send_signal(signal.SIGTERM)
+                    for p in procs:
+                        p.wait(30)
+            return n / span, int(owners), launcher_cpu * 1000 / n, db_cpu * 1000 / n, idle
 
 
 def main() -> None:
@@ -156,18 +180,22 @@ def main() -> None:
         default=None,
         help="total slots shared by the launchers (default: 16 per launcher)",
     )
+    ap.add_argument("--hold", action="store_true", help="release the runs once all launchers run")
+    ap.add_argument("--spawners", type=int, default=2, help="RUNLANE_SPAWNERS of each launcher")
     args = ap.parse_args()
     rates: dict[int, list[float]] = {k: [] for k in args.launchers}
     cpus: dict[int, list[float]] = {k: [] for k in args.launchers}
     for i in range(args.repeat):
         for k in args.launchers:  # alternating rounds, in the same minutes
-            rate, owners, launcher_ms, db_ms = one(args.runs, k, args.in_flight)
+            rate, owners, launcher_ms, db_ms, idle = one(
+                args.runs, k, args.in_flight, hold=args.hold, spawners=args.spawners
+            )
             rates[k].append(rate)
             cpus[k].append(launcher_ms + db_ms)
             print(
                 f"[{k} launcher(s) #{i + 1}] {rate:.0f} runs/s, work shared by {owners} "
                 f"launcher(s); CPU per run: launchers {launcher_ms:.3f} ms + PostgreSQL "
-                f"{db_ms:.3f} ms; load {os.getloadavg()[0]:.2f}",
+                f"{db_ms:.3f} ms; machine idle {idle:.1f}%; load {os.getloadavg()[0]:.2f}",
                 flush=True,
             )
     for k in args.launchers:

@@ -63,7 +63,11 @@ CASES = [
         r"\[postgres median of 1\] pickup p50=\d+\.\d+ ms p99=\d+\.\d+ ms(.|\n)*"
         r"\[floor median of 1\] pickup p50=\d+\.\d+ ms(.|\n)*runlane_vs_floor p50=\d+\.\d+x",
     ),
-    ("multi_launcher.py", "--runs 100 --launchers 1 2 --repeat 1", r"\] \d+ runs/s"),
+    (
+        "multi_launcher.py",
+        "--runs 100 --launchers 1 2 --repeat 1 --hold --spawners 1",
+        r"launcher\(s\); CPU per run: .* machine idle \d+\.\d+%(.|\n)*\] \d+ runs/s",
+    ),
     ("pod_scale.py", "--runs 20 --repeats 1 --per-kind 2", r"\d+\.\d+ s after the deadline"),
     ("pod_scale.py", "--launcher --runs 20 --repeats 1", r"recorded \d+\.\d+ s after it started"),
     ("recovery.py", "--samples 1 --ttl 2s --claim-interval 0.5s", r"p50=\d+\.\d+s"),
