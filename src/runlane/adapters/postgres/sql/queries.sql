@@ -243,7 +243,7 @@ RETURNING r.id
 
 -- name: set_external_id
 UPDATE run_log SET external_id = %(external_id)s
-WHERE id = %(id)s::uuid AND status = 'running' AND lease_token = %(token)s::uuid
+WHERE id = %(id)s::uuid AND (status = 'running') IS TRUE AND lease_token = %(token)s::uuid
   AND lease_generation = %(gen)s
   AND lease_expires_at > coalesce(%(now)s::timestamptz, clock_timestamp())
 RETURNING id
@@ -274,8 +274,8 @@ UPDATE run_log r SET
     finished_at = greatest(r.started_at, n.now - make_interval(secs => %(ago)s::float8)),
     external_id = coalesce(%(external_id)s, r.external_id)
 FROM n
-WHERE r.id = %(id)s::uuid AND r.status = 'running' AND r.lease_token = %(token)s::uuid
-  AND r.lease_generation = %(gen)s AND r.lease_expires_at > n.now
+WHERE r.id = %(id)s::uuid AND (r.status = 'running') IS TRUE AND r.lease_token = %(token)s::uuid
+  AND r.lease_generation = %(gen)s AND (r.lease_expires_at > n.now) IS TRUE
 RETURNING r.*
 
 -- name: finish_many
@@ -332,8 +332,8 @@ upd AS (
         error_code = %(error_code)s,
         note = %(note)s
     FROM n
-    WHERE r.id = %(id)s::uuid AND r.status = 'running' AND r.lease_token = %(token)s::uuid
-      AND r.lease_generation = %(gen)s AND r.lease_expires_at > n.now
+    WHERE r.id = %(id)s::uuid AND (r.status = 'running') IS TRUE AND r.lease_token = %(token)s::uuid
+      AND r.lease_generation = %(gen)s AND (r.lease_expires_at > n.now) IS TRUE
     RETURNING r.id
 ),
 wake AS (SELECT pg_notify('runlane_wakeup', '') FROM upd)
@@ -351,7 +351,7 @@ UPDATE run_log r SET
     note = %(note)s,
     finished_at = n.now
 FROM n
-WHERE r.id = %(id)s::uuid AND r.status = %(expected)s
+WHERE r.id = %(id)s::uuid AND (r.status = %(expected)s) IS TRUE
   AND (r.status <> 'running' OR r.lease_token IS NULL)
 RETURNING r.*
 
@@ -405,7 +405,7 @@ WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now)
 UPDATE run_log r SET status = 'cancelled', end_reason = 'cancelled', finished_at = n.now,
     note = %(note)s
 FROM n
-WHERE r.id = %(id)s::uuid AND r.status = 'queued'
+WHERE r.id = %(id)s::uuid AND (r.status = 'queued') IS TRUE
 RETURNING r.*
 
 -- name: cancel_running
@@ -414,7 +414,7 @@ WITH n AS (SELECT coalesce(%(now)s::timestamptz, clock_timestamp()) AS now),
 upd AS (
     UPDATE run_log r SET cancel_requested_at = coalesce(r.cancel_requested_at, n.now)
     FROM n
-    WHERE r.id = %(id)s::uuid AND r.status = 'running'
+    WHERE r.id = %(id)s::uuid AND (r.status = 'running') IS TRUE
     RETURNING r.*
 ),
 wake AS (SELECT pg_notify('runlane_cancel', upd.id::text) FROM upd)
@@ -609,7 +609,7 @@ RETURNING *
 -- name: finish_chain_run
 UPDATE chain_runs SET status = %(status)s, end_reason = %(end_reason)s,
     finished_at = coalesce(%(now)s::timestamptz, clock_timestamp())
-WHERE id = %(id)s::uuid AND status = 'running'
+WHERE id = %(id)s::uuid AND (status = 'running') IS TRUE
 RETURNING *
 
 -- name: insert_event
