@@ -21,8 +21,8 @@ from runlane.service.wiring import store_from_url
 
 # The same statement with the fence taken out of the WHERE clause: only the lease check differs.
 FENCE = (
-    "AND r.status = 'running' AND r.lease_token = %(token)s::uuid\n"
-    "  AND r.lease_generation = %(gen)s AND r.lease_expires_at > n.now\n"
+    "AND (r.status = 'running') IS TRUE AND r.lease_token = %(token)s::uuid\n"
+    "  AND r.lease_generation = %(gen)s AND (r.lease_expires_at > n.now) IS TRUE\n"
 )
 assert FENCE in Q["finish"], "the finish statement changed: update FENCE"
 UNFENCED = Q["finish"].replace(FENCE, "\n")
