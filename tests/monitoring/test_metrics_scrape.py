@@ -51,6 +51,7 @@ def test_every_job_has_its_series_at_zero_from_the_start(served: Served) -> None
     # Schedule lag shows from the first scheduled claim, not before (no zero series per job).
     assert value(samples, "runlane_schedule_lag_seconds_count", job="hello") is None
     assert value(samples, "runlane_run_pickup_latency_seconds_count", executor="inline") is not None
+    assert value(samples, "runlane_claim_duration_seconds_count") is not None
     assert value(samples, "runlane_database_up") == 1
     assert value(samples, "runlane_runs_queued", executor="inline") is not None
     assert value(samples, "runlane_outbox_oldest_pending_seconds") == 0
@@ -115,6 +116,14 @@ def test_counters_and_histograms_follow_real_runs(served: Served) -> None:
         pickups
         >= (value(before, "runlane_run_pickup_latency_seconds_count", executor="inline") or 0) + 4
     )  # hello, fail, flaky and its retry
+    # Each of those runs came from a claim, and each claim is timed (idle polls add more).
+    claims = value(after, "runlane_claim_duration_seconds_count") or 0
+    assert claims >= (value(before, "runlane_claim_duration_seconds_count") or 0) + 4
+    claimed_for = value(after, "runlane_claim_duration_seconds_sum")
+    assert claimed_for is not None
+    assert 0 < claimed_for < claims * 5  # each within the database bound
+    slowest = value(after, "runlane_claim_duration_seconds_bucket", le="5")
+    assert slowest == claims
     assert value(after, "runlane_runs_running", executor="inline") == 0
     ages = [v for (name, _), v in after.items() if name == "runlane_launcher_heartbeat_age_seconds"]
     assert len(ages) == 1

@@ -49,6 +49,9 @@ DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 360
 # Pickup latency (due → claimed) and schedule lag (slot → claimed): milliseconds to an hour.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
                    300.0, 900.0, 3600.0)  # fmt: skip
+# A claim's round trip (the launcher's claim of queued runs): a millisecond to the database
+# bound's statement timeout (5 s by default).
+CLAIM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 GAUGE_CACHE_SECONDS = 2.0
 # The statuses a run's own execution ends in: their series exist at zero from the start, so a
 # failure ratio or an `increase` is 0, not "no data"; `skipped` and `cancelled` show once one
@@ -121,6 +124,7 @@ class LauncherMetrics:
         self.duration = Histogram(DURATION_BUCKETS)  # (job, executor, status)
         self.pickup = Histogram(LATENCY_BUCKETS)  # (executor,)
         self.schedule_lag = Histogram(LATENCY_BUCKETS)  # (job,)
+        self.claims = Histogram(CLAIM_BUCKETS)  # ()
         # The launcher's alert loop's counters, when it has one (set by the launcher).
         self.alerts: AlertCounters | None = None
         self.launcher_id: str | None = None
@@ -159,8 +163,13 @@ class LauncherMetrics:
             self.lease_losses.setdefault((name, executor), 0)
         for executor in executors:
             self.pickup.prime((executor,))
+        self.claims.prime(())
 
     # ------------------------------------------------------------------ the launcher's hooks
+
+    def claim_took(self, seconds: float) -> None:
+        """One claim of queued runs (whatever it found): its round trip to the database."""
+        self.claims.observe((), seconds)
 
     def run_claimed(self, run: Run, db_now: datetime) -> None:
         """A run was claimed (not taken over): how long it waited once due, and for a
@@ -222,6 +231,11 @@ class LauncherMetrics:
             "runlane_schedule_lag_seconds",
             "From a scheduled run's slot to its claim.",
             ["job"],
+        )
+        yield self.claims.family(
+            "runlane_claim_duration_seconds",
+            "This launcher's claims of queued runs: each one's round trip to the database.",
+            [],
         )
         yield _counter(
             "runlane_lease_losses",

@@ -431,6 +431,7 @@ class Launcher:
                     # than the few milliseconds this waits).
                     free = await self._gather_free_slots()
                 if free > 0:
+                    asked = time.perf_counter()
                     batch = await self.store.claim(
                         self.owner,
                         limit=free,
@@ -438,6 +439,7 @@ class Launcher:
                         executors=executors,
                         executor_caps=self.executor_caps,
                     )
+                    self.metrics.claim_took(time.perf_counter() - asked)
                     finisher.database_answered()
                     for c in batch:
                         supervise(c)
