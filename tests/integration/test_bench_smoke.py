@@ -120,6 +120,14 @@ def test_bench_script_runs(script: str, args: str, pattern: str, pg_database: st
 PEERS = ("runlane", "dramatiq", "celery", "procrastinate", "pgqueuer")
 
 
+def _line(pattern: str, stdout: str) -> re.Match[str]:
+    """The line of `stdout` that `pattern` matches (anchored per line); fails with the output's
+    tail when none does."""
+    found = re.search(pattern, stdout, re.MULTILINE)
+    assert found, f"no line matches {pattern!r}:\n{stdout[-3000:]}"
+    return found
+
+
 def test_peers_bench_runs_every_peer(pg_database: str) -> None:
     # bench/peers.py --quick: 50 jobs once through runlane and each other queue (RabbitMQ too).
     try:
@@ -147,7 +155,7 @@ def test_peers_bench_runs_every_peer(pg_database: str) -> None:
     proc = subprocess.CompletedProcess(running.args, running.returncode, stdout, stderr)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for peer in PEERS:
-        found = re.search(
+        found = _line(
             # each peer at its default setting (`peer@setting/broker`), runlane as itself
             rf"^\[{peer}(?:@\w+)?/\w+ #1\] jobs=(\d+)/50 +jobs_per_s=(\d+\.\d+) .*"
             rf"cpu_ms_per_job=(\d+\.\d+) +worker_cpu_ms_per_job=(\d+\.\d+) +"
@@ -155,9 +163,7 @@ def test_peers_bench_runs_every_peer(pg_database: str) -> None:
             # (NaN when the jobs took under two of its 10 ms samples)
             rf"machine_idle_pct=(\d+\.\d+|nan)$",
             proc.stdout,
-            re.MULTILINE,
         )
-        assert found, f"no figures for {peer}:\n{proc.stdout[-3000:]}"
         done, per_s, cpu, worker, broker, rss, idle = found.groups()
         assert done == "50", found.group(0)  # every job ran, once
         assert idle == "nan" or 0 <= float(idle) <= 100, found.group(0)
@@ -165,66 +171,50 @@ def test_peers_bench_runs_every_peer(pg_database: str) -> None:
         assert float(cpu) == pytest.approx(float(worker) + float(broker), abs=0.011)
         assert float(rss) > 0, found.group(0)
         # The jobs' own CPU (each `true`, reaped by the worker): some, for 50 spawns.
-        jobs_cpu = re.search(
-            rf"^\[{peer}(?:@\w+)?/\w+ #1\] .*jobs_cpu_ms_per_job=(\d+\.\d+)", proc.stdout, re.M
+        jobs_cpu = _line(
+            rf"^\[{peer}(?:@\w+)?/\w+ #1\] .*jobs_cpu_ms_per_job=(\d+\.\d+)", proc.stdout
         )
-        assert jobs_cpu, found.group(0)
         assert float(jobs_cpu.group(1)) > 0, jobs_cpu.group(0)
-        assert re.search(
-            rf"^\[{peer}(?:@\w+)?/\w+ median of 1\] jobs=50/50 ", proc.stdout, re.MULTILINE
-        )
-    floor = re.search(
-        r"^\[floor/16 threads #1\] jobs=50/50 +spawns_per_s=(\d+\.\d+)", proc.stdout, re.M
-    )
-    assert floor, proc.stdout[-3000:]
+        _line(rf"^\[{peer}(?:@\w+)?/\w+ median of 1\] jobs=50/50 ", proc.stdout)
+    floor = _line(r"^\[floor/16 threads #1\] jobs=50/50 +spawns_per_s=(\d+\.\d+)", proc.stdout)
     assert float(floor.group(1)) > 0, floor.group(0)
-    ratios = re.search(
-        r"^\[ratios, median over rounds\] runlane_vs_floor=(\d+\.\d+)", proc.stdout, re.M
-    )
-    assert ratios, proc.stdout[-3000:]
+    ratios = _line(r"^\[ratios, median over rounds\] runlane_vs_floor=(\d+\.\d+)", proc.stdout)
     assert float(ratios.group(1)) > 0, ratios.group(0)
     # Each ratio with its rounds' range, which holds the median (one round here: all three equal).
-    ranged = re.search(
+    ranged = _line(
         r"^\[ratios, median over rounds\] "
         r"runlane_vs_floor=(\d+\.\d+) \(rounds=1: (\d+\.\d+)-(\d+\.\d+)\)",
         proc.stdout,
-        re.MULTILINE,
     )
-    assert ranged, proc.stdout[-3000:]
     mid, low, high = map(float, ranged.groups())
     assert low <= mid <= high, ranged.group(0)
     # The floor's CPU a spawn, apart (the spawning process's and the `true`s'), and what a job
     # cost each queue beyond it.
-    floor_cpu = re.search(
+    floor_cpu = _line(
         r"^\[floor/16 threads #1\] .*cpu_ms_per_spawn=(\d+\.\d+) +"
         r"spawner_cpu_ms_per_spawn=(\d+\.\d+) +jobs_cpu_ms_per_job=(\d+\.\d+)$",
         proc.stdout,
-        re.MULTILINE,
     )
-    assert floor_cpu, proc.stdout[-3000:]
     total, own, kids = map(float, floor_cpu.groups())
     assert total == pytest.approx(own + kids, abs=0.011)
     assert kids > 0, floor_cpu.group(0)
     # Where the machine went: each queue's whole CPU a job, the share of the machine it
     # accounts for at its rate, and the idle share.
     for name in ("runlane", "best_peer"):
-        use = re.search(
+        use = _line(
             r"^\[the machine's CPU while each ran, median over rounds\] .*"
             rf"\b{name}=(\d+\.\d+) ms a job, (\d+\.\d+)% counted, (\d+\.\d+|nan)% idle ",
             proc.stdout,
-            re.MULTILINE,
         )
-        assert use, proc.stdout[-3000:]
         whole, counted, idle = use.groups()
         assert float(whole) > 0, use.group(0)
         assert float(counted) > 0, use.group(0)
         assert idle == "nan" or 0 <= float(idle) <= 100, use.group(0)
-    assert re.search(
+    _line(
         r"^\[CPU ms a job beyond the floor's \d+\.\d+ ms a spawn, median over rounds\] "
         r"runlane=-?\d+\.\d+ \(runlane/postgres\).* best_peer=-?\d+\.\d+ ",
         proc.stdout,
-        re.MULTILINE,
-    ), proc.stdout[-3000:]
+    )
 
 
 def test_peers_machine_use_is_the_counted_share_of_the_cores() -> None:
