@@ -76,7 +76,9 @@ processes of 8 threads.
                  instead of 1.1, 205 jobs/s instead of 735; --pgqueuer-loop uvloop to see it).
                  Default: `pgq run`'s, batches of 10 and no cap; sweep at most 16 and 32 picked
                  at once (batches of half that).
-  runlane        bench/throughput.py --db postgres (its launcher and spawners are the worker).
+  runlane        bench/throughput.py --db postgres (its launcher and spawners are the worker),
+                 at every setting with `runlane serve`'s log level, info (a line per run that
+                 ends, written to a file; throughput.py's own default is warning).
                  Default: 16 in flight (RUNLANE_CONCURRENCY's default); sweep 32, 64 and 128,
                  as the fastest peer's sweep goes to CPUSx64 (128 threads on two CPUs). Its ratios
                  are given for both: the
@@ -437,6 +439,8 @@ def one_runlane(
         str(concurrency),
         "--repeat",
         "1",
+        "--log-level",
+        "info",  # `runlane serve`'s: a line per run that ends, to a file
     ]
     try:
         done = subprocess.run(

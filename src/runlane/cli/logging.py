@@ -3,9 +3,13 @@ pipe, or JSON), and the libraries' own records in the same format."""
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import logging
 import os
 import sys
+import threading
+import time
 from typing import Any
 
 import structlog
@@ -13,18 +17,106 @@ import structlog
 from runlane.cli.logline import LineRenderer
 from runlane.errors import ConfigError
 
+# Lines held for the end of a loop's turn before they are written whatever the turn's length.
+_HELD_LINES = 256
 
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to whatever `sys.stderr` is when a record comes: tests and embedding programs
-    swap it, and a handler bound to a closed stream would only print logging errors."""
 
-    @property
-    def stream(self) -> Any:
-        return sys.stderr
+class LineWriter:
+    """Where every log line goes: whatever `sys.stderr` is when it is written (tests and
+    embedding programs swap it).
 
-    @stream.setter
-    def stream(self, _value: Any) -> None:
-        pass
+    Off an event loop a line is written at once. On a running loop the lines logged in one turn
+    are written together, in one `write` as that turn ends (a callback queued behind the
+    turn's work): a launcher logs a line for every run that ends, and a busy one ends dozens a
+    turn, where a write and a flush each cost as much as rendering the line. A line waits at
+    most one turn of the loop (the rest of the callbacks that were ready with it), never for a
+    timer; 256 held lines are written at once; an exit writes what is held (atexit, and the
+    loop's close runs its ready callbacks first). A stderr that is gone (a closed pipe, a full
+    disk) loses the lines, never the run whose end they report: the launcher goes on."""
+
+    def __init__(self) -> None:
+        self._held: list[str] = []
+        self._lock = threading.Lock()
+        # The loop whose queue holds the flush of the lines held now, if any. A line from
+        # another loop (a thread's, or one that closed before its flush ran) queues its own.
+        self._flush_on: asyncio.AbstractEventLoop | None = None
+        os.register_at_fork(after_in_child=self._forget)
+
+    def msg(self, message: str) -> None:
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        with self._lock:
+            self._held.append(message)
+            if loop is not None and len(self._held) < _HELD_LINES:
+                if loop is not self._flush_on:
+                    self._flush_on = loop
+                    loop.call_soon(self.flush)
+                return
+            self._write_held()
+
+    # structlog calls the method named after the level
+    debug = info = warning = error = critical = exception = msg
+
+    def flush(self) -> None:
+        with self._lock:
+            self._write_held()
+
+    def _forget(self) -> None:
+        """In a forked child: the parent writes its own lines (and a thread of the parent may
+        have held the lock at the fork)."""
+        self._held, self._lock, self._flush_on = [], threading.Lock(), None
+
+    def _write_held(self) -> None:
+        self._flush_on = None
+        if not self._held:
+            return
+        text = "\n".join(self._held) + "\n"
+        self._held.clear()
+        stream = sys.stderr
+        try:
+            stream.write(text)
+            stream.flush()
+        except (OSError, ValueError):  # a closed or broken stderr
+            pass
+
+
+class _Stamp:
+    """structlog's processor: the time as `2026-12-01T07:20:05.149517Z` (UTC, always with its
+    microseconds), as structlog's `TimeStamper(fmt="iso", utc=True)` writes it but for a second
+    that ends in .000000, at a seventh of its cost (~0.7 us against ~5: the text up to the second
+    is made once a second)."""
+
+    def __init__(self) -> None:
+        self._second: tuple[int, str] = (-1, "")  # one object: threads see both or neither
+
+    def __call__(self, _logger: Any, _name: str, event_dict: Any) -> Any:
+        second, ns = divmod(time.time_ns(), 1_000_000_000)
+        seen = self._second
+        if seen[0] != second:
+            seen = self._second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+        event_dict["timestamp"] = f"{seen[1]}.{ns // 1000:06d}Z"
+        return event_dict
+
+
+WRITER = LineWriter()
+atexit.register(WRITER.flush)
+
+
+def _writer(*_args: Any) -> LineWriter:
+    return WRITER
+
+
+class _StderrHandler(logging.Handler):
+    """The libraries' records, formatted as runlane's lines and written by the same writer, so
+    they keep their place among them."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            WRITER.msg(self.format(record))
+        except Exception:  # noqa: BLE001 - as logging's own handlers do
+            self.handleError(record)
 
 
 def configure_logging(default_level: str = "warning") -> None:
@@ -43,7 +135,7 @@ def configure_logging(default_level: str = "warning") -> None:
         # What a task bound for its whole life (a supervised run's trace_id) joins its lines.
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        _Stamp(),
     ]
     if log_format == "json":
         processors.append(structlog.processors.format_exc_info)
@@ -60,7 +152,7 @@ def configure_logging(default_level: str = "warning") -> None:
     structlog.configure(
         processors=[*processors, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_writer,
         cache_logger_on_first_use=True,
     )
     # The libraries' own records (psycopg's pool retrying during an outage, asyncio, httpx) in
