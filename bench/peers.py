@@ -78,7 +78,7 @@ processes of 8 threads.
                  at once (batches of half that).
   runlane        bench/throughput.py --db postgres (its launcher and spawners are the worker),
                  at every setting with `runlane serve`'s log level, info (a line per run that
-                 ends, written to a file; throughput.py's own default is warning).
+                 ends, written to a file; before the twenty-sixth session: warning).
                  Default: 16 in flight (RUNLANE_CONCURRENCY's default); sweep 32, 64 and 128,
                  as the fastest peer's sweep goes to CPUSx64 (128 threads on two CPUs). Its ratios
                  are given for both: the
@@ -440,7 +440,7 @@ def one_runlane(
         "--repeat",
         "1",
         "--log-level",
-        "info",  # `runlane serve`'s: a line per run that ends, to a file
+        "info",  # `runlane serve`'s (throughput.py's default too): a line per run that ends
     ]
     try:
         done = subprocess.run(
