@@ -3,6 +3,7 @@ Kubernetes): the layout people read at a terminal, one record per line, cheap to
 
 from __future__ import annotations
 
+import enum
 import logging
 import re
 
@@ -42,6 +43,16 @@ def test_a_record_is_the_console_layout_with_sorted_pairs() -> None:
         "2026-12-01T07:20:05.149517Z [info     ] run.finished                   "
         "attempt=1 job=noop retry=None status=success"
     )
+
+
+def test_a_str_enum_is_written_as_its_text_and_an_odd_level_is_padded() -> None:
+    class Reason(enum.StrEnum):
+        EXIT = "exit"
+
+    line = LineRenderer()(
+        None, "notice", {"level": "notice", "event": "run.ended", "end_reason": Reason.EXIT}
+    )
+    assert line == "[notice   ] run.ended                      end_reason=exit"
 
 
 def test_a_record_without_pairs_is_not_padded() -> None:

@@ -9,12 +9,13 @@ import logging
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 
 import pytest
 import structlog
 
-from runlane.cli.logging import configure_logging
+from runlane.cli.logging import WRITER, configure_logging
 
 
 class CountingStream:
@@ -61,6 +62,7 @@ def stream(monkeypatch: pytest.MonkeyPatch, restore_logging: None) -> CountingSt
     monkeypatch.setenv("RUNLANE_LOG_FORMAT", "console")
     monkeypatch.setenv("RUNLANE_LOG_LEVEL", "info")
     configure_logging()
+    WRITER.flush()  # nothing an earlier test held
     return CountingStream()
 
 
@@ -95,8 +97,6 @@ def test_a_turns_lines_go_out_together_as_the_turn_ends_in_their_order(
     async def main() -> None:
         for i in range(40):
             log.info("run.finished", run_id=f"r{i}")
-            if i == 20:  # a library's record in the middle keeps its place
-                logging.getLogger("psycopg.pool").warning("error connecting")
         seen_in_turn.append(len(stream.writes))
         await asyncio.sleep(0)  # the turn ends
         seen_in_turn.append(len(stream.writes))
@@ -105,14 +105,70 @@ def test_a_turns_lines_go_out_together_as_the_turn_ends_in_their_order(
 
     asyncio.run(main())
     assert seen_in_turn == [0, 1]  # held during the turn, one write after it
-    events = _events(stream.lines)
-    assert events[:21] == ["run.finished"] * 21
-    assert events[21] == "error"  # the pool's record, after the 21st line logged before it
-    assert [line.rsplit("run_id=", 1)[1] for line in stream.lines[:21]] == [
-        f"r{i}" for i in range(21)
+    assert [line.rsplit("run_id=", 1)[1] for line in stream.lines[:40]] == [
+        f"r{i}" for i in range(40)
     ]
-    assert events[22:] == ["run.finished"] * 19 + ["launcher.idle"]
+    assert _events(stream.lines)[40:] == ["launcher.idle"]
     assert len(stream.writes) == 2
+
+
+def test_a_warning_is_written_at_once_after_the_lines_held_before_it(
+    stream: CountingStream,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    log = _logging_to(stream, monkeypatch, "runlane.launcher")
+    seen_in_turn: list[list[str]] = []
+
+    async def main() -> None:
+        for i in range(3):
+            log.info("run.finished", run_id=f"r{i}")
+        logging.getLogger("psycopg.pool").warning("error connecting")  # a library's
+        seen_in_turn.append(_events(stream.lines))
+        log.info("run.finished", run_id="r3")
+        log.error("launcher.database_unavailable")  # runlane's own
+        seen_in_turn.append(_events(stream.lines))
+        log.info("run.finished", run_id="r4")
+        seen_in_turn.append(_events(stream.lines))
+
+    asyncio.run(main())
+    first = ["run.finished"] * 3 + ["error"]
+    second = [*first, "run.finished", "launcher.database_unavailable"]
+    assert seen_in_turn == [first, second, second]  # the last info line held to the turn's end
+    assert _events(stream.lines) == [*second, "run.finished"]
+
+
+def test_a_line_logged_while_a_line_is_written_does_not_hang(
+    stream: CountingStream,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A write (or queueing the flush) can run the garbage collector, whose finalizers log:
+    # asyncio's "Task was destroyed but it is pending!" comes back on the same thread.
+    log = _logging_to(stream, monkeypatch, "runlane.launcher")
+    inner = structlog.get_logger("runlane.inner")
+
+    class Reentrant(CountingStream):
+        def write(self, text: str) -> int:
+            if len(self.writes) == 0:
+                self.writes.append("")
+                logging.getLogger("asyncio").error("Task was destroyed but it is pending!")
+                inner.info("inner.line")
+            return super().write(text)
+
+    reentrant = Reentrant()
+    monkeypatch.setattr(sys, "stderr", reentrant)
+
+    async def main() -> None:
+        log.info("run.finished", run_id="r1")
+        await asyncio.sleep(0)
+        log.warning("launcher.slow")
+
+    worker = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+    worker.start()
+    worker.join(30)
+    assert not worker.is_alive(), "logging deadlocked on its own thread"
+    assert sorted(_events(reentrant.lines)) == sorted(
+        ["Task", "inner.line", "run.finished", "launcher.slow"]
+    )
 
 
 def test_a_turn_that_logs_more_than_256_lines_writes_them_as_it_goes(
@@ -142,7 +198,7 @@ def test_the_last_turns_lines_are_written_when_the_loop_ends(loop: str) -> None:
         f"""
         import asyncio, os
         os.environ["RUNLANE_LOG_LEVEL"] = "info"
-        from runlane.cli.logging import configure_logging
+        from runlane.cli.logging import WRITER, configure_logging
         from runlane.cli.options import run_async
         from runlane.service.runtime import event_loop_factory
         import structlog

@@ -25,61 +25,78 @@ class LineWriter:
     """Where every log line goes: whatever `sys.stderr` is when it is written (tests and
     embedding programs swap it).
 
-    Off an event loop a line is written at once. On a running loop the lines logged in one turn
-    are written together, in one `write` as that turn ends (a callback queued behind the
-    turn's work): a launcher logs a line for every run that ends, and a busy one ends dozens a
-    turn, where a write and a flush each cost as much as rendering the line. A line waits at
-    most one turn of the loop (the rest of the callbacks that were ready with it), never for a
-    timer; 256 held lines are written at once; an exit writes what is held (atexit, and the
-    loop's close runs its ready callbacks first). A stderr that is gone (a closed pipe, a full
-    disk) loses the lines, never the run whose end they report: the launcher goes on."""
+    Lines at `info` and `debug` logged on a running event loop are held and written together,
+    in one `write` queued behind the turn's work (`call_soon`): a launcher logs a line for every
+    run that ends, and a busy one ends dozens a turn, where a write and a flush each cost as much
+    as rendering the line. Such a line waits for the rest of its turn, never for a timer; 256
+    held lines are written at once. Anything else is written at once, after whatever is held,
+    so the order holds: a line logged off a loop (the CLI, threads), and every `warning` and
+    above (a launcher about to be killed has said what went wrong). What is held when the loop
+    ends is written as `asyncio.Runner` closes it (it runs the loop once more), or at exit; a
+    SIGKILL or `os._exit` in the turn that logged an `info` line loses it. A stderr that is gone
+    (a closed pipe, a full disk) loses the lines, never the run whose end they report: the
+    launcher goes on.
+
+    No lock is held while anything else runs: a write, or queueing the flush, can run the
+    garbage collector, whose finalizers may log (asyncio's "Task was destroyed"), and that line
+    comes back here on the same thread."""
 
     def __init__(self) -> None:
         self._held: list[str] = []
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the held lines and `_flush_on`
+        self._write_lock = threading.RLock()  # one write at a time, in order; re-entered by a
+        # line logged from within a write on the same thread
         # The loop whose queue holds the flush of the lines held now, if any. A line from
         # another loop (a thread's, or one that closed before its flush ran) queues its own.
         self._flush_on: asyncio.AbstractEventLoop | None = None
         os.register_at_fork(after_in_child=self._forget)
 
-    def msg(self, message: str) -> None:
+    def held(self, message: str) -> None:
+        """An `info` or `debug` line: held to the end of the turn on a running loop."""
         try:
-            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+            loop = asyncio.get_running_loop()
         except RuntimeError:
-            loop = None
+            self.now(message)
+            return
         with self._lock:
             self._held.append(message)
-            if loop is not None and len(self._held) < _HELD_LINES:
-                if loop is not self._flush_on:
-                    self._flush_on = loop
-                    loop.call_soon(self.flush)
-                return
-            self._write_held()
+            full = len(self._held) >= _HELD_LINES
+            queued = loop is self._flush_on
+        if full:
+            self.flush()
+        elif not queued:
+            loop.call_soon(self.flush)
+            with self._lock:  # only once it is queued: a failed call_soon leaves it unset
+                self._flush_on = loop
+
+    def now(self, message: str) -> None:
+        """Written at once, after the lines held before it."""
+        with self._lock:
+            self._held.append(message)
+        self.flush()
 
     # structlog calls the method named after the level
-    debug = info = warning = error = critical = exception = msg
+    debug = info = held
+    msg = warning = error = critical = exception = now
 
     def flush(self) -> None:
-        with self._lock:
-            self._write_held()
+        with self._write_lock:
+            with self._lock:
+                held, self._held, self._flush_on = self._held, [], None
+            if not held:
+                return
+            stream = sys.stderr
+            try:
+                stream.write("\n".join(held) + "\n")
+                stream.flush()
+            except (OSError, ValueError):  # a closed or broken stderr
+                pass
 
     def _forget(self) -> None:
         """In a forked child: the parent writes its own lines (and a thread of the parent may
-        have held the lock at the fork)."""
-        self._held, self._lock, self._flush_on = [], threading.Lock(), None
-
-    def _write_held(self) -> None:
-        self._flush_on = None
-        if not self._held:
-            return
-        text = "\n".join(self._held) + "\n"
-        self._held.clear()
-        stream = sys.stderr
-        try:
-            stream.write(text)
-            stream.flush()
-        except (OSError, ValueError):  # a closed or broken stderr
-            pass
+        have held a lock at the fork)."""
+        self._held, self._flush_on = [], None
+        self._lock, self._write_lock = threading.Lock(), threading.RLock()
 
 
 class _Stamp:
@@ -109,12 +126,17 @@ def _writer(*_args: Any) -> LineWriter:
 
 
 class _StderrHandler(logging.Handler):
-    """The libraries' records, formatted as runlane's lines and written by the same writer, so
-    they keep their place among them."""
+    """The libraries' records (warnings and up), formatted as runlane's lines and written at
+    once by the same writer, so they keep their place among them. Without a lock of its own:
+    the writer is thread-safe, and a handler lock held while it writes could deadlock against a
+    record logged from within that write (a finalizer run by the garbage collector)."""
+
+    def createLock(self) -> None:
+        self.lock = None
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            WRITER.msg(self.format(record))
+            WRITER.now(self.format(record))
         except Exception:  # noqa: BLE001 - as logging's own handlers do
             self.handleError(record)
 

@@ -50,13 +50,14 @@ class LineRenderer:
         if timestamp is not None:
             head = f"{timestamp} {head}"
         if event_dict:
-            # A string as it is when printable; anything else (numbers, None, text with a
-            # newline or a control character) as its repr.
+            # A string as it is when printable (a str subclass, a StrEnum, through _text);
+            # anything else (numbers, None, text with a newline or a control character) as its
+            # repr.
             pairs = " ".join(
                 [
                     f"{key}={value}"
                     if type(value) is str and value.isprintable()
-                    else f"{key}={value!r}"
+                    else f"{key}={_text(value)}"
                     for key, value in sorted(event_dict.items())
                 ]
             )
