@@ -205,8 +205,9 @@ async def measure(
 
 
 def main() -> None:
-    # The launcher runs in this process: log as `runlane serve` does under the throughput bench
-    # (warnings only), not structlog's default of printing every debug line.
+    # The launcher runs in this process: warnings only, not structlog's default of printing
+    # every debug line. (`runlane serve` logs at info, one `run.finished` line per run, which
+    # comes after the process has started: outside what this measures.)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
