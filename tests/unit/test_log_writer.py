@@ -260,6 +260,9 @@ def test_a_gone_stderr_never_fails_the_caller(
         return "the run went on"
 
     assert asyncio.run(main()) == "the run went on"
+    monkeypatch.setattr(sys, "stderr", None)  # started with descriptor 2 closed
+    log.warning("off.loop.no.stderr")
+    assert asyncio.run(main()) == "the run went on"
     monkeypatch.setattr(sys, "stderr", stream)  # a reader again: the lines after it come out
     log.info("launcher.writes_again")
     assert _events(stream.lines) == ["launcher.writes_again"]

@@ -34,8 +34,8 @@ class LineWriter:
     above (a launcher about to be killed has said what went wrong). What is held when the loop
     ends is written as `asyncio.Runner` closes it (it runs the loop once more), or at exit; a
     SIGKILL or `os._exit` in the turn that logged an `info` line loses it. A stderr that is gone
-    (a closed pipe, a full disk) loses the lines, never the run whose end they report: the
-    launcher goes on.
+    (a closed pipe, a full disk, none at all) loses the lines, never the run whose end they
+    report: the launcher goes on.
 
     No lock is held while anything else runs: a write, or queueing the flush, can run the
     garbage collector, whose finalizers may log (asyncio's "Task was destroyed"), and that line
@@ -86,6 +86,8 @@ class LineWriter:
             if not held:
                 return
             stream = sys.stderr
+            if stream is None:  # started with descriptor 2 closed (some daemonizers)
+                return
             try:
                 stream.write("\n".join(held) + "\n")
                 stream.flush()
