@@ -141,15 +141,7 @@ async def test_finishing_and_renewing_find_runs_by_primary_key(harness: StoreHar
     }
     with psycopg.connect(harness.location) as conn:
         for name, params in statements.items():
-            # A sequential scan is what the planner may pick for a table this small (fine: it is
-            # small); on a real one it is the primary key, or the index this test is about.
-            conn.execute("SET LOCAL enable_seqscan = off")
-            rows = conn.execute(
-                ("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + PG_QUERIES[name]).encode(), params
-            ).fetchall()
-            conn.rollback()
-            raw = rows[0][0]
-            plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+            plan = _explained(conn, name, params)
             assert plan["Actual Rows"] == LIMIT, (name, plan)  # it did update every run
             nodes = list(_nodes(plan))
             indexes = {n["Index Name"] for n in nodes if "Index Name" in n}
@@ -213,19 +205,27 @@ def _reads(plan: dict[str, Any]) -> tuple[set[str], int]:
     return indexes, read
 
 
-def _explained_update(
-    conn: psycopg.Connection[Any], name: str, params: dict[str, Any]
-) -> dict[str, Any]:
-    """The ModifyTable node of the statement `name`'s plan as it ran (rolled back), with
-    sequential scans off (a small table's fine choice, which would hide the index chosen)."""
+def _explained(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The statement `name`'s plan as it ran (rolled back), with its buffers. Sequential scans
+    are off: the planner may pick one for a table this small (fine: it is small), which would
+    hide the index it takes on a real one."""
     conn.execute("SET LOCAL enable_seqscan = off")
     rows = conn.execute(
-        ("EXPLAIN (ANALYZE, FORMAT JSON) " + PG_QUERIES[name]).encode(), params
+        ("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + PG_QUERIES[name]).encode(), params
     ).fetchall()
     conn.rollback()
     raw = rows[0][0]
-    plan = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
-    return next(n for n in _nodes(plan) if n["Node Type"] == "ModifyTable")
+    plan: dict[str, Any] = (json.loads(raw) if isinstance(raw, str) else raw)[0]["Plan"]
+    return plan
+
+
+def _explained_update(
+    conn: psycopg.Connection[Any], name: str, params: dict[str, Any]
+) -> dict[str, Any]:
+    """The ModifyTable node of the statement `name`'s plan as it ran (`_explained`)."""
+    return next(
+        n for n in _nodes(_explained(conn, name, params)) if n["Node Type"] == "ModifyTable"
+    )
 
 
 async def test_a_claims_update_finds_the_taken_runs_by_primary_key_with_stale_statistics(
