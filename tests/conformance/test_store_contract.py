@@ -676,6 +676,27 @@ async def test_get_run_unknown_is_not_found(harness: StoreHarness) -> None:
         await harness.store.get_run("not-a-uuid")
 
 
+async def test_run_statuses_reads_many_runs_at_once_keyed_as_given(harness: StoreHarness) -> None:
+    """The bus's consumer decides a batch of commands with one read: each known run's status
+    under the id the command gave; unknown and malformed ids are absent, never an error."""
+    store = harness.store
+    first = (await store.accept(new_run("a"))).run
+    second = (await store.accept(new_run("b"))).run
+    [claimed] = await claim_all(store, limit=1)  # the older of the two
+    assert claimed.run.id == first.id
+    unknown = str(uuid.uuid4())
+    asked = [first.id, second.id, unknown, "not-a-uuid", ""]
+    if harness.dialect == "postgres":  # other spellings PostgreSQL's uuid takes
+        asked.append("{" + second.id.upper() + "}")
+    statuses = await store.run_statuses(asked)
+    expected = {first.id: RunStatus.RUNNING, second.id: RunStatus.QUEUED}
+    if harness.dialect == "postgres":
+        expected["{" + second.id.upper() + "}"] = RunStatus.QUEUED
+    assert statuses == expected
+    assert await store.run_statuses([]) == {}
+    assert await store.run_statuses([unknown, "x"]) == {}
+
+
 async def test_list_runs_filters_newest_first(harness: StoreHarness) -> None:
     store, clock = await pinned(harness)
     root = str(uuid.uuid4())

@@ -143,6 +143,11 @@ class RunLog(Protocol):
         """The row; `NotFound` for an unknown (or malformed) id."""
         ...
 
+    async def run_statuses(self, run_ids: Sequence[str]) -> dict[str, RunStatus]:
+        """The status of each run of `run_ids` that exists, in one statement, keyed by the id as
+        given; unknown and malformed ids are left out."""
+        ...
+
     async def run_ids_by_prefix(self, prefix: str, *, limit: int) -> list[str]:
         """Up to `limit` ids of runs whose id starts with `prefix` (lowercase), in id order,
         from the whole run log through its primary key (no row is read); none when `prefix`

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from runlane.adapters.postgres.connection import _READ, _Conn, _is_uuid, where
+from runlane.adapters.postgres.connection import _CANONICAL_UUID, _READ, _Conn, _is_uuid, where
 from runlane.adapters.postgres.leases import PostgresLeases
 from runlane.adapters.postgres.statements import CURRENT_SCHEMA_VERSION, MIGRATIONS, Q
 from runlane.adapters.sql import base
@@ -108,6 +108,10 @@ class PostgresStore(PostgresLeases, SqlIncidents, SqlStoreBase):
 
     def _is_id(self, value: str) -> bool:
         return _is_uuid(value)
+
+    def _id_key(self, value: str) -> str:
+        # A uuid's text as PostgreSQL writes it (the ids runlane hands out already are).
+        return value if _CANONICAL_UUID(value) is not None else str(uuid.UUID(value))
 
     # --- schema ---------------------------------------------------------------------------------
 

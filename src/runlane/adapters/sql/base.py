@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from runlane.adapters.sql.rows import Row, RowReader, dump_json, running_by_launcher
+from runlane.adapters.sql.rows import Row, RowReader, dump_json, run_status, running_by_launcher
 from runlane.core.admission import Candidate, select_admissible
 from runlane.core.records import (
     AuditEntry,
@@ -255,6 +255,10 @@ class SqlStoreBase:
     def _is_id(self, value: str) -> bool:
         return True
 
+    def _id_key(self, value: str) -> str:
+        """`value` as the database compares run ids (SQLite: the text itself)."""
+        return value
+
     def _param_since(self, seconds: float) -> object:
         """Now minus `seconds`, bound as `:since` (SQLite); PostgreSQL subtracts `:seconds` in
         SQL from its own now and binds None."""
@@ -271,6 +275,19 @@ class SqlStoreBase:
         if row is None:
             raise NotFound(f"no run {run_id}")
         return self._read.run(row)
+
+    async def run_statuses(self, run_ids: Sequence[str]) -> dict[str, RunStatus]:
+        # The rows' ids come back as the database writes them: matched to the ids as given
+        # through the dialect's canonical form (a PostgreSQL uuid in capitals, say).
+        wanted = {self._id_key(run_id): run_id for run_id in run_ids if self._is_id(run_id)}
+        if not wanted:
+            return {}
+        rows = await self._read_all("run_statuses", {"ids": dump_json(list(wanted))})
+        return {
+            wanted[key]: run_status(row["status"])
+            for row in rows
+            if (key := self._id_key(str(row["id"]))) in wanted
+        }
 
     async def run_ids_by_prefix(self, prefix: str, *, limit: int) -> list[str]:
         return await self._ids_by_prefix("run_ids_by_prefix", prefix, limit)

@@ -145,7 +145,7 @@ class RowReader:
         return Run(
             id=_required_text(g("id"), "id"),
             job=_required_text(g("job"), "job"),
-            status=_run_status(g("status")),
+            status=run_status(g("status")),
             trigger=_required_text(g("trigger"), "trigger"),
             dedupe_key=_required_text(g("dedupe_key"), "dedupe_key"),
             attempt=1 if (v := g("attempt")) is None else _to_int(v, "attempt"),
@@ -217,7 +217,7 @@ class RowReader:
         item: dict[str, Any] = {
             "id": _required_text(g("id"), "id"),
             "job": _required_text(g("job"), "job"),
-            "status": _run_status(g("status")).value,
+            "status": run_status(g("status")).value,
             "trigger": _required_text(g("trigger"), "trigger"),
             "dedupe_key": _required_text(g("dedupe_key"), "dedupe_key"),
             "attempt": 1 if (v := g("attempt")) is None else _to_int(v, "attempt"),
@@ -388,7 +388,7 @@ def _required_text(value: object, key: str) -> str:
 _STATUSES: dict[object, RunStatus] = {s.value: s for s in RunStatus}
 
 
-def _run_status(value: object) -> RunStatus:
+def run_status(value: object) -> RunStatus:
     """RunStatus(value) by a dict lookup (~1 us less a row than the enum's call)."""
     status = _STATUSES.get(value)
     return status if status is not None else RunStatus(_required_text(value, "status"))

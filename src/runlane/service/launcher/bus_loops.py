@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +31,7 @@ import structlog
 from runlane.catalog import Catalog
 from runlane.core.runs import AcceptResult, RunStatus, Trigger
 from runlane.core.trace import parse_traceparent
-from runlane.errors import NotFound, RunlaneError, RunRefused, StoreError
+from runlane.errors import RunlaneError, RunRefused, StoreError
 from runlane.ports import BrokerBus, Delivery, Store
 from runlane.ports.bus import RUNLANE_SOURCE_PREFIX, TOPIC_EXTERNAL_EVENTS, TOPIC_RUN_QUEUED
 from runlane.service.accept import RunRequest
@@ -219,39 +219,53 @@ class CommandConsumer:
     async def consume_once(self) -> None:
         await self._settle_held()
         pending, self._retry = self._retry, []
-        for delivery in pending:
-            await self._handle(delivery)
+        if pending:
+            await self._handle(pending)
         room = self.free_slots() - len(self._held) - len(self._retry)
         if room <= 0:
             await asyncio.sleep(min(self.max_wait, 0.2))
             return
         deliveries = await self.bus.receive(TOPIC_RUN_QUEUED, limit=room, max_wait=self.max_wait)
-        for delivery in deliveries:
-            await self._handle(delivery)
+        if deliveries:
+            await self._handle(deliveries)
 
-    async def _handle(self, delivery: Delivery) -> None:
+    async def _handle(self, deliveries: Sequence[Delivery]) -> None:
+        """Decide a batch of deliveries with one read of their runs' statuses."""
+        commands: list[tuple[Delivery, RunCommand]] = []
+        for delivery in deliveries:
+            try:
+                commands.append((delivery, parse_command(delivery.message.payload)))
+            except Refused as exc:
+                await self._dead_letter(delivery, str(exc))
+        if not commands:
+            return
         try:
-            command = parse_command(delivery.message.payload)
-            await self._decide(delivery, command)
-        except Refused as exc:
-            await self._dead_letter(delivery, str(exc))
+            statuses = await self.store.run_statuses([command.run_id for _, command in commands])
         except StoreError as exc:
             log.warning("bus.command_deferred", error=str(exc))
-            self._retry.append(delivery)
-
-    async def _decide(self, delivery: Delivery, command: RunCommand) -> None:
-        try:
-            run = await self.store.get_run(command.run_id)
-        except NotFound:
-            run = None
-        if run is not None:
-            if run.status is RunStatus.QUEUED:
-                self._held[run.id] = (delivery, time.monotonic())
-                self.wake()
-                return
-            await self._ack(delivery)
-            self.stats.dropped += 1
+            self._retry.extend(delivery for delivery, _ in commands)
             return
+        settled: list[Delivery] = []
+        now = time.monotonic()
+        held_any = False
+        for delivery, command in commands:
+            status = statuses.get(command.run_id)
+            if status is None:  # no such run: another service's command
+                await self._accept_command(delivery, command)
+            elif status is RunStatus.QUEUED and command.run_id not in self._held:
+                self._held[command.run_id] = (delivery, now)
+                held_any = True
+            else:  # no longer queued, or another delivery of a command already held
+                settled.append(delivery)
+                self.stats.dropped += 1
+        if settled:
+            await self._ack(settled)
+        if held_any:
+            self.wake()
+
+    async def _accept_command(self, delivery: Delivery, command: RunCommand) -> None:
+        """A command for a run with no row: the one accept path, then acked; refused, it is
+        dead-lettered; a database fault leaves it to be tried again."""
         request = RunRequest(
             job=command.job,
             trigger=command.trigger,
@@ -263,12 +277,13 @@ class CommandConsumer:
         )
         try:
             result = await self.accept(request)
-        except RunRefused as exc:
-            raise Refused(f"{exc.code}: {exc.message}") from None
-        except StoreError:
-            raise
-        except RunlaneError as exc:
-            raise Refused(f"{exc.code}: {exc.message}") from None
+        except StoreError as exc:
+            log.warning("bus.command_deferred", error=str(exc))
+            self._retry.append(delivery)
+            return
+        except RunlaneError as exc:  # RunRefused and every other refusal a person can act on
+            await self._dead_letter(delivery, f"{exc.code}: {exc.message}")
+            return
         log.info(
             "bus.command_accepted",
             command_run_id=command.run_id,
@@ -276,22 +291,27 @@ class CommandConsumer:
             created=result.created,
         )
         self.stats.accepted += 1
-        await self._ack(delivery)
+        await self._ack([delivery])
         self.wake()
 
     async def _settle_held(self) -> None:
+        """Ack the held deliveries whose runs left `queued` (or waited `hold_seconds`), with one
+        read of their statuses."""
         if not self._held:
             return
         now = time.monotonic()
+        statuses = await self.store.run_statuses(list(self._held))
+        settled: list[Delivery] = []
         for run_id, (delivery, since) in list(self._held.items()):
-            run = await self.store.get_run(run_id)
-            if run.status is not RunStatus.QUEUED or now - since >= self.hold_seconds:
+            if statuses.get(run_id) is not RunStatus.QUEUED or now - since >= self.hold_seconds:
                 del self._held[run_id]
-                await self._ack(delivery)
+                settled.append(delivery)
+        if settled:
+            await self._ack(settled)
 
-    async def _ack(self, delivery: Delivery) -> None:
-        await self.bus.ack([delivery])
-        self.stats.acked += 1
+    async def _ack(self, deliveries: Sequence[Delivery]) -> None:
+        await self.bus.ack(deliveries)
+        self.stats.acked += len(deliveries)
 
     async def _dead_letter(self, delivery: Delivery, reason: str) -> None:
         if await self.bus.dead_letter(delivery, reason):

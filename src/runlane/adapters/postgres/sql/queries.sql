@@ -429,6 +429,12 @@ ORDER BY id
 -- A short id's runs: a range on the primary key (operations.lookup), no row read.
 SELECT id FROM run_log WHERE id BETWEEN %(lo)s::uuid AND %(hi)s::uuid ORDER BY id LIMIT %(limit)s
 
+-- name: run_statuses
+-- The status of each run of :ids (a JSON list of uuids): the bus's consumer settles a batch of
+-- commands with one read, each a probe of the primary key.
+SELECT id, status FROM run_log
+WHERE id = ANY(ARRAY(SELECT jsonb_array_elements_text(%(ids)s::jsonb)::uuid))
+
 -- name: get_run
 SELECT * FROM run_log WHERE id = %(id)s::uuid
 

@@ -207,6 +207,11 @@ ORDER BY id
 -- A short id's runs: a range on the primary key (operations.lookup), no row read.
 SELECT id FROM run_log WHERE id BETWEEN :lo AND :hi ORDER BY id LIMIT :limit
 
+-- name: run_statuses
+-- The status of each run of :ids (a JSON list): the bus's consumer settles a batch of commands
+-- with one read, each a probe of the primary key.
+SELECT id, status FROM run_log WHERE id IN (SELECT value FROM json_each(:ids))
+
 -- name: get_run
 SELECT * FROM run_log WHERE id = :id
 

@@ -1,0 +1,157 @@
+"""The RabbitMQ bus's command consumer (`CommandConsumer`, docs/bus.md "Run commands") over each
+store, with a scripted bus in the broker's place: a batch of deliveries is decided with one read
+of the runs' statuses, the held ones are settled with one read, and a second delivery of a
+command already held is acked at once instead of taking the first one's place (which was never
+acked: it kept a prefetch slot until the connection closed). The broker itself is
+tests/integration/rabbitmq/test_commands.py's."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from runlane.core.runs import AcceptResult, RunStatus
+from runlane.ports import Delivery, OutboxMessage, Store
+from runlane.service.accept import RunRequest
+from runlane.service.launcher.bus_loops import CommandConsumer
+from tests.conformance.conftest import StoreHarness
+from tests.conformance.test_store_contract import claim_all, new_run
+
+
+class ScriptedBus:
+    """`receive` hands out what the test put in `inbox`; acks and dead letters are recorded."""
+
+    name = "rabbitmq"
+
+    def __init__(self) -> None:
+        self.inbox: list[Delivery] = []
+        self.acked: list[str] = []
+        self.dead: list[tuple[str, str]] = []
+
+    async def receive(self, topic: str, *, limit: int, max_wait: float) -> list[Delivery]:
+        out, self.inbox = self.inbox[:limit], self.inbox[limit:]
+        return out
+
+    async def ack(self, deliveries: Sequence[Delivery]) -> None:
+        self.acked.extend(d.message.message_id for d in deliveries)
+
+    async def reject(self, deliveries: Sequence[Delivery], *, requeue: bool) -> None:
+        raise AssertionError("nothing here is rejected")
+
+    async def dead_letter(self, delivery: Delivery, reason: str) -> bool:
+        self.dead.append((delivery.message.message_id, reason))
+        return True
+
+
+class CountingStore:
+    """The store, with every `run_statuses` call's ids recorded."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.reads: list[list[str]] = []
+
+    async def run_statuses(self, run_ids: Sequence[str]) -> dict[str, RunStatus]:
+        self.reads.append(list(run_ids))
+        return await self._store.run_statuses(run_ids)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def command(message_id: str, payload: object) -> Delivery:
+    body = payload if isinstance(payload, str) else json.dumps(payload)
+    return Delivery(OutboxMessage(message_id, "job_runs", body, datetime.now(UTC)))
+
+
+async def refuse(request: RunRequest) -> AcceptResult:
+    raise AssertionError(f"no command here is another service's: {request}")
+
+
+async def test_a_batch_of_commands_is_decided_and_settled_with_one_read_each(
+    harness: StoreHarness,
+) -> None:
+    store = harness.store
+    runs = [(await store.accept(new_run("nightly"))).run for _ in range(5)]
+    [claimed] = await claim_all(store, limit=1)  # the oldest: no longer queued
+    assert claimed.run.id == runs[0].id
+    bus = ScriptedBus()
+    counting = CountingStore(store)
+    woken: list[int] = []
+    consumer = CommandConsumer(
+        store=counting,  # type: ignore[arg-type]
+        bus=bus,  # type: ignore[arg-type]
+        catalog=None,  # type: ignore[arg-type]
+        accept=refuse,
+        free_slots=lambda: 16,
+        wake=lambda: woken.append(1),
+    )
+    bus.inbox = [
+        *(command(f"m{n}", {"run_id": run.id, "job": run.job}) for n, run in enumerate(runs)),
+        command("again", {"run_id": runs[1].id, "job": "nightly"}),  # a second delivery
+        command("poison", "{not json"),
+    ]
+    await consumer.consume_once()
+
+    # One read for the whole batch (the poison never reached the database).
+    assert counting.reads == [[run.id for run in runs] + [runs[1].id]]
+    assert consumer.held == 4  # the four queued runs wait for their claim
+    # The run already claimed and the second delivery of a held command are acked at once.
+    assert bus.acked == ["m0", "again"]
+    assert [message_id for message_id, _ in bus.dead] == ["poison"]
+    assert "not JSON" in bus.dead[0][1]
+    assert woken == [1]  # the claim loop is woken once for the batch
+    assert consumer.stats.dropped == 2
+
+    # Two of the held runs are claimed; the next round settles them with one read.
+    claimed_now = await claim_all(store, limit=2)
+    await consumer.consume_once()
+    assert len(counting.reads) == 2
+    assert sorted(counting.reads[1]) == sorted(run.id for run in runs[1:])
+    assert consumer.held == 2
+    settled = {f"m{n}" for n, run in enumerate(runs) if run.id in {c.run.id for c in claimed_now}}
+    assert set(bus.acked[2:]) == settled
+    assert consumer.stats.acked == 4
+
+    # A held run whose row is gone (deleted under the consumer) is settled, not an error.
+    gone = next(run.id for run in runs[1:] if run.id not in {c.run.id for c in claimed_now})
+    harness.query("DELETE FROM run_log WHERE id = :id", {"id": gone})
+    await consumer.consume_once()
+    assert consumer.held == 1
+    assert consumer.stats.acked == 5
+
+
+async def test_an_unknown_run_id_goes_to_the_accept_path(harness: StoreHarness) -> None:
+    """A command for a run with no row (another service's) is the accept path's, once per
+    delivery, while the known runs of the same batch are decided by the one read."""
+    store = harness.store
+    known = (await store.accept(new_run("nightly"))).run
+    accepted: list[RunRequest] = []
+
+    async def accept(request: RunRequest) -> AcceptResult:
+        accepted.append(request)
+        return await store.accept(new_run("nightly", dedupe_key=request.dedupe_key))
+
+    bus = ScriptedBus()
+    consumer = CommandConsumer(
+        store=store,
+        bus=bus,  # type: ignore[arg-type]
+        catalog=None,  # type: ignore[arg-type]
+        accept=accept,
+        free_slots=lambda: 16,
+        wake=lambda: None,
+    )
+    foreign = str(uuid.uuid4())
+    bus.inbox = [
+        command("mine", {"run_id": known.id, "job": "nightly"}),
+        command("theirs", {"run_id": foreign, "job": "nightly", "requested_by": "billing"}),
+        command("malformed-id", {"run_id": "billing-42", "job": "nightly"}),
+    ]
+    await consumer.consume_once()
+    assert consumer.held == 1
+    assert [r.dedupe_key for r in accepted] == [f"bus:{foreign}", "bus:billing-42"]
+    assert accepted[0].requested_by == "billing"
+    assert bus.acked == ["theirs", "malformed-id"]
+    assert consumer.stats.accepted == 2
