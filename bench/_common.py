@@ -228,6 +228,22 @@ def postgres_cpu_delta(before: dict[int, float], after: dict[int, float]) -> flo
     return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
 
 
+def rabbitmq_cpu_seconds() -> float | None:
+    """utime + stime of the RabbitMQ server on this machine (its Erlang VM, beam.smp: all of
+    it, whoever it works for); None when no such process runs here."""
+    total, found = 0.0, False
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() == "beam.smp":
+                total += cpu_seconds(int(entry.name))
+                found = True
+        except OSError:
+            continue
+    return total if found else None
+
+
 def helper_pids(pid: int) -> list[int]:
     """The launcher's own helper processes (the inline executor's guardian or its spawners)."""
     found = []

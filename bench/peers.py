@@ -122,6 +122,7 @@ from _common import (
     rss_mib,
     scratch_database,
 )
+from _common import rabbitmq_cpu_seconds as broker_cpu_seconds
 
 BENCH = Path(__file__).resolve().parent
 WORKERS = BENCH / "_peer_workers.py"
@@ -149,19 +150,10 @@ class PeerFailed(Exception):
 
 def rabbitmq_cpu_seconds() -> float:
     """utime + stime of the RabbitMQ server (its Erlang VM, beam.smp) on this machine."""
-    total, found = 0.0, False
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if (entry / "comm").read_text().strip() == "beam.smp":
-                total += cpu_seconds(int(entry.name))
-                found = True
-        except OSError:
-            continue
-    if not found:
+    seconds = broker_cpu_seconds()
+    if seconds is None:
         raise PeerFailed("no beam.smp process: RabbitMQ is not running on this machine")
-    return total
+    return seconds
 
 
 @contextlib.contextmanager

@@ -22,8 +22,10 @@ at warning, ~0.01 ms of launcher CPU a run less since then (~0.045 before).
 root; otherwise runlane's queues in RUNLANE_TEST_RABBITMQ_URL's vhost are deleted first), the
 runs accepted through the outbox as the CLI and the API do on that bus (a command and the facts
 per run); the outbox rows are held with the queue, and CPU is read once the outbox and job_runs
-are empty, so the relay's and the consumer's work is counted. `--bus both` alternates database
-and RabbitMQ rounds (`--repeat` of each) and prints the medians of each.
+are empty, so the relay's and the consumer's work is counted. With the broker on this machine,
+`broker_cpu_ms_per_run` is its own process's CPU (beam.smp, all of it) over the same span, not
+in `cpu_ms_per_run`: on two cores it is what bounds that bus's runs/s. `--bus both` alternates
+database and RabbitMQ rounds (`--repeat` of each) and prints the medians of each.
 
     .venv/bin/python bench/throughput.py --db postgres --runs 2000 --repeat 3
     .venv/bin/python bench/throughput.py --db sqlite --runs 2000 --repeat 3
@@ -77,6 +79,7 @@ from _common import (
     percentile,
     postgres_cpu_delta,
     postgres_cpu_seconds,
+    rabbitmq_cpu_seconds,
     rss_mib,
     runlane_cmd,
     runs_cpu_seconds,
@@ -305,6 +308,7 @@ def one(
                     startup_cpu = cpu_seconds(proc.pid) + startup_helpers
                     startup_runs = runs_cpu_seconds(proc.pid)
                     pg_before = postgres_cpu_seconds(database) if kind == "postgres" else {}
+                    broker_before = rabbitmq_cpu_seconds() if amqp_url else None
                     spy = (
                         subprocess.Popen(
                             [
@@ -352,6 +356,12 @@ def one(
                     postgres_cpu_delta(pg_before, postgres_cpu_seconds(database))
                     if kind == "postgres"
                     else 0.0
+                )
+                broker_after = rabbitmq_cpu_seconds() if broker_before is not None else None
+                broker_cpu = (
+                    None
+                    if broker_before is None or broker_after is None
+                    else max(0.0, broker_after - broker_before)
                 )
                 launcher_cpu = max(0.0, launcher_cpu - startup_cpu)
                 flights = in_flight_ms(url, n)
@@ -413,6 +423,13 @@ def one(
                 ),
                 # After the last run finished, until the outbox and job_runs were empty.
                 **({"bus_drain_s": bus_drain} if amqp_url else {}),
+                # RabbitMQ's own process (beam.smp, all of it) over the same span, when it runs
+                # on this machine: not in cpu_ms_per_run.
+                **(
+                    {"broker_cpu_ms_per_run": 1000 * broker_cpu / n}
+                    if broker_cpu is not None
+                    else {}
+                ),
                 **extra,
             }
 
@@ -499,7 +516,7 @@ def main() -> None:
     for (bus, c), rows in results.items():
         print(
             f"[{tag(bus, c)} median of {len(rows)}] "
-            + "  ".join(f"{k}={median([r[k] for r in rows]):.2f}" for k in rows[0])
+            + "  ".join(f"{k}={median([r[k] for r in rows if k in r]):.2f}" for k in rows[0])
         )
 
 

@@ -52,3 +52,9 @@ def test_bench_throughput_both_buses_runs(amqp_url: str) -> None:
             re.MULTILINE,
         )
         assert found, out[-3000:]
+    # The broker runs on this machine (the suite's own): its CPU is read beside the launcher's,
+    # on the RabbitMQ round only.
+    assert re.search(
+        r"^\[postgres/rabbitmq median of 1\] .*broker_cpu_ms_per_run=\d+\.\d+", out, re.M
+    )
+    assert not re.search(r"^\[postgres/db median of 1\] .*broker_cpu_ms_per_run", out, re.M)
