@@ -4,17 +4,24 @@ one reaches the events' dead-letter queue with the reason."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 from collections.abc import Callable
+from typing import Any
 
 import aio_pika
 import pytest
 
-from runlane.adapters.rabbitmq import REASON_HEADER
+from runlane.adapters.rabbitmq import REASON_HEADER, RabbitBus
+from runlane.catalog import Catalog
 from runlane.core.runs import RunStatus
+from runlane.errors import DatabaseUnavailable
 from runlane.ports import RunFilter, Store
+from runlane.service.accept import accept_run
+from runlane.service.launcher.bus_loops import EventConsumer
 
-from .conftest import BusLauncher, get_one, until
+from .conftest import BusLauncher, depth, get_one, until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.usefixtures("broker_shared")]
 
@@ -93,3 +100,65 @@ async def test_an_invalid_event_reaches_the_events_dead_letter_queue(
         "no cloudEvents_source header: the event cannot be deduped by source",
     ]
     assert await store.list_runs(RunFilter(job="listener")) == []
+
+
+class FlakyStore:
+    """The store, with `record_event` failing as a database outage does, `failures` times."""
+
+    def __init__(self, store: Store, failures: int) -> None:
+        self._store = store
+        self.failures = failures
+
+    async def record_event(self, *args: Any, **kwargs: Any) -> Any:
+        if self.failures > 0:
+            self.failures -= 1
+            raise DatabaseUnavailable("the database did not answer (a test's outage)")
+        return await self._store.record_event(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+async def test_a_database_outage_never_spends_an_events_delivery_limit(
+    store: Store,
+    catalog: Catalog,
+    make_bus: Callable[..., RabbitBus],
+    amqp: aio_pika.abc.AbstractChannel,
+) -> None:
+    """While the database fails, a taken event stays unacked on the consumer and is tried
+    again: rejected with requeue, each failure would count against `runlane.events`'
+    delivery limit (5) and a longer outage would dead-letter an event that was fine."""
+    bus = make_bus(store)
+    await bus.open()
+    topology = bus.topology
+    flaky = FlakyStore(store, failures=8)  # more than the delivery limit
+    consumer = EventConsumer(
+        store=flaky,  # type: ignore[arg-type]
+        bus=bus,
+        catalog=catalog,
+        accept=functools.partial(accept_run, store, catalog),
+        max_wait=0.2,
+        retry_pause=0.05,
+    )
+    stopping = asyncio.Event()
+    task = asyncio.create_task(consumer.run(stopping))
+    try:
+        headers = CE | {"cloudEvents_id": "sig-outage", "cloudEvents_source": "rumor-service"}
+        await publish_event(
+            amqp, topology.job_events, "rumor.signal_created", b'{"player": 9}', headers
+        )
+
+        async def settled() -> bool:  # taken, or dead-lettered by the broker
+            return consumer.stats.acked >= 1 or await depth(amqp, topology.events_dlq) >= 1
+
+        await until(settled, within=30)
+    finally:
+        stopping.set()
+        await asyncio.wait_for(task, 10)
+    assert flaky.failures == 0  # every failure was met, and the event was taken after them
+    assert consumer.stats.dead_lettered == 0
+    assert await depth(amqp, topology.events_dlq) == 0
+    assert await depth(amqp, topology.events_queue) == 0
+    event = await store.get_event("rumor-service#sig-outage")
+    assert event.data == {"player": 9}
+    assert len(await store.list_runs(RunFilter(job="listener"))) == 1

@@ -334,20 +334,28 @@ class EventConsumer:
     accept: AcceptFn
     max_wait: float = 1.0
     batch: int = 50
+    retry_pause: float = 1.0  # after a database fault, before the event is tried again
     stats: ConsumerStats = field(default_factory=ConsumerStats)
 
     async def run(self, stopping: asyncio.Event) -> None:
+        pending: list[Delivery] = []  # taken, not yet settled, in the order they came
         while not stopping.is_set():
-            deliveries = await self.bus.receive(
-                TOPIC_EXTERNAL_EVENTS, limit=self.batch, max_wait=self.max_wait
-            )
-            for delivery in deliveries:
+            if not pending:
+                pending = await self.bus.receive(
+                    TOPIC_EXTERNAL_EVENTS, limit=self.batch, max_wait=self.max_wait
+                )
+            while pending:
                 try:
-                    await self.take(delivery)
+                    await self.take(pending[0])
                 except StoreError as exc:
+                    # Kept unacked and tried again, in order: requeued, each try would count
+                    # against the queue's delivery limit, and an outage of a few seconds would
+                    # dead-letter events that were fine. (Held deliveries go back to the queue
+                    # if the launcher stops meanwhile.)
                     log.warning("bus.event_deferred", error=str(exc))
-                    await self.bus.reject([delivery], requeue=True)
-                    await _pause(stopping, 1.0)
+                    await _pause(stopping, self.retry_pause)
+                    break
+                del pending[0]
 
     async def take(self, delivery: Delivery) -> None:
         headers = delivery.headers
