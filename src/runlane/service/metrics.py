@@ -121,6 +121,7 @@ class LauncherMetrics:
         self.finished: dict[tuple[str, str, str, str], int] = {}  # (…, status)
         self.lease_losses: dict[tuple[str, str], int] = {}  # (job, executor)
         self.executor_errors: dict[tuple[str, str], int] = {}  # (executor, code)
+        self.loop_failures: dict[tuple[str], int] = {}  # (loop,)
         self.duration = Histogram(DURATION_BUCKETS)  # (job, executor, status)
         self.pickup = Histogram(LATENCY_BUCKETS)  # (executor,)
         self.schedule_lag = Histogram(LATENCY_BUCKETS)  # (job,)
@@ -202,6 +203,12 @@ class LauncherMetrics:
         key = (executor, code)
         self.executor_errors[key] = self.executor_errors.get(key, 0) + 1
 
+    def loop_failed(self, loop: str) -> None:
+        """One of the launcher's background loops raised what it does not handle (it is
+        started again)."""
+        key = (loop,)
+        self.loop_failures[key] = self.loop_failures.get(key, 0) + 1
+
     # ------------------------------------------------------------------ the families
 
     def families(self) -> Iterator[Metric]:
@@ -248,6 +255,13 @@ class LauncherMetrics:
             "Executor calls that failed (start, reattach), by error code.",
             ["executor", "code"],
             self.executor_errors.items(),
+        )
+        yield _counter(
+            "runlane_launcher_loop_failures",
+            "Failures of this launcher's background loops that they do not handle (a bug): "
+            "each is logged as launcher.loop_failed and the loop started again.",
+            ["loop"],
+            self.loop_failures.items(),
         )
         alerts = self.alerts
         yield _counter(

@@ -21,8 +21,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 import structlog
@@ -51,6 +52,11 @@ if TYPE_CHECKING:
 log = structlog.get_logger("runlane.launcher")
 
 CLAIM_COALESCE_SECONDS = 0.01
+# A background loop that raised something it does not handle starts again after this pause,
+# doubled at each failure up to the maximum, and back to the first after it ran this long.
+LOOP_RESTART_FIRST = 1.0
+LOOP_RESTART_MAX = 30.0
+LOOP_HEALTHY_AFTER = 60.0
 # A provider's own end time (a pod run's Job completion time, to the second, by the cluster's
 # clock) is recorded as the run's end only when it is this much older than the launcher's
 # sighting: then the run ended while no launcher watched (a restart, a takeover). Closer than
@@ -194,12 +200,12 @@ class Launcher:
         # its first heartbeat do.
         self._prepare_executors()
         self._tasks = [
-            asyncio.create_task(self._wakeup_pump(), name="runlane-wakeup"),
-            asyncio.create_task(self._finisher.run(), name="runlane-finisher"),
-            asyncio.create_task(self._external_ids.run(), name="runlane-external-ids"),
-            asyncio.create_task(self._leases.run(), name="runlane-leases"),
-            asyncio.create_task(self._heartbeat.run(), name="runlane-heartbeat"),
-            asyncio.create_task(self.alerts.run(self._stopping), name="runlane-alerts"),
+            self._background("wakeup", self._wakeup_pump),
+            self._background("finisher", self._finisher.run),
+            self._background("external-ids", self._external_ids.run),
+            self._background("leases", self._leases.run),
+            self._background("heartbeat", self._heartbeat.run),
+            self._background("alerts", partial(self.alerts.run, self._stopping)),
         ]
         if self.triggers:
             self._tasks.extend(self._start_trigger_loops())
@@ -273,7 +279,7 @@ class Launcher:
         database while the broker is down."""
         bus = self.bus
         if bus is None or bus.name != "rabbitmq":
-            return [asyncio.create_task(self._facts_off(), name="runlane-facts-off")]
+            return [self._background("facts-off", self._facts_off)]
         from runlane.service.launcher.bus_loops import CommandConsumer, EventConsumer, OutboxRelay
 
         broker = cast("BrokerBus", bus)
@@ -283,10 +289,40 @@ class Launcher:
         )
         self.events = EventConsumer(self.store, broker, self.catalog, self._accept)
         return [
-            asyncio.create_task(self.relay.run(self._stopping), name="runlane-relay"),
-            asyncio.create_task(self.commands.run(self._stopping), name="runlane-commands"),
-            asyncio.create_task(self.events.run(self._stopping), name="runlane-events"),
+            self._background("relay", partial(self.relay.run, self._stopping)),
+            self._background("commands", partial(self.commands.run, self._stopping)),
+            self._background("events", partial(self.events.run, self._stopping)),
         ]
+
+    def _background(
+        self, name: str, loop: Callable[[], Coroutine[Any, Any, None]]
+    ) -> asyncio.Task[None]:
+        """One of the launcher's background loops, in a task of its own (`runlane-<name>`),
+        kept running (`_kept`)."""
+        return asyncio.create_task(self._kept(name, loop), name=f"runlane-{name}")
+
+    async def _kept(self, name: str, loop: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Run `loop` until it returns or the launcher stops. Each loop handles the faults it
+        expects (a database or broker that does not answer); anything else it raises (a bug)
+        would end it silently, since the tasks are only awaited at shutdown, and a lost lease
+        renewal or wake-up is a launcher that runs on wrong. So it is logged, with its
+        traceback, as `launcher.loop_failed`, and the loop starts again after a pause that
+        doubles from 1 s to 30 s while it keeps failing soon after each start."""
+        delay = LOOP_RESTART_FIRST
+        while not self._stopping.is_set():
+            started = time.monotonic()
+            try:
+                await loop()
+                return
+            except Exception:
+                if self._stopping.is_set():
+                    return
+                if time.monotonic() - started >= LOOP_HEALTHY_AFTER:
+                    delay = LOOP_RESTART_FIRST
+                log.exception("launcher.loop_failed", loop=name, restart_in=delay)
+                self.metrics.loop_failed(name)
+            await self._sleep_or_stop(delay)
+            delay = min(delay * 2, LOOP_RESTART_MAX)
 
     async def _facts_off(self) -> None:
         """On the database bus nothing publishes facts: run state changes must not write them
@@ -331,8 +367,8 @@ class Launcher:
             self.trigger_interval,
         )
         return [
-            asyncio.create_task(scheduler.run(self._stopping), name="runlane-scheduler"),
-            asyncio.create_task(chains.run(self._stopping), name="runlane-chains"),
+            self._background("scheduler", partial(scheduler.run, self._stopping)),
+            self._background("chains", partial(chains.run, self._stopping)),
         ]
 
     async def _shutdown(self) -> None:
