@@ -122,7 +122,9 @@ from _common import (
     rss_mib,
     scratch_database,
 )
-from _common import rabbitmq_cpu_seconds as broker_cpu_seconds
+from _common import (
+    rabbitmq_cpu_seconds as local_rabbitmq_cpu_seconds,
+)
 
 BENCH = Path(__file__).resolve().parent
 WORKERS = BENCH / "_peer_workers.py"
@@ -150,7 +152,7 @@ class PeerFailed(Exception):
 
 def rabbitmq_cpu_seconds() -> float:
     """utime + stime of the RabbitMQ server (its Erlang VM, beam.smp) on this machine."""
-    seconds = broker_cpu_seconds()
+    seconds = local_rabbitmq_cpu_seconds()
     if seconds is None:
         raise PeerFailed("no beam.smp process: RabbitMQ is not running on this machine")
     return seconds

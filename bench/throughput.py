@@ -357,12 +357,12 @@ def one(
                     if kind == "postgres"
                     else 0.0
                 )
-                broker_after = rabbitmq_cpu_seconds() if broker_before is not None else None
-                broker_cpu = (
-                    None
-                    if broker_before is None or broker_after is None
-                    else max(0.0, broker_after - broker_before)
-                )
+                broker_cpu = None
+                if (
+                    broker_before is not None
+                    and (broker_after := rabbitmq_cpu_seconds()) is not None
+                ):
+                    broker_cpu = max(0.0, broker_after - broker_before)
                 launcher_cpu = max(0.0, launcher_cpu - startup_cpu)
                 flights = in_flight_ms(url, n)
                 steady = steady_rate(url, n)

@@ -183,7 +183,7 @@ def parse_command(payload: str) -> RunCommand:
 @dataclass
 class ConsumerStats:
     acked: int = 0
-    dropped: int = 0  # the run was no longer queued
+    dropped: int = 0  # the run was no longer queued, or its command was already held
     accepted: int = 0  # an external command accepted as a new run
     dead_lettered: int = 0
     own_facts: int = 0  # runlane's own facts heard back on the event queue, dropped
