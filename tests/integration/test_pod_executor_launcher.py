@@ -36,6 +36,7 @@ profiles:
   local: {{image: local}}
   hang: {{image: fake/hang}}
   pull: {{image: fake/image-pull-backoff}}
+  scratchy: {{image: local, scratch: 64Mi}}
 jobs:
   hello:
     profile: local
@@ -45,6 +46,9 @@ jobs:
     profile: local
     command: [{PY}, -c, "import sys; print('boom'); sys.exit(3)"]
     max_attempts: 2
+  scratchy:
+    profile: scratchy
+    command: [{PY}, -c, "print('scratch')"]
   hang:
     profile: hang
     command: [sleep, "1000"]
@@ -127,6 +131,33 @@ async def test_a_pod_run_executes_real_code(
     name = run.external_id.split("/", 1)[1]
     pods = kube.state.pods_of(name)
     assert "hello from " + run_id in kube.state.logs(pods[0]["metadata"]["name"])
+
+
+async def test_a_profiles_scratch_becomes_an_in_memory_volume_at_slash_scratch(
+    launch: Callable[..., Any], store: Store, pod_catalog: Catalog, kube: KubeFake
+) -> None:
+    """`scratch: 64Mi` in the catalog's profile: the Job the launcher creates mounts an
+    in-memory emptyDir with that limit at /scratch; a job without it gets none."""
+    _, events, _ = launch()
+    scratchy = await accept(store, pod_catalog, "scratchy")
+    plain = await accept(store, pod_catalog, "hello")
+    for run_id in (scratchy, plain):
+        await events.wait("finished", run_id)
+    specs = {}
+    for run_id in (scratchy, plain):
+        run = await store.get_run(run_id)
+        assert run.status == RunStatus.SUCCESS, run
+        assert run.external_id is not None
+        namespace, name = run.external_id.split("/", 1)
+        job = kube.state.get("jobs", name, namespace)
+        assert job is not None
+        specs[run_id] = job["spec"]["template"]["spec"]
+    pod = specs[scratchy]
+    assert {"name": "scratch", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}} in pod[
+        "volumes"
+    ]
+    assert {"name": "scratch", "mountPath": "/scratch"} in pod["containers"][0]["volumeMounts"]
+    assert all(v["name"] != "scratch" for v in specs[plain].get("volumes", []))
 
 
 async def test_a_failing_pod_run_keeps_its_log_tail_and_retries(

@@ -237,6 +237,8 @@ def test_example_catalog_loads_clean_and_uses_every_field() -> None:
     assert worker.volumes[1].config_map == "worker-cache"
     assert worker.volumes[1].read_only
     assert worker.node_selector == {"kubernetes.io/arch": "amd64"}
+    assert worker.scratch == "2Gi"
+    assert catalog.profiles["core"].scratch is None
     assert catalog.profiles["core"].resources.requests == {"cpu": "100m", "memory": "256Mi"}
     assert set(catalog.global_.seasons) == {"regular", "playoffs"}
     steps = catalog.chains["tuesday-weekly"].steps

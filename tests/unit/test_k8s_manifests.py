@@ -209,3 +209,23 @@ def test_deadline_is_at_least_one_second() -> None:
         spec(profile={"image": "i"}, deadline_seconds=0.2), namespace="d", launcher_env={}
     )
     assert plan.job["spec"]["activeDeadlineSeconds"] == 1
+
+
+def test_a_profiles_scratch_overrides_the_executors_default() -> None:
+    """The catalog's `scratch` (None when the profile does not say) over PodExecutor's default:
+    a size sets the limit, `true` none, `false` no volume at all."""
+
+    def scratch_volume(profile_scratch: object, default: bool | str) -> object:
+        profile = {"image": "busybox:1.36", "scratch": profile_scratch}
+        plan = build_job_plan(
+            spec(profile=profile), namespace="default", launcher_env={}, scratch=default
+        )
+        validate(plan.job)
+        vols = plan.job["spec"]["template"]["spec"].get("volumes", [])
+        return next((v["emptyDir"] for v in vols if v["name"] == "scratch"), None)
+
+    assert scratch_volume(None, "256Mi") == {"medium": "Memory", "sizeLimit": "256Mi"}
+    assert scratch_volume(None, False) is None
+    assert scratch_volume("1Gi", "256Mi") == {"medium": "Memory", "sizeLimit": "1Gi"}
+    assert scratch_volume(True, "256Mi") == {"medium": "Memory"}
+    assert scratch_volume(False, "256Mi") is None

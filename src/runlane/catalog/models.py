@@ -252,6 +252,37 @@ Volume = Annotated[
 ]
 
 
+# A memory size as Kubernetes writes it (an emptyDir's `sizeLimit`): a number and its unit.
+_K8S_SIZE = re.compile(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)")
+_SCRATCH_HELP = "true, false, or the volume's size limit as Kubernetes writes it: 512Mi, 2Gi"
+
+
+def _scratch(value: object) -> object:
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str) and _K8S_SIZE.fullmatch(value) and float(value.rstrip("KMGTPEik")):
+        return value
+    raise ValueError(f"scratch is {_SCRATCH_HELP}; got {value!r}")
+
+
+Scratch = Annotated[
+    bool | str,
+    BeforeValidator(_scratch),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "boolean"},
+                {"type": "string", "pattern": f"^{_K8S_SIZE.pattern}$", "examples": ["512Mi"]},
+            ],
+            "description": (
+                "Pods only: an in-memory emptyDir mounted at /scratch (its use counts against "
+                f"the pod's memory limit); {_SCRATCH_HELP}."
+            ),
+        }
+    ),
+]
+
+
 class Resources(_Model):
     """Kubernetes resource requests and limits, e.g. `{cpu: 100m, memory: 128Mi}`."""
 
@@ -334,6 +365,7 @@ class Profile(_Model):
         default_factory=dict
     )
     slurm: SlurmSpec | None = None
+    scratch: Scratch | None = None
 
 
 class Defaults(_Model):

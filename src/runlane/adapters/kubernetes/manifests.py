@@ -197,8 +197,11 @@ def _volumes(profile: Mapping[str, Any]) -> tuple[list[dict[str, Any]], list[dic
 
 
 def _scratch(profile: Mapping[str, Any], default: bool | str) -> str | None:
-    """`scratch: true` or a size (`512Mi`) → an in-memory emptyDir at /scratch."""
-    value = profile.get("scratch", default)
+    """`scratch: true` or a size (`512Mi`) → an in-memory emptyDir at /scratch; a profile
+    that does not say (None) gets the executor's default, `false` none."""
+    value = profile.get("scratch")
+    if value is None:
+        value = default
     if value is True:
         return ""
     if isinstance(value, str) and value:
