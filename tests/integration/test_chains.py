@@ -20,11 +20,12 @@ from runlane.adapters.postgres import PostgresStore
 from runlane.adapters.sqlite import SqliteStore
 from runlane.catalog import Catalog, parse_catalog_text
 from runlane.core.runs import RunStatus, Trigger
+from runlane.errors import DatabaseUnavailable
 from runlane.ports import Heartbeat, NewChainRun, RunFilter, Store
 from runlane.service import chains as chains_module
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.catalog_stamp import stamp_catalog
-from runlane.service.chains import ChainRunner, latest_attempts, step_specs
+from runlane.service.chains import ChainRunner, cancel_chain_run, latest_attempts, step_specs
 from runlane.service.config import Settings
 from runlane.service.events import emit_event
 from runlane.service.launcher import Launcher
@@ -563,3 +564,72 @@ async def test_a_run_of_a_chain_removed_from_the_catalog_file_ends_without_waiti
     assert (ended.status, ended.end_reason) == ("failure", "unknown_chain")
     waiting = await store.get_chain_run(added.id)
     assert (waiting.status, waiting.end_reason) == ("running", None)  # 15 minutes from its start
+
+
+async def test_a_cancelled_chain_run_starts_no_more_steps(store: Store, catalog: Catalog) -> None:
+    """The chain loop reads a page of running chain runs, then advances each: one cancelled in
+    between was advanced as if it still ran, and its `on: finish` step (`cleanup`) was queued,
+    after the cancel, in a chain run that had ended: a run nobody cancels."""
+
+    async def accept(request: RunRequest) -> Any:
+        return await accept_run(store, catalog, request)
+
+    runner = ChainRunner(store, catalog, accept)
+    seen = await runner.start("failing", trigger=Trigger.CLI)  # `first` queued
+    (page,) = await store.active_chain_runs()  # the chain loop's page
+    assert page.id == seen.id
+    await cancel_chain_run(store, seen.id, by="ops")  # `first` cancelled with it
+    await runner.advance(page)
+    steps = await store.list_runs(RunFilter(chain_root_id=seen.id, limit=100))
+    active = [(r.job, r.status) for r in steps if r.status in (RunStatus.QUEUED, RunStatus.RUNNING)]
+    assert active == []
+    assert (await store.get_chain_run(seen.id)).end_reason == "cancelled"
+
+
+async def test_a_chain_run_cancelled_while_a_step_starts_leaves_no_step_queued(
+    store: Store, catalog: Catalog
+) -> None:
+    """The cancel lands between the chain runner's plan and its accept of a step: the cancel
+    lists the steps before the new one is written, and the runner writes it after the chain
+    run has ended. The runner cancels the step it started in a chain run that has ended."""
+    chain_run_id: list[str] = []
+
+    async def accept(request: RunRequest) -> Any:
+        if chain_run_id and request.dedupe_key == f"ok@{chain_run_id[0]}/cleanup":
+            await cancel_chain_run(store, chain_run_id[0], by="ops")
+        return await accept_run(store, catalog, request)
+
+    runner = ChainRunner(store, catalog, accept)
+    run = await runner.start("failing", trigger=Trigger.CLI)  # `first` queued
+    chain_run_id.append(run.id)
+    (first,) = await store.list_runs(RunFilter(chain_root_id=run.id, limit=100))
+    await store.request_cancel(first.id, by="ops")  # `first` ends: `cleanup` is due
+    await runner.advance(await store.get_chain_run(run.id))
+    steps = await store.list_runs(RunFilter(chain_root_id=run.id, limit=100))
+    assert {r.dedupe_key.rsplit("/", 1)[-1] for r in steps} >= {"cleanup"}  # it was written
+    active = [(r.job, r.status) for r in steps if r.status in (RunStatus.QUEUED, RunStatus.RUNNING)]
+    assert active == []
+
+
+async def test_a_step_whose_accept_fails_on_the_database_is_started_later_not_skipped(
+    store: Store, catalog: Catalog
+) -> None:
+    """A step's accept that failed on the database (a dropped connection, a lock timeout) was
+    taken for a refusal: the step was recorded `skipped` / `start_failed` by the next statement,
+    its `on: success` dependents skipped and the chain run failed, for a blip. The step is
+    started at the next advance instead."""
+    failed: list[str] = []
+
+    async def accept(request: RunRequest) -> Any:
+        if request.dedupe_key and request.dedupe_key.endswith("/first") and not failed:
+            failed.append(request.dedupe_key)
+            raise DatabaseUnavailable("connection lost")
+        return await accept_run(store, catalog, request)
+
+    runner = ChainRunner(store, catalog, accept)
+    run = await runner.start("happy", trigger=Trigger.CLI)
+    assert failed  # the database failed as the first step was written
+    await runner.advance_all()  # the chain loop's next tick
+    steps = await steps_of(runner, run.id)
+    assert steps == {"first": ("queued", None)}
+    assert (await store.get_chain_run(run.id)).status == "running"

@@ -16,6 +16,7 @@ from runlane.adapters.postgres import PostgresStore
 from runlane.adapters.sqlite import SqliteStore
 from runlane.catalog import Catalog, parse_catalog_text
 from runlane.core.runs import RunStatus
+from runlane.errors import DatabaseUnavailable
 from runlane.ports import RunFilter, Store
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.config import Settings
@@ -264,3 +265,52 @@ async def test_a_cron_edited_and_edited_back_starts_again_from_now(
     # any launcher could see, and the schedule catches up as usual.
     await serve(a, 4 * 3600 + 600)
     assert len(await slots()) == 8 + 59  # every `*/10` slot of the ten minutes down
+
+
+async def test_a_slot_whose_accept_fails_on_the_database_is_planned_again(
+    make_store: Callable[..., object],
+) -> None:
+    """An accept that failed on the database (a dropped connection, a lock timeout) was logged
+    `schedule.refused` and the schedule's state moved past its slot all the same: the run was
+    never written and no later tick planned it again. The slot is tried again while it is
+    within catch_up."""
+    catalog = catalog_with("hourly")
+    clock = FixedClock(datetime(2031, 5, 1, 8, 0, tzinfo=UTC))
+    store = await make_store(clock)  # type: ignore[misc]
+    failing = {"hourly@2031-05-01T09:00:00Z"}
+
+    async def accept(request: RunRequest) -> object:
+        if request.dedupe_key in failing:
+            failing.discard(request.dedupe_key)
+            raise DatabaseUnavailable("connection lost")
+        return await accept_run(store, catalog, request)
+
+    sched = Scheduler(store, catalog, accept)  # type: ignore[arg-type]
+    assert (await sched.tick()).created == 1  # 08:00
+    clock.at = datetime(2031, 5, 1, 9, 0, tzinfo=UTC)
+    assert (await sched.tick()).created == 0  # 09:00: the database failed
+    clock.advance(5)
+    assert (await sched.tick()).created == 1  # 09:00, five seconds late
+    assert sorted(r.scheduled_for.hour for r in await rows(store, "hourly")) == [8, 9]  # type: ignore[attr-defined]
+    # A restarted launcher agrees: nothing more is owed.
+    assert (await scheduler(store, catalog).tick()).created == 0
+
+
+async def test_a_slot_caught_up_late_expires_when_its_window_ends(
+    make_store: Callable[..., object],
+) -> None:
+    """A slot caught up 50 minutes late (catch_up 1h) was queued with the whole catch_up as its
+    queue TTL from then: it could still start 1h50m after its slot. Its window ends an hour
+    after the slot, queued or not."""
+    catalog = catalog_with("hourly")
+    clock = FixedClock(datetime(2031, 5, 1, 8, 0, tzinfo=UTC))
+    store = await make_store(clock)  # type: ignore[misc]
+    sched = scheduler(store, catalog)
+    await sched.tick()
+    (first,) = await store.expire_queued() or [None]  # nothing to expire yet
+    assert first is None
+    clock.at = datetime(2031, 5, 1, 9, 50, tzinfo=UTC)  # the launcher was down since 08:00
+    await sched.tick()  # 09:00 fires, 50 minutes late
+    clock.at = datetime(2031, 5, 1, 10, 0, 1, tzinfo=UTC)  # past 09:00 + catch_up
+    expired = {r.scheduled_for.hour for r in await store.expire_queued()}  # type: ignore[attr-defined]
+    assert expired == {8, 9}

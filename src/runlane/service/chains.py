@@ -32,7 +32,13 @@ from runlane.core.chains import (
 from runlane.core.durations import format_duration
 from runlane.core.runs import AcceptResult, Outcome, Run, RunStatus, Trigger
 from runlane.core.trace import child_traceparent
-from runlane.errors import ConfirmationRequired, InvalidTransition, NotFound, RunlaneError
+from runlane.errors import (
+    ConfirmationRequired,
+    InvalidTransition,
+    NotFound,
+    RunlaneError,
+    StoreError,
+)
 from runlane.ports import ChainLog, ChainRun, ChainStore, NewChainRun, RunFilter, RunLog
 from runlane.service.accept import PERSON_TRIGGERS, RunRequest
 from runlane.service.catalog_stamp import live_launchers
@@ -204,7 +210,12 @@ class ChainRunner:
             if self.hook is not None:
                 self.hook("chain_started", run.id)
         if run.status == "running":
-            await self.advance(run, traceparent=traceparent)
+            try:
+                await self.advance(run, traceparent=traceparent)
+            except StoreError as exc:
+                # The chain run is recorded: the chain loop starts its steps. Raised, the
+                # caller would be told it failed, and a person would start a second one.
+                log.warning("chain.advance_failed", chain_run_id=run.id, error=str(exc))
         return run
 
     async def start_scheduled(self, chain: str, slot: datetime, reason: str | None) -> None:
@@ -231,7 +242,14 @@ class ChainRunner:
     async def advance(self, run: ChainRun, *, traceparent: str | None = None) -> ChainPlan | None:
         """Start, skip or expire the steps the plan says, and end the chain run when it is
         done. The steps join the trace of `traceparent` (the chain run's start), else that of
-        the steps already recorded (a chain run keeps no trace of its own)."""
+        the steps already recorded (a chain run keeps no trace of its own).
+
+        A chain run that has ended (cancelled by a person) starts nothing more, also when
+        `run` was read before it ended (a page of the chain loop): the run is read again
+        before any step is written, and after; a step written as the cancel went by (which
+        listed the steps before it was written) is cancelled here."""
+        if run.status != "running":
+            return None
         chain = self.catalog.chains.get(run.chain)
         if chain is None:
             await self._unknown_chain(run)
@@ -244,6 +262,9 @@ class ChainRunner:
         plan = plan_chain(
             specs, {s: r.status.value for s, r in attempts.items()}, now, run.deadline_at
         )
+        # `run` may have been read before a person cancelled it: then write no step.
+        if (plan.start or plan.skip) and not await self._still_running(run.id):
+            return None
         if plan.overrun and run.overrun_at is None:
             await self.store.mark_chain_overrun(run.id)
             log.warning("chain.overrun", chain=run.chain, chain_run_id=run.id)
@@ -261,16 +282,27 @@ class ChainRunner:
         for step, reason in plan.skip:
             await self._step(run, specs[step], now, skipped=reason, trace=trace)
         overrides = await self.store.overrides() if plan.start else {}
+        started: list[str] = []
         for step in plan.start:
             # A paused (or snoozed) job's step is recorded `skipped` / `paused` instead of run:
             # pausing a job stops every automatic start of it, chains included.
             paused = pause_of(overrides.get(specs[step].job), now) is not None
-            await self._step(
+            result = await self._step(
                 run, specs[step], now, skipped="paused" if paused else None, trace=trace
             )
+            if result.created and result.run.status is RunStatus.QUEUED:
+                started.append(result.run.id)
         if plan.start or plan.skip or plan.expire_queued:
+            current = await self.store.get_chain_run(run.id)
+            if current.status != "running":
+                # Ended meanwhile: a cancel that listed the steps before these were written
+                # did not cancel them.
+                for run_id in started:
+                    with contextlib.suppress(InvalidTransition):
+                        await self.store.request_cancel(run_id)
+                return None
             # Skips can unblock `on: finish` steps at once; plan again rather than wait a tick.
-            return await self.advance(await self.store.get_chain_run(run.id))
+            return await self.advance(current)
         if plan.done and plan.outcome is not None:
             finished = await self.store.finish_chain_run(
                 run.id, plan.outcome, "chain_timeout" if run.overrun_at or plan.overrun else None
@@ -282,6 +314,9 @@ class ChainRunner:
                 if self.hook is not None:
                     self.hook("chain_finished", run.id)
         return plan
+
+    async def _still_running(self, chain_run_id: str) -> bool:
+        return (await self.store.get_chain_run(chain_run_id)).status == "running"
 
     async def _unknown_chain(self, run: ChainRun) -> None:
         """A run of a chain this catalog lacks. Either the chain was added to the file (and
@@ -402,7 +437,7 @@ class ChainRunner:
         *,
         skipped: str | None,
         trace: str | None = None,
-    ) -> None:
+    ) -> AcceptResult:
         ttl = None
         if step.latest is not None:
             ttl = max(1.0, (step.latest + LATEST_GRACE - now).total_seconds())
@@ -418,6 +453,9 @@ class ChainRunner:
         )
         try:
             result = await self.accept(request)
+        except StoreError:
+            # The database failed (nothing was refused): the next advance starts the step.
+            raise
         except RunlaneError as exc:
             # A refused step must not wedge the chain: record it as skipped with the reason.
             log.error("chain.step_refused", chain_run_id=run.id, step=step.name, error=str(exc))
@@ -436,6 +474,7 @@ class ChainRunner:
                 raise
         if result.created and self.hook is not None:
             self.hook("chain_step", result.run.id)
+        return result
 
     async def run(self, stopping: asyncio.Event) -> None:
         """Advance running chains every `interval` until `stopping` is set."""

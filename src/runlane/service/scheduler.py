@@ -31,7 +31,7 @@ from runlane.core.schedule import (
     plan_schedule,
     previous_slot,
 )
-from runlane.errors import NotFound, RunlaneError
+from runlane.errors import NotFound, RunlaneError, StoreError
 from runlane.ports import ExplainStore, Override, SchedulerStore
 from runlane.service.accept import RunRequest
 
@@ -96,6 +96,8 @@ class TickReport:
     accepted: list[AcceptResult] = field(default_factory=list)
     created: int = 0
     chains: int = 0
+    # Schedules with a slot the database failed to take: planned again at the next tick.
+    failed: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -175,6 +177,7 @@ class Scheduler:
             return report
         overrides = await self.store.overrides()
         work: list[tuple[ScheduleSpec, SlotDecision]] = []
+        before = {spec.key: state[spec.key] for spec in due}
         for spec in due:
             pause = pause_of(overrides.get(spec.target), now) if spec.kind == "job" else None
             plan = plan_schedule(spec, state.get(spec.key), now, pause=pause)
@@ -192,6 +195,10 @@ class Scheduler:
                 await self._accept_slot(spec, decision, report)
 
         await asyncio.gather(*(accept_one(spec, d) for spec, d in work))
+        for key in report.failed:
+            # A slot the database did not take keeps its schedule where it was, so the next
+            # tick plans it again (the dedupe keys make the slots that were taken no-ops).
+            advanced[key] = before[key]
         if advanced:
             await self.store.advance_schedules(advanced)
             for key, slot in advanced.items():
@@ -232,11 +239,29 @@ class Scheduler:
                     trigger=Trigger.SCHEDULE,
                     dedupe_key=schedule_dedupe_key(spec.target, decision.slot),
                     scheduled_for=decision.slot,
-                    queue_ttl_seconds=spec.window_seconds,
+                    # The slot's window ends `window_seconds` after the slot, however late
+                    # the slot was planned: a run caught up late waits only what is left of it.
+                    queue_ttl_seconds=max(
+                        1.0,
+                        (
+                            decision.slot + timedelta(seconds=spec.window_seconds) - report.now
+                        ).total_seconds(),
+                    ),
                     requested_by="scheduler",
                     record_skipped=reason,
                 )
             )
+        except StoreError as exc:
+            # The database failed (a dropped connection, a lock timeout): nothing was refused.
+            report.failed.add(spec.key)
+            log.warning(
+                "schedule.accept_failed",
+                schedule=spec.key,
+                slot=decision.slot.isoformat(),
+                error=str(exc),
+                note="planned again at the next tick",
+            )
+            return
         except RunlaneError as exc:
             log.error(
                 "schedule.refused",
@@ -422,7 +447,7 @@ async def explain(store: ExplainStore, catalog: Catalog, job: str, at: datetime)
             lines.append("overlap: forbid — another run of the job was active")
         elif run.end_reason == "expired":
             verdict = "skipped"
-            lines.append(f"it waited in the queue longer than {spec.window_seconds:g}s and expired")
+            lines.append(f"it was still queued {spec.window_seconds:g}s after its slot and expired")
         else:
             verdict = "fired"
         return Explanation(job, at, slot, spec, verdict, lines, run.id)
