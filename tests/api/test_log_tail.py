@@ -70,3 +70,25 @@ def test_a_follow_after_a_tails_end_sends_only_what_came_after(api: ApiServer) -
     assert data_events(followed.text) == [(str(end + 20), "after one\nafter two")]
     assert "event: end" in followed.text
     assert data_events(resumed.text) == [(str(end + 20), "after two")]
+
+
+def test_a_resumed_follow_of_output_that_is_not_utf8_loses_nothing(api: ApiServer) -> None:
+    # Event ids are byte offsets of the log: a byte that is not UTF-8 (a job printing Latin-1)
+    # counts as the one byte it is, not as the three of its U+FFFD; else a client that resumes
+    # with its Last-Event-ID is sent the log from a later byte than it has, losing output.
+    first = b"caf\xe9\n"
+    run_id, path = run_with_log(api, first)
+    with api.client("viewer") as c:
+        api.call(lambda rt: operations.cancel(rt, run_id, requester=CLI))
+        followed = c.get(f"/api/v1/runs/{run_id}/logs", params={"follow": "true"})
+        with path.open("ab") as fh:  # what the client has not seen yet
+            fh.write(b"line two\n")
+        seen = data_events(followed.text)[-1][0]
+        assert seen is not None
+        resumed = c.get(
+            f"/api/v1/runs/{run_id}/logs",
+            params={"follow": "true"},
+            headers={"Last-Event-ID": seen},
+        )
+    assert data_events(followed.text) == [(str(len(first)), "caf\ufffd")]
+    assert data_events(resumed.text) == [(str(len(first) + 9), "line two")]

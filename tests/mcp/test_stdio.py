@@ -88,7 +88,8 @@ def run_mcp(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("token", ["rl_not-a-token", "garbage"])
+# "rl_\udcff": a RUNLANE_TOKEN whose bytes are not UTF-8 (Python's surrogate escape of 0xff).
+@pytest.mark.parametrize("token", ["rl_not-a-token", "garbage", "rl_\udcff"])
 async def test_a_bad_token_is_one_line_and_exit_1(rt: Runtime, token: str) -> None:
     done = await asyncio.to_thread(run_mcp, server_env(rt, token))
     assert done.returncode == 1

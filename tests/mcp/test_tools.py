@@ -317,6 +317,31 @@ async def test_get_run(connect: Connect, rt: Runtime) -> None:
     assert short[0] == "invalid_argument"
 
 
+async def test_text_the_database_cannot_compare_is_invalid_argument_as_on_the_api(
+    connect: Connect, rt: Runtime
+) -> None:
+    # The API answers U+0000 in a run id or a run-list filter with 422 invalid_argument
+    # (docs/api.md); a tool gets the same code, on either database (it was unknown_run, or on
+    # SQLite an empty page for a filter, and a run id's cancel went on to the chain runs).
+    queued = await operations.run_job(rt, "hello", requester=CLI)
+    async with connect("operator") as client:
+        answers = [
+            refusal(await client.call_tool(tool, args))
+            for tool, args in (
+                ("get_run", {"run_id": queued.run.id[:8] + "\x00"}),
+                ("get_run_logs", {"run_id": queued.run.id[:8] + "\x00"}),
+                ("cancel_run", {"run_id": queued.run.id[:8] + "\x00"}),
+                ("get_chain_run", {"chain_run_id": "abcdef\x00"}),
+                ("list_runs", {"job": "hello\x00"}),
+                ("list_runs", {"requested_by": "a\x00"}),
+                ("list_runs", {"chain_root_id": "a\x00"}),
+            )
+        ]
+    assert [code for code, _ in answers] == ["invalid_argument"] * len(answers)
+    assert all("U+0000" in message for _, message in answers)
+    assert (await operations.show_run(rt, queued.run.id)).status is RunStatus.QUEUED
+
+
 async def test_cancel_run(connect: Connect, rt: Runtime) -> None:
     queued = await operations.run_job(rt, "hello", requester=CLI)
     async with connect("operator") as client:

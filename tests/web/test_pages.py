@@ -9,6 +9,7 @@ import re
 import httpx
 
 from runlane.ports import RunFilter
+from runlane.service import operations
 from runlane.web.render import asset
 from tests.api.conftest import ApiServer
 from tests.web.conftest import browser, csrf_of, logged_in
@@ -222,6 +223,20 @@ def test_pause_snooze_and_resume(web: ApiServer) -> None:
         assert ">Resume</button>" not in page
     overrides = web.call(lambda rt: rt.store.overrides())
     assert "single" not in overrides
+
+
+def test_pause_and_resume_are_audited_under_the_operations_names(web: ApiServer) -> None:
+    # The audit's `action` is the operation (docs/access.md), whichever face called it: the
+    # API and MCP record `pause_job` and `resume_job`, and so does the UI.
+    with logged_in(web, "operator") as client:
+        token = csrf_of(client.get("/jobs/etl.clean").text)
+        assert client.post("/jobs/etl.clean/pause", data={"csrf_token": token}).status_code == 303
+        assert client.post("/jobs/etl.clean/resume", data={"csrf_token": token}).status_code == 303
+    entries = web.call(lambda rt: operations.list_audit(rt, limit=2)).items
+    assert [(e.action, e.target, e.actor) for e in entries] == [
+        ("resume_job", "etl.clean", "operator"),
+        ("pause_job", "etl.clean", "operator"),
+    ]
 
 
 def test_explain_says_why_a_slot_did_what_it_did(web: ApiServer) -> None:

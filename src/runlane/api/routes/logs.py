@@ -2,9 +2,9 @@
 followed as server-sent events until the run (and its retries) end.
 
 Where the log is and when the run has ended are the operations layer's (`run_output`,
-`follow_run`); this module only frames it. A followed stream counts bytes: the UTF-8 text of the
-run's output (its attempts one after another, an incomplete log's marker and saved tail
-included), and each `data` event's `id` is the offset just after it. A client that reconnects
+`follow_run`); this module only frames it. A followed stream counts bytes: the run's output (its
+attempts one after another, an incomplete log's marker and saved tail included; a log file's
+own bytes, so a byte that is not UTF-8 counts one, as in the file a resume seeks in), and each `data` event's `id` is the offset just after it. A client that reconnects
 with `Last-Event-ID: <offset>` gets exactly the rest: the operations layer reads the log from its
 start again and the bytes before the offset are skipped, so nothing is lost or repeated (when
 the run's own log file holds the offset, it is read from there, not from its start). `?after=`
@@ -310,8 +310,8 @@ class _Framer:
         self.position = 0  # bytes of output seen
         self.pending = b""  # bytes past `skip` not sent yet (an unfinished line)
 
-    def feed(self, text: str) -> bytes:
-        data = text.encode()
+    def feed(self, data: bytes) -> bytes:
+        """`data`, the next bytes of the output: the events of the whole lines it ends."""
         start = self.position
         self.position += len(data)
         if self.position <= self.skip:
@@ -433,11 +433,13 @@ async def _events(
                 framer.position += item.size  # read from there: the client has them
                 continue
             if isinstance(item, OutputText):
-                chunk = framer.feed(item.text)
+                # The log file's own bytes when it was read from one: the offsets (the event
+                # ids, Last-Event-ID, a tail's end) are the file's, whatever its bytes decode to.
+                chunk = framer.feed(item.raw if item.raw is not None else item.text.encode())
             elif isinstance(item, OutputBytes):
-                chunk = framer.feed(item.data.decode("utf-8", "replace"))
+                chunk = framer.feed(item.data)
             elif isinstance(item, LogIncomplete):
-                chunk = framer.feed(_incomplete_text(item))
+                chunk = framer.feed(_incomplete_text(item).encode())
             else:
                 if isinstance(item, (Retrying, RunEnded)):
                     chunk = framer.flush()  # the attempt's last line, whole or not

@@ -18,6 +18,7 @@ from runlane.core.durations import parse_duration
 from runlane.core.runs import Trigger
 from runlane.core.trace import TraceparentError, parse_traceparent
 from runlane.errors import Forbidden, InvalidArgument, InvalidTraceparent
+from runlane.service.accept import text_problem
 
 # Times a person may give (`--from`, `--to`, `--at`, `--until`): far enough either way for any
 # real schedule, and far from the edges of what `datetime` and the databases can hold.
@@ -203,8 +204,19 @@ def check_range(
         )
 
 
+def check_text(value: str | None, name: str) -> str | None:
+    """`value` unless the database could not compare it (U+0000, a lone surrogate):
+    `invalid_argument` naming `name`, for every face (the API refuses such a query or path
+    parameter before any operation runs; MCP's tool arguments reach the operations as sent)."""
+    if value is not None and (problem := text_problem(value)) is not None:
+        raise InvalidArgument(f"{name} {problem}")
+    return value
+
+
 def run_id_prefix(text: str, what: str = "run") -> str:
-    """A run (or chain run) id or a prefix of one, lowercased; InvalidArgument when it is too short."""
+    """A run (or chain run) id or a prefix of one, lowercased; InvalidArgument when it is too
+    short, or not text the database can compare."""
+    check_text(text, f"{what} id {text!r}")
     prefix = text.strip().lower()
     if len(prefix) < MIN_PREFIX:
         raise InvalidArgument(
@@ -242,8 +254,6 @@ def check_reason(reason: str | None) -> str | None:
         raise InvalidArgument(
             f"--reason is {len(reason)} characters long; at most {MAX_REASON_CHARS}"
         )
-    from runlane.service.accept import text_problem
-
     if (problem := text_problem(reason)) is not None:
         raise InvalidArgument(f"--reason {problem}")
     return reason

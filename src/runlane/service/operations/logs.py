@@ -33,9 +33,13 @@ TAIL_BLOCK_BYTES = 64 * 1024
 @dataclass(frozen=True, slots=True)
 class OutputText:
     """Text of the run's output, as the job wrote it (a terminal face escapes its control
-    characters)."""
+    characters). `raw`: the bytes of the log file it was decoded from, when it was read from
+    one; a byte offset into the log counts these (a byte that is not UTF-8 is one byte there,
+    and three as the U+FFFD of `text`), and may hold the start of a character that `text`
+    leaves to the next item."""
 
     text: str
+    raw: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,8 +176,8 @@ async def follow_run(
                 printed[str(path)] = printed.get(str(path), 0) + len(chunk)
                 line_open[str(path)] = not chunk.endswith(b"\n")
             text = decoder.decode(chunk, final=run.status.is_final)
-            if text:
-                yield OutputText(text)
+            if text or chunk:
+                yield OutputText(text, chunk)
         if run.status.is_final:
             told_tail = False
             if path is not None:  # the file is whole once the run has ended: read to its end

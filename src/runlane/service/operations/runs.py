@@ -20,6 +20,7 @@ from runlane.service.operations.arguments import (
     LATEST,
     Requester,
     check_limit,
+    check_text,
     check_traceparent,
     confirms,
     parse_time,
@@ -307,11 +308,11 @@ async def _page_filter(
     before = None if cursor is None else decode_cursor(cursor)
     wanted = parse_status(status)
     return RunFilter(
-        job=job,
+        job=check_text(job, "job"),
         status=wanted,
         trigger=parse_trigger(trigger),
-        requested_by=requested_by,
-        chain_root_id=chain_root_id,
+        requested_by=check_text(requested_by, "requested_by"),
+        chain_root_id=check_text(chain_root_id, "chain_root_id"),
         since=await _page_time(rt, since, "since"),
         until=await _page_time(rt, until, "until"),
         before=before,

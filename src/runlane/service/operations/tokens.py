@@ -267,7 +267,9 @@ async def authenticate(
     per token (by this process, and by the store whatever the process)."""
     if not secret:
         raise Unauthenticated("no bearer token: send the header Authorization: Bearer <token>")
-    if not secret.startswith(SECRET_PREFIX) or len(secret) > 512:
+    # A secret is ASCII (`rl_` and URL-safe base64): anything else names no token, and text
+    # that is not even UTF-8 (RUNLANE_TOKEN's bytes, surrogate-escaped) could not be hashed.
+    if not secret.startswith(SECRET_PREFIX) or len(secret) > 512 or not secret.isascii():
         raise Unauthenticated(_REFUSED)
     digest = hash_secret(secret)
     read_at = _monotonic()

@@ -280,7 +280,7 @@ async def pause_job(request: Request, rt: WebRuntime, who: WebOperator, job: str
         await operations.audited(
             rt,
             who,
-            action="pause",
+            action="pause_job",
             target=job,
             remote=remote_of(request),
             call=lambda: operations.pause_job(
@@ -302,7 +302,7 @@ async def resume_job(request: Request, rt: WebRuntime, who: WebOperator, job: st
     resumed = await operations.audited(
         rt,
         who,
-        action="resume",
+        action="resume_job",
         target=job,
         remote=remote_of(request),
         call=lambda: operations.resume_job(rt, job, requester=who),
