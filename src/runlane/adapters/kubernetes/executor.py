@@ -44,6 +44,7 @@ from runlane.adapters.kubernetes.diagnose import Diagnosis, diagnose, diagnose_d
 from runlane.adapters.kubernetes.manifests import (
     CONTAINER,
     DEFAULT_TTL_SECONDS,
+    PARAMS_VOLUME,
     JobPlan,
     belongs_to,
     build_job_plan,
@@ -75,7 +76,9 @@ class _Run:
     backstop_at: float  # loop time after which we end the Job ourselves (the cluster did not)
     saved_log: str | None = None
     cancel_requested: bool = False
+    cancel_grace: float = 0.0
     cancel_until: float = 0.0
+    deleted: bool = False  # our delete of the Job went through (or found it gone)
     finished: bool = False
 
 
@@ -95,6 +98,9 @@ class PodExecutor:
     deadline_slack: float = 60.0
     cancel_wait: float = 60.0
     settle_seconds: float = 1.0  # how long a failed Job waits for its pod's last state
+    # A Job the launcher must delete (start timeout, deadline backstop) but could not (the API
+    # away, a refusal): looked at again this much later, until the delete goes through.
+    delete_retry_seconds: float = 10.0
     environ: Mapping[str, str] | None = None  # namespace and cluster lookup; default os.environ
     launcher_env: Mapping[str, str] | None = None  # `${VAR}` in images; default os.environ
     name: str = "pod"
@@ -246,17 +252,20 @@ class PodExecutor:
                 return self._execution(known)
             return await self._start(spec)
 
-    async def _start(self, spec: ExecutionSpec) -> Execution:
-        self._require_api(when="start")
-        namespace = self._namespace(spec)
-        environ = os.environ if self.launcher_env is None else self.launcher_env
-        plan = build_job_plan(
+    def _plan(self, spec: ExecutionSpec, namespace: str) -> JobPlan:
+        """The Job (and params ConfigMap) of one run attempt, as this executor makes it."""
+        return build_job_plan(
             spec,
             namespace=namespace,
-            launcher_env=environ,
+            launcher_env=os.environ if self.launcher_env is None else self.launcher_env,
             ttl_seconds=self.ttl_seconds,
             scratch=self.scratch,
         )
+
+    async def _start(self, spec: ExecutionSpec) -> Execution:
+        self._require_api(when="start")
+        namespace = self._namespace(spec)
+        plan = self._plan(spec, namespace)
         await self.ensure_allowed(namespace)
         watch = self.watch_for(namespace)
         watch.subscribe(plan.name)
@@ -310,6 +319,11 @@ class PodExecutor:
         if not belongs_to(job, spec.run_id, spec.attempt):
             watch.unsubscribe(name)
             raise _collision(namespace, name)
+        try:
+            await self._ensure_params_of_adopted(spec, namespace, job)
+        except BaseException:
+            watch.unsubscribe(name)
+            raise
         watch.seed(job)
         log.info("kubernetes.reattached", run_id=spec.run_id, job=f"{namespace}/{name}")
         return self._execution(self._track(spec, name, namespace, watch, job))
@@ -323,6 +337,7 @@ class PodExecutor:
             announced: str | None = None
             pending_since: float | None = None
             settle_until: float | None = None
+            delete_retry_at = 0.0  # when a Job we failed to delete is tried again
             while True:
                 now = self._now()
                 wake_at = run.backstop_at
@@ -366,10 +381,17 @@ class PodExecutor:
                         )
                         return
                     if run.cancel_requested:
-                        wake_at = min(wake_at, run.cancel_until)
-                        if now >= run.cancel_until:
+                        if now >= run.cancel_until and not run.deleted:
+                            # The delete did not go through (the API away through its retries,
+                            # or refused): the Job runs on, so the run is not cancelled yet.
+                            # Try again; the backstop below still bounds the wait.
+                            run.deleted = await self._delete_job(run)
+                            now = self._now()
+                            run.cancel_until = now + run.cancel_grace + self.cancel_wait
+                        elif now >= run.cancel_until:
                             yield ExecutionEvent("finished", self._cancelled(run, pods))
                             return
+                        wake_at = min(wake_at, run.cancel_until)
                     elif found.phase == "running":
                         pending_since = None
                         if announced != "running":
@@ -383,32 +405,42 @@ class PodExecutor:
                             pending_since = None  # suspended (Kueue): waiting is not failing
                         else:
                             pending_since = now if pending_since is None else pending_since
+                            give_up: tuple[str, str, str] | None = None
                             if found.fail_now:
-                                outcome = await self._give_up(
-                                    run,
-                                    found,
-                                    pods,
-                                    RunStatus.FAILURE,
+                                give_up = (
                                     EndReason.START_FAILED,
                                     found.error_code or "start_error",
                                     f"cannot start: {found.summary()}",
                                 )
-                                yield ExecutionEvent("finished", outcome)
-                                return
-                            if now - pending_since >= self.start_timeout:
-                                outcome = await self._give_up(
-                                    run,
-                                    found,
-                                    pods,
-                                    RunStatus.FAILURE,
+                            elif now - pending_since >= self.start_timeout:
+                                give_up = (
                                     EndReason.START_TIMEOUT,
                                     found.error_code or "start_timeout",
                                     f"still pending after start_timeout ({self.start_timeout:g}s): "
                                     f"{found.summary()}",
                                 )
-                                yield ExecutionEvent("finished", outcome)
-                                return
-                            wake_at = min(wake_at, pending_since + self.start_timeout)
+                            else:
+                                wake_at = min(wake_at, pending_since + self.start_timeout)
+                            if give_up is not None:
+                                if now >= delete_retry_at:
+                                    end_reason, code, note = give_up
+                                    outcome = await self._give_up(
+                                        run,
+                                        found,
+                                        pods,
+                                        RunStatus.FAILURE,
+                                        end_reason,
+                                        code,
+                                        note,
+                                        must_end=now >= run.backstop_at,
+                                    )
+                                    if outcome is not None:
+                                        yield ExecutionEvent("finished", outcome)
+                                        return
+                                    # Not deleted: the Job may still start. Not ended (a retry
+                                    # would run beside it): try the delete again later.
+                                    delete_retry_at = self._now() + self.delete_retry_seconds
+                                wake_at = min(wake_at, delete_retry_at)
                     if now >= run.backstop_at:
                         outcome = await self._give_up(
                             run,
@@ -419,9 +451,11 @@ class PodExecutor:
                             "deadline",
                             "the cluster did not end the Job at its activeDeadlineSeconds; "
                             "the launcher deleted it",
+                            must_end=True,
                         )
-                        yield ExecutionEvent("finished", outcome)
-                        return
+                        if outcome is not None:  # (always: must_end)
+                            yield ExecutionEvent("finished", outcome)
+                            return
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(max(0.0, wake_at - self._now())):
                         await nudges.get()
@@ -451,10 +485,13 @@ class PodExecutor:
         if run.cancel_requested or run.finished:
             return
         run.cancel_requested = True
-        run.cancel_until = self._now() + max(grace, 0.0) + self.cancel_wait
+        run.cancel_grace = max(grace, 0.0)
+        run.cancel_until = self._now() + run.cancel_grace + self.cancel_wait
         pods = run.watch.pods_of(run.name)
         run.saved_log = await self._log_tail(run, pods)
-        await self._delete_job(run)
+        run.deleted = await self._delete_job(run)
+        if run.deleted:  # the pod's grace counts from a delete that went through
+            run.cancel_until = self._now() + run.cancel_grace + self.cancel_wait
         run.watch.subscribe(run.name).put_nowait("cancel")
 
     async def logs(self, execution: Execution, *, tail_bytes: int = 65536) -> str:
@@ -559,6 +596,31 @@ class PodExecutor:
                 return None
             raise exc.permanent(f"read Job {namespace}/{name}") from exc
 
+    async def _ensure_params_of_adopted(
+        self, spec: ExecutionSpec, namespace: str, job: Json
+    ) -> None:
+        """The params ConfigMap of a Job found on takeover, made if it is missing: a launcher
+        that died between creating the Job and its ConfigMap left a pod waiting for the volume
+        (`ContainerCreating`) until its start timeout. One create (409: it is there) for a Job
+        that mounts it and has not ended."""
+        if not _mounts_params(job) or diagnose(job).final:
+            return
+        try:
+            plan = self._plan(spec, namespace)
+        except PermanentExecutorError as exc:  # (e.g. its image names a variable unset here)
+            log.warning("kubernetes.params_not_rebuilt", run_id=spec.run_id, error=str(exc))
+            return
+        if plan.params is None:
+            return
+        try:
+            await self._ensure_config_map(plan, job)
+        except PermanentExecutorError:
+            # Refused: the Job can never start as planned; never leave it waiting.
+            await self._delete(
+                namespace, plan.name, (job.get("metadata") or {}).get("uid"), spec.run_id
+            )
+            raise
+
     async def _ensure_config_map(self, plan: JobPlan, job: Json) -> None:
         uid = (job.get("metadata") or {}).get("uid") or ""
         try:
@@ -569,11 +631,12 @@ class PodExecutor:
             if exc.code != 409:  # 409: made by an earlier try of this same start
                 raise exc.permanent(f"create the params ConfigMap of {plan.name}") from exc
 
-    async def _delete_job(self, run: _Run) -> None:
-        await self._delete(run.namespace, run.name, run.uid, run.spec.run_id)
+    async def _delete_job(self, run: _Run) -> bool:
+        return await self._delete(run.namespace, run.name, run.uid, run.spec.run_id)
 
-    async def _delete(self, namespace: str, name: str, uid: str | None, run_id: str) -> None:
-        """Delete a run's Job: Background propagation, UID precondition, a few retries."""
+    async def _delete(self, namespace: str, name: str, uid: str | None, run_id: str) -> bool:
+        """Delete a run's Job: Background propagation, UID precondition, a few retries. True
+        when the Job is gone or going (deleted, not found, or the name holds another Job)."""
         body: Json = {
             "apiVersion": "v1",
             "kind": "DeleteOptions",
@@ -582,23 +645,26 @@ class PodExecutor:
         if uid:
             body["preconditions"] = {"uid": uid}
         delay = 0.5
-        for _ in range(4):
+        for attempt in range(4):
+            if attempt:
+                await asyncio.sleep(delay)
+                delay *= 2
             try:
                 await self.api.request("DELETE", jobs_path(namespace, name), body=body)
                 log.info("kubernetes.deleted", run_id=run_id, job=f"{namespace}/{name}")
-                return
+                return True
             except ApiStatus as exc:
                 if exc.code == 404:
-                    return
+                    return True
                 if exc.code == 409:  # UID precondition: the name now holds another Job
                     log.warning("kubernetes.delete_skipped", job=name, reason=exc.message)
-                    return
+                    return True
                 log.warning("kubernetes.delete_failed", job=name, error=str(exc))
-                return
+                return False
             except TemporaryExecutorError as exc:
                 log.warning("kubernetes.delete_retry", job=name, error=str(exc))
-                await asyncio.sleep(delay)
-                delay *= 2
+        log.warning("kubernetes.delete_failed", job=name, error="the API was away on every try")
+        return False
 
     async def _read_log(
         self, namespace: str, pod: Json, *, tail_lines: int, limit_bytes: int
@@ -671,13 +737,20 @@ class PodExecutor:
         end_reason: str,
         error_code: str,
         note: str,
-    ) -> Outcome:
-        """Save what explains the failure, then delete the Job."""
+        *,
+        must_end: bool,
+    ) -> Outcome | None:
+        """Save what explains the failure, then delete the Job. None when the delete did not go
+        through and the run need not end yet (`must_end`): the Job may still run, so the run
+        is not ended (a retry would run beside it); the caller tries again later."""
         log_tail = await self._log_tail(run, pods)
         events = await self._pod_events(run, pods)
         if events:
             note = f"{note}\npod events:\n{events}"
-        await self._delete_job(run)
+        if not await self._delete_job(run):
+            if not must_end:
+                return None
+            note = f"{note}\nthe launcher could not delete the Job: it may still be running"
         return Outcome(
             status,
             end_reason,
@@ -715,6 +788,12 @@ def _newest(pods: list[Json]) -> Json | None:
     if not pods:
         return None
     return max(pods, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
+
+
+def _mounts_params(job: Json) -> bool:
+    """Whether a Job's pod mounts the run's params ConfigMap (params over the env budget)."""
+    pod_spec = (((job.get("spec") or {}).get("template") or {}).get("spec")) or {}
+    return any(v.get("name") == PARAMS_VOLUME for v in pod_spec.get("volumes") or ())
 
 
 def _container_started(pod: Json) -> bool:

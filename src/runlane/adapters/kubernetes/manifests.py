@@ -33,6 +33,7 @@ CONTAINER = "run"
 DEFAULT_TTL_SECONDS = 86_400
 # Params over the environment budget travel in a ConfigMap mounted here (core/envsplit.py).
 PARAMS_MOUNT_DIR = "/var/run/runlane/params"
+PARAMS_VOLUME = "runlane-params"  # the pod volume of that ConfigMap
 SCRATCH_DIR = "/scratch"
 # The API server refuses a ConfigMap whose data (keys and values, in bytes) exceeds 1 MiB.
 CONFIG_MAP_MAX_BYTES = 1024 * 1024
@@ -235,10 +236,8 @@ def build_job_plan(
 
     volumes, mounts = _volumes(profile)
     if spilled is not None:
-        volumes.append(
-            {"name": "runlane-params", "configMap": {"name": params_config_map_name(name)}}
-        )
-        mounts.append({"name": "runlane-params", "mountPath": PARAMS_MOUNT_DIR, "readOnly": True})
+        volumes.append({"name": PARAMS_VOLUME, "configMap": {"name": params_config_map_name(name)}})
+        mounts.append({"name": PARAMS_VOLUME, "mountPath": PARAMS_MOUNT_DIR, "readOnly": True})
     scratch_size = _scratch(profile, scratch)
     if scratch_size is not None:
         empty_dir: dict[str, Any] = {"medium": "Memory"}
