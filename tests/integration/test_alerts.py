@@ -4,6 +4,7 @@ message, retried sends, paused slots silent (docs/alerts.md)."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -180,6 +181,38 @@ async def test_a_storm_longer_than_an_evaluation_reads_is_counted_to_its_end(
     assert incident.count == 21  # read again from the cursor less the grace: nothing twice
 
 
+async def test_a_failure_saved_long_after_it_ended_still_alerts(world: World) -> None:
+    """A pod run that failed while no launcher watched (a restart), or an outcome saved after a
+    database outage or from the outcome journal, is saved with the time the run ended: minutes
+    before the cursor less its grace. The launcher that saved it tells the rule when it ended
+    (as its finisher does), and the rule reads back to it."""
+    engine = await world.engine()
+    store = world.stores[0]
+    run_id = str(uuid.uuid4())
+    await store.accept(
+        NewRun(run_id, "nightly", Trigger.MANUAL, run_id, executor="inline", overlap="allow")
+    )
+    (claimed,) = await store.claim(
+        "runner", limit=1, lease_ttl=3600, executors=["inline"], executor_caps={}
+    )
+    await cycle(engine)
+    world.clock.advance(600)
+    await cycle(engine)  # the cursor is at T0 + 600 s
+    ended = time.monotonic() - 300  # the run ended 5 minutes before its outcome is saved
+    await store.finish(claimed.lease, FAILURE, ended_monotonic=ended)
+    run = await store.get_run(run_id)
+    assert run.finished_at is not None
+    assert (await store.now() - run.finished_at).total_seconds() >= 299
+    engine.nudge(ended)
+    report = await engine.evaluate()
+    await engine.deliver()
+    assert [i.run_id for i in report.opened] == [run_id]
+    assert world.recorder.fingerprints() == [("run_failed:nightly", "firing")]
+    await cycle(engine)  # read once: counted once
+    (incident,) = await store.open_incidents()
+    assert incident.count == 1
+
+
 async def test_two_launchers_and_a_restart_send_each_message_once(world: World) -> None:
     a, b = await world.engine("A"), await world.engine("B")
     await world.finish("nightly", FAILURE)
@@ -231,6 +264,40 @@ async def test_temporary_failures_are_retried_after_their_backoff(world: World) 
     (health,) = await world.stores[0].alert_targets()
     assert health.failures == 0
     assert health.last_error == "rec: HTTP 500"
+
+
+async def test_an_incident_that_resolves_during_a_long_outage_of_the_target_is_still_sent(
+    world: World,
+) -> None:
+    """The webhook is down for 90 minutes; meanwhile a job fails and succeeds again. Once the
+    webhook answers, it gets the firing, then the resolve: the person hears of the failure."""
+    engine = await world.engine()
+    world.recorder.fail_next(*[NotifyTemporaryError("rec: HTTP 503")] * 100)
+    await world.finish("nightly", FAILURE)
+    await cycle(engine)
+    world.clock.advance(600)
+    await world.finish("nightly", SUCCESS)
+    await cycle(engine)  # resolved; its firing still owed
+    for _ in range(18):
+        world.clock.advance(300)
+        await engine.deliver()
+    assert world.recorder.sent == []
+    world.recorder.failures.clear()  # the webhook is back
+    world.clock.advance(300)
+    await engine.deliver()
+    assert world.recorder.fingerprints() == [
+        ("run_failed:nightly", "firing"),
+        ("run_failed:nightly", "resolved"),
+    ]
+    world.clock.advance(300)
+    await engine.deliver()
+    assert len(world.recorder.sent) == 2
+    # A healthy target is not sent what resolved more than an hour ago (a new target, say).
+    late = RecordingNotifier(name="late")
+    target = Target("late", "recording", ("critical",), late)
+    newcomer = AlertEngine(world.stores[0], world.catalog, [target], owner="L2", stats=AlertStats())
+    await newcomer.deliver()
+    assert late.sent == []
 
 
 async def test_a_permanent_refusal_is_not_retried(world: World) -> None:

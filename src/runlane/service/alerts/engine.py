@@ -64,6 +64,10 @@ FIRST_LOOKBACK = 3600.0  # a rule's first evaluation reads the last hour, not al
 PAGE = 1000
 MAX_PAGES = 20  # per evaluation; the rest is read at the next one
 RESOLVED_WITHIN = 3600.0  # a resolved incident's notices are delivered for this long
+# ... and, to a target that keeps failing, for this long after the start of its outage (back to
+# its last success), so that an incident that opened and resolved during a long outage of the
+# target is still sent, firing then resolved, once it answers again.
+OWED_FOR = 86400.0
 NUDGE_MIN_GAP = 1.0  # evaluations started by failures are at least this far apart
 PRUNE_AFTER = 30 * 86400.0  # resolved incidents are kept 30 days
 
@@ -116,11 +120,22 @@ class AlertEngine:
         self._last_prune = 0.0
         # Where an evaluation that hit MAX_PAGES stopped reading failures: (finished_at, id).
         self._resume: tuple[datetime, str] | None = None
+        # `time.monotonic()` when the earliest failure this launcher saved since the last read
+        # ended: an outcome saved late (a takeover, a database outage, the outcome journal)
+        # keeps the run's real end as `finished_at`, which may be before the cursor less the
+        # grace; the next read reaches back to it.
+        self._late_end: float | None = None
 
     # ------------------------------------------------------------------ loops
 
-    def nudge(self) -> None:
-        """A run ended badly: evaluate within `NUDGE_MIN_GAP` instead of at the next interval."""
+    def nudge(self, ended_monotonic: float | None = None) -> None:
+        """A run ended badly: evaluate within `NUDGE_MIN_GAP` instead of at the next interval.
+        `ended_monotonic`: when it ended (`time.monotonic()`), so that a failure saved long
+        after its end (its `finished_at` before the cursor) is still read."""
+        if ended_monotonic is not None and (
+            self._late_end is None or ended_monotonic < self._late_end
+        ):
+            self._late_end = ended_monotonic
         self._nudge.set()
 
     async def run(self, stopping: asyncio.Event) -> None:
@@ -247,7 +262,25 @@ class AlertEngine:
 
         An evaluation reads at most `MAX_PAGES` pages; past that the next one (in this process)
         goes on from the last row read instead of from the cursor less the grace, so a storm of
-        failures is read through to its end rather than its first pages again and again."""
+        failures is read through to its end rather than its first pages again and again.
+
+        A failure this launcher saved long after it ended (`nudge` was told when it ended) is
+        read too: the read then starts that far back, less the grace."""
+        late, self._late_end = self._late_end, None
+        try:
+            await self._read_failed(now, open_by_job, report, late)
+        except BaseException:
+            if late is not None and (self._late_end is None or late < self._late_end):
+                self._late_end = late  # read it at the next evaluation
+            raise
+
+    async def _read_failed(
+        self,
+        now: datetime,
+        open_by_job: dict[str, Incident],
+        report: EvaluationReport,
+        late: float | None,
+    ) -> None:
         store = self.store
         cursor = await store.alert_cursor(RUN_FAILED)
         after_at = (cursor or now - timedelta(seconds=FIRST_LOOKBACK)) - timedelta(
@@ -257,6 +290,12 @@ class AlertEngine:
         resume, self._resume = self._resume, None
         if resume is not None and resume[0] > after_at:
             after_at, after_id = resume
+        if late is not None:
+            # A failure this launcher saved after it ended: its `finished_at` is about this far
+            # back (the store's time at the save less the time since the end).
+            floor = now - timedelta(seconds=time.monotonic() - late + LATE_COMMIT_GRACE)
+            if floor < after_at:
+                after_at, after_id = floor, ""
         window_start = after_at
         position = now
         failed: list[Run] = []
@@ -337,15 +376,40 @@ class AlertEngine:
         if not self.targets:
             return self.interval
         now = await self.store.now()
-        incidents = await self.store.incidents_to_notify(RESOLVED_WITHIN)
+        # What resolved within RESOLVED_WITHIN is delivered to every target; a failing target is
+        # owed, besides, what resolved since its outage began (its last success).
+        recent = now - timedelta(seconds=RESOLVED_WITHIN)
+        since = await self._owed_since(now)
+        oldest = min([recent, *since.values()])
+        incidents = await self.store.incidents_to_notify((now - oldest).total_seconds())
         if not incidents:
             return self.interval
         waits = await asyncio.gather(
-            *(self._deliver_to(target, incidents, now) for target in self.targets)
+            *(
+                self._deliver_to(target, incidents, now, min(recent, since.get(target.name, now)))
+                for target in self.targets
+            )
         )
         return min(waits, default=self.interval)
 
-    async def _deliver_to(self, target: Target, incidents: list[Incident], now: datetime) -> float:
+    async def _owed_since(self, now: datetime) -> dict[str, datetime]:
+        """By failing target: from when a resolved incident is still owed to it (an hour
+        before its last success, at most `OWED_FOR` back)."""
+        names = {t.name for t in self.targets}
+        floor = now - timedelta(seconds=OWED_FOR)
+        out: dict[str, datetime] = {}
+        for health in await self.store.alert_targets():
+            if health.target not in names or health.failures <= 0:
+                continue
+            last_ok = health.last_ok_at or floor
+            out[health.target] = max(floor, last_ok - timedelta(seconds=RESOLVED_WITHIN))
+        return out
+
+    async def _deliver_to(
+        self, target: Target, incidents: list[Incident], now: datetime, since: datetime
+    ) -> float:
+        """Send `target` what it owes, in order; resolved incidents only when they resolved
+        after `since`."""
         wait = self.interval
         paused = self._paused_until.get(target.name, 0.0) - time.monotonic()
         if paused > 0:
@@ -353,6 +417,8 @@ class AlertEngine:
         for incident in incidents:
             if not target.takes(incident.level):
                 continue
+            if incident.resolved_at is not None and incident.resolved_at < since:
+                continue  # (read for another target that was failing)
             current = incident
             # Up to two sends per incident in one pass: an incident that opened and resolved
             # between two looks owes its firing, then its resolve.
