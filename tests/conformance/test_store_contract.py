@@ -1109,3 +1109,23 @@ async def test_finish_many_saves_each_under_its_own_lease(harness: StoreHarness)
     assert await store.finish_many([]) == []
     clock.advance(31)  # c's lease expired: even its own token cannot write now
     assert await store.finish_many([FinishRequest(c.lease, SUCCESS)]) == [None]
+
+
+async def test_a_run_asked_to_cancel_is_not_retried_whatever_it_ended_with(
+    harness: StoreHarness,
+) -> None:
+    """A cancel request that came while the run was ending by itself (after its launcher last
+    looked for requests) still stops its retry: the save writes the outcome, not the retry."""
+    store = harness.store
+    one = await _one_claimed(store, max_attempts=2)
+    many = await _one_claimed(store, max_attempts=2)
+    for claimed in (one, many):
+        await store.request_cancel(claimed.run.id, by="alice")
+    retry_one = new_run(attempt=2, retry_of=one.run.id, trigger=Trigger.RETRY)
+    retry_many = new_run(attempt=2, retry_of=many.run.id, trigger=Trigger.RETRY)
+    done = await store.finish(one.lease, FAILURE, retry=retry_one)
+    [saved] = await store.finish_many([FinishRequest(many.lease, FAILURE, retry=retry_many)])
+    assert (done.status, saved.status if saved else None) == (RunStatus.FAILURE, RunStatus.FAILURE)
+    for retry in (retry_one, retry_many):
+        with pytest.raises(NotFound):
+            await store.get_run(retry.id)

@@ -256,10 +256,18 @@ class AcceptResult:
     created: bool  # False: the dedupe key already had a row, which is returned
 
 
+def first_dedupe_key(key: str, attempt: int) -> str:
+    """The first attempt's dedupe key, from the key of attempt `attempt`: only the `#<attempt>`
+    runlane added to a retry's key comes off. A first key may hold a `#` of its own (an event
+    key or id, a bus command's key): splitting at the first `#` would give the retries of
+    `job@key@build#1` and `job@key@build#7` one key, and the second retry would be lost."""
+    suffix = f"#{attempt}"
+    return key[: -len(suffix)] if attempt > 1 and key.endswith(suffix) else key
+
+
 def retry_dedupe_key(first_key: str, attempt: int) -> str:
     """Dedupe key of attempt `attempt` (≥ 2) of a run whose first attempt had `first_key`."""
-    base = first_key.split("#", 1)[0]
-    return f"{base}#{attempt}"
+    return f"{first_key}#{attempt}"
 
 
 def schedule_dedupe_key(job: str, slot_utc: datetime) -> str:

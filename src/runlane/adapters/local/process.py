@@ -12,6 +12,7 @@ import subprocess
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -78,6 +79,42 @@ class SpawnedProcess:
         return self.returncode
 
 
+class KillClock:
+    """When a run's process group gets its SIGKILL: the soonest of the graces asked for. A
+    later, shorter grace (a shutdown or a lost lease hurrying a run already in the grace of its
+    deadline or of a cancel) brings the SIGKILL forward; a longer one changes nothing."""
+
+    __slots__ = ("_at", "_kill", "_loop", "_timer")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, kill: Callable[[], None]) -> None:
+        self._loop = loop
+        self._kill = kill  # sends the SIGKILL
+        self._at: float | None = None  # loop time the group is (to be) killed
+        self._timer: asyncio.TimerHandle | None = None
+
+    def kill_by(self, grace: float) -> None:
+        """SIGKILL the group `grace` seconds from now (at once when ≤ 0), unless sooner."""
+        at = self._loop.time() + max(0.0, grace)
+        if self._at is not None and self._at <= at:
+            return
+        self._at = at
+        self.stop()
+        if grace <= 0:
+            self._kill()
+        else:
+            self._timer = self._loop.call_later(grace, self._fire)
+
+    def stop(self) -> None:
+        """No SIGKILL pending any more (the process has been reaped)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._kill()
+
+
 class ChildOwner(Protocol):
     """What a `Child` needs of the executor that started it."""
 
@@ -125,7 +162,8 @@ class Child:
         self.params_dir: Path | None = None  # spilled params, removed when the run ends
         self.finished: asyncio.Future[Outcome] = self.loop.create_future()
         self._deadline_timer: asyncio.TimerHandle | None = None
-        self._kill_timer: asyncio.TimerHandle | None = None
+        # Made by the first terminate or kill (most runs end on their own), dropped at the end.
+        self._kill_clock: KillClock | None = None
         self._drain_timer: asyncio.TimerHandle | None = None
 
     # -- watching -----------------------------------------------------------------------------
@@ -217,10 +255,12 @@ class Child:
             self.owner.watcher.remove(self.pidfd)
             os.close(self.pidfd)
             self.pidfd = None
-        for timer in (self._deadline_timer, self._kill_timer):
-            if timer is not None:
-                timer.cancel()
-        self._deadline_timer = self._kill_timer = None
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
+        if self._kill_clock is not None:
+            self._kill_clock.stop()
+            self._kill_clock = None  # (it holds a reference back to this child)
         if self.pipe_fd is not None:
             self._drain_timer = self.loop.call_later(_DRAIN_AFTER_EXIT_SECONDS, self._cut_drain)
         self._maybe_finish()
@@ -268,26 +308,30 @@ class Child:
         )
 
     def terminate(self, termination: Termination, grace: float) -> None:
-        """SIGTERM the group, SIGKILL it after `grace`. The first reason given is kept."""
-        if self.returncode is not None or self.termination is not None:
+        """SIGTERM the group, SIGKILL it after `grace`. The first reason given is kept; a later
+        call whose grace ends sooner brings the SIGKILL forward (a shutdown or a lost lease
+        hurrying a run already in the grace of its deadline or of a cancel)."""
+        if self.returncode is not None:
+            return
+        if self.termination is not None:
+            self._killer().kill_by(grace)
             return
         self.termination = termination
-        if grace <= 0:
-            self._signal_group(signal.SIGKILL)
-            return
-        self._signal_group(signal.SIGTERM)
-        self._kill_timer = self.loop.call_later(grace, self._kill_after_grace)
+        if grace > 0:
+            self._signal_group(signal.SIGTERM)
+        self._killer().kill_by(grace)
+
+    def _killer(self) -> KillClock:
+        if self._kill_clock is None:
+            self._kill_clock = KillClock(self.loop, partial(self._signal_group, signal.SIGKILL))
+        return self._kill_clock
 
     def kill(self, termination: Termination) -> None:
         """SIGKILL the group now; `termination` replaces an earlier reason."""
         if self.returncode is not None:
             return
         self.termination = termination
-        self._signal_group(signal.SIGKILL)
-
-    def _kill_after_grace(self) -> None:
-        self._kill_timer = None
-        self._signal_group(signal.SIGKILL)
+        self._killer().kill_by(0.0)
 
     def _signal_group(self, signum: int) -> None:
         # Only called before the leader is reaped: until then no other process can get its id,

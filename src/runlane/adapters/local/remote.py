@@ -12,12 +12,14 @@ import subprocess
 import sys
 import time
 import weakref
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
 from runlane.adapters.files.logfile import read_log_tail
 from runlane.adapters.local import spawner as proto
 from runlane.adapters.local.process import (
+    KillClock,
     Termination,
     run_outcome,
     spawn_error,
@@ -58,7 +60,7 @@ class RemoteChild:
     __slots__ = (
         "__weakref__",
         "_deadline_timer",
-        "_kill_timer",
+        "_kill_clock",
         "client",
         "finished",
         "log_path",
@@ -92,7 +94,8 @@ class RemoteChild:
         # its exit as the outcome, as `Child` does.
         self.params_dir: Path | None = None
         self._deadline_timer: asyncio.TimerHandle | None = None
-        self._kill_timer: asyncio.TimerHandle | None = None
+        # Made by the first terminate or kill (most runs end on their own), dropped at the end.
+        self._kill_clock: KillClock | None = None
 
     def arm_deadline(self) -> None:
         if not self.finished.done():
@@ -108,22 +111,31 @@ class RemoteChild:
         )
 
     def terminate(self, termination: Termination, grace: float) -> None:
-        """SIGTERM the group, SIGKILL it after `grace`. The first reason given is kept."""
-        if self.finished.done() or self.termination is not None:
+        """SIGTERM the group, SIGKILL it after `grace`. The first reason given is kept; a later
+        call whose grace ends sooner brings the SIGKILL forward (as `Child.terminate`)."""
+        if self.finished.done():
+            return
+        if self.termination is not None:
+            self._killer().kill_by(grace)
             return
         self.termination = termination
-        if grace <= 0:
-            self.client.signal(self, signal.SIGKILL)
-            return
-        self.client.signal(self, signal.SIGTERM)
-        self._kill_timer = self.loop.call_later(grace, self.client.signal, self, signal.SIGKILL)
+        if grace > 0:
+            self.client.signal(self, signal.SIGTERM)
+        self._killer().kill_by(grace)
+
+    def _killer(self) -> KillClock:
+        if self._kill_clock is None:
+            self._kill_clock = KillClock(
+                self.loop, partial(self.client.signal, self, signal.SIGKILL)
+            )
+        return self._kill_clock
 
     def kill(self, termination: Termination) -> None:
         """SIGKILL the group now; `termination` replaces an earlier reason."""
         if self.finished.done():
             return
         self.termination = termination
-        self.client.signal(self, signal.SIGKILL)
+        self._killer().kill_by(0.0)
 
     def ended(
         self, rc: int, tail: str, drain_cut: bool, write_error: str | None, signalled: bool
@@ -154,10 +166,12 @@ class RemoteChild:
         )
 
     def _finish(self, outcome: Outcome) -> None:
-        for timer in (self._deadline_timer, self._kill_timer):
-            if timer is not None:
-                timer.cancel()
-        self._deadline_timer = self._kill_timer = None
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
+        if self._kill_clock is not None:
+            self._kill_clock.stop()
+            self._kill_clock = None  # (it holds a reference back to this child)
         if not self.finished.done():
             self.owner.forget(self)
             self.finished.set_result(outcome)

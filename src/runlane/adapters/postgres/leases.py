@@ -256,17 +256,23 @@ class PostgresLeases(PostgresConnections):
                 raise LeaseLost(f"lease on run {lease.run_id} is lost: outcome not saved")
             return _READ.run(row)
         insert = self._insert_params(retry, retry.status, retry.end_reason)
-        async with self._conn() as conn, conn.pipeline(), conn.transaction():
+        async with self._conn() as conn, conn.transaction():
             fin = conn.cursor(row_factory=dict_row)
             await fin.execute(Q["finish"], {**params, "ago": ago()})
-            ins = conn.cursor(row_factory=dict_row)
-            await ins.execute(Q["insert_run"], insert)
-            chk = conn.cursor(row_factory=dict_row)
-            # Checked last so a save that ran past its lease rolls back whole.
-            await chk.execute(Q["lease_still_valid"], {**self._fence(lease), "now": self._now()})
             row = await fin.fetchone()
-            still = await chk.fetchone()
-            if row is None or still is None:
+            if row is None:
+                raise LeaseLost(f"lease on run {lease.run_id} is lost: outcome not saved")
+            async with conn.pipeline():
+                if row["cancel_requested_at"] is None:  # a run asked to cancel is not retried
+                    ins = conn.cursor(row_factory=dict_row)
+                    await ins.execute(Q["insert_run"], insert)
+                chk = conn.cursor(row_factory=dict_row)
+                # Checked last so a save that ran past its lease rolls back whole.
+                await chk.execute(
+                    Q["lease_still_valid"], {**self._fence(lease), "now": self._now()}
+                )
+                still = await chk.fetchone()
+            if still is None:
                 raise LeaseLost(f"lease on run {lease.run_id} is lost: outcome not saved")
         return _READ.run(row)
 
@@ -342,7 +348,12 @@ class PostgresLeases(PostgresConnections):
             cur = conn.cursor(row_factory=dict_row)
             await cur.execute(Q["finish_many"], params())
             written = {row["id"]: row for row in await cur.fetchall()}
-            saved_retries = [(r, new) for r, new in retries if r.lease.run_id in written]
+            # A run someone asked to cancel is never retried, whatever it ended with.
+            saved_retries = [
+                (r, new)
+                for r, new in retries
+                if r.lease.run_id in written and not written[r.lease.run_id]["cancel_requested"]
+            ]
             if saved_retries:
                 async with conn.pipeline():
                     for _, new in saved_retries:

@@ -389,9 +389,10 @@ class SqliteStore(SqlIncidents, SqliteConnection):
             row = _one(conn.execute(Q["finish"], params))
             if row is None:
                 raise LeaseLost(f"lease on run {lease.run_id} is lost: outcome not saved")
-            if retry is not None:
+            run = _READ.run(row)
+            if retry is not None and run.cancel_requested_at is None:
                 self._insert(conn, retry, retry.status, retry.end_reason, now)
-            return _READ.run(row)
+            return run
 
         run = await self._call(lambda conn: _write(conn, work))
         self._wakeup.set()  # a slot was freed (and a retry may be queued)
@@ -418,7 +419,7 @@ class SqliteStore(SqlIncidents, SqliteConnection):
                 if found is None:
                     out.append(None)
                     continue
-                if req.retry is not None:
+                if req.retry is not None and found[2] is None:  # (cancel requested: none)
                     self._insert(conn, req.retry, req.retry.status, req.retry.end_reason, now)
                 out.append(FinishedRun(req.lease.run_id, RunStatus(found[0]), found[1]))
             return out

@@ -21,6 +21,7 @@ from runlane.core.runs import (
     Run,
     RunStatus,
     Trigger,
+    first_dedupe_key,
     retry_backoff_seconds,
     retry_dedupe_key,
     should_retry,
@@ -52,7 +53,7 @@ def retry_command(run: Run, now: datetime) -> NewRun:
         id=str(uuid.uuid4()),
         job=run.job,
         trigger=Trigger.RETRY,
-        dedupe_key=retry_dedupe_key(run.dedupe_key, attempt),
+        dedupe_key=retry_dedupe_key(first_dedupe_key(run.dedupe_key, run.attempt), attempt),
         executor=run.executor,
         overlap="allow" if run.overlap == "allow" else "queue",
         params=run.params or {},
@@ -101,7 +102,8 @@ class Finisher:
         self._lease_ttl = lease_ttl
         self._tunables = tunables
         self.chain_nudge: asyncio.Event | None = None  # set when a chain's step ends
-        self.alert_nudge: Callable[[], None] | None = None  # called when a run fails
+        # Called when a run fails, with when it ended (`time.monotonic()`).
+        self.alert_nudge: Callable[[float | None], None] | None = None
         self.database_down = False  # from a failed database call until a write lands
         self.takeover_after = 0.0
         # Outcomes handed over and not yet saved (run id → request): when the database fails,
@@ -171,8 +173,10 @@ class Finisher:
                 "with its launcher",
             )
         retry = None
-        # A run somebody asked to cancel is never retried, whatever it ended with.
-        if run.cancel_requested_at is None and should_retry(outcome, run.attempt, run.max_attempts):
+        # A run somebody asked to cancel is never retried, whatever it ended with (a request
+        # that came after this launcher last looked is caught by the store's save).
+        cancel_requested = run.cancel_requested_at is not None or sup.cancel_requested
+        if not cancel_requested and should_retry(outcome, run.attempt, run.max_attempts):
             # Database time now, from the claim's database time and the loop's clock since: no
             # round trip, so an outcome is never held back from the finisher (and its journal)
             # by a database outage.
@@ -212,7 +216,9 @@ class Finisher:
         if run.chain_root_id is not None and self.chain_nudge is not None:
             self.chain_nudge.set()  # the chain may start its next steps now
         if self.alert_nudge is not None and final.status in (RunStatus.FAILURE, RunStatus.TIMEOUT):
-            self.alert_nudge()  # the run_failed rule looks now, not at its next interval
+            # The run_failed rule looks now, not at its next interval, and back to the run's
+            # end, which may be long before the save (a takeover, an outage, the journal).
+            self.alert_nudge(sup.ended_monotonic)
         log.info(
             "run.finished",
             run_id=run.id,

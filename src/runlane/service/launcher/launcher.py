@@ -535,7 +535,10 @@ class Launcher:
             return
         for run_id in await self.store.cancel_requests(self.owner):
             sup = self._active.get(run_id)
-            if sup is not None and sup.execution is not None:
+            if sup is None:
+                continue
+            sup.cancel_requested = True  # never retried, whatever it ends with
+            if sup.execution is not None and sup.cancel_grace is None:
                 log.info("run.cancelling", run_id=run_id)
                 await sup.cancel_execution(grace=sup.claimed.run.kill_grace_seconds)
 

@@ -52,7 +52,8 @@ class Supervised:
     execution: Execution | None = None
     lost: bool = False
     shutdown: bool = False
-    cancel_sent: bool = False
+    cancel_grace: float | None = None  # the grace of the last cancel sent, if any
+    cancel_requested: bool = False  # someone asked to cancel the run (seen since its claim)
     executing: bool = True  # False once the execution ended and only its outcome is pending
     task: asyncio.Task[None] | None = None
     claimed_at: float = field(default_factory=lambda: loop_time())
@@ -60,9 +61,11 @@ class Supervised:
     started_monotonic: float | None = None  # time.monotonic() when it started (not reattached)
 
     async def cancel_execution(self, *, grace: float) -> None:
-        """Ask the executor to end the execution, once; its end still arrives as an event."""
-        if self.execution is None or self.cancel_sent:
+        """Ask the executor to end the execution: once, and again only with a shorter grace (a
+        shutdown or a lost lease hurrying a cancel under way); its end still arrives as an
+        event."""
+        if self.execution is None or (self.cancel_grace is not None and grace >= self.cancel_grace):
             return
-        self.cancel_sent = True
+        self.cancel_grace = grace
         with contextlib.suppress(Exception):
             await self.executor.cancel(self.execution, grace=grace)

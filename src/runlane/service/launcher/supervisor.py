@@ -282,7 +282,9 @@ class Supervisor:
                         sup.ended_monotonic = time.monotonic() - ago
         if outcome is None:  # an executor bug; never leave the run without a status
             outcome = Outcome(RunStatus.FAILURE, EndReason.ORPHANED, error_code="no_outcome")
-        if sup.shutdown:
+        if sup.shutdown and outcome.status is RunStatus.CANCELLED and not sup.cancel_requested:
+            # Ended by the shutdown. A run that ended otherwise meanwhile (by itself, at its
+            # deadline, or cancelled by someone) keeps the outcome it had.
             outcome = Outcome(
                 RunStatus.FAILURE,
                 EndReason.LAUNCHER_SHUTDOWN,

@@ -310,7 +310,9 @@ FROM v, n
 WHERE r.id = ANY(ARRAY(SELECT v.id FROM v)) AND r.id = v.id
   AND (r.status = 'running') IS TRUE AND r.lease_token = v.token
   AND r.lease_generation = v.gen AND (r.lease_expires_at > n.now) IS TRUE
-RETURNING r.id::text AS id, r.status, r.end_reason
+RETURNING r.id::text AS id, r.status, r.end_reason,
+    -- A run someone asked to cancel is never retried: its retry row is not written.
+    r.cancel_requested_at IS NOT NULL AS cancel_requested
 
 -- name: lease_still_valid
 -- The commit-time fence of a multi-statement save (the row may already be final by now).
