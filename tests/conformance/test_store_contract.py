@@ -1096,6 +1096,7 @@ async def test_finish_many_saves_each_under_its_own_lease(harness: StoreHarness)
         None,
     ]
     assert [r.run_id if r else None for r in results] == [a.run.id, b.run.id, None]
+    assert [r.retried if r else None for r in results] == [True, False, None]
     assert [r.end_reason if r else None for r in results] == [
         FAILURE.end_reason,
         SUCCESS.end_reason,
@@ -1126,6 +1127,8 @@ async def test_a_run_asked_to_cancel_is_not_retried_whatever_it_ended_with(
     done = await store.finish(one.lease, FAILURE, retry=retry_one)
     [saved] = await store.finish_many([FinishRequest(many.lease, FAILURE, retry=retry_many)])
     assert (done.status, saved.status if saved else None) == (RunStatus.FAILURE, RunStatus.FAILURE)
+    assert saved is not None
+    assert not saved.retried  # the launcher's `run.finished` line names no retry
     for retry in (retry_one, retry_many):
         with pytest.raises(NotFound):
             await store.get_run(retry.id)

@@ -160,6 +160,8 @@ class FinishedRun:
     run_id: str
     status: RunStatus
     end_reason: str | None
+    # The retry asked for was written with it (not when someone had asked to cancel the run).
+    retried: bool = False
 
 
 @dataclass(frozen=True, slots=True)

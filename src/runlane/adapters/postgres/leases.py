@@ -298,7 +298,8 @@ class PostgresLeases(PostgresConnections):
                 except LeaseLost:
                     out.append(None)
                 else:
-                    out.append(FinishedRun(run.id, run.status, run.end_reason))
+                    retried = req.retry is not None and run.cancel_requested_at is None
+                    out.append(FinishedRun(run.id, run.status, run.end_reason, retried=retried))
             return out
 
     async def _finish_batch(self, requests: Sequence[FinishRequest]) -> list[FinishedRun | None]:
@@ -405,6 +406,7 @@ def _finished(
                 req.lease.run_id,
                 RunStatus(RowReader.text(row, "status")),
                 RowReader.opt_text(row, "end_reason"),
+                retried=req.retry is not None and not row["cancel_requested"],
             )
         )
     return out

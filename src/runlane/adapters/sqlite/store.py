@@ -419,9 +419,13 @@ class SqliteStore(SqlIncidents, SqliteConnection):
                 if found is None:
                     out.append(None)
                     continue
+                retried = False
                 if req.retry is not None and found[2] is None:  # (cancel requested: none)
                     self._insert(conn, req.retry, req.retry.status, req.retry.end_reason, now)
-                out.append(FinishedRun(req.lease.run_id, RunStatus(found[0]), found[1]))
+                    retried = True
+                out.append(
+                    FinishedRun(req.lease.run_id, RunStatus(found[0]), found[1], retried=retried)
+                )
             return out
 
         runs = await self._call(lambda conn: _write(conn, work))

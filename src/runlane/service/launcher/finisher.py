@@ -208,7 +208,7 @@ class Finisher:
             ):
                 final = await self._finish(request)
             if final is None:
-                final = await self._saved_already(sup, outcome)
+                final = await self._saved_already(sup, outcome, retry_asked=retry is not None)
                 if final is not None:
                     self._journal_done(run.id)
             if final is None:
@@ -226,11 +226,13 @@ class Finisher:
             status=final.status.value,
             end_reason=final.end_reason,
             attempt=run.attempt,
-            retry=retry.id if retry else None,
+            retry=retry.id if retry is not None and final.retried else None,
         )
         return final
 
-    async def _saved_already(self, sup: Supervised, outcome: Outcome) -> FinishedRun | None:
+    async def _saved_already(
+        self, sup: Supervised, outcome: Outcome, *, retry_asked: bool
+    ) -> FinishedRun | None:
         """The run's row when it already holds this outcome under this launcher's lease: a save
         whose answer was lost (the connection dropped at COMMIT) and was written again found the
         row final. None when someone else ended or took the run."""
@@ -243,7 +245,8 @@ class Finisher:
             and (row.lease_token, row.lease_generation) == (sup.lease.token, sup.lease.generation)
             and (row.status, row.end_reason) == (outcome.status, outcome.end_reason)
         ):
-            return FinishedRun(row.id, row.status, row.end_reason)
+            retried = retry_asked and row.cancel_requested_at is None
+            return FinishedRun(row.id, row.status, row.end_reason, retried=retried)
         return None
 
     async def _finish(self, request: FinishRequest) -> FinishedRun | None:
