@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -16,8 +17,10 @@ import pytest
 from runlane.errors import InvalidArgument, StoreError
 from runlane.service import operations
 from runlane.service.operations import chains as chain_operations
+from runlane.service.operations import idempotency
 from runlane.service.operations import runs as run_operations
 from runlane.service.runtime import Runtime
+from runlane.testing.clock import FixedClock
 
 from .conftest import ApiServer, api_settings, running_api
 from .test_endpoints import audit_rows, problem_of
@@ -136,6 +139,32 @@ def test_an_answer_that_could_not_be_kept_is_sent_and_its_retry_finds_the_run(
         retry = c.post("/api/v1/jobs/etl.clean/runs", json={})
     assert first.status_code == retry.status_code == 201, retry.text
     assert retry.json()["id"] == first.json()["id"]
+
+
+@pytest.mark.parametrize("path", ["/api/v1/jobs/etl.clean/runs", "/api/v1/chains/pair/runs"])
+def test_a_key_used_again_after_it_expired_makes_a_new_run(
+    api: ApiServer, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """An Idempotency-Key is kept 24 hours: the same key and request a day later is a new
+    request. It was answered 201 with the day-old run (no replay header, nothing queued), the
+    run log's dedupe key being unique forever. A retry within each life still finds that
+    life's run, and a third life a day later makes a third."""
+    key = {"Idempotency-Key": uuid.uuid4().hex}
+    lives: list[str] = []
+    for day in range(3):
+        if day:  # a day and an hour later, by the database's clock and the server's
+            later = datetime.now(UTC) + timedelta(hours=25 * day)
+            monkeypatch.setattr(api.runtime.store, "_clock", FixedClock(later))
+            monkeypatch.setattr(idempotency, "_wall_now", lambda at=later: at)
+        with api.client("operator", **key) as c:
+            first = c.post(path, json={})
+            replay = c.post(path, json={})
+        assert first.status_code == 201, first.text
+        assert "idempotency-replayed" not in first.headers
+        assert replay.headers["idempotency-replayed"] == "true"
+        assert replay.json()["id"] == first.json()["id"]
+        lives.append(first.json()["id"])
+    assert len(set(lives)) == 3, lives
 
 
 # ------------------------------------------------------------------------------ 9: replays

@@ -5,6 +5,7 @@ make it safe to retry under an `Idempotency-Key` (`operations.idempotent`)."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 from typing import Annotated, Any, TypeVar
 
 from fastapi import Header, Request
@@ -94,7 +95,7 @@ async def created(
     key: str | None,
     body: BaseModel,
     allowed: Callable[[], Awaitable[None]],
-    make: Callable[[str | None], Awaitable[dict[str, Any]]],
+    make: Callable[[str | None], Awaitable[tuple[dict[str, Any], datetime]]],
     location: str,
 ) -> JSONResponse:
     """A write that creates something (a run, a chain run): `make(dedupe_key)` under the
@@ -111,15 +112,21 @@ async def created(
     async def call() -> tuple[int, dict[str, Any], bool]:
         await allowed()
         if key is None:
-            return 201, await make(None), False
+            made, _ = await make(None)
+            return 201, made, False
         owner = idempotency_owner(request, requester)
         fingerprint = operations.request_fingerprint(
             request.method, request.url.path, body_json(body)
         )
         dedupe_key = operations.idempotency_dedupe_key(owner, key, fingerprint)
 
+        async def made_in(life_key: str) -> tuple[dict[str, Any], str, datetime]:
+            made, made_at = await make(life_key)
+            return made, str(made["id"]), made_at
+
         async def once() -> tuple[int, dict[str, Any]]:
-            return 201, await make(dedupe_key)
+            # (A run of an earlier life of the key, which has expired since, is not this one's.)
+            return 201, await operations.this_lifes_effect(rt, dedupe_key, made_in)
 
         done = await operations.idempotent(
             rt, owner=owner, key=key, fingerprint=fingerprint, action=once

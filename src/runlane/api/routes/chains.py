@@ -3,6 +3,7 @@ chain run as a tree of steps with their statuses."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -74,7 +75,7 @@ async def run_chain(
     async def allowed() -> None:
         await operations.authorize_run_chain(rt, chain, requester=who)
 
-    async def start(dedupe_key: str | None) -> dict[str, Any]:
+    async def start(dedupe_key: str | None) -> tuple[dict[str, Any], datetime]:
         started = await operations.run_chain(
             rt,
             chain,
@@ -83,7 +84,8 @@ async def run_chain(
             dedupe_key=dedupe_key,
             traceparent=traceparent,
         )
-        return chain_run_dict(started.view.run, started.view.steps)
+        run = started.view.run
+        return chain_run_dict(run, started.view.steps), run.started_at
 
     return await created(
         request,

@@ -4,6 +4,7 @@ latest slot."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -72,7 +73,7 @@ async def run_job(
     async def allowed() -> None:
         await operations.authorize_run_job(rt, job, requester=who)
 
-    async def queue(dedupe_key: str | None) -> dict[str, Any]:
+    async def queue(dedupe_key: str | None) -> tuple[dict[str, Any], datetime]:
         queued = await operations.run_job(
             rt,
             job,
@@ -82,7 +83,7 @@ async def run_job(
             dedupe_key=dedupe_key,
             traceparent=traceparent,
         )
-        return run_dict(queued.run)
+        return run_dict(queued.run), queued.run.queued_at
 
     return await created(
         request,

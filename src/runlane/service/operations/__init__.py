@@ -44,7 +44,9 @@ from runlane.service.operations.idempotency import (
     Replayable,
     idempotency_dedupe_key,
     idempotent,
+    next_life_dedupe_key,
     request_fingerprint,
+    this_lifes_effect,
 )
 from runlane.service.operations.jobs import (
     JobInfo,
@@ -177,6 +179,7 @@ __all__ = [
     "list_runs",
     "list_runs_page",
     "list_tokens",
+    "next_life_dedupe_key",
     "parse_event_data",
     "parse_status",
     "parse_trigger",
@@ -198,4 +201,5 @@ __all__ = [
     "show_run",
     "status",
     "text_problem",
+    "this_lifes_effect",
 ]

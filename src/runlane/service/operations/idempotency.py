@@ -22,7 +22,8 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 import structlog
 
@@ -42,6 +43,7 @@ MAX_KEY_CHARS = 255
 PRUNE_EVERY = 3600.0  # seconds between prunes of old keys, per process and store
 
 log = structlog.get_logger("runlane.idempotency")
+T = TypeVar("T")
 _pruned: dict[int, float] = {}
 
 
@@ -81,6 +83,46 @@ def idempotency_dedupe_key(owner: str, key: str, fingerprint: str) -> str:
         f"{owner}\0{key}\0{fingerprint}".encode("utf-8", "surrogatepass")
     ).hexdigest()
     return f"idem:{digest}"
+
+
+# A run made under a key's dedupe key this long (by the store's clock) before now belongs to an
+# earlier life of the key: the key has expired since (KEY_TTL) and been used again.
+_CLOCK_SLACK = 300.0  # below this much older by the local clock, no need to ask the database
+
+
+async def this_lifes_effect(
+    rt: Runtime,
+    dedupe_key: str,
+    make: Callable[[str], Awaitable[tuple[T, str, datetime]]],
+) -> T:
+    """`make(dedupe_key)` (it writes a run or a chain run under the key's dedupe key, or finds
+    the one written there, and returns it with its id and when it was made), for this life of
+    the key. The dedupe key is unique in the run log forever while an Idempotency-Key is kept
+    only `KEY_TTL`: the same key and request sent again after it expired is a new request, and
+    must not be answered with the day-old run. So a found run older than `KEY_TTL` sends the
+    write on to `<dedupe key>@<that run's id>`, and on through the key's earlier lives (one link
+    per reuse at least a day apart) to the run of this one, written if there is none yet. A
+    retry after a failure within the key's life finds the same run, as before."""
+    effect, made_id, made_at = await make(dedupe_key)
+    while await _from_an_earlier_life(rt, made_at):
+        effect, made_id, made_at = await make(next_life_dedupe_key(dedupe_key, made_id))
+    return effect
+
+
+def next_life_dedupe_key(dedupe_key: str, earlier_id: str) -> str:
+    """The dedupe key of the key's life after the one whose run (chain run) is `earlier_id`."""
+    return f"{dedupe_key}@{earlier_id}"
+
+
+def _wall_now() -> datetime:
+    return datetime.now(UTC)
+
+
+async def _from_an_earlier_life(rt: Runtime, made_at: datetime) -> bool:
+    age = _wall_now() - made_at
+    if age.total_seconds() < KEY_TTL - _CLOCK_SLACK:
+        return False  # (the common case: no round trip)
+    return (await rt.store.now() - made_at).total_seconds() >= KEY_TTL
 
 
 async def idempotent(
@@ -160,5 +202,7 @@ __all__ = [
     "check_key",
     "idempotency_dedupe_key",
     "idempotent",
+    "next_life_dedupe_key",
     "request_fingerprint",
+    "this_lifes_effect",
 ]
