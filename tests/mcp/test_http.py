@@ -187,3 +187,48 @@ async def test_an_acts_job_is_confirmed_by_elicitation_over_http(api: ApiServer,
     assert cancelled["status"] == "cancelled"
     assert len(asked) == 1
     assert "careful" in asked[0]
+
+
+def _open_session(http: httpx.Client) -> str:
+    """Initialize a session as `http`'s token; its `Mcp-Session-Id`."""
+    opened = http.post("/mcp", json=INITIALIZE)
+    assert opened.status_code == 200, opened.text
+    session = opened.headers["mcp-session-id"]
+    ready = http.post(
+        "/mcp",
+        json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+        headers=_in_session(session),
+    )
+    assert ready.status_code == 202, ready.text
+    return session
+
+
+def _in_session(session: str) -> dict[str, str]:
+    return {"Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-06-18"}
+
+
+def _call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    params = {"name": name, "arguments": arguments}
+    return {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params}
+
+
+@pytest.mark.parametrize("intruder", ["viewer", "etl"])
+def test_a_session_answers_only_the_token_that_opened_it(api: ApiServer, intruder: str) -> None:
+    """A session id is not a credential: another valid token sending it (a viewer, or an
+    operator scoped to other jobs) gets 404 as for an unknown session, on POST, GET (the
+    session's stream) and DELETE, and the session goes on serving the token that opened it."""
+    with (
+        api.client("operator", **MCP_HEADERS) as owner,
+        api.client(intruder, **MCP_HEADERS) as other,
+    ):
+        session = _open_session(owner)
+        headers = _in_session(session)
+        posted = other.post("/mcp", json=_call("list_jobs", {}), headers=headers)
+        with other.stream("GET", "/mcp", headers={**headers, "Accept": "text/event-stream"}) as got:
+            streamed = got.status_code
+        deleted = other.delete("/mcp", headers=headers)
+        still = owner.post("/mcp", json=_call("list_jobs", {}), headers=headers)
+    assert (posted.status_code, streamed, deleted.status_code) == (404, 404, 404)
+    assert "Session not found" in posted.text
+    assert still.status_code == 200, still.text
+    assert '"isError":false' in still.text.replace(" ", "")

@@ -4,6 +4,12 @@ behind a gate that authenticates every request with the API's bearer tokens
 request. No token, or one that is unknown, expired or revoked: 401 with `WWW-Authenticate:
 Bearer` before the SDK sees the request.
 
+A session belongs to the token that opened it. A session id is not a credential: the gate
+names the request's token to the SDK as its principal (`scope["user"]`, the SDK's
+`AuthenticatedUser`), and the session manager keeps the principal that initialized each session
+and answers a request for it with any other token 404, exactly as for an unknown session (its
+stream, its tools, its DELETE and its pending questions alike).
+
 The SDK's DNS-rebinding check (the `Host` and `Origin` headers) is on when the server listens on a
 loopback address and off otherwise: a server reached by other names (a Service, an ingress)
 would answer 421 to all of them, and a request needs a bearer token anyway, which a page that
@@ -19,6 +25,8 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import structlog
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.mcpserver import Context
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
@@ -66,6 +74,16 @@ def caller_of_request(ctx: Context) -> Caller:
     return Caller(requester, _peer(scope))
 
 
+def _principal(secret: str | None, requester: Requester) -> AuthenticatedUser:
+    """The SDK's user for a request of `requester`, authenticated by `secret`: the principal the
+    session manager binds a session to, and compares every later request of it with. A token's
+    name identifies it (names are never reused; one secret per token)."""
+    if not secret or requester.name is None or requester.access is None:  # never: authenticated
+        raise Unauthenticated("no bearer token: send the header Authorization: Bearer <token>")
+    role = requester.access.role.value
+    return AuthenticatedUser(AccessToken(token=secret, client_id=requester.name, scopes=[role]))
+
+
 class _Gate:
     """The ASGI endpoint at `/mcp`: authenticate, then hand the request to the SDK's session
     manager of the running server (`McpHttp.running`)."""
@@ -76,9 +94,11 @@ class _Gate:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
+            secret = _bearer(scope)
             requester = await operations.authenticate(
-                self.runtime_of(), _bearer(scope), trigger=Trigger.MCP
+                self.runtime_of(), secret, trigger=Trigger.MCP
             )
+            user = _principal(secret, requester)
         except Unauthenticated as exc:
             log.warning("mcp.refused", code=exc.code, remote=_peer(scope))
             await _unauthenticated(send, exc.message)
@@ -86,6 +106,7 @@ class _Gate:
         if self.app is None:  # served outside the app's lifespan: nothing to answer with
             raise RuntimeError("the MCP session manager is not running")
         scope[REQUESTER_KEY] = requester
+        scope["user"] = user  # the session's owner: another token's request for it is a 404
         await self.app(scope, receive, send)
 
 
