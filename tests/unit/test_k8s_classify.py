@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from runlane.adapters.kubernetes.diagnose import (
     diagnose_deleted,
     is_suspended,
     true_condition,
+    waiting_since,
 )
 from runlane.core.runs import RunStatus
 
@@ -175,3 +177,16 @@ def test_ended_at_reads_the_completion_time_then_the_condition_then_the_pod() ->
         }
     }
     assert ended_at(garbled, []) is None  # not a time, and one without a zone: nothing said
+
+
+def test_waiting_since_reads_the_newest_pod_then_the_job_start_then_its_creation() -> None:
+    job = {
+        "metadata": {"creationTimestamp": "2031-03-04T05:00:00Z"},
+        "status": {"startTime": "2031-03-04T05:10:00Z"},  # resumed from suspension at 05:10
+    }
+    old = {"metadata": {"creationTimestamp": "2031-03-04T05:10:01Z"}}
+    new = {"metadata": {"creationTimestamp": "2031-03-04T05:10:02Z"}}
+    assert waiting_since(job, [old, new]) == datetime(2031, 3, 4, 5, 10, 2, tzinfo=UTC)
+    assert waiting_since(job, []) == datetime(2031, 3, 4, 5, 10, tzinfo=UTC)
+    assert waiting_since({"metadata": job["metadata"]}, []) == datetime(2031, 3, 4, 5, tzinfo=UTC)
+    assert waiting_since(None, []) is None

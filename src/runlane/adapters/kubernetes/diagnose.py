@@ -119,6 +119,23 @@ def ended_at(job: JsonObj | None, pods: Sequence[JsonObj]) -> datetime | None:
     return None
 
 
+def waiting_since(job: JsonObj | None, pods: Sequence[JsonObj]) -> datetime | None:
+    """Since when a pending run has waited to start, by the cluster's clock: its newest pod's
+    `creationTimestamp`, else its Job's `startTime` (set again when a suspended Job resumes),
+    else the Job's `creationTimestamp`. None when none of them says."""
+    newest = _newest_first(pods)
+    stamps: list[Any] = (
+        [(newest[0].get("metadata") or {}).get("creationTimestamp")] if newest else []
+    )
+    stamps.append(((job or {}).get("status") or {}).get("startTime"))
+    stamps.append(((job or {}).get("metadata") or {}).get("creationTimestamp"))
+    for stamp in stamps:
+        when = _rfc3339(stamp)
+        if when is not None:
+            return when
+    return None
+
+
 def _rfc3339(value: object) -> datetime | None:
     """A Kubernetes time (`2024-05-01T12:00:00Z`, fractions allowed) as an aware UTC datetime."""
     if not isinstance(value, str) or not value:

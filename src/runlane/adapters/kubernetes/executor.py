@@ -5,7 +5,9 @@
   by a retry therefore never makes a second Job. Params too large for the environment go into a
   ConfigMap owned by the Job.
 - `events` reads the namespace's shared watch (watch.py) through a per-run wake-up (`Nudges`) and
-  the pure classifier (diagnose.py); it never polls and never opens a watch of its own.
+  the pure classifier (diagnose.py); it never polls and never opens a watch of its own. Until
+  the watch has listed once (a list refused or failing), only the run's cancel and the
+  deadline's backstop end it, never a hang.
 - Pending past `start_timeout`, or a pending reason that never resolves (InvalidImageName), or
   a Job the cluster failed to stop at its deadline: pod events (and the log tail) are saved,
   then the Job is deleted (Background propagation, UID precondition).
@@ -23,8 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
-from collections.abc import AsyncIterator, Mapping
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,7 +44,13 @@ from runlane.adapters.kubernetes.api import (
     pods_path,
 )
 from runlane.adapters.kubernetes.config import load_cluster_config, resolve_namespace
-from runlane.adapters.kubernetes.diagnose import Diagnosis, diagnose, diagnose_deleted, ended_at
+from runlane.adapters.kubernetes.diagnose import (
+    Diagnosis,
+    diagnose,
+    diagnose_deleted,
+    ended_at,
+    waiting_since,
+)
 from runlane.adapters.kubernetes.manifests import (
     CONTAINER,
     DEFAULT_TTL_SECONDS,
@@ -51,7 +61,7 @@ from runlane.adapters.kubernetes.manifests import (
 )
 from runlane.adapters.kubernetes.names import job_name
 from runlane.adapters.kubernetes.rbac import Permission, check_permissions, missing_required
-from runlane.adapters.kubernetes.watch import NamespaceWatch
+from runlane.adapters.kubernetes.watch import NamespaceWatch, Nudges
 from runlane.core.runs import EndReason, Outcome, RunStatus
 from runlane.errors import ConfigError, PermanentExecutorError, TemporaryExecutorError
 from runlane.ports import Execution, ExecutionEvent, ExecutionSpec
@@ -80,6 +90,9 @@ class _Run:
     cancel_until: float = 0.0
     deleted: bool = False  # our delete of the Job went through (or found it gone)
     finished: bool = False
+    # Taken over from another launcher: the pod may have waited to start long before this one
+    # saw it, so its start timeout counts from the cluster's timestamps (`_pending_since`).
+    reattached: bool = False
 
 
 @dataclass
@@ -102,6 +115,8 @@ class PodExecutor:
     # away, a refusal): looked at again this much later, until the delete goes through.
     delete_retry_seconds: float = 10.0
     environ: Mapping[str, str] | None = None  # namespace and cluster lookup; default os.environ
+    # The launcher's wall clock (epoch seconds), compared with the cluster's timestamps.
+    wall_clock: Callable[[], float] = time.time
     launcher_env: Mapping[str, str] | None = None  # `${VAR}` in images; default os.environ
     name: str = "pod"
     # Starts that build their Job and send it at once; the others wait before building it. The
@@ -326,14 +341,13 @@ class PodExecutor:
             raise
         watch.seed(job)
         log.info("kubernetes.reattached", run_id=spec.run_id, job=f"{namespace}/{name}")
-        return self._execution(self._track(spec, name, namespace, watch, job))
+        return self._execution(self._track(spec, name, namespace, watch, job, reattached=True))
 
     async def events(self, execution: Execution) -> AsyncIterator[ExecutionEvent]:
         run = _run_of(execution)
         watch = run.watch
         nudges = watch.subscribe(run.name)
         try:
-            await watch.wait_synced()
             announced: str | None = None
             pending_since: float | None = None
             settle_until: float | None = None
@@ -341,11 +355,28 @@ class PodExecutor:
             while True:
                 now = self._now()
                 wake_at = run.backstop_at
+                if not watch.synced:
+                    # The namespace's Jobs (or pods) were never listed (the list refused, the
+                    # API away): the cache says nothing about this Job yet. Only what needs no
+                    # cache ends the run meanwhile, its cancel and the deadline's backstop, so
+                    # the run never hangs and a short blip of the API ends nothing early.
+                    ended_event = await self._end_unsynced(run, now)
+                    if ended_event is not None:
+                        yield ended_event
+                        return
+                    if run.cancel_requested:
+                        wake_at = min(wake_at, run.cancel_until)
+                    await _woken(nudges, wake_at - self._now())
+                    continue
                 job = watch.job(run.name)
                 pods = watch.pods_of(run.name)
+                # Pods deleted while the run followed its Job (an eviction, a drain): their last
+                # state still explains how the Job ended, never what it is doing now.
+                gone = watch.gone_pods_of(run.name)
                 if job is None:
                     last = watch.tombstone(run.name)
-                    ended = diagnose_deleted(last, pods)
+                    seen = [*pods, *gone]
+                    ended = diagnose_deleted(last, seen)
                     if run.cancel_requested and ended.status != RunStatus.SUCCESS:
                         if pods and watch.pods_available and now < run.cancel_until:
                             wake_at = run.cancel_until  # the pod is still terminating
@@ -354,11 +385,14 @@ class PodExecutor:
                             return
                     else:
                         yield ExecutionEvent(
-                            "finished", await self._final(run, ended, pods), ended_at(last, pods)
+                            "finished", await self._final(run, ended, seen), ended_at(last, seen)
                         )
                         return
                 else:
                     found = diagnose(job, pods)
+                    if found.final and gone:
+                        pods = [*pods, *gone]
+                        found = diagnose(job, pods)
                     if found.final and found.error_code == "job_failed" and watch.pods_available:
                         # Jobs and pods come on two streams: the Job's Failed condition can
                         # arrive before the pod's terminated state. Give the pod stream a
@@ -369,7 +403,7 @@ class PodExecutor:
                             found = Diagnosis("running")
                             wake_at = min(wake_at, settle_until)
                         else:
-                            pods = await self._fetch_pods(run) or pods
+                            pods = [*(await self._fetch_pods(run) or pods), *gone]
                             found = diagnose(job, pods)
                     # After our delete the pod's death may show as a failure first: that is
                     # the cancel. A success that came before the delete is kept.
@@ -404,7 +438,8 @@ class PodExecutor:
                         if found.phase == "queued":
                             pending_since = None  # suspended (Kueue): waiting is not failing
                         else:
-                            pending_since = now if pending_since is None else pending_since
+                            if pending_since is None:
+                                pending_since = self._pending_since(run, job, pods, now)
                             give_up: tuple[str, str, str] | None = None
                             if found.fail_now:
                                 give_up = (
@@ -456,13 +491,68 @@ class PodExecutor:
                         if outcome is not None:  # (always: must_end)
                             yield ExecutionEvent("finished", outcome)
                             return
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(max(0.0, wake_at - self._now())):
-                        await nudges.get()
+                await _woken(nudges, wake_at - self._now())
         finally:
             run.finished = True
             watch.unsubscribe(run.name)
             self._runs.pop((run.spec.run_id, run.spec.attempt), None)
+
+    def _pending_since(self, run: _Run, job: Json, pods: list[Json], now: float) -> float:
+        """When (loop time) a pending run's start timeout counts from. A run this launcher
+        started: now, when it first sees it pending (its Job was made a moment ago). A run taken
+        over: since its pod was made (else its Job started), by the cluster's clock, so a
+        launcher restarted every few minutes still times out a pod that never starts. Never
+        later than now (a cluster clock ahead of the launcher's), never more than the start
+        timeout back."""
+        if not run.reattached:
+            return now
+        since = waiting_since(job, pods)
+        if since is None:
+            return now
+        waited = self.wall_clock() - since.timestamp()
+        return now - min(max(waited, 0.0), self.start_timeout)
+
+    async def _end_unsynced(self, run: _Run, now: float) -> ExecutionEvent | None:
+        """The end of a run whose namespace watch never listed (`events`): its cancel, once the
+        Job's delete went through and the pod's grace and the cancel wait passed, or the
+        deadline's backstop. The note says why the launcher could not follow the Job."""
+        reason = run.watch.unsynced_reason()
+        if run.cancel_requested and now >= run.cancel_until:
+            if not run.deleted:  # not gone: the Job runs on; try again, the backstop bounds it
+                run.deleted = await self._delete_job(run)
+                run.cancel_until = self._now() + run.cancel_grace + self.cancel_wait
+            else:
+                log.warning("kubernetes.ended_unsynced", run_id=run.spec.run_id, reason=reason)
+                return ExecutionEvent("finished", _noted(self._cancelled(run, []), reason))
+        if now < run.backstop_at:
+            return None
+        log.warning("kubernetes.ended_unsynced", run_id=run.spec.run_id, reason=reason)
+        # One direct read: the cluster may have ended the Job (its activeDeadlineSeconds).
+        job: Json | None = None
+        pods: list[Json] = []
+        try:
+            job = await self.api.request("GET", jobs_path(run.namespace, run.name))
+        except (ApiStatus, TemporaryExecutorError):
+            job = None
+        if job is not None:
+            pods = await self._fetch_pods(run)
+            found = diagnose(job, pods)
+            if found.final:
+                final = _noted(await self._final(run, found, pods), reason)
+                return ExecutionEvent("finished", final, ended_at(job, pods))
+        else:
+            found = Diagnosis("running")
+        outcome = await self._give_up(
+            run,
+            found,
+            pods,
+            RunStatus.TIMEOUT,
+            EndReason.DEADLINE,
+            "deadline",
+            f"{reason}; the launcher deleted the Job at its deadline's backstop",
+            must_end=True,
+        )
+        return ExecutionEvent("finished", outcome) if outcome is not None else None  # (must_end)
 
     def prepare(self) -> None:
         """Nothing to start ahead: the API client connects, and the RBAC check runs, on the
@@ -528,7 +618,14 @@ class PodExecutor:
     # ------------------------------------------------------------------ helpers
 
     def _track(
-        self, spec: ExecutionSpec, name: str, namespace: str, watch: NamespaceWatch, job: Json
+        self,
+        spec: ExecutionSpec,
+        name: str,
+        namespace: str,
+        watch: NamespaceWatch,
+        job: Json,
+        *,
+        reattached: bool = False,
     ) -> _Run:
         run = _Run(
             spec=spec,
@@ -540,6 +637,7 @@ class PodExecutor:
             + max(spec.deadline_seconds, 1.0)
             + spec.kill_grace_seconds
             + self.deadline_slack,
+            reattached=reattached,
         )
         self._runs[(spec.run_id, spec.attempt)] = run
         return run
@@ -767,6 +865,21 @@ class PodExecutor:
         if pods:
             note += f"; its pod was still terminating after {run.spec.kill_grace_seconds:g}s grace"
         return Outcome(RunStatus.CANCELLED, EndReason.CANCELLED, log_tail=run.saved_log, note=note)
+
+
+async def _woken(nudges: Nudges, seconds: float) -> None:
+    """Until the run's next wake-up, or `seconds` at most."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(max(0.0, seconds)):
+            await nudges.get()
+
+
+def _noted(outcome: Outcome, why: str) -> Outcome:
+    """`outcome` with `why` added to its note."""
+    if not why:
+        return outcome
+    note = f"{outcome.note}\n{why}" if outcome.note else why
+    return dataclasses.replace(outcome, note=note[:NOTE_MAX_CHARS])
 
 
 def _run_of(execution: Execution) -> _Run:

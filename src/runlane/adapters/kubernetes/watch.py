@@ -10,8 +10,10 @@ from the list count as deleted). A stream ending is never a final state: only wh
 say is, and the watch never stays blind.
 
 Runs subscribe by Job name and get a wake-up (`Nudges`) whenever their Job or one of its pods
-changes; they read the current state from the cache. No run ever polls or opens a watch of its
-own.
+changes (and when the watch has listed both kinds for the first time); they read the current
+state from the cache. No run ever polls or opens a watch of its own. The last state of a
+subscribed Job, and of its pods, outlives their deletion until the run unsubscribes: a pod
+deleted (an eviction, a drain) before its Job's failure is seen still explains that failure.
 """
 
 from __future__ import annotations
@@ -198,6 +200,7 @@ class _KindState:
     seq: int = 0
     synced: asyncio.Event = field(default_factory=asyncio.Event)
     available: bool = True  # False when listing is forbidden (pods: diagnosis from the Job only)
+    last_error: str | None = None  # why the latest list or watch failed; None after a list
 
 
 class NamespaceWatch:
@@ -224,6 +227,8 @@ class NamespaceWatch:
         self._pods_by_job: dict[str, set[str]] = {}
         self._subscribers: dict[str, Nudges] = {}
         self._tombstones: dict[str, Json] = {}
+        # job name -> pod name -> the last state of a subscribed Job's pod that was deleted.
+        self._gone_pods: dict[str, dict[str, Json]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._pulse = asyncio.Event()  # set and replaced whenever `stats` changes
 
@@ -260,6 +265,26 @@ class NamespaceWatch:
         await self._state["pods"].synced.wait()
 
     @property
+    def synced(self) -> bool:
+        """Both kinds have been listed once (pods: or found forbidden). Until then the cache
+        says nothing about any Job; subscribers are nudged when it becomes true."""
+        return all(s.synced.is_set() for s in self._state.values())
+
+    def unsynced_reason(self) -> str:
+        """Why the cache is not synced yet, for a person (a run's note, a log line)."""
+        parts = [
+            f"{kind} ({s.last_error})" if s.last_error else f"{kind} (no answer yet)"
+            for kind, s in self._state.items()
+            if not s.synced.is_set()
+        ]
+        if not parts:
+            return ""
+        return (
+            f"the launcher could not list the runlane {' and '.join(parts)} "
+            f"of namespace {self.namespace!r}, so it could not follow the Job"
+        )
+
+    @property
     def pods_available(self) -> bool:
         return self._state["pods"].available
 
@@ -274,6 +299,7 @@ class NamespaceWatch:
     def unsubscribe(self, job_name: str) -> None:
         self._subscribers.pop(job_name, None)
         self._tombstones.pop(job_name, None)
+        self._gone_pods.pop(job_name, None)
 
     def job(self, name: str) -> Json | None:
         entry = self._state["jobs"].entries.get(name)
@@ -286,6 +312,10 @@ class NamespaceWatch:
     def pods_of(self, job_name: str) -> list[Json]:
         entries = self._state["pods"].entries
         return [entries[p].obj for p in self._pods_by_job.get(job_name, ()) if p in entries]
+
+    def gone_pods_of(self, job_name: str) -> list[Json]:
+        """The last state of a subscribed Job's pods that were deleted (to explain its end)."""
+        return list(self._gone_pods.get(job_name, {}).values())
 
     def seed(self, job: Json) -> None:
         """A Job we just created or fetched; the watch may not have shown it yet."""
@@ -352,6 +382,7 @@ class NamespaceWatch:
                     )
                     version = None  # never reuse a stale (or future) version: list again
                     continue
+                state.last_error = str(exc)
                 if exc.code == 403 and kind == "pods":
                     if state.available:
                         log.warning(
@@ -360,13 +391,15 @@ class NamespaceWatch:
                             hint="grant pods get/list/watch for failure diagnosis",
                         )
                     state.available = False
-                    state.synced.set()
+                    self._mark_synced(state)
                 self._count("errors")
                 log.warning("kubernetes.watch_failed", kind=kind, error=str(exc))
+                self._warn_unsynced(kind)
                 version = None
                 await asyncio.sleep(backoff if exc.code != 403 else self.max_backoff)
                 backoff = min(backoff * 2, self.max_backoff)
             except TemporaryExecutorError as exc:
+                state.last_error = str(exc)
                 self._count("errors")
                 failed_resumes += 1
                 # A dropped stream resumes from the last version once: if that is too old the
@@ -376,11 +409,13 @@ class NamespaceWatch:
                 # from a version that may never come back.
                 relist = failed_resumes > 1
                 log.info("kubernetes.watch_dropped", kind=kind, error=str(exc), relist=relist)
+                self._warn_unsynced(kind)
                 if relist:
                     version = None
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self.max_backoff)
-            except Exception:  # a bug must not stop the shared watch for every run
+            except Exception as exc:  # a bug must not stop the shared watch for every run
+                state.last_error = f"{type(exc).__name__}: {exc}"
                 self._count("errors")
                 log.exception("kubernetes.watch_crashed", kind=kind)
                 version = None
@@ -427,8 +462,33 @@ class NamespaceWatch:
             if name not in seen and (entry.seq < seq or _existed_at(entry.obj, listed)):
                 self._remove(kind, name, entry.obj)
         state.available = True
-        state.synced.set()
+        state.last_error = None
+        self._mark_synced(state)
         return version
+
+    def _mark_synced(self, state: _KindState) -> None:
+        """The kind is listed (or found forbidden); the first time, every run waiting for the
+        cache is woken up to read it."""
+        if state.synced.is_set():
+            return
+        state.synced.set()
+        if self.synced:
+            for nudges in list(self._subscribers.values()):
+                nudges.put_nowait(CHANGED)
+
+    def _warn_unsynced(self, kind: Kind) -> None:
+        """A list or watch failed before the kind was ever listed: the runs of the namespace
+        are followed by nothing but their deadline's backstop and their cancels until it is."""
+        if self._state[kind].synced.is_set():
+            return
+        log.warning(
+            "kubernetes.watch_unsynced",
+            namespace=self.namespace,
+            kind=kind,
+            runs_waiting=len(self._subscribers),
+            error=self._state[kind].last_error,
+            hint="runs end at their deadline's backstop (or a cancel) until the list succeeds",
+        )
 
     def _apply_event(self, kind: Kind, event: Json) -> str | None:
         etype = event.get("type")
@@ -477,6 +537,9 @@ class NamespaceWatch:
         job_name = pod_job_name(obj)
         if job_name is not None:
             self._pods_by_job.setdefault(job_name, set()).add(name)
+            gone = self._gone_pods.get(job_name)
+            if gone is not None and gone.pop(name, None) is not None and not gone:
+                del self._gone_pods[job_name]
             self._nudge(job_name)
 
     def _remove(self, kind: Kind, name: str, last: Json) -> None:
@@ -495,6 +558,10 @@ class NamespaceWatch:
                 pods.discard(name)
                 if not pods:
                     del self._pods_by_job[job_name]
+            if job_name in self._subscribers:
+                # Kept while the run follows its Job: a pod deleted (an eviction, a drain, the
+                # Job controller) before the Job's Failed condition is seen still says why.
+                self._gone_pods.setdefault(job_name, {})[name] = _slim(obj)
             self._nudge(job_name)
 
     def _nudge(self, job_name: str) -> None:
