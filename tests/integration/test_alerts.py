@@ -4,6 +4,7 @@ message, retried sends, paused slots silent (docs/alerts.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -32,6 +33,7 @@ defaults: {executor: inline, overlap: allow}
 alerts: {repeat: 1h, ui_url: "https://runlane.example"}
 jobs:
   nightly: {command: [x], alert: critical}
+  hourly: {command: [x], alert: warning}
   quiet: {command: [x], alert: none}
 """
 FAILURE = Outcome(RunStatus.FAILURE, "exit", exit_code=1)
@@ -251,8 +253,7 @@ async def test_temporary_failures_are_retried_after_their_backoff(world: World) 
     await world.finish("nightly", FAILURE)
     await cycle(engine)
     assert world.recorder.sent == []
-    engine._paused_until.clear()  # the 429's in-process pause; the database's retry time holds
-    await engine.deliver()
+    await engine.deliver()  # paused by the 429
     assert world.recorder.sent == []
     assert len(world.recorder.withins) == 1
     world.clock.advance(30)
@@ -264,6 +265,34 @@ async def test_temporary_failures_are_retried_after_their_backoff(world: World) 
     (health,) = await world.stores[0].alert_targets()
     assert health.failures == 0
     assert health.last_error == "rec: HTTP 500"
+
+
+async def test_a_429_pauses_the_target_for_every_launcher(world: World) -> None:
+    """Launcher A's send is answered 429 (Retry-After 30 s): launcher B on the same database,
+    and a launcher started after it, send that target nothing (another incident included)
+    until the 30 s have passed."""
+    a, b = await world.engine("A"), await world.engine("B")
+    world.recorder.fail_next(NotifyTemporaryError("rec: HTTP 429", retry_after=30))
+    await world.finish("nightly", FAILURE)
+    await cycle(a)
+    assert len(world.recorder.withins) == 1
+    await world.finish("hourly", FAILURE)  # another incident, owed to the same target
+    await b.evaluate()
+    assert 29 <= await b.deliver() <= 30  # the pause left
+    restarted = await world.engine("A2")
+    await restarted.deliver()
+    assert len(world.recorder.withins) == 1  # neither tried to send
+    (health,) = await world.stores[0].alert_targets()
+    assert health.paused_until is not None
+    world.clock.advance(29)
+    await b.deliver()
+    assert world.recorder.sent == []
+    world.clock.advance(1.5)
+    await b.deliver()
+    assert sorted(world.recorder.fingerprints()) == [
+        ("run_failed:hourly", "firing"),
+        ("run_failed:nightly", "firing"),
+    ]
 
 
 async def test_an_incident_that_resolves_during_a_long_outage_of_the_target_is_still_sent(
@@ -360,6 +389,76 @@ async def test_a_chain_past_its_max_duration_notifies_until_it_ends(world: World
     await cycle(engine)
     await cycle(engine)
     assert world.recorder.fingerprints()[-1] == (f"chain_overdue:{chain_run.id}", "resolved")
+
+
+async def test_a_chain_that_overran_and_ended_between_evaluations_notifies_once(
+    world: World,
+) -> None:
+    """At max_duration a chain with no running step skips the rest and ends within a second:
+    no evaluation sees it running late. Its `overrun_at` still opens the incident (then its
+    resolve), once, for every launcher and restart."""
+    engine = await world.engine()
+    store = world.stores[0]
+    chain_run, _ = await store.create_chain_run(
+        NewChainRun(
+            str(uuid.uuid4()), "weekly", str(uuid.uuid4()), "manual", max_duration_seconds=60
+        )
+    )
+    await cycle(engine)
+    world.clock.advance(61)
+    await store.mark_chain_overrun(chain_run.id)
+    await store.finish_chain_run(chain_run.id, "failure", "chain_timeout")
+    world.clock.advance(1)
+    await cycle(engine)
+    fingerprint = f"chain_overdue:{chain_run.id}"
+    assert world.recorder.fingerprints() == [(fingerprint, "firing")]
+    assert world.recorder.sent[0].level == "warning"
+    other = await world.engine("B")
+    for _ in range(3):
+        await cycle(engine, other)
+        world.clock.advance(10)
+    await cycle(await world.engine("A2"))  # a launcher started later: its first look back
+    assert world.recorder.fingerprints() == [(fingerprint, "firing"), (fingerprint, "resolved")]
+    # A chain run that ended within its max_duration is no incident.
+    on_time, _ = await store.create_chain_run(
+        NewChainRun(
+            str(uuid.uuid4()), "weekly", str(uuid.uuid4()), "manual", max_duration_seconds=60
+        )
+    )
+    await store.finish_chain_run(on_time.id, "success")
+    await cycle(engine)
+    assert len(world.recorder.sent) == 2
+
+
+async def test_a_dead_letter_read_that_hangs_does_not_hold_up_the_evaluation(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker hook never answers (a broker that accepts and stays silent): each evaluation
+    waits for it at most DLQ_TIMEOUT (shrunk here), the other rules are evaluated, and the read
+    still under way is waited on again rather than started twice."""
+    monkeypatch.setattr(engine_module, "DLQ_TIMEOUT", 0.05)
+    calls = 0
+    answer = asyncio.Event()
+
+    async def dlq() -> int | None:
+        nonlocal calls
+        calls += 1
+        await answer.wait()
+        return 2
+
+    engine = await world.engine(dlq_depth=dlq)
+    await world.finish("nightly", FAILURE)
+    async with asyncio.timeout(2):
+        report = await engine.evaluate()
+    assert [i.fingerprint for i in report.opened] == ["run_failed:nightly"]
+    async with asyncio.timeout(2):
+        await engine.evaluate()
+    assert calls == 1
+    answer.set()
+    report = await engine.evaluate()
+    assert [i.fingerprint for i in report.opened] == ["dlq_depth:job_runs.dlq"]
+    await engine.evaluate()
+    assert calls == 2
 
 
 async def test_the_dead_letter_hook_opens_and_resolves_and_none_is_inert(world: World) -> None:

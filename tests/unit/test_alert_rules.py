@@ -249,6 +249,20 @@ def test_a_chain_run_past_its_deadline_opens_an_incident_and_ended_ones_are_name
     assert gone == ["old"]
 
 
+def test_a_chain_run_that_overran_and_ended_opens_an_incident_at_its_deadline() -> None:
+    ended = replace(
+        chain_run("over", 100), status="failure", overrun_at=at(101), finished_at=at(102)
+    )
+    still = replace(chain_run("still", 100), overrun_at=at(101))  # the running rule's
+    never = replace(chain_run("never", 100), status="success", finished_at=at(50))
+    plan = rules.plan_chain_overran([ended, still, never])
+    assert [(n.fingerprint, n.seen_at, n.level) for n in plan.record] == [
+        ("chain_overdue:over", at(100), "warning")
+    ]
+    assert "ended failure" in (plan.record[0].detail or "")
+    assert plan.resolve == ()
+
+
 def test_dlq_depth_opens_once_resolves_when_drained_and_says_nothing_without_a_broker() -> None:
     assert rules.plan_dlq_depth(None, at(0), None) == rules.Plan()
     (new,) = rules.plan_dlq_depth(4, at(0), None).record

@@ -209,6 +209,33 @@ def plan_chain_overdue(
     return Plan(tuple(record)), gone
 
 
+def plan_chain_overran(ended: Sequence[ChainRun]) -> Plan:
+    """The chain_overdue rule for chain runs that ran past their deadline and ended before an
+    evaluation saw them running late (at the deadline a chain with no step running skips the
+    rest and ends within a second): each opens its incident, which the next evaluation
+    resolves as ended. `ended`: such chain runs with no incident yet (the store's read)."""
+    record: list[NewIncident] = []
+    for chain_run in ended:
+        if chain_run.overrun_at is None or chain_run.status == "running":
+            continue
+        deadline = chain_run.deadline_at or chain_run.overrun_at
+        record.append(
+            NewIncident(
+                rule=CHAIN_OVERDUE,
+                fingerprint=f"{CHAIN_OVERDUE}:{chain_run.id}",
+                subject=chain_run.chain,
+                level="warning",
+                title=f"chain {chain_run.chain} ran past its max_duration",
+                seen_at=deadline,
+                detail=(
+                    f"chain run {chain_run.id} ran past its deadline: the steps not started by "
+                    f"then were skipped; it ended {chain_run.status}"
+                ),
+            )
+        )
+    return Plan(tuple(record))
+
+
 def plan_dlq_depth(depth: int | None, now: datetime, incident: Incident | None) -> Plan:
     """The dlq_depth rule: a dead-letter queue holding messages opens an incident; an empty one
     resolves it. `depth` None (no broker: the database bus) decides nothing."""
@@ -296,6 +323,7 @@ __all__ = [
     "failure_kind",
     "next_send",
     "plan_chain_overdue",
+    "plan_chain_overran",
     "plan_dlq_depth",
     "plan_launcher_stale",
     "plan_run_failed",

@@ -81,10 +81,17 @@ class TargetHealth:
     last_error_at: datetime | None
     last_error: str | None
     failures: int
+    paused_until: datetime | None = None  # a 429's Retry-After: no launcher sends before
 
     @property
     def failing(self) -> bool:
         return self.failures > 0
+
+    def paused_for(self, now: datetime) -> float:
+        """Seconds until a 429's pause ends (0 when not paused)."""
+        if self.paused_until is None:
+            return 0.0
+        return max(0.0, (self.paused_until - now).total_seconds())
 
 
 __all__ = ["Incident", "IncidentStatus", "NewIncident", "Notice", "SentState", "TargetHealth"]

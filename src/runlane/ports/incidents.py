@@ -21,6 +21,7 @@ from datetime import datetime
 from typing import Protocol
 
 from runlane.core.incidents import Incident, NewIncident, SentState, TargetHealth
+from runlane.core.records import ChainRun
 from runlane.core.runs import Run
 
 
@@ -35,6 +36,13 @@ class Incidents(Protocol):
 
     async def last_success(self, job: str, after_at: datetime, until: datetime) -> Run | None:
         """`job`'s latest success finished in (`after_at`, `until`], or None: one index probe."""
+        ...
+
+    async def overrun_chain_runs_ended(self, after_at: datetime, *, limit: int) -> list[ChainRun]:
+        """Chain runs that ran past their `max_duration` (`overrun_at` set) and ended after
+        `after_at`, with no chain_overdue incident (open or resolved) yet, in (finished_at, id)
+        order, at most `limit`: the chain_overdue rule's read of those that ended before an
+        evaluation saw them running late."""
         ...
 
     async def alert_cursor(self, rule: str) -> datetime | None:
@@ -102,6 +110,11 @@ class Incidents(Protocol):
 
     async def record_target_result(self, target: str, *, error: str | None) -> None:
         """A send to `target` succeeded (`error` None: failures reset) or failed."""
+        ...
+
+    async def pause_target(self, target: str, seconds: float) -> None:
+        """`target` answered 429: no launcher sends to it for `seconds` from now (its record's
+        `paused_until`; an earlier pause that ends later is kept)."""
         ...
 
     async def alert_targets(self) -> list[TargetHealth]:

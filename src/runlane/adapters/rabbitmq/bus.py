@@ -53,7 +53,11 @@ log = structlog.get_logger("runlane.bus")
 
 # The header a dead-lettered message carries to say why runlane refused it.
 REASON_HEADER = "x-runlane-reason"
+# Connecting, opening the publishing channel and declaring the topology, all together: a broker
+# that completes the handshake and then stops answering (an outage, a partition) holds no caller
+# (the alert rules' dead-letter read, the heartbeat's depths, a publish) beyond it.
 CONNECT_TIMEOUT = 5.0
+CLOSE_TIMEOUT = 2.0  # closing a connection the broker may not answer
 _FAULTS = (aiormq.exceptions.AMQPError, ConnectionError, OSError, RuntimeError, TimeoutError)
 
 
@@ -127,18 +131,25 @@ class RabbitBus:
             try:
                 if self.management is not None:
                     await self.management.apply(self.topology)
+                deadline = asyncio.get_running_loop().time() + CONNECT_TIMEOUT
                 connection = await aio_pika.connect(
                     self.url,
                     timeout=CONNECT_TIMEOUT,
                     client_properties={"connection_name": self.connection_name},
                 )
-                channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
-                await declare_topology(channel, self.topology)
+                # aio-pika bounds the handshake only: the channel and the declares wait for
+                # the broker's answers without end. TimeoutError is one of the faults below.
+                async with asyncio.timeout_at(deadline):
+                    channel = await connection.channel(
+                        publisher_confirms=True, on_return_raises=True
+                    )
+                    await declare_topology(channel, self.topology)
+                    events_exchange = await channel.get_exchange(
+                        self.topology.job_events, ensure=False
+                    )
                 self._publish_channel = channel
                 self._default_exchange = channel.default_exchange
-                self._events_exchange = await channel.get_exchange(
-                    self.topology.job_events, ensure=False
-                )
+                self._events_exchange = events_exchange
                 self._bound_keys = set(self.topology.event_keys)
                 self._connection = connection  # last: connected means ready to publish
                 connection = None
@@ -498,7 +509,7 @@ def _live(connection: AbstractConnection | None) -> bool:
 async def _close_quietly(connection: AbstractConnection | None) -> None:
     if connection is not None:
         with contextlib.suppress(*_FAULTS, asyncio.CancelledError):
-            async with asyncio.timeout(2.0):
+            async with asyncio.timeout(CLOSE_TIMEOUT):
                 await connection.close()
 
 

@@ -17,6 +17,7 @@ from runlane.core.incidents import (
     SentState,
     TargetHealth,
 )
+from runlane.core.records import ChainRun
 from runlane.core.runs import Run
 from runlane.errors import StoreError
 
@@ -91,6 +92,11 @@ class SqlIncidents(SqlStoreBase):
         }
         row = await self._read_one("last_success", params)
         return None if row is None else self._read.run(row)
+
+    async def overrun_chain_runs_ended(self, after_at: datetime, *, limit: int) -> list[ChainRun]:
+        params = {"after_at": self._param_time(after_at), "limit": max(0, limit)}
+        rows = await self._read_all("overrun_chain_runs_ended", params)
+        return [self._read.chain_run(r) for r in rows]
 
     async def alert_cursor(self, rule: str) -> datetime | None:
         row = await self._read_one("alert_cursor", {"rule": rule})
@@ -217,6 +223,16 @@ class SqlIncidents(SqlStoreBase):
         else:
             await self._execute("target_failed", {**params, "error": error[:_MAX_ERROR]})
 
+    async def pause_target(self, target: str, seconds: float) -> None:
+        wait = max(0.0, seconds)
+        params = {
+            "now": self._param_now(),
+            "target": target,
+            "seconds": wait,
+            "until": self._param_since(-wait),
+        }
+        await self._execute("pause_target", params)
+
     async def alert_targets(self) -> list[TargetHealth]:
         ot, opt = self._read.opt_time, RowReader.opt_text
         return [
@@ -226,6 +242,7 @@ class SqlIncidents(SqlStoreBase):
                 last_error_at=ot(r, "last_error_at"),
                 last_error=opt(r, "last_error"),
                 failures=RowReader.integer(r, "failures"),
+                paused_until=ot(r, "paused_until"),
             )
             for r in await self._read_all("alert_targets", {})
         ]

@@ -5,7 +5,9 @@ every target — claimed in the database, so several launchers and restarts send
 Three tasks of their own, so no send, however slow, holds up an evaluation or the launcher's
 other loops: evaluation, delivery (one send at a time per target, targets side by side), and the
 dead man's switch. Every send is bounded (`SEND_TIMEOUT`) and a failed one is retried with
-backoff (Retry-After honoured), its state kept on the incident's notice row.
+backoff (Retry-After honoured), its state kept on the incident's notice row; a 429 pauses the
+target for every launcher (`alert_targets.paused_until`). The broker's dead-letter depth is
+waited for at most `DLQ_TIMEOUT` per evaluation, so a broker outage holds up no other rule.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 import structlog
 
@@ -31,12 +34,13 @@ from runlane.core.alert_rules import (
     Send,
     next_send,
     plan_chain_overdue,
+    plan_chain_overran,
     plan_dlq_depth,
     plan_launcher_stale,
     plan_run_failed,
     send_backoff,
 )
-from runlane.core.incidents import Incident, Notice
+from runlane.core.incidents import Incident, Notice, TargetHealth
 from runlane.core.runs import Run
 from runlane.errors import StoreError
 from runlane.ports import Store
@@ -70,6 +74,11 @@ RESOLVED_WITHIN = 3600.0  # a resolved incident's notices are delivered for this
 OWED_FOR = 86400.0
 NUDGE_MIN_GAP = 1.0  # evaluations started by failures are at least this far apart
 PRUNE_AFTER = 30 * 86400.0  # resolved incidents are kept 30 days
+# An evaluation waits this long for the broker's dead-letter depth; a read still under way then
+# (a broker that accepts and does not answer) decides nothing, and the next evaluation waits on
+# it again rather than start another.
+DLQ_TIMEOUT = 3.0
+CHAIN_PAGE = 500
 
 DlqDepth = Callable[[], Awaitable[int | None]]
 
@@ -116,7 +125,7 @@ class AlertEngine:
         self._rng = rng or random.Random()  # noqa: S311 - jitter, not a secret
         self._nudge = asyncio.Event()  # a run failed: evaluate soon
         self._deliver_now = asyncio.Event()  # something may be owed: deliver now
-        self._paused_until: dict[str, float] = {}  # target → monotonic time it answered 429 to
+        self._dlq_read: asyncio.Future[int | None] | None = None  # a depth read under way
         self._last_prune = 0.0
         # Where an evaluation that hit MAX_PAGES stopped reading failures: (finished_at, id).
         self._resume: tuple[datetime, str] | None = None
@@ -151,9 +160,13 @@ class AlertEngine:
         try:
             await stopping.wait()
         finally:
-            for task in tasks:
+            pending: list[asyncio.Future[Any]] = [*tasks]
+            if self._dlq_read is not None:
+                pending.append(self._dlq_read)
+                self._dlq_read = None
+            for task in pending:
                 task.cancel()
-            for task in tasks:
+            for task in pending:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
 
@@ -243,7 +256,7 @@ class AlertEngine:
         await self._apply(plan, report)
         await self._chain_overdue(now, by_rule.get(CHAIN_OVERDUE, {}), report)
         if self.dlq_depth is not None:
-            depth = await self.dlq_depth()
+            depth = await self._read_dlq_depth(self.dlq_depth)
             dlq = next(iter(by_rule.get(DLQ_DEPTH, {}).values()), None)
             await self._apply(plan_dlq_depth(depth, now, dlq), report)
         self.stats.set_open(await store.open_incident_counts())
@@ -252,6 +265,21 @@ class AlertEngine:
             self._last_prune = time.monotonic()
             await store.prune_incidents(PRUNE_AFTER)
         return report
+
+    async def _read_dlq_depth(self, read: DlqDepth) -> int | None:
+        """The dead-letter depth, waited for at most `DLQ_TIMEOUT`: None (the rule keeps its
+        state) when the broker is down or slow to answer. A read still under way is not
+        cancelled (it may be connecting; the bus bounds that itself) but waited on again by
+        the next evaluation, so there is never more than one."""
+        pending = self._dlq_read
+        if pending is None:
+            pending = self._dlq_read = asyncio.ensure_future(read())
+        done, _ = await asyncio.wait({pending}, timeout=DLQ_TIMEOUT)
+        if not done:
+            log.warning("alerts.dlq_depth_slow", waited=DLQ_TIMEOUT)
+            return None
+        self._dlq_read = None
+        return pending.result()  # (the hook's own error: the evaluation loop logs it)
 
     async def _run_failed(
         self, now: datetime, open_by_job: dict[str, Incident], report: EvaluationReport
@@ -337,6 +365,19 @@ class AlertEngine:
                 break
             page = await store.active_chain_runs(after=page[-1], limit=500)
         plan, gone = plan_chain_overdue(active, now, open_by_chain_run)
+        # ... and those that ran past their deadline and ended before an evaluation saw them
+        # running late (no step running at the deadline: the chain ends within a second). Each
+        # opens its incident once (the read leaves out those that have one); the next
+        # evaluation resolves it as ended.
+        cursor = await store.alert_cursor(CHAIN_OVERDUE)
+        after = (cursor or now - timedelta(seconds=FIRST_LOOKBACK)) - timedelta(
+            seconds=LATE_COMMIT_GRACE
+        )
+        ended = await store.overrun_chain_runs_ended(after, limit=CHAIN_PAGE)
+        position = now
+        if len(ended) >= CHAIN_PAGE and ended[-1].finished_at is not None:
+            position = min(now, ended[-1].finished_at)  # the rest at the next evaluation
+        record = (*plan.record, *plan_chain_overran(ended).record)
         resolves: list[Resolve] = []
         for chain_run_id in gone:
             try:
@@ -349,7 +390,8 @@ class AlertEngine:
                     open_by_chain_run[chain_run_id], f"chain run {chain_run_id} ended ({status})"
                 )
             )
-        await self._apply(Plan(plan.record, tuple(resolves)), report)
+        await self._apply(Plan(record, tuple(resolves)), report)
+        await store.advance_alert_cursor(CHAIN_OVERDUE, position)
 
     async def _apply(self, plan: Plan, report: EvaluationReport) -> list[Incident]:
         opened: list[Incident] = []
@@ -379,26 +421,33 @@ class AlertEngine:
         # What resolved within RESOLVED_WITHIN is delivered to every target; a failing target is
         # owed, besides, what resolved since its outage began (its last success).
         recent = now - timedelta(seconds=RESOLVED_WITHIN)
-        since = await self._owed_since(now)
+        healths = {h.target: h for h in await self.store.alert_targets()}
+        since = self._owed_since(now, healths)
         oldest = min([recent, *since.values()])
         incidents = await self.store.incidents_to_notify((now - oldest).total_seconds())
         if not incidents:
             return self.interval
         waits = await asyncio.gather(
             *(
-                self._deliver_to(target, incidents, now, min(recent, since.get(target.name, now)))
+                self._deliver_to(
+                    target,
+                    incidents,
+                    now,
+                    min(recent, since.get(target.name, now)),
+                    paused=_paused_for(healths.get(target.name), now),
+                )
                 for target in self.targets
             )
         )
         return min(waits, default=self.interval)
 
-    async def _owed_since(self, now: datetime) -> dict[str, datetime]:
+    def _owed_since(self, now: datetime, healths: dict[str, TargetHealth]) -> dict[str, datetime]:
         """By failing target: from when a resolved incident is still owed to it (an hour
         before its last success, at most `OWED_FOR` back)."""
         names = {t.name for t in self.targets}
         floor = now - timedelta(seconds=OWED_FOR)
         out: dict[str, datetime] = {}
-        for health in await self.store.alert_targets():
+        for health in healths.values():
             if health.target not in names or health.failures <= 0:
                 continue
             last_ok = health.last_ok_at or floor
@@ -406,12 +455,18 @@ class AlertEngine:
         return out
 
     async def _deliver_to(
-        self, target: Target, incidents: list[Incident], now: datetime, since: datetime
+        self,
+        target: Target,
+        incidents: list[Incident],
+        now: datetime,
+        since: datetime,
+        *,
+        paused: float = 0.0,
     ) -> float:
         """Send `target` what it owes, in order; resolved incidents only when they resolved
-        after `since`."""
+        after `since`. Nothing while it is `paused` (seconds left of a 429's Retry-After, told
+        to any launcher)."""
         wait = self.interval
-        paused = self._paused_until.get(target.name, 0.0) - time.monotonic()
         if paused > 0:
             return paused
         for incident in incidents:
@@ -460,9 +515,9 @@ class AlertEngine:
             await target.notifier.send(notification, within=SEND_TIMEOUT)
         except NotifyTemporaryError as exc:
             retry_in = send_backoff(attempts, exc.retry_after, self._rng.random())
+            if exc.retry_after is not None:  # 429: every launcher leaves the target alone
+                await store.pause_target(target.name, retry_in)
             await self._failed(target, incident, str(exc), retry_in=retry_in)
-            if exc.retry_after is not None:
-                self._paused_until[target.name] = time.monotonic() + retry_in
             return retry_in
         except NotifyPermanentError as exc:
             await self._failed(target, incident, str(exc), give_up=True)
@@ -538,6 +593,10 @@ class AlertEngine:
             first_seen=incident.first_seen,
             resolved_at=incident.resolved_at,
         )
+
+
+def _paused_for(health: TargetHealth | None, now: datetime) -> float:
+    return 0.0 if health is None else health.paused_for(now)
 
 
 def _level(level: str) -> NotificationLevel:

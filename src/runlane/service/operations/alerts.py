@@ -127,6 +127,7 @@ def target_dict(target: TargetHealth) -> dict[str, Any]:
         "last_ok_at": iso(target.last_ok_at),
         "last_error_at": iso(target.last_error_at),
         "last_error": target.last_error,
+        "paused_until": iso(target.paused_until),
     }
 
 

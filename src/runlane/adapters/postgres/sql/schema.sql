@@ -141,6 +141,8 @@ CREATE TABLE chain_runs (
 
 CREATE INDEX chain_runs_active_idx ON chain_runs (started_at, id) WHERE status = 'running';
 CREATE INDEX chain_runs_chain_idx ON chain_runs (chain, started_at DESC);
+-- (migration 0014) The chain_overdue rule's read of the overrun chain runs that ended.
+CREATE INDEX chain_runs_overrun_idx ON chain_runs (finished_at, id) WHERE overrun_at IS NOT NULL;
 
 CREATE TABLE events (
     id          text        PRIMARY KEY,
@@ -281,7 +283,9 @@ CREATE TABLE alert_targets (
     last_ok_at    timestamptz,
     last_error_at timestamptz,
     last_error    text,
-    failures      integer     NOT NULL DEFAULT 0
+    failures      integer     NOT NULL DEFAULT 0,
+    -- (migration 0014) Sent nothing until then, by any launcher: the end of a 429's Retry-After.
+    paused_until  timestamptz
 );
 
 -- (migration 0012) The run_failed rule reads the failures finished since its cursor, and the

@@ -119,6 +119,13 @@ ON CONFLICT (target) DO UPDATE SET
     last_error = excluded.last_error,
     failures = alert_targets.failures + 1
 
+-- name: pause_target
+-- A 429's Retry-After: no launcher sends to the target before then (a later, shorter pause
+-- does not cut an earlier, longer one short).
+INSERT INTO alert_targets (target, paused_until) VALUES (:target, :until)
+ON CONFLICT (target) DO UPDATE SET
+    paused_until = max(coalesce(alert_targets.paused_until, excluded.paused_until), excluded.paused_until)
+
 -- name: alert_targets
 SELECT * FROM alert_targets ORDER BY target
 
@@ -132,3 +139,17 @@ DELETE FROM incident_notices WHERE incident_id IN (
 
 -- name: prune_incidents
 DELETE FROM incidents WHERE state = 'resolved' AND resolved_at < :since RETURNING id
+
+-- name: overrun_chain_runs_ended
+-- Chain runs that ran past max_duration and ended after the position, with no chain_overdue
+-- incident yet (one incident per chain run, however often the window is read again).
+SELECT c.* FROM chain_runs c
+WHERE c.overrun_at IS NOT NULL AND c.status <> 'running'
+  AND c.finished_at > :after_at
+  AND NOT EXISTS (
+      SELECT 1 FROM incidents i
+      WHERE i.first_seen >= c.started_at AND i.rule = 'chain_overdue'
+        AND i.fingerprint = 'chain_overdue:' || c.id
+  )
+ORDER BY c.finished_at, c.id
+LIMIT :limit

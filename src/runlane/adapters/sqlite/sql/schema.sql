@@ -131,6 +131,8 @@ CREATE TABLE chain_runs (
 
 CREATE INDEX chain_runs_active_idx ON chain_runs (started_at, id) WHERE status = 'running';
 CREATE INDEX chain_runs_chain_idx ON chain_runs (chain, started_at DESC);
+-- (migration 0013) The chain_overdue rule's read of the overrun chain runs that ended.
+CREATE INDEX chain_runs_overrun_idx ON chain_runs (finished_at, id) WHERE overrun_at IS NOT NULL;
 
 CREATE TABLE events (
     id          TEXT PRIMARY KEY,
@@ -265,13 +267,15 @@ CREATE TABLE alert_cursors (
 );
 
 -- alert_targets: each target's last success and its consecutive failures (status, doctor).
+-- paused_until (migration 0013): sent nothing until then, by any launcher (a 429's Retry-After);
+-- written as SQLite's ALTER TABLE ADD COLUMN leaves the stored table text.
 CREATE TABLE alert_targets (
     target        TEXT    PRIMARY KEY,
     last_ok_at    TEXT,
     last_error_at TEXT,
     last_error    TEXT,
     failures      INTEGER NOT NULL DEFAULT 0
-);
+, paused_until TEXT);
 
 -- (migration 0012) The run_failed rule reads the failures finished since its cursor, and the
 -- last success of a job it has a failure or an open incident for.
