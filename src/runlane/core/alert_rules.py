@@ -195,14 +195,11 @@ def plan_chain_overdue(
             continue
         late = int((now - chain_run.deadline_at).total_seconds())
         record.append(
-            NewIncident(
-                rule=CHAIN_OVERDUE,
-                fingerprint=f"{CHAIN_OVERDUE}:{chain_run.id}",
-                subject=chain_run.chain,
-                level="warning",
-                title=f"chain {chain_run.chain} is past its max_duration",
-                seen_at=chain_run.deadline_at,
-                detail=f"chain run {chain_run.id} is still running {late}s past its deadline",
+            _chain_overdue(
+                chain_run,
+                f"chain {chain_run.chain} is past its max_duration",
+                chain_run.deadline_at,
+                f"chain run {chain_run.id} is still running {late}s past its deadline",
             )
         )
     gone = [cid for cid in open_by_chain_run if cid not in running]
@@ -218,22 +215,29 @@ def plan_chain_overran(ended: Sequence[ChainRun]) -> Plan:
     for chain_run in ended:
         if chain_run.overrun_at is None or chain_run.status == "running":
             continue
-        deadline = chain_run.deadline_at or chain_run.overrun_at
         record.append(
-            NewIncident(
-                rule=CHAIN_OVERDUE,
-                fingerprint=f"{CHAIN_OVERDUE}:{chain_run.id}",
-                subject=chain_run.chain,
-                level="warning",
-                title=f"chain {chain_run.chain} ran past its max_duration",
-                seen_at=deadline,
-                detail=(
-                    f"chain run {chain_run.id} ran past its deadline: the steps not started by "
-                    f"then were skipped; it ended {chain_run.status}"
-                ),
+            _chain_overdue(
+                chain_run,
+                f"chain {chain_run.chain} ran past its max_duration",
+                chain_run.deadline_at or chain_run.overrun_at,
+                f"chain run {chain_run.id} ran past its deadline: the steps not started by then "
+                f"were skipped; it ended {chain_run.status}",
             )
         )
     return Plan(tuple(record))
+
+
+def _chain_overdue(chain_run: ChainRun, title: str, seen_at: datetime, detail: str) -> NewIncident:
+    """The chain_overdue incident of one chain run (one per chain run: its fingerprint)."""
+    return NewIncident(
+        rule=CHAIN_OVERDUE,
+        fingerprint=f"{CHAIN_OVERDUE}:{chain_run.id}",
+        subject=chain_run.chain,
+        level="warning",
+        title=title,
+        seen_at=seen_at,
+        detail=detail,
+    )
 
 
 def plan_dlq_depth(depth: int | None, now: datetime, incident: Incident | None) -> Plan:
