@@ -42,6 +42,10 @@ MAX_EVENT_DATA_DEPTH = 64
 """How deeply an event's data may nest objects and arrays."""
 MAX_EVENT_TEXT_CHARS = 200
 """The longest an event's key and id may be: they are names, shown in lists and logs."""
+MAX_EVENT_TEXT_BYTES = 255
+"""...and their most bytes as UTF-8: on the RabbitMQ bus the key is a routing key and the id a
+message id, AMQP short strings (200 characters of `é` would be 400 bytes, and a fact no frame
+can carry)."""
 
 
 class BadEvent(ConfigError):
@@ -65,6 +69,12 @@ def check_event(key: str, event_id: str | None, data: Mapping[str, Any]) -> None
         if text is not None and len(text) > MAX_EVENT_TEXT_CHARS:
             raise BadEvent(
                 f"the {what} is {len(text)} characters long; at most {MAX_EVENT_TEXT_CHARS}"
+            )
+        if text is not None and len(text.encode()) > MAX_EVENT_TEXT_BYTES:
+            raise BadEvent(
+                f"the {what} is {len(text.encode())} bytes as UTF-8; at most "
+                f"{MAX_EVENT_TEXT_BYTES} (the bus publishes it as an AMQP routing key or "
+                "message id)"
             )
     if event_id is not None and not event_id.strip():
         raise BadEvent("the event id is empty")

@@ -408,6 +408,11 @@ class PostgresConnections:
         except psycopg.Error as exc:
             if watchdog is not None and watchdog.fired:
                 raise self._no_answer() from exc
+            if isinstance(exc, psycopg.errors.ProgramLimitExceeded):
+                # Class 54 (an index row or value past PostgreSQL's limits): psycopg files it
+                # under OperationalError, but it is the request's, not an outage; running it
+                # again fails the same way (a bus command would be retried for ever).
+                raise _refused_value(exc) from exc
             if isinstance(exc, psycopg.OperationalError):
                 raise self._failure(exc) from exc
             if isinstance(exc, psycopg.DataError):

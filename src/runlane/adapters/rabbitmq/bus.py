@@ -59,6 +59,11 @@ REASON_HEADER = "x-runlane-reason"
 CONNECT_TIMEOUT = 5.0
 CLOSE_TIMEOUT = 2.0  # closing a connection the broker may not answer
 _FAULTS = (aiormq.exceptions.AMQPError, ConnectionError, OSError, RuntimeError, TimeoutError)
+SHORTSTR_MAX = 255  # the bytes of an AMQP 0-9-1 short string: a routing key, a message id
+
+
+class Unpublishable(ValueError):
+    """An outbox row no AMQP frame can carry: publishing it again can only fail again."""
 
 
 class RabbitBus:
@@ -104,6 +109,7 @@ class RabbitBus:
         self._lock = asyncio.Lock()
         self._last_attempt = -1e9
         self._bound_keys: set[str] = set()
+        self._impossible: set[str] = set()  # outbox rows no AMQP frame can carry, logged
         self.last_error: str | None = None
 
     # --- connection -----------------------------------------------------------------------------
@@ -198,7 +204,11 @@ class RabbitBus:
     # --- publish --------------------------------------------------------------------------------
 
     async def publish(self, messages: Sequence[OutboxMessage], *, within: float) -> list[str]:
-        """Pipelined confirms, in windows of `confirm_window`; the confirmed prefix in order."""
+        """Pipelined confirms, in windows of `confirm_window`: every confirmed id, in order.
+        A message the broker refused (returned, nacked) or did not confirm in time ends the
+        batch after its window; one that cannot be put into an AMQP frame at all (a routing key
+        or message id past 255 bytes: `Unpublishable`) is skipped, since trying it again can
+        only fail again, and must not hold up the messages after it."""
         if not messages:
             return []
         deadline = time.monotonic() + within
@@ -210,15 +220,19 @@ class RabbitBus:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            done = await self._publish_window(window, remaining)
+            done, go_on = await self._publish_window(window, remaining)
             confirmed.extend(done)
-            if len(done) < len(window):
+            if not go_on:
                 break
         return confirmed
 
-    async def _publish_window(self, window: Sequence[OutboxMessage], within: float) -> list[str]:
+    async def _publish_window(
+        self, window: Sequence[OutboxMessage], within: float
+    ) -> tuple[list[str], bool]:
+        """(the confirmed ids, whether the next window may follow)."""
         tasks = [asyncio.ensure_future(self._publish_one(m, within)) for m in window]
         done: list[str] = []
+        go_on = True
         try:
             async with asyncio.timeout(within):
                 results = await asyncio.gather(*tasks, return_exceptions=True)
@@ -230,26 +244,44 @@ class RabbitBus:
                 for t in tasks
             ]
             log.warning("bus.publish_timeout", within=within)
+        dropped = False
         for message, result in zip(window, results, strict=True):
-            if result is not True:
-                if isinstance(result, BaseException):
-                    self.last_error = _describe(result)
-                    log.warning(
-                        "bus.publish_unconfirmed",
-                        message_id=message.message_id,
-                        error=self.last_error,
+            if result is True:
+                done.append(message.message_id)
+                continue
+            if isinstance(result, Unpublishable):
+                if message.message_id not in self._impossible:  # said once, not every batch
+                    self._impossible.add(message.message_id)
+                    log.error(
+                        "bus.publish_impossible", message_id=message.message_id, error=str(result)
                     )
-                    if isinstance(result, _FAULTS) and not isinstance(
-                        result, aiormq.exceptions.PublishError
-                    ):
-                        await self._drop()
-                break
-            done.append(message.message_id)
-        return done
+                continue
+            go_on = False
+            if isinstance(result, BaseException):
+                self.last_error = _describe(result)
+                log.warning(
+                    "bus.publish_unconfirmed",
+                    message_id=message.message_id,
+                    error=self.last_error,
+                )
+                if (
+                    not dropped
+                    and isinstance(result, _FAULTS)
+                    and not isinstance(result, aiormq.exceptions.PublishError)
+                ):
+                    dropped = True
+                    await self._drop()
+        return done, go_on
 
     async def _publish_one(self, message: OutboxMessage, within: float) -> bool:
         exchange, routing_key = self._route(message.topic)
         amqp = to_amqp(message)
+        for what, text in (("routing key", routing_key), ("message id", amqp.message_id or "")):
+            if len(text.encode()) > SHORTSTR_MAX:
+                raise Unpublishable(
+                    f"the {what} is {len(text.encode())} bytes as UTF-8; AMQP allows "
+                    f"{SHORTSTR_MAX}: {text[:60]!r}..."
+                )
         await exchange.publish(amqp, routing_key, mandatory=True, timeout=within)
         return True
 

@@ -118,11 +118,15 @@ class OutboxRelay:
             await self.after_confirm(confirmed)
         await self.store.outbox_mark_sent(confirmed)
         self.stats.published += len(confirmed)
-        rest = [m.message_id for m in messages[len(confirmed) :]]
+        # Every confirmed row is marked, not only a prefix: a batch holds one row per key (the
+        # lease's "oldest unpublished of its key"), so a row left over holds up nothing of its
+        # own key, and a row that can never be published no longer stalls the outbox behind it.
+        sent = set(confirmed)
+        rest = [m.message_id for m in messages if m.message_id not in sent]
         if rest:
             self.stats.unconfirmed += len(rest)
             await self.store.outbox_release(self.owner, rest)
-            return None, False
+            return (len(confirmed) or None), False  # None: nothing went out, back off
         return len(confirmed), len(messages) >= self.batch
 
 
@@ -147,7 +151,7 @@ def parse_command(payload: str) -> RunCommand:
     """The command in a `job_runs` body; `Refused` naming what is wrong."""
     try:
         body = json.loads(payload)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested past Python's limit
         raise Refused(f"not JSON: {exc}") from None
     if not isinstance(body, dict):
         raise Refused("not a JSON object")
@@ -377,10 +381,19 @@ class EventConsumer:
                 traceparent=traceparent,
                 external_source=source,  # recorded, never published again (no loop)
             )
-        except (BadEvent, RunRefused, Refused) as exc:
-            reason = exc.message if isinstance(exc, RunlaneError) else str(exc)
+        except StoreError:
+            raise  # the database failed: tried again, never dead-lettered
+        except (RunlaneError, Refused) as exc:  # BadEvent, RunRefused, InvalidArgument, ...
+            if isinstance(exc, BadEvent | RunRefused):
+                reason = exc.message
+            elif isinstance(exc, RunlaneError):
+                reason = f"{exc.code}: {exc.message}"
+            else:
+                reason = str(exc)
             if await self.bus.dead_letter(delivery, reason):
                 self.stats.dead_lettered += 1
+            else:  # not copied: back to the queue (never left unacked, holding a prefetch slot)
+                await self.bus.reject([delivery], requeue=True)
             return
         self.stats.accepted += len(emitted.runs)
         await self.bus.ack([delivery])
@@ -397,7 +410,7 @@ def _event_parts(delivery: Delivery, source: str) -> tuple[str, dict[str, Any], 
         raise Refused("no cloudEvents_source header: the event cannot be deduped by source")
     try:
         data = json.loads(delivery.message.payload) if delivery.message.payload.strip() else {}
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested past Python's limit
         raise Refused(f"data is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise Refused("data is not a JSON object")
