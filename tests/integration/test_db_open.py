@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,7 +18,7 @@ import pytest
 
 from runlane.adapters.sqlite import SqliteStore
 from runlane.catalog import Catalog
-from runlane.errors import StoreError
+from runlane.errors import DatabaseUnavailable, StoreError
 from runlane.ports import Heartbeat, Store
 from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
@@ -124,6 +126,45 @@ async def test_serve_refuses_a_read_only_postgres_database(
     async with asyncio.timeout(20):
         with pytest.raises(StoreError, match="database not writable"):
             await serve(settings, install_signals=False)
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "runlane", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.postgres
+async def test_a_write_refused_by_a_read_only_postgres_is_one_line_not_a_traceback(
+    pg_database: str, catalog_file: Path
+) -> None:
+    store = store_from_url(pg_database)
+    await store.open()
+    await store.upgrade()
+    await store.close()
+    sep = "&" if "?" in pg_database else "?"
+    read_only_url = f"{pg_database}{sep}options=-c%20default_transaction_read_only%3Don"
+    env = dict(os.environ, RUNLANE_DATABASE_URL=read_only_url, RUNLANE_CATALOG=str(catalog_file))
+    proc = _cli(env, "run", "hello", "--json")
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 1
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("error: PostgreSQL at "), line
+    assert "refuses writes" in line, line
+    assert json.loads(proc.stdout)["error"] == "database_unavailable"
+    # A store call says the same: the launcher's outage path (retried, outcomes journaled).
+    read_only = store_from_url(read_only_url)
+    await read_only.open()
+    try:
+        with pytest.raises(DatabaseUnavailable, match="refuses writes"):
+            await read_only.set_override("hello", paused_until=None, reason=None, by=None)
+    finally:
+        await read_only.close()
 
 
 async def test_a_launcher_beat_prunes_launchers_silent_for_an_hour(

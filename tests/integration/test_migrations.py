@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import secrets
@@ -23,6 +24,7 @@ from runlane.adapters.sql.queries import load_queries
 from runlane.adapters.sqlite import CURRENT_SCHEMA_VERSION as SQLITE_VERSION
 from runlane.adapters.sqlite import SqliteStore
 from runlane.errors import SchemaOutOfDate
+from tests.support.waiting import eventually
 
 PG_URL = os.environ.get("RUNLANE_TEST_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -298,4 +300,42 @@ async def test_postgres_an_older_database_is_refused_then_upgraded(
         assert (kept.catalog_path, kept.catalog_chains, kept.heartbeat_interval) == (None,) * 3
         assert kept.log_dir is None
     finally:
+        await store.close()
+
+
+@pytest.mark.postgres
+async def test_postgres_two_upgrades_of_a_new_database_at_once_both_succeed(
+    pg_scratch: list[str],
+) -> None:
+    """Two `runlane db upgrade`s at once on an empty database (two init steps starting
+    together): the one that comes second waits for the first's migrations table, instead of
+    failing on PostgreSQL's race of two `CREATE TABLE IF NOT EXISTS` ("duplicate key value
+    violates unique constraint pg_type_typname_nsp_index"). The first is held, by hand, in its
+    first transaction: under the migrations' lock, the table created, not yet committed."""
+    url, _ = pg_scratch
+    queries = load_queries("runlane.adapters.postgres")
+    first = await psycopg.AsyncConnection.connect(url)
+    store = PostgresStore(url)
+    await store.open()
+    try:
+        await first.execute(queries["migrate_lock"].encode())
+        await first.execute(queries["bootstrap_migrations"].encode())
+        second = asyncio.create_task(store.upgrade())
+
+        async def second_waits() -> bool:
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as probe:
+                cur = await probe.execute(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+                row = await cur.fetchone()
+                return row is not None and row[0] > 0
+
+        await eventually(second_waits, "the second upgrade waiting for the first", within=5)
+        await first.commit()
+        async with asyncio.timeout(10):
+            assert await second == list(range(1, PG_VERSION + 1))
+        assert await store.schema_version() == PG_VERSION
+    finally:
+        await first.close()
         await store.close()

@@ -18,6 +18,8 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 from structlog.testing import capture_logs
 
 from runlane.catalog import Catalog
@@ -29,6 +31,7 @@ from runlane.service.config import Settings
 from runlane.service.doctor import diagnose, stuck_runs
 from runlane.service.launcher import Launcher
 from runlane.service.wiring import build_executors, store_from_url
+from tests.support.postgres import PG_URL
 from tests.support.tcp_proxy import TcpProxy
 from tests.support.waiting import eventually
 
@@ -537,6 +540,60 @@ async def test_database_outage_loses_no_outcome(
         await task
         await store.close()
         await proxy.close()
+
+
+def _database_read_only(url: str, read_only: bool) -> None:
+    """What a failover to a standby looks like to the launcher: its connections are cut, and
+    the ones it makes again refuse every write (`default_transaction_read_only`), until the
+    database is writable again (cut once more: the new ones write)."""
+    dbname = str(conninfo_to_dict(url)["dbname"])
+    with psycopg.connect(PG_URL, autocommit=True) as admin:
+        setting = "SET default_transaction_read_only = on" if read_only else "RESET ALL"
+        admin.execute(sql.SQL("ALTER DATABASE {} " + setting).format(sql.Identifier(dbname)))
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> pg_backend_pid()",
+            (dbname,),
+        )
+
+
+async def test_an_outcome_a_read_only_database_refused_is_saved_once_it_takes_writes(
+    pg_url: str,
+    store: Store,
+    catalog: Catalog,
+    start_launcher: Callable[..., Running],
+    test_dir: Path,
+) -> None:
+    running = start_launcher()
+    run_id = await accept(store, catalog, "gate")
+    await running.events.wait("started", run_id)
+
+    def refused(logged: list[dict[str, Any]]) -> bool:
+        return any(
+            e["event"] == "run.supervisor_crashed"
+            or (e["event"] == "store.write_retry" and "read-only" in str(e.get("error")))
+            for e in logged
+        )
+
+    with capture_logs() as logged:
+        try:
+            _database_read_only(pg_url, True)
+            (test_dir / "gate").write_text("open")
+            await eventually(lambda: refused(logged), "the outcome's save refused", within=5)
+        finally:
+            _database_read_only(pg_url, False)
+        await running.events.wait("finished", run_id, within=5)
+    # The outcome waited for the database rather than being dropped (the run left `running`
+    # until its lease expired, then `launcher_lost` and run again).
+    assert not [e for e in logged if e["event"] == "run.supervisor_crashed"]
+    fresh = store_from_url(pg_url)
+    await fresh.open()
+    try:
+        run = await fresh.get_run(run_id)
+    finally:
+        await fresh.close()
+    assert (run.status, run.exit_code) == (RunStatus.SUCCESS, 0)
+    assert "gate passed" in (run.log_tail or "")
 
 
 class SlowStart:

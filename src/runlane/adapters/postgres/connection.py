@@ -70,6 +70,9 @@ def _password(url: str) -> str | None:
 LOCK_TIMEOUT_SHARE = 0.25
 STATEMENT_TIMEOUT_SHARE = 0.5
 CANCEL_REQUEST_TIMEOUT = 1.0  # see _BoundedConnection
+# "cannot execute INSERT in a read-only transaction": a hot standby, or a session with
+# default_transaction_read_only (psycopg's ReadOnlySqlTransaction, an InternalError).
+READ_ONLY_SQLSTATE = "25006"
 
 
 def _tcp_bounds(url: str, timeout: float) -> dict[str, object]:
@@ -254,6 +257,13 @@ class PostgresConnections:
             f"PostgreSQL at {where(self._url)} did not answer in {self._timeout:g} s"
         )
 
+    def _refuses_writes(self, exc: BaseException) -> DatabaseUnavailable:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return DatabaseUnavailable(
+            f"PostgreSQL at {where(self._url)} refuses writes: {reason} (a standby, or a "
+            "read-only session)"
+        )
+
     def _unavailable(self, exc: BaseException) -> DatabaseUnavailable:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         password = _password(self._url)
@@ -415,6 +425,12 @@ class PostgresConnections:
                 raise _refused_value(exc) from exc
             if isinstance(exc, psycopg.OperationalError):
                 raise self._failure(exc) from exc
+            if exc.sqlstate == READ_ONLY_SQLSTATE:
+                # A standby (a failover in progress: a name or a proxy that still points at a
+                # server in recovery) or a read-only session: nothing was written. Like an
+                # outage, the write is retried (a launcher journals its outcomes meanwhile)
+                # rather than the error escaping as a crash, and a face says it in one line.
+                raise self._refuses_writes(exc) from exc
             if isinstance(exc, psycopg.DataError):
                 # A value the server refuses (U+0000 in text, a number out of range) came
                 # from a request: the client's error to fix, not the store's.

@@ -11,7 +11,14 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from runlane.adapters.postgres.connection import _CANONICAL_UUID, _READ, _Conn, _is_uuid, where
+from runlane.adapters.postgres.connection import (
+    _CANONICAL_UUID,
+    _READ,
+    READ_ONLY_SQLSTATE,
+    _Conn,
+    _is_uuid,
+    where,
+)
 from runlane.adapters.postgres.leases import PostgresLeases
 from runlane.adapters.postgres.statements import CURRENT_SCHEMA_VERSION, MIGRATIONS, Q
 from runlane.adapters.sql import base
@@ -37,6 +44,7 @@ from runlane.core.runs import (
     RunStatus,
 )
 from runlane.errors import (
+    DatabaseUnavailable,
     NotFound,
     StoreError,
 )
@@ -137,6 +145,10 @@ class PostgresStore(PostgresLeases, SqlIncidents, SqlStoreBase):
         async with self._conn(bounded=False) as conn:
             async with conn.transaction():
                 await self._unbound_migration(conn)
+                # Under the migrations' lock too: two `CREATE TABLE IF NOT EXISTS` at once on a
+                # new database race in PostgreSQL's catalog (the second fails with a unique
+                # violation on pg_type), so the second upgrade waits for the first's table.
+                await conn.execute(Q["migrate_lock"])
                 await conn.execute(Q["bootstrap_migrations"])
             for migration in MIGRATIONS:
                 async with conn.transaction():
@@ -282,7 +294,14 @@ class PostgresStore(PostgresLeases, SqlIncidents, SqlStoreBase):
             async with self._conn() as conn, conn.transaction():
                 await conn.execute(Q["write_probe"], {"launcher_id": f"write-probe:{uuid.uuid4()}"})
                 raise psycopg.Rollback()
-        except psycopg.Error as exc:  # read-only transaction, standby, no INSERT privilege
+        except (psycopg.Error, DatabaseUnavailable) as exc:
+            # A read-only transaction, a standby (DatabaseUnavailable, for a running launcher
+            # to retry: at start it is a refusal), no INSERT privilege.
+            if isinstance(exc, DatabaseUnavailable):
+                cause = exc.__cause__
+                if not isinstance(cause, psycopg.Error) or cause.sqlstate != READ_ONLY_SQLSTATE:
+                    raise  # the database is away: not a write failure
+                exc = cause
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise StoreError(
                 f"database not writable: PostgreSQL at {where(self._url)}: {reason}"
