@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -165,6 +166,49 @@ async def test_a_write_refused_by_a_read_only_postgres_is_one_line_not_a_traceba
             await read_only.set_override("hello", paused_until=None, reason=None, by=None)
     finally:
         await read_only.close()
+
+
+async def cap_sqlite_pages(store: SqliteStore, *, full: bool) -> None:
+    """Make the database file full (no page more than it has: SQLITE_FULL on the next write
+    that needs one, as on a full disk) or give it room again."""
+
+    def cap(conn: sqlite3.Connection) -> None:
+        (pages,) = conn.execute("PRAGMA page_count").fetchone()
+        conn.execute(f"PRAGMA max_page_count = {int(pages) if full else 1 << 30}")
+
+    await store._call(cap)
+
+
+async def test_a_full_sqlite_disk_is_an_outage_to_retry_not_a_wedged_connection(
+    tmp_path: Path,
+) -> None:
+    """A write SQLite cannot make (a full disk) was a plain store error: a launcher dropped the
+    outcome it was saving, the CLI said `store_error`. It is `database_unavailable`, the outage
+    a launcher retries (journaling its outcomes), and the connection stays usable: a failed
+    COMMIT or an automatic rollback left it refusing every later BEGIN."""
+    store = SqliteStore(str(tmp_path / "full.db"))
+    await store.open()
+    await store.upgrade()
+    try:
+        await cap_sqlite_pages(store, full=True)
+        refused: list[DatabaseUnavailable] = []
+        for n in range(40):  # until a page is needed (the file has some room left in its pages)
+            try:
+                await store.set_override(f"job-{n}", paused_until=None, reason="x" * 900, by=None)
+            except DatabaseUnavailable as exc:
+                refused.append(exc)
+                break
+        assert [str(e) for e in refused] == [
+            f"SQLite database at {tmp_path / 'full.db'} cannot be written: database or disk is full"
+        ]
+        # The connection is not left in a transaction: the next write meets the disk again.
+        with pytest.raises(DatabaseUnavailable, match="database or disk is full"):
+            await store.set_override("again", paused_until=None, reason="x" * 900, by=None)
+        await cap_sqlite_pages(store, full=False)
+        await store.set_override("again", paused_until=None, reason="room again", by=None)
+        assert (await store.overrides())["again"].reason == "room again"
+    finally:
+        await store.close()
 
 
 async def test_a_launcher_beat_prunes_launchers_silent_for_an_hour(

@@ -5,6 +5,7 @@ once, other processes' commits within `WATCH_SECONDS`), and the primitives `SqlS
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
@@ -83,15 +84,37 @@ def split_statements(script: str) -> list[str]:
 
 def _write(conn: sqlite3.Connection, work: Callable[[sqlite3.Connection], T]) -> T:
     """Run `work` in one write transaction. BEGIN IMMEDIATE takes the write lock up front, so
-    checks made inside cannot be invalidated by another writer before COMMIT."""
+    checks made inside cannot be invalidated by another writer before COMMIT. A COMMIT that
+    fails (a full disk) is rolled back too: left open, the transaction would refuse every
+    later BEGIN on this connection."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         result = work(conn)
+        conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        _rollback(conn)
         raise
-    conn.execute("COMMIT")
     return result
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Undo what is open without hiding the error that brought us here: SQLite may have ended
+    the transaction itself (a full disk, an I/O error), and a ROLLBACK with none open fails."""
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+
+
+# What a write meets when the file cannot take it for now: a full disk (or the database's own
+# size cap), an I/O error, the file or its directory made read-only. Nothing was written; like
+# an outage, it is retried (a launcher journals its outcomes meanwhile), not taken for a refusal
+# of the request, and a face says it in one line (`database_unavailable`).
+UNWRITABLE = ("SQLITE_FULL", "SQLITE_IOERR", "SQLITE_READONLY")
+
+
+def unwritable(exc: BaseException) -> bool:
+    """Whether `exc` is SQLite saying the file cannot be written just now (`UNWRITABLE`)."""
+    return str(getattr(exc, "sqlite_errorname", "") or "").startswith(UNWRITABLE)
 
 
 class SqliteConnection(SqlStoreBase):
@@ -189,13 +212,17 @@ class SqliteConnection(SqlStoreBase):
         def guarded() -> T:
             try:
                 return work(conn)
-            except sqlite3.OperationalError as exc:
-                if "locked" in str(exc) or "busy" in str(exc):
+            except sqlite3.Error as exc:
+                if isinstance(exc, sqlite3.OperationalError) and (
+                    "locked" in str(exc) or "busy" in str(exc)
+                ):
                     raise DatabaseUnavailable(
                         f"SQLite database at {self.path} is busy: {exc}"
                     ) from exc
-                raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
-            except sqlite3.Error as exc:
+                if unwritable(exc):
+                    raise DatabaseUnavailable(
+                        f"SQLite database at {self.path} cannot be written: {exc}"
+                    ) from exc
                 raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
 
         return await asyncio.get_running_loop().run_in_executor(executor, guarded)

@@ -23,6 +23,7 @@ from runlane.adapters.sqlite.connection import (
     _write,
     format_time,
     split_statements,
+    unwritable,
 )
 from runlane.adapters.sqlite.statements import CURRENT_SCHEMA_VERSION, MIGRATIONS, Q
 from runlane.core.accept_rules import (
@@ -553,8 +554,14 @@ class SqliteStore(SqlIncidents, SqliteConnection):
 
         try:
             await self._call(probe)
-        except DatabaseUnavailable:
-            raise
+        except DatabaseUnavailable as exc:
+            # A running launcher retries a full disk or a read-only file; at start it is a
+            # refusal. A database that is busy is not a write failure.
+            if exc.__cause__ is None or not unwritable(exc.__cause__):
+                raise
+            raise StoreError(
+                f"database not writable: SQLite database at {self.path}: {exc.__cause__}"
+            ) from None
         except StoreError as exc:
             cause = exc.__cause__ if exc.__cause__ is not None else exc
             raise StoreError(
