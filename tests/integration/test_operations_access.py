@@ -179,6 +179,28 @@ async def test_the_audit_log_lists_newest_first_in_pages(rt: Runtime) -> None:
         await operations.list_audit(rt, limit=0)
 
 
+async def test_a_refusal_whose_target_the_database_cannot_store_is_still_audited(
+    rt: Runtime,
+) -> None:
+    """A refused request naming text the database cannot store (U+0000, a lone surrogate: an
+    MCP tool's arguments arrive as sent) lost its audit row on PostgreSQL (`audit_failed` in
+    the log). The row is kept, with U+FFFD in their place."""
+
+    async def refused() -> None:
+        raise InvalidArgument("no")
+
+    for target in ("abc\x00def", "abc\ud800def"):
+        with pytest.raises(InvalidArgument):
+            await operations.audited(
+                rt, OPERATOR, action="cancel", target=target, remote=None, call=refused
+            )
+    page = await operations.list_audit(rt, limit=2)
+    assert [(e.target, e.outcome) for e in page.items] == [
+        ("abc\ufffddef", "invalid_argument"),
+        ("abc\ufffddef", "invalid_argument"),
+    ]
+
+
 # --- idempotency keys -------------------------------------------------------------------------
 
 

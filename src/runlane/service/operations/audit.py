@@ -9,6 +9,7 @@ from typing import TypeVar
 
 import structlog
 
+from runlane.core.runs import storable_text
 from runlane.errors import InvalidArgument, RunlaneError
 from runlane.ports import AuditEntry
 from runlane.service.operations.arguments import Requester
@@ -31,7 +32,13 @@ class AuditPage:
 
 
 def _cut(text: str | None) -> str | None:
-    if text is None or len(text) <= MAX_FIELD_CHARS:
+    """`text` as the audit table keeps it: storable (a refused request's target may hold
+    U+0000, which PostgreSQL refuses: the audit row of the refusal was lost) and at most
+    MAX_FIELD_CHARS long."""
+    if text is None:
+        return None
+    text = storable_text(text)
+    if len(text) <= MAX_FIELD_CHARS:
         return text
     return text[: MAX_FIELD_CHARS - 1] + "…"
 
