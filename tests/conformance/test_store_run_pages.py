@@ -109,6 +109,7 @@ async def test_each_filter_and_their_combinations(harness: StoreHarness) -> None
         {"trigger": Trigger.SCHEDULE},
         {"requested_by": "ana"},
         {"chain_root_id": root},
+        {"chain_root_id": root.upper()},  # the same rows on both dialects
         {"chain_root_id": "not-a-uuid"},
         {"since": T0 + timedelta(minutes=2)},
         {"until": (T0 + timedelta(minutes=3)).isoformat()},
@@ -129,7 +130,8 @@ async def test_each_filter_and_their_combinations(harness: StoreHarness) -> None
             and str(case.get("status", run.status)) == str(run.status)
             and str(case.get("trigger", run.trigger)) == str(run.trigger)
             and case.get("requested_by", run.requested_by) == run.requested_by
-            and case.get("chain_root_id", run.chain_root_id) == run.chain_root_id
+            and str(case.get("chain_root_id", run.chain_root_id)).lower()
+            == str(run.chain_root_id).lower()
             and (since_at is None or run.queued_at >= since_at)
             and (until_at is None or run.queued_at < until_at)
         )

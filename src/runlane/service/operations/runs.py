@@ -312,12 +312,17 @@ async def _page_filter(
         status=wanted,
         trigger=parse_trigger(trigger),
         requested_by=check_text(requested_by, "requested_by"),
-        chain_root_id=check_text(chain_root_id, "chain_root_id"),
+        # A run id as written anywhere: PostgreSQL compares uuids, SQLite their lowercase text.
+        chain_root_id=_lower(check_text(chain_root_id, "chain_root_id")),
         since=await _page_time(rt, since, "since"),
         until=await _page_time(rt, until, "until"),
         before=before,
         limit=limit + 1,  # one more than the page: is there a next page, without a count
     )
+
+
+def _lower(text: str | None) -> str | None:
+    return None if text is None else text.lower()
 
 
 async def show_run(rt: Runtime, run_id: str) -> Run:
