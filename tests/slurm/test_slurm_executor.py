@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runlane.adapters.slurm.commands import Answer, job_name, run_tool
+from runlane.adapters.slurm.commands import POLL_ARGV, Answer, job_name, run_tool
 from runlane.adapters.slurm.executor import SlurmExecutor
 from runlane.core.runs import EndReason, Outcome, RunStatus
 from runlane.errors import PermanentExecutorError, TemporaryExecutorError
@@ -271,12 +271,10 @@ async def test_a_job_slurmctld_forgot_is_read_from_the_job_completion_log(
         argv: Sequence[str], env: Mapping[str, str] | None, limit: float
     ) -> Answer:
         answer = await run_tool(argv, env, limit)
-        if list(argv[:4]) == ["scontrol", "-o", "show", "job"]:
+        if tuple(argv) == POLL_ARGV:
             kept = []
             for line in answer.stdout.splitlines():
-                if any(f"JobId={job_id} " in line for job_id in forgotten) and (
-                    "JobState=FAILED" in line
-                ):
+                if any(line.startswith(f"{job_id}|FAILED|") for job_id in forgotten):
                     continue
                 kept.append(line)
             answer = Answer(answer.argv, answer.returncode, "\n".join(kept), answer.stderr)
@@ -307,3 +305,29 @@ async def test_a_launcher_that_takes_a_job_over_removes_its_spilled_params_at_it
     outcome = await taken_over(slurm, executor.log_dir, spec)
     assert outcome.status == RunStatus.SUCCESS, outcome
     assert not leftover_params(Path(executor.log_dir))
+
+
+async def test_another_jobs_text_never_stands_for_a_watched_jobs_state(
+    executor: SlurmExecutor, slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    # Any user of the cluster chooses their jobs' comments (and names, commands, paths), and
+    # scontrol prints them as they are, newlines included: a forged `JobId=<ours>` record there
+    # must not end our run.
+    execution = await executor.start(python_spec(HANG))
+    job_id = execution.external_id
+    await eventually(
+        lambda: "RUNNING" in getattr(executor.poll.job(job_id), "state", ""),
+        "the job runs",
+        within=WITHIN,
+    )
+    forged = f"x\nJobId={job_id} JobName=forged JobState=COMPLETED Reason=None ExitCode=0:0"
+    slurm.tool("sbatch", "--parsable", "--job-name=forger", f"--comment={forged}",
+               f"--output={tmp_path}/forger.out", "--wrap=sleep 30", check=True)  # fmt: skip
+    try:
+        before = executor.poll.calls
+        await eventually(lambda: executor.poll.calls >= before + 2, "a poll saw the forger")
+        await executor.cancel(execution, grace=0)
+        _, outcome = await finish(executor, execution)
+    finally:
+        slurm.tool("scancel", "--name=forger")
+    assert outcome.status == RunStatus.CANCELLED, outcome

@@ -56,6 +56,7 @@ class SlurmJob:
     exit_code: str = "0:0"  # `<exit status>:<signal>`
     comment: str = ""
     std_out: str = ""
+    submit_time: str = ""  # SubmitTime, the client's local time (2026-12-07T18:28:24); "" unknown
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ import hashlib
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from runlane.core.slurm_states import SlurmJob
 from runlane.errors import PermanentExecutorError, TemporaryExecutorError
@@ -160,6 +161,7 @@ def job_of(fields: Mapping[str, str]) -> SlurmJob | None:
         exit_code=fields.get("ExitCode", "0:0"),
         comment=fields.get("Comment", ""),
         std_out=fields.get("StdOut", ""),
+        submit_time=fields.get("SubmitTime", ""),
     )
 
 
@@ -173,6 +175,54 @@ def parse_show_job(text: str) -> dict[str, SlurmJob]:
         if job is not None:
             jobs[job.job_id] = job
     return jobs
+
+
+# The shared poll's query: every job slurmctld holds, as fields Slurm itself fills in. Never a
+# job's name, comment, command or paths: any user of the cluster chooses those for their own
+# jobs, and they may hold newlines and whole `JobId=… JobState=…` records (scontrol prints them
+# as they are), which a poll reading every job would take for another job's state.
+POLL_ARGV = (
+    "squeue", "-h", "-t", "all", "-O", "JobID:|,State:|,Reason:|,exit_code:|,SubmitTime:|"
+)  # fmt: skip
+
+
+def exit_code_of(wait_status: str) -> str:
+    """squeue's `exit_code` (a wait status: 768, 9) as scontrol's `<exit status>:<signal>`."""
+    try:
+        status = int(wait_status)
+    except ValueError:
+        return "0:0"
+    signum = status & 0x7F
+    return f"0:{signum}" if signum else f"{(status >> 8) & 0xFF}:0"
+
+
+def parse_poll(text: str) -> dict[str, SlurmJob]:
+    """The lines of `POLL_ARGV` (`<id>|<state>|<reason>|<wait status>|<submit time>|`), by
+    job id."""
+    jobs: dict[str, SlurmJob] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if parts and parts[-1] == "":
+            parts.pop()
+        if len(parts) < 5 or not parts[0].isdigit():
+            continue
+        jobs[parts[0]] = SlurmJob(
+            job_id=parts[0],
+            name="",
+            state=parts[1],
+            reason="|".join(parts[2:-2]) or "None",
+            exit_code=exit_code_of(parts[-2]),
+            submit_time=parts[-1],
+        )
+    return jobs
+
+
+def submitted_at(job: SlurmJob) -> float | None:
+    """The job's SubmitTime as a Unix time (the client tools print the local time), or None."""
+    try:
+        return datetime.fromisoformat(job.submit_time).timestamp()
+    except ValueError:
+        return None
 
 
 def parse_sacct(text: str) -> dict[str, SlurmJob]:

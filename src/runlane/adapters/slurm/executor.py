@@ -31,6 +31,7 @@ import contextlib
 import math
 import os
 import shutil
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,8 +48,9 @@ from runlane.adapters.slurm.commands import (
     job_comment,
     job_name,
     run_tool,
+    submitted_at,
 )
-from runlane.adapters.slurm.poll import ClusterPoll, jobcomp_by_name
+from runlane.adapters.slurm.poll import ClusterPoll
 from runlane.core.envsplit import split_env
 from runlane.core.runs import EndReason, Outcome, RunStatus
 from runlane.core.slurm_states import SlurmJob, SlurmVerdict, classify
@@ -93,6 +95,9 @@ class _Run:
     cancel_until: float = 0.0
     deadline_enforced: bool = False
     outcome: Outcome | None = None
+    # Taken over (or adopted): the job may have waited long before this launcher saw it, so
+    # its start timeout counts from its SubmitTime (`_pending_since`).
+    reattached: bool = False
 
 
 @dataclass
@@ -166,7 +171,9 @@ class SlurmExecutor:
         found = await self._find(spec, name)
         if found is not None:
             log.info("slurm.adopted", run_id=spec.run_id, job_id=found)
-            return self._execution(self._track(spec, name, found, self._params_dir(spec)))
+            run = self._track(spec, name, found, self._params_dir(spec))
+            run.reattached = True
+            return self._execution(run)
         argv, env, params_dir = self._submission(spec, name)
         try:
             answer = await self.runner(argv, env, 30.0)
@@ -194,7 +201,7 @@ class SlurmExecutor:
 
     async def reattach(self, spec: ExecutionSpec) -> Execution | None:
         """The run's job, found by its deterministic name in slurmctld (or, once slurmctld has
-        forgotten it, in the job-completion log). None of either raises PermanentExecutorError
+        forgotten it, in the accounting database or the job-completion log). None of either raises PermanentExecutorError
         (`deleted_externally`): a Slurm job does not end with its launcher."""
         known = self._runs.get((spec.run_id, spec.attempt))
         if known is not None:
@@ -203,14 +210,14 @@ class SlurmExecutor:
         found = await self._find(spec, name)
         if found is not None:
             log.info("slurm.reattached", run_id=spec.run_id, job_id=found)
-            return self._execution(self._track(spec, name, found, self._params_dir(spec)))
-        config = await self.poll.config()
-        if config.get("JobCompType") == "jobcomp/filetxt" and config.get("JobCompLoc"):
-            ended = jobcomp_by_name(config["JobCompLoc"], name)
-            if ended is not None:
-                return self._execution(
-                    self._track(spec, name, ended.job_id, self._params_dir(spec), known=ended)
-                )
+            run = self._track(spec, name, found, self._params_dir(spec))
+            run.reattached = True
+            return self._execution(run)
+        ended = await self.poll.completed_by_name(name, job_comment(spec.run_id, spec.attempt))
+        if ended is not None:
+            return self._execution(
+                self._track(spec, name, ended.job_id, self._params_dir(spec), known=ended)
+            )
         raise PermanentExecutorError(
             f"no Slurm job named {name} is known to the cluster: it never was submitted, or "
             "was purged while no launcher watched it; the run's outcome is unknown",
@@ -268,7 +275,8 @@ class SlurmExecutor:
                     if announced is None:
                         announced = "pending"
                         yield ExecutionEvent("pending")
-                    pending_since = now if pending_since is None else pending_since
+                    if pending_since is None and (job is not None or not run.reattached):
+                        pending_since = self._pending_since(run, job, now)
                     if job is not None and verdict.hopeless:
                         yield ExecutionEvent(
                             "finished",
@@ -281,7 +289,7 @@ class SlurmExecutor:
                             ),
                         )
                         return
-                    if now - pending_since >= self.start_timeout:
+                    if pending_since is not None and now - pending_since >= self.start_timeout:
                         yield ExecutionEvent(
                             "finished",
                             await self._give_up(
@@ -294,7 +302,8 @@ class SlurmExecutor:
                             ),
                         )
                         return
-                    wake_at = min(wake_at, pending_since + self.start_timeout)
+                    if pending_since is not None:
+                        wake_at = min(wake_at, pending_since + self.start_timeout)
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(max(0.0, wake_at - self._now())):
                         await run.wake.wait()
@@ -439,6 +448,16 @@ class SlurmExecutor:
                 return
         run.cancel_sent = True
         self.poll.nudge()
+
+    def _pending_since(self, run: _Run, job: SlurmJob | None, now: float) -> float:
+        """When (loop time) a pending run's start timeout counts from. A job this launcher
+        submitted: now, when it first sees it pending. A job taken over or adopted: its
+        SubmitTime, so a launcher restarted every few minutes still times out a job that never
+        starts. Never later than now, never more than the start timeout back."""
+        submitted = submitted_at(job) if run.reattached and job is not None else None
+        if submitted is None:
+            return now
+        return now - min(max(time.time() - submitted, 0.0), self.start_timeout)
 
     def _tail(self, run: _Run) -> str | None:
         return read_log_tail(run.log_path) or None

@@ -1,7 +1,7 @@
 """One shared poll of a Slurm cluster for every run the launcher supervises there.
 
-Each interval makes ONE `scontrol -o show job` call (every job slurmctld still holds, which is
-each finished job for `MinJobAge` seconds) and wakes the runs whose job changed. A job that is
+Each interval makes ONE `squeue -t all` call (every job slurmctld still holds, which is each
+finished job for `MinJobAge` seconds; only fields Slurm fills in, never text a user chose) and wakes the runs whose job changed. A job that is
 gone from slurmctld's memory is looked up once in the accounting database (`sacct`, when
 `AccountingStorageType` is not `none`) or else in the job-completion log (`jobcomp/filetxt`,
 when the launcher can read `JobCompLoc`). A poll that fails is never a final state: the runs
@@ -19,12 +19,14 @@ from pathlib import Path
 import structlog
 
 from runlane.adapters.slurm.commands import (
+    POLL_ARGV,
+    Answer,
     Runner,
     failure,
     parse_fields,
     parse_jobcomp,
+    parse_poll,
     parse_sacct,
-    parse_show_job,
 )
 from runlane.core.slurm_states import SlurmJob
 from runlane.errors import ExecutorError
@@ -32,6 +34,7 @@ from runlane.errors import ExecutorError
 log = structlog.get_logger("runlane.slurm")
 
 CONFIG_REFRESH = 300.0  # seconds between reads of the cluster's accounting/jobcomp settings
+SACCT_SINCE = "now-31days"  # how far back a job is looked for by name (sacct's default: today)
 
 
 @dataclass(slots=True)
@@ -48,7 +51,7 @@ class ClusterPoll:
     runner: Runner
     env: Mapping[str, str] | None
     interval: float = 5.0
-    calls: int = 0  # `scontrol show job` calls made (the bench counts them)
+    calls: int = 0  # the poll's `squeue` calls made (the bench counts them)
     failures: int = 0  # consecutive failed polls
     last_error: str | None = None
     _watched: dict[str, _Watched] = field(default_factory=dict, init=False)
@@ -108,23 +111,29 @@ class ClusterPoll:
         """One poll: every job slurmctld holds, then the completion records of the missing."""
         self.calls += 1
         try:
-            answer = await self.runner(["scontrol", "-o", "show", "job"], self.env, 30.0)
-            if answer.returncode != 0 and "No jobs in the system" not in answer.stdout:
-                raise failure(answer, "scontrol show job")
+            answer = await self.runner(POLL_ARGV, self.env, 30.0)
+            if answer.returncode != 0:
+                raise failure(answer, "squeue")
         except ExecutorError as exc:
             self.failures += 1
             self.last_error = str(exc)
             log.warning("slurm.poll_failed", error=str(exc), failures=self.failures)
             return
         self.failures, self.last_error = 0, None
-        jobs = parse_show_job(answer.stdout)
-        gone = [job_id for job_id in self._watched if job_id not in jobs]
+        jobs = parse_poll(answer.stdout)
+        gone = {job_id for job_id in self._watched if job_id not in jobs}
+        unknown: set[str] = set()  # forgotten by slurmctld, and the records could not be read
         if gone:
-            jobs.update(await self._completed(set(gone)))
+            found = await self._completed(gone)
+            if found is None:
+                unknown = gone
+            else:
+                jobs.update(found)
         for job_id, watched in list(self._watched.items()):
             job = jobs.get(job_id)
             if job is None:
-                watched.missing += 1
+                if job_id not in unknown:
+                    watched.missing += 1
             else:
                 watched.missing = 0
                 watched.job = job
@@ -148,34 +157,57 @@ class ClusterPoll:
             self._config, self._config_at = config, now
         return self._config
 
-    async def _completed(self, wanted: set[str]) -> dict[str, SlurmJob]:
-        """The final states of jobs slurmctld forgot: sacct, or the job-completion log."""
+    async def _completed(self, wanted: set[str]) -> dict[str, SlurmJob] | None:
+        """The final states of jobs slurmctld forgot: sacct, or the job-completion log. None
+        when the accounting database could not be asked (slurmdbd away): not finding a job
+        there is not the same as the database not answering."""
         config = await self.config()
-        if config.get("AccountingStorageType", "accounting_storage/none") not in (
-            "",
-            "accounting_storage/none",
-        ):
+        if _accounting(config):
             try:
-                answer = await self.runner(
-                    [
-                        "sacct",
-                        "-n",
-                        "-P",
-                        "-X",
-                        "-j",
-                        ",".join(sorted(wanted)),
-                        "-o",
-                        "JobID,JobName,State,ExitCode,Comment",
-                    ],
-                    self.env,
-                    30.0,
-                )
-            except ExecutorError:
-                return {}
-            return parse_sacct(answer.stdout) if answer.returncode == 0 else {}
+                answer = await self._sacct(["-j", ",".join(sorted(wanted))])
+            except ExecutorError as exc:
+                log.warning("slurm.sacct_failed", error=str(exc))
+                return None
+            return parse_sacct(answer.stdout)
         if config.get("JobCompType") == "jobcomp/filetxt" and config.get("JobCompLoc"):
             return read_jobcomp(config["JobCompLoc"], wanted)
         return {}
+
+    async def completed_by_name(self, name: str, comment: str) -> SlurmJob | None:
+        """The record of the ended job named `name` (with the comment `comment`, where the
+        record keeps comments) once slurmctld has forgotten it: in the accounting database
+        when the cluster keeps one, else in the job-completion log; None if neither has it. An
+        accounting database that does not answer raises (the caller retries later)."""
+        config = await self.config()
+        if _accounting(config):
+            answer = await self._sacct([f"--name={name}", f"--starttime={SACCT_SINCE}"])
+            found = [
+                job
+                for job in parse_sacct(answer.stdout).values()
+                if job.name == name and job.comment in ("", comment)
+            ]
+            return found[-1] if found else None
+        if config.get("JobCompType") == "jobcomp/filetxt" and config.get("JobCompLoc"):
+            return jobcomp_by_name(config["JobCompLoc"], name)
+        return None
+
+    async def _sacct(self, select: list[str]) -> Answer:
+        answer = await self.runner(
+            ["sacct", "-n", "-P", "-X", *select, "-o", "JobID,JobName,State,ExitCode,Comment"],
+            self.env,
+            30.0,
+        )
+        if answer.returncode != 0:
+            raise failure(answer, "sacct")
+        return answer
+
+
+def _accounting(config: Mapping[str, str]) -> bool:
+    """Whether the cluster keeps an accounting database (slurmdbd) `sacct` can read."""
+    return config.get("AccountingStorageType", "accounting_storage/none") not in (
+        "",
+        "accounting_storage/none",
+    )
 
 
 def read_jobcomp(path: str, wanted: set[str]) -> dict[str, SlurmJob]:
