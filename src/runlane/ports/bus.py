@@ -64,9 +64,10 @@ class Bus(Protocol):
     name: str  # "database" | "rabbitmq"
 
     async def publish(self, messages: Sequence[OutboxMessage], *, within: float) -> list[str]:
-        """Send `messages` in order; return the ids the transport confirmed, in order (the
-        caller marks those sent and publishes the rest again later; a batch holds one message
-        per key, so none waits on another of the batch). Never raises for a transport fault
+        """Send `messages` in order; return the ids done with, in order: those the transport
+        confirmed, and those no transport could ever carry (logged as lost by the bus). The
+        caller marks them sent and publishes the rest again later; a batch holds one message
+        per key, so none waits on another of the batch. Never raises for a transport fault
         (that is an unconfirmed message); waits at most `within` seconds in all."""
         ...
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import aio_pika
 import pytest
+from structlog.testing import capture_logs
 
 from runlane.adapters.rabbitmq import REASON_HEADER, RabbitBus
 from runlane.catalog import Catalog
@@ -111,7 +112,9 @@ async def test_a_row_no_amqp_frame_can_carry_never_stalls_the_relay(
 ) -> None:
     """An event fact whose key is past AMQP's 255-byte routing key (written before emit
     refused such keys) can never be published: it used to end every batch at itself, so the
-    rows after it were published again at every round and never marked sent."""
+    rows after it were published again at every round and never marked sent. It is logged as
+    lost and marked done, so that it heads no batch (a healthy broker looked down: the relay
+    backed off up to 30 s)."""
     bus = make_bus(store)
     await bus.open()
     key = "é" * 150  # 150 characters, 300 bytes as UTF-8
@@ -119,10 +122,13 @@ async def test_a_row_no_amqp_frame_can_carry_never_stalls_the_relay(
     await store.outbox_add_fact(f"event:{key}", json.dumps(fact), key="event:e-1")
     await accept_run(store, catalog, RunRequest(job="hello", trigger=Trigger.CLI))
     relay = OutboxRelay(store, bus, "relay-a")
-    for _ in range(3):
-        await relay.relay_once()
-    assert await store.outbox_pending() == 1  # only the row no frame can carry waits
+    with capture_logs() as logged:
+        first = await relay.relay_once()
+        assert await relay.relay_once() == (0, False)  # nothing left: no back-off, no resend
+    assert first[0] is not None  # not taken for a broker outage
+    assert await store.outbox_pending() == 0
     assert await depth(amqp, bus.topology.job_runs) == 1  # the command went out once
+    assert [e["event"] for e in logged if e["log_level"] == "error"] == ["bus.publish_impossible"]
 
 
 async def test_emit_refuses_an_event_key_or_id_past_255_bytes(

@@ -109,7 +109,6 @@ class RabbitBus:
         self._lock = asyncio.Lock()
         self._last_attempt = -1e9
         self._bound_keys: set[str] = set()
-        self._impossible: set[str] = set()  # outbox rows no AMQP frame can carry, logged
         self.last_error: str | None = None
 
     # --- connection -----------------------------------------------------------------------------
@@ -204,11 +203,12 @@ class RabbitBus:
     # --- publish --------------------------------------------------------------------------------
 
     async def publish(self, messages: Sequence[OutboxMessage], *, within: float) -> list[str]:
-        """Pipelined confirms, in windows of `confirm_window`: every confirmed id, in order.
-        A message the broker refused (returned, nacked) or did not confirm in time ends the
-        batch after its window; one that cannot be put into an AMQP frame at all (a routing key
-        or message id past 255 bytes: `Unpublishable`) is skipped, since trying it again can
-        only fail again, and must not hold up the messages after it."""
+        """Pipelined confirms, in windows of `confirm_window`: the ids done with, in order. A
+        message the broker refused (returned, nacked) or did not confirm in time ends the batch
+        after its window and is not done with. One no AMQP frame can carry (a routing key or
+        message id past 255 bytes: `Unpublishable`, an event fact written before `emit` refused
+        such keys) is done with too, logged at error as lost (`bus.publish_impossible`):
+        trying it again could only fail again, and left pending it would head every batch."""
         if not messages:
             return []
         deadline = time.monotonic() + within
@@ -250,11 +250,14 @@ class RabbitBus:
                 done.append(message.message_id)
                 continue
             if isinstance(result, Unpublishable):
-                if message.message_id not in self._impossible:  # said once, not every batch
-                    self._impossible.add(message.message_id)
-                    log.error(
-                        "bus.publish_impossible", message_id=message.message_id, error=str(result)
-                    )
+                log.error(
+                    "bus.publish_impossible",
+                    message_id=message.message_id,
+                    topic=message.topic,
+                    error=str(result),
+                    note="not published, and never will be: marked done",
+                )
+                done.append(message.message_id)
                 continue
             go_on = False
             if isinstance(result, BaseException):

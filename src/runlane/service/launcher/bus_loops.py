@@ -118,9 +118,10 @@ class OutboxRelay:
             await self.after_confirm(confirmed)
         await self.store.outbox_mark_sent(confirmed)
         self.stats.published += len(confirmed)
-        # Every confirmed row is marked, not only a prefix: a batch holds one row per key (the
+        # Every row done with is marked, not only a prefix: a batch holds one row per key (the
         # lease's "oldest unpublished of its key"), so a row left over holds up nothing of its
-        # own key, and a row that can never be published no longer stalls the outbox behind it.
+        # own key. (A row no frame can carry is done with too: left pending, it would head
+        # every batch and make a healthy broker look down.)
         sent = set(confirmed)
         rest = [m.message_id for m in messages if m.message_id not in sent]
         if rest:
