@@ -52,6 +52,32 @@ async def test_a_takeover_makes_the_params_config_map_the_dead_launcher_never_ma
     assert cm["metadata"]["ownerReferences"][0]["uid"] == created["metadata"]["uid"]
 
 
+async def test_a_refused_config_map_create_on_takeover_keeps_a_running_job(
+    kube: KubeFake,
+) -> None:
+    # The run's Job runs with its ConfigMap in place; the launcher that takes it over tries
+    # the create again and is refused for another reason than 409 (a namespace at its
+    # ConfigMap quota answers 403 before it looks at the name). The healthy Job must not be
+    # deleted for that: the reattach goes on and the run ends as its pod does.
+    s = spec("fake/hang", env={"RUNLANE_PARAMS": json.dumps({"blob": "x" * 100_000})})
+    name = job_name("demo", s.run_id, 1)
+    first = make_executor(kube)
+    try:
+        execution = await first.start(s)
+        await until(first.events(execution), "running")
+    finally:
+        await first.aclose()  # the launcher goes away; its Job and ConfigMap run on
+    second = make_executor(kube)
+    try:
+        kube.state.fail_next(1, 403, method="POST", path="configmaps")
+        execution = await second.reattach(s)
+        assert execution is not None
+        assert kube.state.get("jobs", name) is not None, "a healthy running Job was deleted"
+        await until(second.events(execution), "running")
+    finally:
+        await second.aclose()
+
+
 async def test_a_cancel_whose_delete_failed_is_not_reported_while_the_job_runs(
     kube: KubeFake,
 ) -> None:

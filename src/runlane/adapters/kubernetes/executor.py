@@ -712,12 +712,12 @@ class PodExecutor:
             return
         try:
             await self._ensure_config_map(plan, job)
-        except PermanentExecutorError:
-            # Refused: the Job can never start as planned; never leave it waiting.
-            await self._delete(
-                namespace, plan.name, (job.get("metadata") or {}).get("uid"), spec.run_id
-            )
-            raise
+        except PermanentExecutorError as exc:
+            # Refused for another reason than "it is there" (a namespace at its ConfigMap quota
+            # answers 403 before it looks): most often the ConfigMap is there and the pod runs
+            # with it. The Job is left alone; a pod that does wait for the volume is ended by
+            # its start timeout, with the pod's FailedMount events in the run's note.
+            log.warning("kubernetes.params_not_made", run_id=spec.run_id, error=str(exc))
 
     async def _ensure_config_map(self, plan: JobPlan, job: Json) -> None:
         uid = (job.get("metadata") or {}).get("uid") or ""
