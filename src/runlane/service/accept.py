@@ -116,7 +116,8 @@ def prepare_run(
     job = catalog.resolve(request.job)
     if job.acts and request.trigger in PERSON_TRIGGERS and not request.confirmed:
         raise ConfirmationRequired(
-            f"job {job.name!r} acts on the outside world (acts: true); confirm with --yes"
+            f"job {job.name!r} acts on the outside world (acts: true); confirm it: --yes on "
+            f"the CLI, confirm equal to {job.name!r} through the API or MCP"
         )
     check_param_text(job.name, request.params or {})
     params: dict[str, Any] = coerce_params(

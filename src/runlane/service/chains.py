@@ -184,7 +184,8 @@ class ChainRunner:
             if acting:
                 raise ConfirmationRequired(
                     f"chain {chain_name!r} runs jobs that act on the outside world "
-                    f"(acts: true): {', '.join(acting)}; confirm with --yes"
+                    f"(acts: true): {', '.join(acting)}; confirm it: --yes on the CLI, confirm "
+                    f"equal to {chain_name!r} through the API or MCP"
                 )
         if slot is not None:
             dedupe = chain_slot_key(chain_name, slot)

@@ -179,7 +179,8 @@ async def emit_event(
         if acting:
             raise ConfirmationRequired(
                 f"event {key!r} starts jobs that act on the outside world (acts: true): "
-                f"{', '.join(acting)}; confirm with --yes"
+                f"{', '.join(acting)}; confirm it: --yes on the CLI, confirm: true through the "
+                "API or MCP"
             )
     for job, _ in listeners:
         # What refuses a run depends on its job and trigger only, not on its dedupe key, event
