@@ -18,11 +18,12 @@ from typing import Annotated, Any
 
 import structlog
 from fastapi import Depends, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import RedirectResponse
 from fastapi.routing import APIRoute
 
 from runlane.core.access import Role
-from runlane.errors import CsrfRefused, RunlaneError, Unauthenticated
+from runlane.errors import CsrfRefused, InvalidArgument, RunlaneError, Unauthenticated
 from runlane.service.operations import Requester
 from runlane.service.operations import sessions as web_sessions
 from runlane.service.runtime import Runtime
@@ -127,14 +128,46 @@ async def _identify(request: Request, rt: Runtime) -> Requester:
     return requester
 
 
+def return_path(request: Request) -> str:
+    """Where the browser goes back to once logged in: this page for a GET; for a form's POST,
+    the page the form was on (its Referer, when it is of this site), else `/jobs`: a form's
+    action answers no GET."""
+    if request.method in ("GET", "HEAD"):
+        return request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    referer = urllib.parse.urlsplit(request.headers.get("referer", ""))
+    if referer.netloc and referer.netloc == request.headers.get("host", request.url.netloc):
+        return safe_next(referer.path + (f"?{referer.query}" if referer.query else ""))
+    return "/jobs"
+
+
+def cross_site_navigation(request: Request) -> bool:
+    """Whether the browser says this GET is a navigation another site's page started (a link
+    in a chat or a mail): it then sends no `SameSite=Strict` cookie, on this request nor on
+    any redirect of it, so a live session looks absent."""
+    headers = request.headers
+    return (
+        request.method == "GET"
+        and headers.get("sec-fetch-site", "").strip().lower() == "cross-site"
+        and headers.get("sec-fetch-mode", "").strip().lower() == "navigate"
+    )
+
+
+def continue_page(request: Request, target: str) -> Response:
+    """A page that sends the browser on to `target` (a path of this site) by a navigation of
+    its own (`<meta http-equiv="refresh">`, and a link): one this site started, which carries
+    the session cookie where a redirect of another site's navigation would not."""
+    from runlane.web.render import page
+
+    return page(request, "continue.html", target=safe_next(target), nav=None)
+
+
 async def web_viewer(request: Request, rt: WebRuntime) -> Requester:
     """Whoever may read the UI: a live session's token, or the trusted proxy's user. A browser
-    with neither is redirected to `/login?next=<this path>`."""
+    with neither is redirected to `/login?next=<this path>` (`return_path`)."""
     try:
         requester = await _identify(request, rt)
     except Unauthenticated:
-        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        raise LoginRequired(target) from None
+        raise LoginRequired(return_path(request)) from None
     requester.require(Role.VIEWER, action="read")
     request.state.web_requester = requester
     _take_flash(request)
@@ -211,8 +244,20 @@ def answering_errors(
         try:
             return await handler(request)
         except LoginRequired as exc:
+            if cross_site_navigation(request):
+                # Another site's link: the session cookie may be live but withheld. Go on
+                # from this site, where it is sent (none: that request is sent to log in).
+                return continue_page(request, exc.next_path)
             query = urllib.parse.urlencode({"next": safe_next(exc.next_path)})
             return RedirectResponse(f"/login?{query}", status_code=303)
+        except RequestValidationError as exc:
+            # A query parameter FastAPI refused (`/schedule?days=99`): a page, as any refusal.
+            problems = "; ".join(
+                f"parameter {'.'.join(str(p) for p in e.get('loc', ())[1:]) or 'request'!r}: "
+                f"{e.get('msg', 'invalid')}"
+                for e in exc.errors()
+            )
+            return render_error(request, InvalidArgument(problems or "the request is invalid"))
         except RunlaneError as exc:
             if exc.http_status >= 500:
                 log.warning("web.page_failed", code=exc.code, path=request.url.path)

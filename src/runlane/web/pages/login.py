@@ -24,6 +24,7 @@ from runlane.web.session import (
     WebRuntime,
     check_same_origin,
     clear_session_cookie,
+    continue_page,
     is_https,
     redirect,
     safe_next,
@@ -54,8 +55,17 @@ def _login_page(
     return response
 
 
-def _logged_in(request: Request, opened: web_sessions.SessionOpened, next_path: str) -> Response:
-    response = RedirectResponse(safe_next(next_path), status_code=303)
+def _logged_in(
+    request: Request, opened: web_sessions.SessionOpened, next_path: str, *, link: bool = False
+) -> Response:
+    """The session's cookie, and the browser sent to `next_path`: by a 303 after the form's
+    POST; by a page of this site after a login link (`continue_page`), which is often opened
+    from another site (a chat, a mail), whose navigation's redirect would not carry the new
+    `SameSite=Strict` cookie: the browser would land on the login form, the code spent."""
+    if link:
+        response = continue_page(request, next_path)
+    else:
+        response = RedirectResponse(safe_next(next_path), status_code=303)
     set_session_cookie(response, request, opened.secret, opened.max_age)
     response.delete_cookie(LOGIN_COOKIE, path="/login")
     return response
@@ -77,7 +87,7 @@ async def login_form(
             opened = await web_sessions.open_session_with_code(rt, code)
         except Unauthenticated as exc:
             return _login_page(request, target, status=401, error=exc.message)
-        return _logged_in(request, opened, target)
+        return _logged_in(request, opened, target, link=True)
     return _login_page(request, target)
 
 
