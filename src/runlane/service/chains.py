@@ -34,6 +34,8 @@ from runlane.core.runs import AcceptResult, Outcome, Run, RunStatus, Trigger
 from runlane.core.trace import child_traceparent
 from runlane.errors import (
     ConfirmationRequired,
+    DatabaseConflict,
+    DatabaseUnavailable,
     InvalidTransition,
     NotFound,
     RunlaneError,
@@ -454,8 +456,9 @@ class ChainRunner:
         )
         try:
             result = await self.accept(request)
-        except StoreError:
-            # The database failed (nothing was refused): the next advance starts the step.
+        except (DatabaseUnavailable, DatabaseConflict):
+            # The database failed for now (nothing was refused): the next advance starts the
+            # step. (Any other store error would fail the same way at every tick: a refusal.)
             raise
         except RunlaneError as exc:
             # A refused step must not wedge the chain: record it as skipped with the reason.

@@ -31,7 +31,7 @@ from runlane.core.schedule import (
     plan_schedule,
     previous_slot,
 )
-from runlane.errors import NotFound, RunlaneError, StoreError
+from runlane.errors import DatabaseConflict, DatabaseUnavailable, NotFound, RunlaneError
 from runlane.ports import ExplainStore, Override, SchedulerStore
 from runlane.service.accept import RunRequest
 
@@ -251,7 +251,7 @@ class Scheduler:
                     record_skipped=reason,
                 )
             )
-        except StoreError as exc:
+        except (DatabaseUnavailable, DatabaseConflict) as exc:
             # The database failed (a dropped connection, a lock timeout): nothing was refused.
             report.failed.add(spec.key)
             log.warning(
