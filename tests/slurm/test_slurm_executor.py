@@ -331,3 +331,18 @@ async def test_another_jobs_text_never_stands_for_a_watched_jobs_state(
     finally:
         slurm.tool("scancel", "--name=forger")
     assert outcome.status == RunStatus.CANCELLED, outcome
+
+
+async def test_a_log_directory_with_a_percent_sign_keeps_the_runs_output(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    # sbatch expands `%j`, `%x`… in --output: the job wrote to another file than the one the
+    # launcher reads, and the run's log and tail were empty.
+    executor = make_executor(slurm, tmp_path / "100%j logs")
+    try:
+        execution = await executor.start(python_spec("print('percent kept')"))
+        _, outcome = await finish(executor, execution)
+    finally:
+        await executor.aclose()
+    assert outcome.status == RunStatus.SUCCESS, outcome
+    assert "percent kept" in (outcome.log_tail or "")

@@ -371,7 +371,7 @@ class SlurmExecutor:
             f"--job-name={name}",
             f"--comment={job_comment(spec.run_id, spec.attempt)}",
             f"--time={minutes}",
-            f"--output={self.log_path(spec.run_id, spec.attempt)}",
+            f"--output={sbatch_literal(str(self.log_path(spec.run_id, spec.attempt)))}",
             "--open-mode=truncate",
             "--export=ALL",
         ]
@@ -545,3 +545,10 @@ def _run_of(execution: Execution) -> _Run:
 def _remove(path: str | None) -> None:
     if path:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def sbatch_literal(path: str) -> str:
+    """`path` as sbatch's --output takes it literally: sbatch expands `%j`, `%x`, `%%`… in a
+    file name (a log directory named `100%jobs` became `100<job id>obs`, and the launcher read
+    an empty log), unless the name holds a backslash, which turns the expansion off."""
+    return path if "\\" in path else path.replace("%", "%%")
