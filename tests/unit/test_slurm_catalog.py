@@ -56,6 +56,8 @@ def test_a_jobs_slurm_fields_override_its_profiles_one_by_one() -> None:
         ("--wrap=rm -rf /", "sbatch option --wrap is not allowed"),
         ("-p debug", "must be --option or --option=value"),
         ("--begin=now\\n--uid=0", "must be --option or --option=value"),
+        # sbatch would take the batch script's path as the option's value.
+        ("--nodelist", "sbatch option --nodelist needs a value: write --nodelist=VALUE"),
     ],
 )
 def test_extra_args_outside_the_allowlist_are_errors_at_their_place(arg: str, message: str) -> None:

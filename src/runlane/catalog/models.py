@@ -306,6 +306,14 @@ SBATCH_EXTRA_OPTIONS = frozenset(
         "--priority", "--propagate", "--use-min-nodes", "--get-user-env",
     }
 )  # fmt: skip
+# Of those, the ones sbatch takes without a value (`--exclusive`, `--nice`); every other one
+# needs `=value`: sbatch would take the next argument, the batch script, as its value.
+SBATCH_FLAG_OPTIONS = frozenset(
+    {
+        "--exclusive", "--overcommit", "--oversubscribe", "--spread-job", "--use-min-nodes",
+        "--get-user-env", "--propagate", "--nice",
+    }
+)  # fmt: skip
 _SBATCH_ARG = re.compile(r"^(--[a-z][a-z-]*)(=[^\x00-\x1f]+)?$")
 
 
@@ -323,6 +331,10 @@ def _sbatch_extra_arg(value: object) -> object:
         raise ValueError(
             f"sbatch option {m.group(1)} is not allowed in extra_args: runlane sets it itself or "
             "it changes how a run is tracked (docs/slurm.md lists the allowed options)"
+        )
+    if m.group(2) is None and m.group(1) not in SBATCH_FLAG_OPTIONS:
+        raise ValueError(
+            f"sbatch option {m.group(1)} needs a value: write {m.group(1)}=VALUE as one item"
         )
     return value
 
