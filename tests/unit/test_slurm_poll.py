@@ -6,6 +6,7 @@ run. And the poll's own answer read as it is (`squeue -O`), whatever other jobs 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -22,7 +23,7 @@ from runlane.adapters.slurm.commands import (
 from runlane.adapters.slurm.executor import SlurmExecutor
 from runlane.adapters.slurm.poll import ClusterPoll
 from runlane.core.runs import RunStatus
-from runlane.errors import TemporaryExecutorError
+from runlane.errors import PermanentExecutorError, TemporaryExecutorError
 from runlane.ports import ExecutionEvent, ExecutionSpec
 
 SLURMDBD_CONFIG = (
@@ -179,3 +180,57 @@ async def test_a_pending_job_taken_over_counts_its_start_timeout_from_its_submis
     outcome = events[-1].outcome
     assert outcome is not None
     assert (outcome.status, outcome.error_code) == (RunStatus.FAILURE, "start_timeout")
+
+
+class SharedCluster:
+    """A cluster where another user (uid 4321) has a job named as ours, with our comment: what
+    anyone can copy from `squeue`. squeue and sacct list every user's jobs unless `--user`
+    narrows them, as the real tools do for root."""
+
+    FOREIGN_UID = 4321
+
+    def __init__(self, name: str, comment: str) -> None:
+        self.name, self.comment = name, comment
+        self.calls: list[tuple[str, ...]] = []
+
+    def _rows(self, argv: tuple[str, ...]) -> list[str]:
+        users = [a.removeprefix("--user=") for a in argv if a.startswith("--user=")]
+        if users and users != [str(self.FOREIGN_UID)]:
+            return []
+        return ["777"]
+
+    async def __call__(
+        self, argv: Sequence[str], env: Mapping[str, str] | None, limit: float
+    ) -> Answer:
+        argv = tuple(argv)
+        self.calls.append(argv)
+        if argv == POLL_ARGV:
+            return Answer(argv, 0, "", "")
+        if argv[0] == "squeue":
+            out = "".join(f"{job}|{self.comment}\n" for job in self._rows(argv))
+            return Answer(argv, 0, out, "")
+        if argv[:3] == ("scontrol", "show", "config"):
+            return Answer(argv, 0, SLURMDBD_CONFIG, "")
+        if argv[0] == "sacct":
+            out = "".join(
+                f"{job}|{self.name}|RUNNING|0:0|{self.comment}\n" for job in self._rows(argv)
+            )
+            return Answer(argv, 0, out, "")
+        raise AssertionError(f"unexpected call {argv}")
+
+
+async def test_another_users_job_with_the_runs_name_and_comment_is_never_adopted(
+    tmp_path: Path,
+) -> None:
+    # The launcher submits as itself: a job of another user is never this run's, whatever it
+    # is named and whatever its comment says.
+    cluster = SharedCluster(job_name("nightly", "r1", 1), job_comment("r1", 1))
+    executor = SlurmExecutor(tmp_path, runner=cluster, poll_interval=0.05)
+    try:
+        # Nothing of ours: the run is reported gone, never adopted as someone else's job.
+        with pytest.raises(PermanentExecutorError) as refused:
+            await executor.reattach(spec())
+    finally:
+        await executor.aclose()
+    assert refused.value.code == "deleted_externally"
+    assert any(c[0] == "squeue" and f"--user={os.getuid()}" in c for c in cluster.calls)

@@ -381,8 +381,12 @@ class SlurmExecutor:
 
     async def _find(self, spec: ExecutionSpec, name: str) -> str | None:
         """The id of this attempt's job by its name, or None; a job of that name that is not
-        this run's is a `name_collision`."""
-        answer = await self._call(["squeue", f"--name={name}", "-h", "-t", "all", "-o", "%i|%k"])
+        this run's is a `name_collision`. Only this user's jobs (the launcher submits as
+        itself): another user of the cluster sees our jobs' names and comments and could
+        give a job of their own both, to have it adopted as this run."""
+        answer = await self._call(
+            ["squeue", f"--name={name}", f"--user={os.getuid()}", "-h", "-t", "all", "-o", "%i|%k"]
+        )
         if answer.returncode != 0:
             raise failure(answer, "squeue")
         ours = job_comment(spec.run_id, spec.attempt)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -180,7 +181,10 @@ class ClusterPoll:
         accounting database that does not answer raises (the caller retries later)."""
         config = await self.config()
         if _accounting(config):
-            answer = await self._sacct([f"--name={name}", f"--starttime={SACCT_SINCE}"])
+            # This user's jobs only, as `SlurmExecutor._find` (a record may keep no comment).
+            answer = await self._sacct(
+                [f"--name={name}", f"--user={os.getuid()}", f"--starttime={SACCT_SINCE}"]
+            )
             found = [
                 job
                 for job in parse_sacct(answer.stdout).values()
