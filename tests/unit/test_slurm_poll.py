@@ -120,13 +120,13 @@ async def test_an_accounting_database_that_does_not_answer_never_loses_a_job() -
 
 
 def test_the_polls_answer_is_read_field_by_field() -> None:
-    # squeue -h -t all -O JobID:|,State:|,Reason:|,exit_code:|,SubmitTime:| on the test
-    # cluster (22.05).
-    t = "2026-12-07T18:28:24"
+    # squeue -h -t all -O JobID:|,State:|,Reason:|,exit_code:|,SubmitTime:|,EndTime:| on the
+    # test cluster (22.05).
+    t, e = "2026-12-07T18:28:24", "2026-12-07T18:28:31"
     jobs = parse_poll(
-        f"7|CANCELLED|None|15|{t}|\n1|COMPLETED|None|0|{t}|\n4|FAILED|NonZeroExitCode|768|{t}|\n"
-        f"5|FAILED|JobLaunchFailure|9|{t}|\n6|PENDING|BeginTime|0|{t}|\n"
-        f"8|PENDING|PartitionConfig|0|{t}|\n"
+        f"7|CANCELLED|None|15|{t}|{e}|\n1|COMPLETED|None|0|{t}|{e}|\n"
+        f"4|FAILED|NonZeroExitCode|768|{t}|{e}|\n5|FAILED|JobLaunchFailure|9|{t}|{e}|\n"
+        f"6|PENDING|BeginTime|0|{t}|N/A|\n8|PENDING|PartitionConfig|0|{t}|Unknown|\n"
     )
     assert {k: (j.state, j.reason, j.exit_code) for k, j in jobs.items()} == {
         "7": ("CANCELLED", "None", "0:15"),
@@ -137,6 +137,7 @@ def test_the_polls_answer_is_read_field_by_field() -> None:
         "8": ("PENDING", "PartitionConfig", "0:0"),
     }
     assert jobs["6"].submit_time == t
+    assert (jobs["1"].end_time, jobs["6"].end_time) == (e, "N/A")
 
 
 class PendingCluster:
@@ -152,7 +153,7 @@ class PendingCluster:
     ) -> Answer:
         argv = tuple(argv)
         if argv == POLL_ARGV:
-            return Answer(argv, 0, f"4242|PENDING|BeginTime|0|{self.submitted}|\n", "")
+            return Answer(argv, 0, f"4242|PENDING|BeginTime|0|{self.submitted}|N/A|\n", "")
         if argv[0] == "squeue":  # the lookup by name
             return Answer(argv, 0, f"4242|{self.comment}\n", "")
         if argv[0] == "scancel":
@@ -234,3 +235,41 @@ async def test_another_users_job_with_the_runs_name_and_comment_is_never_adopted
         await executor.aclose()
     assert refused.value.code == "deleted_externally"
     assert any(c[0] == "squeue" and f"--user={os.getuid()}" in c for c in cluster.calls)
+
+
+class EndedCluster:
+    """A job that ended ten minutes ago, while no launcher watched (slurmctld still holds it)."""
+
+    def __init__(self, comment: str) -> None:
+        self.comment = comment
+        now = datetime.now()
+        self.submitted = (now - timedelta(minutes=30)).isoformat(timespec="seconds")
+        self.ended = (now - timedelta(minutes=10)).isoformat(timespec="seconds")
+
+    async def __call__(
+        self, argv: Sequence[str], env: Mapping[str, str] | None, limit: float
+    ) -> Answer:
+        argv = tuple(argv)
+        if argv == POLL_ARGV:
+            line = f"4242|COMPLETED|None|0|{self.submitted}|{self.ended}|\n"
+            return Answer(argv, 0, line, "")
+        if argv[0] == "squeue":  # the lookup by name
+            return Answer(argv, 0, f"4242|{self.comment}\n", "")
+        raise AssertionError(f"unexpected call {argv}")
+
+
+async def test_a_job_that_ended_while_no_launcher_watched_says_when(tmp_path: Path) -> None:
+    # Its outcome carries the job's EndTime, which the launcher records as the run's end
+    # (instead of when it saw the job ended).
+    cluster = EndedCluster(job_comment("r1", 1))
+    executor = SlurmExecutor(tmp_path, runner=cluster, poll_interval=0.05)
+    try:
+        execution = await executor.reattach(spec())
+        assert execution is not None
+        events = [event async for event in executor.events(execution)]
+    finally:
+        await executor.aclose()
+    last = events[-1]
+    assert last.outcome is not None
+    assert last.outcome.status == RunStatus.SUCCESS
+    assert last.ended_at == datetime.fromisoformat(cluster.ended).astimezone()

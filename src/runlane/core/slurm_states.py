@@ -57,6 +57,7 @@ class SlurmJob:
     comment: str = ""
     std_out: str = ""
     submit_time: str = ""  # SubmitTime, the client's local time (2026-12-07T18:28:24); "" unknown
+    end_time: str = ""  # EndTime, likewise; of a job that has ended, when it did
 
 
 @dataclass(frozen=True, slots=True)

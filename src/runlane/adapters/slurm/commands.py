@@ -162,6 +162,7 @@ def job_of(fields: Mapping[str, str]) -> SlurmJob | None:
         comment=fields.get("Comment", ""),
         std_out=fields.get("StdOut", ""),
         submit_time=fields.get("SubmitTime", ""),
+        end_time=fields.get("EndTime", ""),
     )
 
 
@@ -182,7 +183,8 @@ def parse_show_job(text: str) -> dict[str, SlurmJob]:
 # jobs, and they may hold newlines and whole `JobId=… JobState=…` records (scontrol prints them
 # as they are), which a poll reading every job would take for another job's state.
 POLL_ARGV = (
-    "squeue", "-h", "-t", "all", "-O", "JobID:|,State:|,Reason:|,exit_code:|,SubmitTime:|"
+    "squeue", "-h", "-t", "all",
+    "-O", "JobID:|,State:|,Reason:|,exit_code:|,SubmitTime:|,EndTime:|",
 )  # fmt: skip
 
 
@@ -197,24 +199,35 @@ def exit_code_of(wait_status: str) -> str:
 
 
 def parse_poll(text: str) -> dict[str, SlurmJob]:
-    """The lines of `POLL_ARGV` (`<id>|<state>|<reason>|<wait status>|<submit time>|`), by
-    job id."""
+    """The lines of `POLL_ARGV` (`<id>|<state>|<reason>|<wait status>|<submit time>|<end
+    time>|`), by job id."""
     jobs: dict[str, SlurmJob] = {}
     for line in text.splitlines():
         parts = line.strip().split("|")
         if parts and parts[-1] == "":
             parts.pop()
-        if len(parts) < 5 or not parts[0].isdigit():
+        if len(parts) < 6 or not parts[0].isdigit():
             continue
         jobs[parts[0]] = SlurmJob(
             job_id=parts[0],
             name="",
             state=parts[1],
-            reason="|".join(parts[2:-2]) or "None",
-            exit_code=exit_code_of(parts[-2]),
-            submit_time=parts[-1],
+            reason="|".join(parts[2:-3]) or "None",
+            exit_code=exit_code_of(parts[-3]),
+            submit_time=parts[-2],
+            end_time=parts[-1],
         )
     return jobs
+
+
+def ended_at(job: SlurmJob) -> datetime | None:
+    """When a job that has ended did (its EndTime, the client tools' local time), or None when
+    unknown or not yet past (a running job's EndTime is when its time limit runs out)."""
+    try:
+        at = datetime.fromisoformat(job.end_time).astimezone()
+    except ValueError:
+        return None
+    return at if at <= datetime.now(at.tzinfo) else None
 
 
 def submitted_at(job: SlurmJob) -> float | None:
@@ -226,7 +239,7 @@ def submitted_at(job: SlurmJob) -> float | None:
 
 
 def parse_sacct(text: str) -> dict[str, SlurmJob]:
-    """`sacct -n -P -X -o JobID,JobName,State,ExitCode,Comment` lines, by job id."""
+    """`sacct -n -P -X -o JobID,JobName,State,ExitCode,Comment,End` lines, by job id."""
     jobs: dict[str, SlurmJob] = {}
     for line in text.splitlines():
         parts = line.split("|")
@@ -239,6 +252,7 @@ def parse_sacct(text: str) -> dict[str, SlurmJob]:
             state=parts[2],
             exit_code=parts[3],
             comment=parts[4] if len(parts) > 4 else "",
+            end_time=parts[5] if len(parts) > 5 else "",
         )
     return jobs
 

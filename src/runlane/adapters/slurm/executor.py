@@ -44,6 +44,7 @@ from runlane.adapters.files.params import write_params_dir
 from runlane.adapters.slurm.commands import (
     Answer,
     Runner,
+    ended_at,
     failure,
     job_comment,
     job_name,
@@ -249,7 +250,9 @@ class SlurmExecutor:
                 )
                 if verdict.phase == "final":
                     assert job is not None
-                    yield ExecutionEvent("finished", self._finish(run, verdict, job))
+                    # With when the job ended: one that ended while no launcher watched is
+                    # recorded as ending then, not when this launcher saw it.
+                    yield ExecutionEvent("finished", self._finish(run, verdict, job), ended_at(job))
                     return
                 if job is None and poll.missing(run.job_id) >= LOST_AFTER_POLLS:
                     yield ExecutionEvent("finished", self._lost(run))

@@ -197,7 +197,7 @@ class ClusterPoll:
 
     async def _sacct(self, select: list[str]) -> Answer:
         answer = await self.runner(
-            ["sacct", "-n", "-P", "-X", *select, "-o", "JobID,JobName,State,ExitCode,Comment"],
+            ["sacct", "-n", "-P", "-X", *select, "-o", "JobID,JobName,State,ExitCode,Comment,End"],
             self.env,
             30.0,
         )
