@@ -82,6 +82,9 @@ def _offset(base: datetime, seconds: float, flag: str, text: str) -> datetime:
 
 def parse_iso(text: str, flag: str, hint: str = TIME_HINT) -> datetime:
     """An ISO-8601 time in UTC (a naive one is local time)."""
+    if any(c < " " or c == "\x7f" for c in text.strip()):
+        # CPython's parser stops at a NUL and would take `2030-01-01\x00…` for a time.
+        raise InvalidArgument(f"{flag} {text!r} is not a time: {hint}")
     try:
         at = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
         if at.tzinfo is None:
