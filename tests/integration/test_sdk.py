@@ -13,6 +13,7 @@ import sys
 import textwrap
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from runlane.ports import RunFilter, Store
 from runlane.sdk import RunScope, current_scope, params_from_env, run_scope, trigger_from_env
 from runlane.sdk import scope as sdk_scope
 from runlane.service.wiring import store_from_url
+from runlane.testing.clock import FixedClock
 
 SDK_ENV = ("RUN_ID", "RUN_PARENT_ID", "RUN_TRIGGER", "RUNLANE_PARAMS", "RUNLANE_JOB")
 
@@ -505,4 +507,53 @@ async def test_a_database_url_with_a_stray_newline_still_records(
         assert recorded == "True", done.stderr
         assert (await s.get_run(run_id)).status is RunStatus.SUCCESS
     finally:
+        await s.close()
+
+
+async def test_a_scope_longer_than_an_hour_is_not_swept_while_its_run_goes_on(
+    database_url: str, clean_env: pytest.MonkeyPatch
+) -> None:
+    # A child row had the run model's default deadline of an hour, whatever its parent's: in a
+    # job with a deadline of six hours, a scope still open 70 minutes later was ended `timeout`
+    # / `orphaned` by the orphan sweep, and its real outcome was lost with a warning. It has
+    # its parent's deadline now.
+    s = store_from_url(database_url)
+    await s.open()
+    await s.upgrade()
+    parent = str(uuid.uuid4())
+    await s.accept(
+        NewRun(
+            id=parent,
+            job="nightly",
+            trigger=Trigger.SCHEDULE,
+            dedupe_key=f"test:{parent}",
+            executor="inline",
+            overlap="allow",
+            status=RunStatus.RUNNING,
+            deadline_seconds=6 * 3600,
+        )
+    )
+    clean_env.setenv("RUNLANE_DATABASE_URL", database_url)
+    clean_env.setenv("RUN_PARENT_ID", parent)
+    # Another launcher's sweep, two hours on (its store's clock moved by hand).
+    later = store_from_url(database_url, clock=FixedClock(datetime.now(UTC) + timedelta(hours=2)))
+    await later.open()
+    try:
+        scope = run_scope("load")
+        step = await scope.__aenter__()
+        nested = run_scope("part")
+        await nested.__aenter__()
+        swept = await later.sweep_orphans(grace=600)
+        await nested.__aexit__(None, None, None)
+        await scope.__aexit__(None, None, None)
+        assert [r.id for r in swept] == []
+        run = await s.get_run(step.run_id)
+        assert (run.status, run.parent_run_id) == (RunStatus.SUCCESS, parent)
+        # Its deadline is its parent's (an unfinished child is swept with it, not before).
+        parent_deadline = (await s.get_run(parent)).deadline_at
+        assert run.deadline_at is not None
+        assert parent_deadline is not None
+        assert abs((run.deadline_at - parent_deadline).total_seconds()) < 60
+    finally:
+        await later.close()
         await s.close()

@@ -34,3 +34,12 @@ def test_a_minimal_command_defaults_to_a_manual_run() -> None:
     assert command.params == {}
     assert command.dedupe_key is None
     assert command.requested_by is None
+
+
+def test_a_later_version_traceparent_is_stored_as_version_00() -> None:
+    # As the API and the CLI store it (docs/monitoring.md: later versions are read as version
+    # 00, their extra fields dropped): the run's TRACEPARENT is then always a version-00 one.
+    later = "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-what-comes-later"
+    body = json.dumps({"run_id": "r1", "job": "lineup", "traceparent": later})
+    command = parse_command(body)
+    assert command.traceparent == "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"

@@ -20,6 +20,25 @@ from runlane.errors import PermanentExecutorError
 ENV_BUDGET_BYTES = 64 * 1024
 PARAMS_FILE_KEY = "params.json"
 PARAMS_FILE_ENV = "RUNLANE_PARAMS_FILE"
+# What a run's environment says about the run itself, which the executor sets from the run (or
+# leaves out: no TRACEPARENT for a run without a trace, no RUNLANE_PARAMS once the params went
+# to a file). The launcher's own values are never a run's: a launcher started inside a trace,
+# or inside a run, would put every run into its trace, or give a run its params.
+RUN_CONTEXT_ENV = frozenset(
+    {"RUN_ID", "RUN_TRIGGER", "RUN_PARENT_ID", "RUNLANE_JOB", "RUNLANE_ATTEMPT",
+     "RUNLANE_PARAMS", PARAMS_FILE_ENV, "TRACEPARENT", "TRACESTATE"}
+)  # fmt: skip
+RUN_PARAM_PREFIX = "RUNLANE_PARAM_"
+
+
+def without_run_context(environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` (the launcher's, the base of every run's) without what describes a run: the
+    RUN_CONTEXT_ENV variables and every `RUNLANE_PARAM_*`."""
+    return {
+        k: v
+        for k, v in environ.items()
+        if k not in RUN_CONTEXT_ENV and not k.startswith(RUN_PARAM_PREFIX)
+    }
 
 
 def env_size(env: Mapping[str, str]) -> int:

@@ -133,7 +133,7 @@ class RunScopeContext:
     def __enter__(self) -> RunScope:
         scope, new_row = self._plan()
         if new_row is not None:
-            scope = self._record(scope, _store_call(lambda store: store.accept(new_row)))
+            scope = self._record(scope, _store_call(_accepter(new_row)))
         return self._activate(scope)
 
     def __exit__(
@@ -155,9 +155,7 @@ class RunScopeContext:
         scope, new_row = self._plan()
         if new_row is not None:
             try:
-                accepted: Any = await asyncio.wrap_future(
-                    _submit(lambda store: store.accept(new_row))
-                )
+                accepted: Any = await asyncio.wrap_future(_submit(_accepter(new_row)))
             except Exception as error:  # noqa: BLE001 (bookkeeping never breaks the job)
                 accepted = error
             scope = self._record(scope, accepted)
@@ -326,6 +324,55 @@ def _child_row(scope: RunScope) -> NewRun:
         parent_run_id=scope.parent_run_id,
         status=RunStatus.RUNNING,
     )
+
+
+# A child row's deadline is its parent's: the orphan sweep ends a `running` row past its
+# deadline (and the grace) whose process it cannot see, so a row with a deadline of its own (the
+# run model's default hour) would end `timeout` / `orphaned` while the run it belongs to, and
+# the process in it, go on. Per parent run id: its seconds left, as of `time.monotonic()` then.
+# Used on the store thread's loop only; the parents' rows are read once each.
+_parent_deadlines: dict[str, tuple[float, float]] = {}
+_PARENT_DEADLINES_MAX = 10_000
+
+
+def _accepter(row: NewRun) -> StoreCall:
+    """The store call that writes the child row `row`, with its parent's deadline."""
+
+    async def accept(store: Store) -> Any:
+        child = row
+        if row.parent_run_id is not None:
+            left = await _seconds_left(store, row.parent_run_id)
+            if left is not None:
+                from dataclasses import replace
+
+                child = replace(row, deadline_seconds=max(1.0, left))
+        accepted = await store.accept(child)
+        if len(_parent_deadlines) >= _PARENT_DEADLINES_MAX:
+            _parent_deadlines.clear()
+        _parent_deadlines[child.id] = (child.deadline_seconds, time.monotonic())
+        return accepted
+
+    return accept
+
+
+async def _seconds_left(store: Store, run_id: str) -> float | None:
+    """Seconds until the deadline of the running run `run_id`, in database time; None when it
+    has none (no such row, or not running)."""
+    known = _parent_deadlines.get(run_id)
+    if known is None:
+        from runlane.core.runs import RunStatus
+        from runlane.errors import NotFound
+
+        try:
+            parent = await store.get_run(run_id)
+        except NotFound:
+            return None
+        if parent.status is not RunStatus.RUNNING or parent.deadline_at is None:
+            return None
+        left = (parent.deadline_at - await store.now()).total_seconds()
+        known = _parent_deadlines[run_id] = (left, time.monotonic())
+    left, at = known
+    return left - (time.monotonic() - at)
 
 
 def _outcome_for(exc: BaseException | None) -> Outcome:

@@ -44,7 +44,7 @@ from runlane.adapters.local.process import (
 )
 from runlane.adapters.local.remote import RemoteChild, SpawnerClient, SpawnerError
 from runlane.adapters.local.spawner import RESTORED_SIGNALS
-from runlane.core.envsplit import split_env
+from runlane.core.envsplit import split_env, without_run_context
 from runlane.core.runs import EndReason, RunStatus
 from runlane.errors import PermanentExecutorError, TemporaryExecutorError
 from runlane.ports import Execution, ExecutionEvent, ExecutionSpec
@@ -132,8 +132,9 @@ class InlineExecutor:
         self.watcher = FdWatcher()
         self._closed = False
         # The launcher's environment, read once: copying os.environ per run (encode/decode of
-        # every variable) costs more than the rest of starting a run in Python.
-        self._base_env = dict(os.environ)
+        # every variable) costs more than the rest of starting a run in Python. Without what
+        # describes a run (its TRACEPARENT, its params): each run's come from the run alone.
+        self._base_env = without_run_context(os.environ)
         self._setpriv: str | None = None
         self._preexec: Callable[[], None] | None = None
         self._guardian: Guardian | None = None

@@ -52,7 +52,7 @@ from runlane.adapters.slurm.commands import (
     submitted_at,
 )
 from runlane.adapters.slurm.poll import ClusterPoll
-from runlane.core.envsplit import split_env
+from runlane.core.envsplit import split_env, without_run_context
 from runlane.core.runs import EndReason, Outcome, RunStatus
 from runlane.core.slurm_states import SlurmJob, SlurmVerdict, classify
 from runlane.errors import ExecutorError, PermanentExecutorError, TemporaryExecutorError
@@ -121,6 +121,8 @@ class SlurmExecutor:
         self.log_dir = Path(self.log_dir).absolute()
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self._base_env = {**os.environ, **(self.slurm_env or {})}
+        # What each job starts from (--export=ALL): the same, less what describes a run.
+        self._job_env = without_run_context(self._base_env)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -380,7 +382,7 @@ class SlurmExecutor:
         ]
         argv += slurm_options(spec.profile)
         argv += [self._batch_script(), *spec.command]
-        return argv, {**self._base_env, **run_env}, params_dir
+        return argv, {**self._job_env, **run_env}, params_dir
 
     async def _find(self, spec: ExecutionSpec, name: str) -> str | None:
         """The id of this attempt's job by its name, or None; a job of that name that is not

@@ -170,7 +170,8 @@ def parse_command(payload: str) -> RunCommand:
     traceparent = body.get("traceparent")
     if traceparent is not None:
         try:
-            parse_traceparent(str(traceparent))
+            # Stored as the API and the CLI store it: a later version read as version 00.
+            traceparent = str(parse_traceparent(str(traceparent)))
         except ValueError as exc:
             raise Refused(f"'traceparent': {exc}") from None
     requested_by, dedupe_key = body.get("requested_by"), body.get("dedupe_key")
@@ -181,7 +182,7 @@ def parse_command(payload: str) -> RunCommand:
         trigger=trigger,
         requested_by=requested_by if isinstance(requested_by, str) else None,
         dedupe_key=dedupe_key if isinstance(dedupe_key, str) and dedupe_key else None,
-        traceparent=None if traceparent is None else str(traceparent),
+        traceparent=traceparent,
     )
 
 
