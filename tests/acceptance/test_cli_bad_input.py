@@ -217,6 +217,14 @@ def test_arguments_that_are_not_utf8_are_refused(
     assert written(tmp_path) == NOTHING
 
 
+def test_a_user_name_that_is_not_utf8_is_recorded_with_escapes(env: dict[str, str]) -> None:
+    """$USER names who asks for a run; its bytes that are not UTF-8 (a Latin-1 login name) are
+    recorded as escapes (`\\xe9`), as a refused argument shows them, not a traceback."""
+    proc = runlane("run", "echo", "--json", env={**env, "USER": "jos\udce9"})
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["requested_by"] == "jos\\xe9"
+
+
 # ------------------------------------------------------------------ files
 
 

@@ -189,3 +189,33 @@ async def test_a_follow_from_a_tails_end_reads_only_what_follows(rt: Runtime, st
     ]
     assert not any(isinstance(i, OutputSkipped) for i in again)
     assert isinstance(again[-1], RunEnded)
+
+
+async def test_a_follow_without_the_log_files_shows_every_attempts_saved_tail(
+    rt: Runtime, start_launcher: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Followed from where the log files cannot be read (another host's launcher, gone since;
+    the files removed), each attempt's output is its saved tail, the first's as the last's:
+    `logs --follow` and `run --wait` print what `logs ID` of each attempt prints."""
+    monkeypatch.setenv("RUNLANE_TEST_DIR", str(tmp_path))
+    (tmp_path / "open").touch()
+    launcher = start_launcher()
+    queued = await operations.run_job(
+        rt, "gated", requester=ALICE, params={"gate": "open", "code": 1}
+    )
+    async with asyncio.timeout(20):
+        live = [i async for i in operations.follow_run(rt, queued.run.id)]
+    await launcher.stop()
+    assert [type(i) for i in live] == [OutputText, operations.Retrying, OutputText, RunEnded]
+    last = live[-1]
+    assert isinstance(last, RunEnded)
+    for run in (await rt.store.get_run(queued.run.id), last.run):
+        (await rt.find_log(run)).unlink()
+    async with asyncio.timeout(10):
+        items = [
+            i
+            async for i in operations.run_output(rt, queued.run.id, follow=True)
+            if not isinstance(i, operations.Notice)
+        ]
+    assert [type(i) for i in items] == [OutputText, operations.Retrying, OutputText, RunEnded]
+    assert [i.text for i in items if isinstance(i, OutputText)] == ["passed open\n"] * 2

@@ -46,8 +46,11 @@ def settings_from(catalog: str | None = None, database: str | None = None) -> Se
 
 def cli_requester(*, login_name: bool = False) -> Requester:
     """Who asks from the command line: `$USER` (then `$LOGNAME`, with `login_name`), else
-    `cli`."""
+    `cli`. Bytes of it that are not UTF-8 (which no database stores) are kept as escapes
+    (`\\xe9`), as a refused argument shows them."""
     name = os.environ.get("USER") or (os.environ.get("LOGNAME") if login_name else None)
+    if name:
+        name = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     from runlane.service.operations.arguments import Requester
 
     return Requester(name or "cli", Trigger.CLI)

@@ -114,7 +114,13 @@ def print_output(item: OutputItem, *, raw: bool = False) -> RunEnded | None:
     )
 
     if isinstance(item, OutputText):
-        write_output(item.text, raw=raw)
+        if item.raw is not None and (raw or not sys.stdout.isatty()):
+            # Read from the log file: its bytes, as `logs` without --follow prints them (the
+            # text has U+FFFD for each byte that is not UTF-8).
+            sys.stdout.flush()
+            sys.stdout.buffer.write(item.raw)
+        else:
+            write_output(item.text, raw=raw)
         sys.stdout.flush()
     elif isinstance(item, OutputBytes):
         if raw or not sys.stdout.isatty():

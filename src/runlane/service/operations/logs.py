@@ -190,11 +190,13 @@ async def follow_run(
                 if marker is not None:
                     told_tail = True
                     yield marker
+            # No file was read (another host's, removed): the attempt's saved tail, for every
+            # attempt, before its retry as after the last one.
+            unprinted = path is not None and str(path) not in printed
+            if unprinted and not told_tail and run.log_tail:
+                yield OutputText(run.log_tail)
             nxt = await next_attempt(rt, run)
             if nxt is None:
-                unprinted = path is not None and str(path) not in printed
-                if unprinted and not told_tail and run.log_tail:
-                    yield OutputText(run.log_tail)
                 yield RunEnded(run)
                 return
             if read_output:
