@@ -17,7 +17,8 @@ import pytest
 from .test_cli import runlane
 
 PY = sys.executable
-HOSTILE = r"print('\x1b[2J\x1b[31mRED\x1b]0;pwned\x07 done\rX\x9b')"
+# (\u202e: a right-to-left override, which makes what follows read backwards: Trojan Source)
+HOSTILE = r"print('\x1b[2J\x1b[31mRED\x1b]0;pwned\x07 done\rX\x9b\u202eLIVE')"
 CATALOG = f"""
 version: 1
 defaults: {{executor: inline, overlap: allow, deadline: 1m, max_attempts: 1}}
@@ -90,7 +91,8 @@ def test_runs_show_escapes_the_log_tail(env: dict[str, str], run_id: str) -> Non
     assert shown.returncode == 0
     assert "\x1b" not in shown.stdout
     assert "\x07" not in shown.stdout
-    assert "\\x1b[2J\\x1b[31mRED\\x1b]0;pwned\\x07 done\\x0dX\\x9b" in shown.stdout
+    assert "\\x1b[2J\\x1b[31mRED\\x1b]0;pwned\\x07 done\\x0dX\\x9b\\u202eLIVE" in shown.stdout
+    assert "\u202e" not in shown.stdout
 
 
 def test_logs_on_a_terminal_escapes_and_raw_does_not(env: dict[str, str], run_id: str) -> None:
@@ -106,7 +108,7 @@ def test_logs_piped_are_byte_for_byte(env: dict[str, str], run_id: str) -> None:
     piped = subprocess.run(
         [PY, "-m", "runlane", "logs", run_id], env=env, capture_output=True, timeout=60, check=True
     )
-    assert piped.stdout == "\x1b[2J\x1b[31mRED\x1b]0;pwned\x07 done\rX\x9b\n".encode()
+    assert piped.stdout == "\x1b[2J\x1b[31mRED\x1b]0;pwned\x07 done\rX\x9b\u202eLIVE\n".encode()
 
 
 def test_run_wait_on_a_terminal_escapes_the_output(env: dict[str, str], run_id: str) -> None:

@@ -39,8 +39,11 @@ STATUS_STYLE = {
 
 # Control characters a job's output could use on the terminal of whoever reads it (clear the
 # screen, retitle the window, move the cursor to overwrite text): everything below U+0020 but
-# newline and tab, DEL, and the C1 range. Shown as visible escapes such as \x1b instead.
+# newline and tab, DEL, and the C1 range. Shown as visible escapes such as \x1b instead. And
+# the bidirectional overrides and isolates, which reorder what is shown so that text reads
+# otherwise than it is (CVE-2021-42574, "Trojan Source"): shown as \u202e.
 _CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if c not in (9, 10)}
+_CONTROLS.update({c: f"\\u{c:04x}" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))})
 
 
 def terminal_safe(text: str) -> str:
