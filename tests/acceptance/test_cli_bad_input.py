@@ -116,6 +116,7 @@ BAD_TIMES: list[tuple[Sequence[str], str]] = [
     (["schedule", "--from", "now+99999999d"], "--from 'now+99999999d'"),
     (["schedule", "--from", "bogus"], "--from 'bogus' is not a time"),
     (["schedule", "--to", "now+1x"], "--to 'now+1x'"),
+    (["runs", "--since", "now-1h", "--until", "now-2h"], "--until 'now-2h' is not after"),
     (["schedule", "--days", "nan"], "--days nan"),
     (["schedule", "--days", "inf"], "--days inf"),
     (["schedule", "--days", "1e12"], "at most 3660 days"),

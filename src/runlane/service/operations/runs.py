@@ -143,8 +143,8 @@ async def list_runs(
         status=wanted,
         trigger=parse_trigger(trigger, "--trigger"),
         requested_by=requested_by,
-        since=await _page_time(rt, since, "--since"),
-        until=await _page_time(rt, until, "--until"),
+        since=(since_at := await _page_time(rt, since, "--since")),
+        until=_after(since_at, since, await _page_time(rt, until, "--until"), until, "--"),
         limit=limit or DEFAULT_LIST_LIMIT,
     )
     return tuple(await rt.store.list_runs(flt))
@@ -314,11 +314,27 @@ async def _page_filter(
         requested_by=check_text(requested_by, "requested_by"),
         # A run id as written anywhere: PostgreSQL compares uuids, SQLite their lowercase text.
         chain_root_id=_lower(check_text(chain_root_id, "chain_root_id")),
-        since=await _page_time(rt, since, "since"),
-        until=await _page_time(rt, until, "until"),
+        since=(since_at := await _page_time(rt, since, "since")),
+        until=_after(since_at, since, await _page_time(rt, until, "until"), until, ""),
         before=before,
         limit=limit + 1,  # one more than the page: is there a next page, without a count
     )
+
+
+def _after(
+    since_at: datetime | None,
+    since: object,
+    until_at: datetime | None,
+    until: object,
+    dashes: str,
+) -> datetime | None:
+    """`until_at`, refused when it is not after `since_at`: the window would hold no run (an
+    empty list would read as "nothing happened", where the arguments are what is wrong)."""
+    if since_at is not None and until_at is not None and until_at <= since_at:
+        raise InvalidArgument(
+            f"{dashes}until {str(until)!r} is not after {dashes}since {str(since)!r}"
+        )
+    return until_at
 
 
 def _lower(text: str | None) -> str | None:
