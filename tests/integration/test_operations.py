@@ -5,6 +5,7 @@ codes of docs/errors.md."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import sys
 from dataclasses import replace
@@ -40,6 +41,7 @@ from runlane.service.operations import (
     RunEnded,
 )
 from runlane.service.runtime import Runtime
+from tests.support.waiting import eventually
 
 from .conftest import Running
 
@@ -513,6 +515,36 @@ async def test_output_of_a_run_that_never_started_says_how_it_ended(rt: Runtime)
     assert "it ended cancelled" in ended.message
     followed = [item async for item in operations.follow_run(rt, queued.run.id)]
     assert [type(i) for i in followed] == [RunEnded]
+
+
+async def test_a_followed_run_whose_launcher_stopped_says_why_it_does_not_move(
+    rt: Runtime,
+) -> None:
+    """A run left `running` by a launcher that was killed, with no launcher running to take it
+    over: a follow (`logs -f`, `run --wait`) waited in silence. It says why, and goes on
+    following (a launcher may start and take the run over)."""
+    queued = await operations.run_job(rt, "hello", requester=ALICE)
+    [claimed] = await rt.store.claim(
+        "dead-launcher", limit=1, lease_ttl=0.0, executors=["inline"], executor_caps={}
+    )
+    assert claimed.run.id == queued.run.id
+    items: list[Any] = []
+
+    async def follow() -> None:
+        async for item in operations.follow_run(rt, queued.run.id):
+            items.append(item)
+
+    following = asyncio.create_task(follow())
+    try:
+        await eventually(lambda: any(isinstance(i, operations.Notice) for i in items), "the notice")
+        assert not following.done()  # still following
+    finally:
+        following.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await following
+    [notice] = [i for i in items if isinstance(i, operations.Notice)]
+    assert notice.code == "no_launcher"
+    assert "launcher dead-launcher has stopped" in notice.message
 
 
 async def queued_pod_run(store: Store) -> str:

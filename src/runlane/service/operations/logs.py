@@ -11,6 +11,7 @@ import codecs
 import contextlib
 import io
 import re
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePath
@@ -19,13 +20,21 @@ from typing import BinaryIO
 from runlane.core.runs import Run, RunStatus
 from runlane.errors import InvalidArgument, NotFound, RunlaneError
 from runlane.service.operations.lookup import resolve_run
-from runlane.service.operations.notices import Notice, kept_for_repair_notice, no_launcher_notices
+from runlane.service.operations.notices import (
+    Notice,
+    abandoned_run_notice,
+    kept_for_repair_notice,
+    no_launcher_notices,
+)
 from runlane.service.operations.runs import next_attempt
 from runlane.service.runtime import Runtime
 from runlane.service.wiring import pod_log
 
 # How often a followed run is read again while it has not ended.
 FOLLOW_POLL_SECONDS = 0.2
+# How often a followed running run is checked for a launcher that stopped with nobody to take
+# the run over (`abandoned_run_notice`): a few reads, not one a poll.
+ABANDONED_CHECK_SECONDS = 5.0
 # How much of a log file one read takes while a tail looks backwards for its first line.
 TAIL_BLOCK_BYTES = 64 * 1024
 
@@ -147,6 +156,8 @@ async def follow_run(
     told: set[str] = set()  # runs whose repair was said: once, not on every poll
     found: dict[str, Path] = {}  # each run's log file once found: not looked for again
     decoders: dict[str, codecs.IncrementalDecoder] = {}  # each log file's UTF-8 decoder
+    abandoned_check_at = 0.0  # (time.monotonic) when a running run is next checked
+    abandoned: set[str] = set()  # runs said to have lost their launcher: once each
 
     async def log_file(of: Run) -> Path:
         if of.id not in found:
@@ -203,6 +214,11 @@ async def follow_run(
                 yield Retrying(run, nxt)
             run = nxt
             continue
+        if run.status is RunStatus.RUNNING and time.monotonic() >= abandoned_check_at:
+            abandoned_check_at = time.monotonic() + ABANDONED_CHECK_SECONDS
+            if run.id not in abandoned and (notice := await abandoned_run_notice(rt, run)):
+                abandoned.add(run.id)  # said once; the follow goes on (a launcher may start)
+                yield notice
         await asyncio.sleep(FOLLOW_POLL_SECONDS)
         run = await rt.store.get_run(run.id)
 

@@ -42,6 +42,23 @@ async def no_launcher_notices(rt: Runtime) -> tuple[Notice, ...]:
     return () if await live_launchers_now(rt) else (NO_LAUNCHER,)
 
 
+async def abandoned_run_notice(rt: Runtime, run: Run) -> Notice | None:
+    """`no_launcher` for a running run whose launcher has stopped (its lease expired) when no
+    launcher is running to take it over: a person following it would wait in silence. None
+    otherwise (a live lease, a row without one such as an SDK scope's, a live launcher that
+    will take the run over)."""
+    if run.status is not RunStatus.RUNNING or run.lease_expires_at is None:
+        return None
+    if run.lease_expires_at > await rt.store.now() or await live_launchers_now(rt):
+        return None
+    return Notice(
+        "no_launcher",
+        f"run {run.id}'s launcher {run.lease_owner or '?'} has stopped (its lease expired at "
+        f"{run.lease_expires_at.isoformat(timespec='seconds')}) and no launcher is running to "
+        "take the run over; start one with `runlane serve`",
+    )
+
+
 def nobody_knows_notice(rt: Runtime, run: Run, live: list[Heartbeat]) -> Notice | None:
     """`launchers_lack_job` when live launchers run and the catalog of every one lacks the
     queued run's job (loaded before the job was added, or another file): the run waits (kept
