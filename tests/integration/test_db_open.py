@@ -108,16 +108,21 @@ async def test_serve_refuses_a_read_only_sqlite_database(
         assert await rt.store.launchers() == []
 
 
+async def read_only_url_of(url: str) -> str:
+    """`url`'s database, migrated, through sessions that are read-only (as a hot standby's)."""
+    store = store_from_url(url)
+    await store.open()
+    await store.upgrade()
+    await store.close()
+    sep = "&" if "?" in url else "?"
+    return f"{url}{sep}options=-c%20default_transaction_read_only%3Don"
+
+
 @pytest.mark.postgres
 async def test_serve_refuses_a_read_only_postgres_database(
     pg_database: str, catalog_file: Path, tmp_path: Path
 ) -> None:
-    store = store_from_url(pg_database)
-    await store.open()
-    await store.upgrade()
-    await store.close()
-    sep = "&" if "?" in pg_database else "?"
-    read_only_url = f"{pg_database}{sep}options=-c%20default_transaction_read_only%3Don"
+    read_only_url = await read_only_url_of(pg_database)
     settings = Settings(
         database_url=read_only_url, catalog_path=str(catalog_file), log_dir=str(tmp_path / "logs")
     )
@@ -144,12 +149,7 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 async def test_a_write_refused_by_a_read_only_postgres_is_one_line_not_a_traceback(
     pg_database: str, catalog_file: Path
 ) -> None:
-    store = store_from_url(pg_database)
-    await store.open()
-    await store.upgrade()
-    await store.close()
-    sep = "&" if "?" in pg_database else "?"
-    read_only_url = f"{pg_database}{sep}options=-c%20default_transaction_read_only%3Don"
+    read_only_url = await read_only_url_of(pg_database)
     env = dict(os.environ, RUNLANE_DATABASE_URL=read_only_url, RUNLANE_CATALOG=str(catalog_file))
     proc = _cli(env, "run", "hello", "--json")
     assert "Traceback" not in proc.stderr, proc.stderr

@@ -42,6 +42,15 @@ def commands(store: Store, catalog: Catalog, bus: RabbitBus) -> CommandConsumer:
     )
 
 
+async def dead_lettered_reason(
+    amqp: aio_pika.abc.AbstractChannel, queue: str, within: float = 10.0
+) -> str:
+    """The reason header of the one message in the dead-letter queue `queue` (acked)."""
+    message = await get_one(amqp, queue, within=within)
+    await message.ack()
+    return str((message.headers or {})[REASON_HEADER])
+
+
 async def test_a_command_nested_too_deep_is_dead_lettered_not_a_crash(
     store: Store,
     catalog: Catalog,
@@ -53,9 +62,7 @@ async def test_a_command_nested_too_deep_is_dead_lettered_not_a_crash(
     await publish_json(amqp, bus.topology.job_runs, DEEP, message_id="deep")
     consumer = commands(store, catalog, bus)
     await consumer.consume_once()
-    message = await get_one(amqp, bus.topology.job_runs_dlq)
-    assert str((message.headers or {})[REASON_HEADER]).startswith("not JSON")
-    await message.ack()
+    assert (await dead_lettered_reason(amqp, bus.topology.job_runs_dlq)).startswith("not JSON")
     assert consumer.stats.dead_lettered == 1
 
 
@@ -79,9 +86,9 @@ async def test_an_event_nested_too_deep_is_dead_lettered_not_a_crash(
     )
     [delivery] = await bus.receive("events", limit=1, max_wait=5.0)
     await consumer.take(delivery)
-    message = await get_one(amqp, bus.topology.events_dlq)
-    assert str((message.headers or {})[REASON_HEADER]).startswith("data is not JSON")
-    await message.ack()
+    assert (await dead_lettered_reason(amqp, bus.topology.events_dlq)).startswith(
+        "data is not JSON"
+    )
     assert consumer.stats.dead_lettered == 1
 
 
@@ -97,9 +104,9 @@ async def test_a_command_whose_dedupe_key_cannot_be_indexed_is_dead_lettered(
     await publish_json(amqp, bus.topology.job_runs, command)
     consumer = commands(store, catalog, bus)
     await consumer.consume_once()  # it used to be deferred as an outage, and retried for ever
-    message = await get_one(amqp, bus.topology.job_runs_dlq, within=3)
-    assert str((message.headers or {})[REASON_HEADER]).startswith("invalid_argument")
-    await message.ack()
+    assert (await dead_lettered_reason(amqp, bus.topology.job_runs_dlq, within=3)).startswith(
+        "invalid_argument"
+    )
     assert consumer.stats.dead_lettered == 1
     assert await store.list_runs(RunFilter(job="hello")) == []
 

@@ -477,20 +477,15 @@ class PodExecutor:
                                     delete_retry_at = self._now() + self.delete_retry_seconds
                                 wake_at = min(wake_at, delete_retry_at)
                     if now >= run.backstop_at:
-                        outcome = await self._give_up(
+                        outcome = await self._backstop(
                             run,
                             found,
                             pods,
-                            RunStatus.TIMEOUT,
-                            EndReason.DEADLINE,
-                            "deadline",
                             "the cluster did not end the Job at its activeDeadlineSeconds; "
                             "the launcher deleted it",
-                            must_end=True,
                         )
-                        if outcome is not None:  # (always: must_end)
-                            yield ExecutionEvent("finished", outcome)
-                            return
+                        yield ExecutionEvent("finished", outcome)
+                        return
                 await _woken(nudges, wake_at - self._now())
         finally:
             run.finished = True
@@ -542,17 +537,19 @@ class PodExecutor:
                 return ExecutionEvent("finished", final, ended_at(job, pods))
         else:
             found = Diagnosis("running")
-        outcome = await self._give_up(
-            run,
-            found,
-            pods,
-            RunStatus.TIMEOUT,
-            EndReason.DEADLINE,
-            "deadline",
-            f"{reason}; the launcher deleted the Job at its deadline's backstop",
-            must_end=True,
+        outcome = await self._backstop(
+            run, found, pods, f"{reason}; the launcher deleted the Job at its deadline's backstop"
         )
-        return ExecutionEvent("finished", outcome) if outcome is not None else None  # (must_end)
+        return ExecutionEvent("finished", outcome)
+
+    async def _backstop(self, run: _Run, found: Diagnosis, pods: list[Json], note: str) -> Outcome:
+        """The deadline's backstop: the run ends `timeout` whatever the delete does (its note
+        says so when the Job may still be running)."""
+        outcome = await self._give_up(
+            run, found, pods, RunStatus.TIMEOUT, EndReason.DEADLINE, "deadline", note, must_end=True
+        )
+        assert outcome is not None  # must_end: never None
+        return outcome
 
     def prepare(self) -> None:
         """Nothing to start ahead: the API client connects, and the RBAC check runs, on the
