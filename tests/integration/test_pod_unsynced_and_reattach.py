@@ -26,6 +26,7 @@ from tests.integration.test_pod_executor import (
 )
 
 JOBS = f"/apis/batch/v1/namespaces/{NS}/jobs"
+PODS = f"/api/v1/namespaces/{NS}/pods"
 # Every permission the launcher asks for, but listing and watching Jobs.
 NO_JOB_LIST = [
     "create,get,delete jobs.batch",
@@ -88,6 +89,28 @@ async def test_a_short_blip_of_the_jobs_list_ends_no_run_early(kube: KubeFake) -
     finally:
         await ex.aclose()
     assert outcome.status == RunStatus.SUCCESS, outcome
+
+
+async def test_a_job_that_ended_while_its_watch_was_broken_ends_as_it_did(kube: KubeFake) -> None:
+    # The namespace's Jobs and pods were listed once; then both streams drop and every list
+    # fails (the API's list verb overloaded, a proxy refusing watches). Meanwhile the Job
+    # succeeds. The watch keeps its last view (running); the deadline's backstop must read the
+    # Job itself rather than record a `timeout` for a run that succeeded.
+    ex = make_executor(kube, deadline_slack=0.0)
+    try:
+        execution = await ex.start(spec("fake/sleep:1", deadline=2.0))
+        events = ex.events(execution)
+        await until(events, "running")
+        kube.state.fail_next(1_000_000, 503, method="GET", path=JOBS, exact=True)
+        kube.state.fail_next(1_000_000, 503, method="GET", path=PODS, exact=True)
+        kube.state.end_watches(abort=True)
+        kube.state.advance(1)  # the pod's sleep ends: the Job completes in the cluster
+        outcome = await finish(events, within=10)
+    finally:
+        await ex.aclose()
+    assert outcome.status == RunStatus.SUCCESS, outcome
+    assert outcome.note is not None
+    assert "read directly" in outcome.note, outcome.note
 
 
 # ---------------------------------------------------------------------- start timeout on takeover

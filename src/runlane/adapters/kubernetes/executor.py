@@ -477,14 +477,15 @@ class PodExecutor:
                                     delete_retry_at = self._now() + self.delete_retry_seconds
                                 wake_at = min(wake_at, delete_retry_at)
                     if now >= run.backstop_at:
-                        outcome = await self._backstop(
+                        yield await self._backstop(
                             run,
                             found,
                             pods,
                             "the cluster did not end the Job at its activeDeadlineSeconds; "
                             "the launcher deleted it",
+                            why="the Job's end was read directly at the deadline's backstop: "
+                            "the namespace watch had not shown it",
                         )
-                        yield ExecutionEvent("finished", outcome)
                         return
                 await _woken(nudges, wake_at - self._now())
         finally:
@@ -522,34 +523,41 @@ class PodExecutor:
         if now < run.backstop_at:
             return None
         log.warning("kubernetes.ended_unsynced", run_id=run.spec.run_id, reason=reason)
-        # One direct read: the cluster may have ended the Job (its activeDeadlineSeconds).
-        job: Json | None = None
-        pods: list[Json] = []
+        return await self._backstop(
+            run,
+            Diagnosis("running"),
+            [],
+            f"{reason}; the launcher deleted the Job at its deadline's backstop",
+            why=reason,
+        )
+
+    async def _backstop(
+        self, run: _Run, found: Diagnosis, pods: list[Json], note: str, *, why: str | None = None
+    ) -> ExecutionEvent:
+        """The deadline's backstop. First one direct read of the Job: the cluster may have ended
+        it (its activeDeadlineSeconds, or on its own) while the watch's view was behind or
+        broken (a namespace whose Jobs list fails again and again keeps its last view), and
+        then the run ends as the Job really did (`why` noted: how the launcher lost sight of
+        it). Otherwise the run ends `timeout` whatever the delete does (its note says so when
+        the Job may still be running)."""
         try:
             job = await self.api.request("GET", jobs_path(run.namespace, run.name))
         except (ApiStatus, TemporaryExecutorError):
-            job = None
+            job = None  # away or refused: the view at hand is all there is
         if job is not None:
-            pods = await self._fetch_pods(run)
-            found = diagnose(job, pods)
-            if found.final:
-                final = _noted(await self._final(run, found, pods), reason)
-                return ExecutionEvent("finished", final, ended_at(job, pods))
-        else:
-            found = Diagnosis("running")
-        outcome = await self._backstop(
-            run, found, pods, f"{reason}; the launcher deleted the Job at its deadline's backstop"
-        )
-        return ExecutionEvent("finished", outcome)
-
-    async def _backstop(self, run: _Run, found: Diagnosis, pods: list[Json], note: str) -> Outcome:
-        """The deadline's backstop: the run ends `timeout` whatever the delete does (its note
-        says so when the Job may still be running)."""
+            fresh = await self._fetch_pods(run) or pods
+            read = diagnose(job, fresh)
+            if read.final:
+                final = await self._final(run, read, fresh)
+                return ExecutionEvent(
+                    "finished", final if why is None else _noted(final, why), ended_at(job, fresh)
+                )
+            found, pods = read, fresh
         outcome = await self._give_up(
             run, found, pods, RunStatus.TIMEOUT, EndReason.DEADLINE, "deadline", note, must_end=True
         )
         assert outcome is not None  # must_end: never None
-        return outcome
+        return ExecutionEvent("finished", outcome)
 
     def prepare(self) -> None:
         """Nothing to start ahead: the API client connects, and the RBAC check runs, on the

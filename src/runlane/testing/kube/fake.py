@@ -268,10 +268,13 @@ class KubeState:
         retry_after: int | None = None,
         method: str | None = None,
         path: str | None = None,
+        exact: bool = False,
     ) -> None:
-        """The next `count` matching requests fail with `status` (500, 503, 429 + Retry-After, 504…)."""
+        """The next `count` matching requests fail with `status` (500, 503, 429 + Retry-After, 504…).
+        `path` matches any request path containing it, or with `exact` only that path (a
+        collection's list and watch, not its items)."""
         self.server.faults.fail_next(
-            count, status, retry_after=retry_after, method=method, path=path
+            count, status, retry_after=retry_after, method=method, path=path, exact=exact
         )
 
     def drop_create_response(self, count: int = 1, *, path: str | None = None) -> None:

@@ -78,10 +78,11 @@ class Fault:
     retry_after: int | None = None
     method: str | None = None
     path: str | None = None
+    exact: bool = False  # `path` is the whole path (a collection's list, not its items)
 
     def matches(self, method: str, path: str) -> bool:
         return (self.method is None or self.method.upper() == method) and (
-            self.path is None or self.path in path
+            self.path is None or (self.path == path if self.exact else self.path in path)
         )
 
 
@@ -102,9 +103,10 @@ class Faults:
         retry_after: int | None = None,
         method: str | None = None,
         path: str | None = None,
+        exact: bool = False,
     ) -> None:
         with self.lock:
-            self.rules.append(Fault(status, count, retry_after, method, path))
+            self.rules.append(Fault(status, count, retry_after, method, path, exact))
 
     def drop_create_response(self, count: int = 1, *, path: str | None = None) -> None:
         with self.lock:
@@ -1158,6 +1160,7 @@ class _Handler(BaseHTTPRequestHandler):
                 retry_after=int(query["retryAfter"]) if "retryAfter" in query else None,
                 method=query.get("method") or None,
                 path=query.get("path") or None,
+                exact=query.get("exact") in ("1", "true"),
             )
         elif action == "drop-create":
             api.faults.drop_create_response(
