@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from runlane.catalog import parse_catalog_text
 from runlane.core.chains import StepSpec, plan_chain, step_dedupe_key, step_of
+from runlane.core.records import ChainRun
+from runlane.service.chains import step_specs
 
 NOW = datetime(2026, 9, 8, 21, 0, tzinfo=UTC)
 STEPS = {
@@ -85,3 +88,35 @@ def test_step_keys_allow_the_same_job_twice() -> None:
     assert step_of(a, "sync", root) == "sync"
     assert step_of(b + "#2", "sync", root) == "sync-again"
     assert step_of("other@x", "sync", root) is None
+
+
+def test_a_latest_in_a_spring_forward_gap_is_the_first_instant_after_it() -> None:
+    # Berlin skips 02:00-03:00 on 2026-03-29. `latest: "02:30"` is due as a cron slot at 02:30
+    # would fire: at 03:00 CEST (01:00 UTC), not an hour later at 03:30.
+    catalog = parse_catalog_text(
+        """
+version: 1
+global: {timezone: Europe/Berlin}
+defaults: {executor: inline}
+jobs:
+  a: {command: ["true"]}
+  b: {command: ["true"]}
+chains:
+  nightly:
+    steps:
+      a: {job: a}
+      b: {job: b, after: [{step: a, on: finish}], latest: "02:30"}
+"""
+    )
+    midnight = datetime(2026, 3, 28, 23, 0, tzinfo=UTC)  # 00:00 CET on the 29th
+    run = ChainRun(
+        id="c1",
+        chain="nightly",
+        dedupe_key="c1",
+        trigger="schedule",
+        status="running",
+        started_at=midnight,
+        scheduled_for=midnight,
+    )
+    specs = step_specs(catalog, catalog.chains["nightly"], run)
+    assert specs["b"].latest == datetime(2026, 3, 29, 1, 0, tzinfo=UTC)

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import zoneinfo
 from datetime import UTC, date, datetime, timedelta
+from datetime import time as dt_time
 from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runlane.core.schedule import iter_slots, next_slot
+from runlane.core.schedule import iter_slots, next_slot, wall_instant
 from tests.unit.schedule_reference import reference_slots
 
 ALL_ZONES = sorted(z for z in zoneinfo.available_timezones() if "/" in z or z == "UTC")
@@ -193,3 +194,33 @@ def test_day_of_month_and_week_combine_as_in_cron() -> None:
 @pytest.mark.parametrize("expr", ["0 0 29 2 *", "0 0 31 */2 *"])
 def test_rare_expressions_find_their_next_slot(expr: str) -> None:
     assert next_slot(expr, "UTC", _utc(2026, 3, 1)) is not None
+
+
+# A chain step's `latest` (a wall time on the chain run's local date) resolves as fixed-hour
+# cron slots do: in a spring-forward gap, the first instant after it; repeated, the first.
+@pytest.mark.parametrize(
+    ("zone", "day", "wall", "expected"),
+    [
+        ("Europe/Berlin", date(2026, 3, 29), (2, 30), datetime(2026, 3, 29, 1, 0, tzinfo=UTC)),
+        ("Europe/Berlin", date(2026, 10, 25), (2, 30), datetime(2026, 10, 25, 0, 30, tzinfo=UTC)),
+        ("Europe/Berlin", date(2026, 6, 1), (2, 30), datetime(2026, 6, 1, 0, 30, tzinfo=UTC)),
+        ("America/Havana", date(2026, 3, 8), (0, 30), datetime(2026, 3, 8, 5, 0, tzinfo=UTC)),
+        (
+            "Australia/Lord_Howe",
+            date(2026, 10, 4),
+            (2, 15),
+            datetime(2026, 10, 3, 15, 30, tzinfo=UTC),
+        ),
+    ],
+)
+def test_a_wall_time_resolves_as_a_fixed_hour_slot(
+    zone: str, day: date, wall: tuple[int, int], expected: datetime
+) -> None:
+    hour, minute = wall
+    got = wall_instant(day, dt_time(hour, minute), zone)
+    assert got == expected
+    assert got.tzinfo is not None
+    # The same instant as the daily cron at that wall time fires on that day (hours < 12: the
+    # first slot after noon the day before is that day's).
+    noon_before = datetime.combine(day - timedelta(days=1), dt_time(12, 0), tzinfo=ZoneInfo(zone))
+    assert next_slot(f"{minute} {hour} * * *", zone, noon_before) == expected

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from datetime import time as dt_time
 from typing import Literal
 from zoneinfo import ZoneInfo
 
@@ -329,6 +330,24 @@ def _epoch(value: datetime) -> int:
 
 def _from_epoch(ts: int) -> datetime:
     return datetime.fromtimestamp(ts, UTC)
+
+
+def wall_instant(day: date, wall: dt_time, zone: str) -> datetime:
+    """The instant of the wall time `wall` on the local date `day` in `zone`, by the rule fixed
+    hours follow (the module's docstring): a wall time that does not exist (spring forward) is
+    the first instant after the gap; one that occurs twice (fall back), its first occurrence.
+    An aware UTC datetime (a repeated wall time's own datetime compares unequal to every other
+    zone's, PEP 495)."""
+    tz = _zone(zone)
+    first = datetime.combine(day, wall, tzinfo=tz)  # fold=0: the earlier of a repeated time
+    naive = first.replace(tzinfo=None)
+    if first.astimezone(UTC).astimezone(tz).replace(tzinfo=None) == naive:
+        return first.astimezone(UTC)
+    # In a gap: fold=0 reads it with the offset before the change, an instant after it.
+    changed = _last_transition_before(zone, _epoch(first))
+    if changed is None:  # no change found within a year: cannot be a gap after all
+        return first.astimezone(UTC)
+    return _from_epoch(changed[0])
 
 
 def iter_slots(expr: str, zone: str, after: datetime, until: datetime) -> Iterator[datetime]:

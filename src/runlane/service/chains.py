@@ -31,6 +31,7 @@ from runlane.core.chains import (
 )
 from runlane.core.durations import format_duration
 from runlane.core.runs import AcceptResult, Outcome, Run, RunStatus, Trigger
+from runlane.core.schedule import wall_instant
 from runlane.core.trace import child_traceparent
 from runlane.errors import (
     ConfirmationRequired,
@@ -76,13 +77,14 @@ def step_specs(catalog: Catalog, chain: Chain, run: ChainRun) -> dict[str, StepS
     a slot caught up late) does not apply to that run: the step waits for its parents like any
     other. Applied, it would start the step at once beside the first steps, and expire it
     unstarted once `latest` + 30 min is behind."""
-    tz = ZoneInfo(chain_zone(catalog, chain))
-    day = (run.scheduled_for or run.started_at).astimezone(tz).date()
+    zone = chain_zone(catalog, chain)
+    day = (run.scheduled_for or run.started_at).astimezone(ZoneInfo(zone)).date()
     specs: dict[str, StepSpec] = {}
     for name, step in chain.steps.items():
         latest = None
         if step.latest_time is not None:
-            latest = datetime.combine(day, step.latest_time, tzinfo=tz)
+            # As cron slots: a `latest` in a spring-forward gap is the first instant after it.
+            latest = wall_instant(day, step.latest_time, zone)
             if latest <= run.started_at:
                 latest = None
         specs[name] = StepSpec(
