@@ -115,3 +115,18 @@ def test_a_query_parameter_refused_by_a_page_is_a_page(web: ApiServer) -> None:
             assert answer.status_code == 422
             assert answer.headers["content-type"].startswith("text/html"), path
             assert "<code>invalid_argument</code>" in answer.text
+
+
+def test_a_login_links_next_with_a_tab_does_not_leave_the_site(web: ApiServer) -> None:
+    # A browser's URL parser drops tabs and newlines, so `/<TAB>/evil.example` is
+    # `//evil.example`: another site. The page that goes on after the link's login must not
+    # name it (its meta refresh and link are followed as the browser parses them).
+    for trick in ("/\t/evil.example/", "/\n/evil.example/", "/\r/evil.example/"):
+        link = web.call(lambda rt: sessions.create_login_link(rt, "operator"))
+        with browser(web) as client:
+            query = urllib.parse.urlencode({"code": link.code, "next": trick})
+            answer = client.get(f"/login?{query}", headers=CROSS_SITE)
+            assert answer.status_code == 200
+            refresh = REFRESH.search(answer.text)
+            assert refresh is not None
+            assert html.unescape(refresh.group(1)) == "/jobs", repr(trick)

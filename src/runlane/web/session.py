@@ -83,10 +83,11 @@ def clear_session_cookie(response: Response) -> None:
 
 def safe_next(path: str | None) -> str:
     """A `next` target that stays on this site: a path starting with one `/` (never `//host`
-    or a scheme); `/jobs` otherwise."""
+    or a scheme); `/jobs` otherwise. No control character either: a browser's URL parser drops
+    tabs and newlines, so `/<TAB>/host` would be `//host`."""
     if not path or not path.startswith("/") or path.startswith("//") or "\\" in path:
         return "/jobs"
-    if any(ch in path for ch in "\r\n") or len(path) > 2000:
+    if not path.isprintable() or len(path) > 2000:
         return "/jobs"
     return path
 
