@@ -2,10 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
+
 from runlane.core.access import Role
 from runlane.service import operations
-from tests.api.conftest import CLI, ApiServer
+from tests.api.conftest import CLI, ApiServer, api_settings, running_api
 from tests.web.conftest import browser, csrf_of, log_in, logged_in
+
+HTTPS = {"X-Forwarded-Proto": "https"}  # from a trusted proxy: the browser used HTTPS
+
+
+@pytest.fixture(scope="module")
+def behind_tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    """The UI behind a TLS-terminating proxy that it trusts (the tests connect from it)."""
+    tmp = tmp_path_factory.mktemp("web-tls")
+    settings = api_settings(
+        tmp, f"sqlite:///{tmp / 'runlane.db'}", http_trusted_proxies=("127.0.0.0/8",)
+    )
+    with running_api(settings, "sqlite") as server:
+        yield server
 
 
 def test_an_anonymous_browser_is_sent_to_the_login_page(web: ApiServer) -> None:
@@ -63,3 +80,51 @@ def test_revoking_the_token_ends_its_sessions_at_once(web: ApiServer) -> None:
         assert client.get("/jobs").status_code == 200
         web.call(lambda rt: operations.revoke_token(rt, "short-lived", requester=CLI))
         assert client.get("/jobs").status_code == 303
+
+
+def test_over_https_the_session_cookie_is_a_host_cookie(behind_tls: ApiServer) -> None:
+    # `__Host-`: a browser keeps it only Secure, for Path=/ and without Domain, so neither a
+    # sibling subdomain nor a plain-HTTP answer can plant a session of its own choosing.
+    # (httpx sends no Secure cookie to an http:// URL: the Cookie header is written by hand.)
+    with browser(behind_tls) as client:
+        form = client.get("/login", headers=HTTPS)
+        login_cookie = form.headers["set-cookie"].split(";")[0]
+        answer = client.post(
+            "/login",
+            data={"token": behind_tls.tokens["viewer"], "csrf_token": csrf_of(form.text)},
+            # A browser that logged in over HTTPS before the prefix holds the old cookie.
+            headers={**HTTPS, "Cookie": f"{login_cookie}; runlane_session=from-before"},
+        )
+        assert answer.status_code == 303, answer.text
+        set_cookies = answer.headers.get_list("set-cookie")
+        (old,) = [c for c in set_cookies if c.startswith("runlane_session=")]
+        assert "max-age=0" in old.lower()  # removed
+        (cookie,) = [c for c in set_cookies if c.startswith("__Host-runlane_session=")]
+        name, _, rest = cookie.partition("=")
+        assert name == "__Host-runlane_session"
+        flags = {part.strip().lower() for part in rest.split(";")[1:]}
+        assert {"httponly", "samesite=strict", "path=/", "secure"} <= flags
+        assert not any(flag.startswith("domain") for flag in flags)
+        secret = rest.split(";")[0]
+    with browser(behind_tls) as client:
+        jobs = client.get("/jobs", headers={**HTTPS, "Cookie": f"__Host-runlane_session={secret}"})
+        assert jobs.status_code == 200
+        api = client.get(
+            "/api/v1/jobs", headers={**HTTPS, "Cookie": f"__Host-runlane_session={secret}"}
+        )
+        assert api.status_code == 200
+        # The cookie without its prefix, as another host could have set it, opens nothing.
+        planted = {**HTTPS, "Cookie": f"runlane_session={secret}"}
+        assert client.get("/jobs", headers=planted).status_code == 303
+        assert client.get("/api/v1/jobs", headers=planted).status_code == 401
+        logout = client.post(
+            "/logout",
+            data={"csrf_token": csrf_of(jobs.text)},
+            headers={**HTTPS, "Cookie": f"__Host-runlane_session={secret}"},
+        )
+        assert logout.status_code == 303
+        (cleared,) = [c for c in logout.headers.get_list("set-cookie") if c.startswith("__Host-")]
+        assert "max-age=0" in cleared.lower()
+        assert "secure" in cleared.lower()
+        again = {**HTTPS, "Cookie": f"__Host-runlane_session={secret}"}
+        assert client.get("/jobs", headers=again).status_code == 303

@@ -28,7 +28,7 @@ from runlane.errors import Forbidden, MalformedRequest, Unauthenticated
 from runlane.service import operations
 from runlane.service.config import Settings
 from runlane.service.operations import Requester, sessions
-from runlane.web.session import SESSION_COOKIE
+from runlane.web.session import session_cookie
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 log = structlog.get_logger("runlane.api")
@@ -131,7 +131,7 @@ async def requester_of(request: Request, rt: RuntimeDep) -> Requester:
         return found
     secret = bearer_secret(request)
     if secret is None and request.method in SAFE_METHODS:
-        cookie = request.cookies.get(SESSION_COOKIE)
+        cookie = session_cookie(request)
         if cookie:
             request.state.requester_kind = "session"
             return await sessions.session_requester(rt, cookie)

@@ -2,7 +2,8 @@
 the session cookie, the CSRF checks, flash messages, and the route class that renders every
 error of a page as an HTML page.
 
-A browser is identified by its session cookie (`runlane_session`, opened by the login page:
+A browser is identified by its session cookie (`runlane_session`, `__Host-runlane_session`
+over HTTPS; opened by the login page:
 `service.operations.sessions`), or, in trusted-proxy mode, by the proxy's user headers (the
 HTTP server that mounts the UI hands over its check as `app.state.proxy_requester`, so the
 rule is written once, in `runlane.api.auth`). A browser that is neither is sent to
@@ -29,6 +30,11 @@ from runlane.service.operations import sessions as web_sessions
 from runlane.service.runtime import Runtime
 
 SESSION_COOKIE = "runlane_session"
+# The session cookie's name over HTTPS: a browser keeps a `__Host-` cookie only when it is
+# Secure, has Path=/ and no Domain, so no other host (a sibling subdomain) and no plain-HTTP
+# answer can plant one, and a session of another's choosing cannot be slipped in (fixation).
+# Over HTTPS only this name is read: a cookie without the prefix may have come from anywhere.
+HOST_SESSION_COOKIE = "__Host-" + SESSION_COOKIE
 FLASH_COOKIE = "runlane_flash"
 MAX_FLASH_CHARS = 300
 log = structlog.get_logger("runlane.web")
@@ -64,21 +70,44 @@ def is_https(request: Request) -> bool:
     return False
 
 
+def session_cookie_name(request: Request) -> str:
+    """The session cookie's name for `request`: `__Host-runlane_session` over HTTPS,
+    `runlane_session` over plain HTTP (where a browser refuses a `__Host-` cookie)."""
+    return HOST_SESSION_COOKIE if is_https(request) else SESSION_COOKIE
+
+
+def session_cookie(request: Request) -> str | None:
+    """The secret of the session cookie `request` carries under its name for the scheme."""
+    return request.cookies.get(session_cookie_name(request))
+
+
 def set_session_cookie(response: Response, request: Request, secret: str, max_age: int) -> None:
-    """The session cookie: HttpOnly, SameSite=Strict, Path=/, Secure over HTTPS."""
+    """The session cookie: HttpOnly, SameSite=Strict, Path=/; over HTTPS Secure, and named
+    with the `__Host-` prefix (a cookie of an older version without it is removed)."""
+    secure = is_https(request)
     response.set_cookie(
-        SESSION_COOKIE,
+        session_cookie_name(request),
         secret,
         max_age=max_age,
         path="/",
         httponly=True,
         samesite="strict",
+        secure=secure,
+    )
+    if secure and SESSION_COOKIE in request.cookies:
+        response.delete_cookie(
+            SESSION_COOKIE, path="/", httponly=True, samesite="strict", secure=True
+        )
+
+
+def clear_session_cookie(response: Response, request: Request) -> None:
+    response.delete_cookie(
+        session_cookie_name(request),
+        path="/",
+        httponly=True,
+        samesite="strict",
         secure=is_https(request),
     )
-
-
-def clear_session_cookie(response: Response) -> None:
-    response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
 
 
 def safe_next(path: str | None) -> str:
@@ -122,7 +151,7 @@ async def _identify(request: Request, rt: Runtime) -> Requester:
     if found is not None:
         request.state.web_proxy = True
         return found
-    secret = request.cookies.get(SESSION_COOKIE)
+    secret = session_cookie(request)
     requester = await web_sessions.session_requester(rt, secret)
     request.state.session_secret = secret
     request.state.csrf_token = web_sessions.csrf_token(secret or "")

@@ -46,7 +46,7 @@ from runlane.service.operations import (
 )
 from runlane.service.runtime import Runtime
 from runlane.service.views import run_dict
-from runlane.web.session import SESSION_COOKIE
+from runlane.web.session import session_cookie
 
 router = APIRouter(tags=["runs"])
 log = structlog.get_logger("runlane.api")
@@ -249,7 +249,7 @@ def _stream_owner(
     if proxy.trusts(peer) and request.headers.get(proxy.user_header) is not None:
         return f"proxy:{reader.name}", None
     secret = bearer_secret(request)
-    cookie = request.cookies.get(SESSION_COOKIE)
+    cookie = session_cookie(request)
     if secret is None and cookie and getattr(request.state, "requester_kind", None) == "session":
         # The web UI's live log: its session is checked as a token is (logged out, or its
         # token revoked: the stream ends). A session is its token's: they share the slots.

@@ -121,5 +121,5 @@ async def logout(request: Request, rt: WebRuntime, _who: WebOperator) -> Respons
     """End the session (its row is deleted) and go to the login page."""
     await web_sessions.close_session(rt, getattr(request.state, "session_secret", None))
     response = redirect("/login?" + urllib.parse.urlencode({"next": "/jobs"}))
-    clear_session_cookie(response)
+    clear_session_cookie(response, request)
     return response
