@@ -179,6 +179,23 @@ async def test_429_and_500_are_temporary_and_401_permanent(receiver: Receiver) -
     assert len(receiver.on("/t")) == 4
 
 
+@pytest.mark.parametrize("token", ["tk_secret\n", "tk_secret\r\nX-Injected: 1", "tk_sécret"])
+async def test_a_token_no_header_can_carry_is_permanent_and_not_shown(
+    receiver: Receiver, token: str
+) -> None:
+    # A secret read from a file often ends in a newline: no retry can send it, and no header
+    # is ever injected with it.
+    notifier = NtfyNotifier("ntfy", f"{receiver.url}/t", token=token)
+    try:
+        with pytest.raises(NotifyPermanentError) as refused:
+            await notifier.send(FIRING, within=5)
+    finally:
+        await notifier.aclose()
+    assert refused.value.message.startswith("ntfy: ")
+    assert "tk_s" not in refused.value.message  # the secret is not repeated
+    assert receiver.on("/t") == []
+
+
 def catalog_text(url: str) -> str:
     return f"""
 version: 1

@@ -80,6 +80,13 @@ class HttpNotifier:
             raise NotifyTemporaryError(f"{self.name}: no answer within {within:g}s") from None
         except (httpx.UnsupportedProtocol, httpx.InvalidURL):
             raise NotifyPermanentError(f"{self.name}: the URL is not usable") from None
+        except (httpx.LocalProtocolError, UnicodeEncodeError):
+            # A header value HTTP cannot carry (a configured token with a newline, or not
+            # ASCII): no retry can send it. The value is a secret: not in the message.
+            raise NotifyPermanentError(
+                f"{self.name}: a header value (the token?) holds a character HTTP headers "
+                "cannot carry (a newline, a non-ASCII character)"
+            ) from None
         except httpx.HTTPError as exc:
             raise NotifyTemporaryError(f"{self.name}: {type(exc).__name__}") from None
         error = classify_response(self.name, response)
