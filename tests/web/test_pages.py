@@ -116,6 +116,20 @@ def test_a_post_without_or_with_a_wrong_csrf_token_is_refused(web: ApiServer) ->
     assert len(runs_of(web, "hello")) == before
 
 
+def test_a_csrf_token_that_is_not_ascii_is_refused_not_a_500(web: ApiServer) -> None:
+    before = len(runs_of(web, "hello"))
+    with logged_in(web, "operator") as client:
+        wrong = client.post("/jobs/hello/run", data={"csrf_token": "é" * 64})
+        assert wrong.status_code == 403
+        assert "csrf_refused" in wrong.text
+    with browser(web) as client:
+        client.get("/login")  # its double-submit cookie
+        login = client.post("/login", data={"token": web.tokens["viewer"], "csrf_token": "é"})
+        assert login.status_code == 403
+        assert "csrf_refused" in login.text
+    assert len(runs_of(web, "hello")) == before
+
+
 def test_the_login_form_is_protected_too(web: ApiServer) -> None:
     with browser(web) as client:
         form = client.get("/login")

@@ -225,8 +225,14 @@ def csrf_token(secret: str) -> str:
 
 
 def check_csrf(secret: str | None, sent: str | None) -> None:
-    """`csrf_refused` unless `sent` is the CSRF token of the session `secret` (constant time)."""
-    if not secret or not sent or not hmac.compare_digest(csrf_token(secret), sent.strip()):
+    """`csrf_refused` unless `sent` is the CSRF token of the session `secret` (constant time;
+    `compare_digest` takes ASCII text only, and a token is hex)."""
+    if (
+        not secret
+        or not sent
+        or not sent.isascii()
+        or not hmac.compare_digest(csrf_token(secret), sent.strip())
+    ):
         raise CsrfRefused("the form's CSRF token is missing or wrong: reload the page and retry")
 
 

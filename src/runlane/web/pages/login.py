@@ -101,7 +101,12 @@ async def login(
 ) -> Response:
     """Open a session with a token's secret; a bad token re-renders the form (401)."""
     expected = request.cookies.get(LOGIN_COOKIE)
-    if not expected or not hmac.compare_digest(expected, csrf_token):
+    # (`compare_digest` takes ASCII text only: anything else is not the value this page set.)
+    if (
+        not expected
+        or not (expected.isascii() and csrf_token.isascii())
+        or not hmac.compare_digest(expected, csrf_token)
+    ):
         raise CsrfRefused("the login form's CSRF token is missing or wrong: reload the page")
     check_same_origin(request)
     try:
