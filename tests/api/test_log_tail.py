@@ -92,3 +92,16 @@ def test_a_resumed_follow_of_output_that_is_not_utf8_loses_nothing(api: ApiServe
         )
     assert data_events(followed.text) == [(str(len(first)), "caf\ufffd")]
     assert data_events(resumed.text) == [(str(len(first) + 9), "line two")]
+
+
+def test_a_last_event_id_of_superscript_digits_is_a_400(api: ApiServer) -> None:
+    # `"²".isdigit()` is true but `int("²")` fails: the header is malformed, not a 500.
+    run_id, _ = run_with_log(api, b"one\n")
+    with api.client("viewer") as c:
+        for sent in ("²".encode("latin-1"), "1¹".encode("latin-1")):
+            r = c.get(
+                f"/api/v1/runs/{run_id}/logs",
+                params={"follow": "true"},
+                headers={"Last-Event-ID": sent},
+            )
+            problem_of(r, 400, "malformed_request")

@@ -179,6 +179,20 @@ async def test_429_and_500_are_temporary_and_401_permanent(receiver: Receiver) -
     assert len(receiver.on("/t")) == 4
 
 
+async def test_a_retry_after_of_superscript_digits_is_unreadable_not_a_crash(
+    receiver: Receiver,
+) -> None:
+    # `"²".isdigit()` is true, but no number: the 429 is temporary with no time of its own.
+    receiver.script = [(429, {"Retry-After": "²"})]
+    notifier = NtfyNotifier("ntfy", f"{receiver.url}/t")
+    try:
+        with pytest.raises(NotifyTemporaryError) as busy:
+            await notifier.send(FIRING, within=5)
+    finally:
+        await notifier.aclose()
+    assert busy.value.retry_after is None
+
+
 @pytest.mark.parametrize("token", ["tk_secret\n", "tk_secret\r\nX-Injected: 1", "tk_sécret"])
 async def test_a_token_no_header_can_carry_is_permanent_and_not_shown(
     receiver: Receiver, token: str

@@ -22,7 +22,7 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     if value is None or not value.strip():
         return None
     text = value.strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():  # (`"²".isdigit()`, but float("²") fails)
         return min(float(text), MAX_RETRY_AFTER)
     try:
         when = email.utils.parsedate_to_datetime(text)

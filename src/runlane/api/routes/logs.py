@@ -79,7 +79,7 @@ def _last_event_id(value: str | None, after: int | None = None) -> int:
     if value is None or value.strip() == "":
         return after or 0
     text = value.strip()
-    if not text.isdigit() or len(text) > 18:
+    if not (text.isascii() and text.isdigit()) or len(text) > 18:  # (`"²".isdigit()`)
         raise MalformedRequest(
             f"Last-Event-ID {value[:40]!r}: expected the byte offset of an earlier event"
         )
