@@ -7,15 +7,17 @@ tests/integration/rabbitmq/test_commands.py's."""
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from runlane.catalog import parse_catalog_text
 from runlane.core.runs import AcceptResult, RunStatus
 from runlane.ports import Delivery, OutboxMessage, Store
-from runlane.service.accept import RunRequest
+from runlane.service.accept import RunRequest, accept_run
 from runlane.service.launcher.bus_loops import CommandConsumer
 from tests.conformance.conftest import StoreHarness
 from tests.conformance.test_store_contract import claim_all, new_run
@@ -155,3 +157,37 @@ async def test_an_unknown_run_id_goes_to_the_accept_path(harness: StoreHarness) 
     assert accepted[0].requested_by == "billing"
     assert bus.acked == ["theirs", "malformed-id"]
     assert consumer.stats.accepted == 2
+
+
+async def test_a_command_cannot_take_the_dedupe_key_of_a_retry(harness: StoreHarness) -> None:
+    """Attempt n of a run is written under `<first key>#n`: a command whose dedupe key (given,
+    or `bus:<run id>`) ends that way is refused (dead-lettered `invalid_argument`), so it can
+    neither take a retry's row nor be answered with one; a `#` elsewhere is still a key's own."""
+    store = harness.store
+    catalog = parse_catalog_text(
+        "version: 1\ndefaults: {executor: inline}\njobs:\n  nightly: {command: ['true'], overlap: allow}\n"
+    )
+    bus = ScriptedBus()
+    consumer = CommandConsumer(
+        store=store,
+        bus=bus,  # type: ignore[arg-type]
+        catalog=catalog,
+        accept=functools.partial(accept_run, store, catalog),
+        free_slots=lambda: 16,
+        wake=lambda: None,
+    )
+    bus.inbox = [
+        command("first", {"run_id": "c1", "job": "nightly", "dedupe_key": "build-7"}),
+        command("forged", {"run_id": "c2", "job": "nightly", "dedupe_key": "build-7#2"}),
+        command("by-id", {"run_id": "c3#2", "job": "nightly"}),
+        command("own-hash", {"run_id": "c4", "job": "nightly", "dedupe_key": "build#7a"}),
+    ]
+    await consumer.consume_once()
+    assert sorted(bus.acked) == ["first", "own-hash"]
+    assert [message_id for message_id, _ in bus.dead] == ["forged", "by-id"]
+    for _, reason in bus.dead:
+        assert reason.startswith("invalid_argument: ")
+        assert "retries" in reason
+    assert await store.run_by_dedupe_key("build-7#2") is None
+    assert await store.run_by_dedupe_key("bus:c3#2") is None
+    assert await store.run_by_dedupe_key("build#7a") is not None

@@ -15,9 +15,10 @@ from runlane.adapters.postgres import PostgresStore
 from runlane.adapters.sqlite import SqliteStore
 from runlane.catalog import Catalog, parse_catalog_text
 from runlane.core.runs import RunStatus
+from runlane.errors import NotFound
 from runlane.ports import Store
 from runlane.service.accept import RunRequest, accept_run
-from runlane.service.events import emit_event
+from runlane.service.events import BadEvent, emit_event
 from runlane.testing.clock import FixedClock
 
 CATALOG = """
@@ -113,3 +114,22 @@ async def test_a_snoozed_jobs_event_runs_are_skipped_until_the_snooze_runs_out(
     assert outcome(later)["snoozed"] == (True, RunStatus.QUEUED, None)
     # Still paused: a later event of the same window joins the skipped row, starting nothing.
     assert outcome(later)["windowed"] == (False, RunStatus.SKIPPED, "paused")
+
+
+async def test_an_event_id_that_would_give_a_retrys_dedupe_key_is_refused(store: Store) -> None:
+    """An undebounced listener's run is keyed `job@key@<event id>` and its retries
+    `job@key@<event id>#<attempt>`: an event id ending in `#` and digits would take a retry's row
+    of another event's run (the retry then lost) or be answered with it. It is refused before
+    anything is recorded; a `#` elsewhere in an id is the id's own."""
+    catalog = parse_catalog_text(PAUSABLE, "catalog.yaml")
+
+    async def accept(request: RunRequest) -> Any:
+        return await accept_run(store, catalog, request)
+
+    with pytest.raises(BadEvent, match=r"event id 'e1#2' ends in '#2'.*retr"):
+        await emit_event(store, catalog, accept, "k.p", event_id="e1#2")
+    assert await store.run_by_dedupe_key("awake@k.p@e1#2") is None
+    with pytest.raises(NotFound):
+        await store.get_event("e1#2")
+    emitted = await emit_event(store, catalog, accept, "k.p", event_id="e1#2b")
+    assert [link.started for link in emitted.links if link.job == "awake"] == [True]

@@ -13,6 +13,7 @@ A retry is a new row (attempt + 1, retry_of = previous id), never a transition b
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -268,6 +269,23 @@ def first_dedupe_key(key: str, attempt: int) -> str:
 def retry_dedupe_key(first_key: str, attempt: int) -> str:
     """Dedupe key of attempt `attempt` (≥ 2) of a run whose first attempt had `first_key`."""
     return f"{first_key}#{attempt}"
+
+
+_RETRY_SUFFIX = re.compile(r"#[0-9]+\Z")
+
+
+def retry_key_problem(key: str, what: str = "dedupe key") -> str | None:
+    """Why a dedupe key given from outside (a bus command's, an event id in one) cannot be a
+    first attempt's, or None: one that ends in `#<digits>` could be a retry's
+    (`retry_dedupe_key`), and would take that retry's row (the retry then lost) or be answered
+    with it."""
+    found = _RETRY_SUFFIX.search(key)
+    if found is None:
+        return None
+    return (
+        f"{what} {key!r} ends in {found.group()!r}, which runlane keeps for the dedupe keys of "
+        f"retries; use another {what}, one that does not end in '#' and digits"
+    )
 
 
 def schedule_dedupe_key(job: str, slot_utc: datetime) -> str:

@@ -21,8 +21,9 @@ from runlane.core.runs import (
     OverlapAction,
     RunStatus,
     Trigger,
+    retry_key_problem,
 )
-from runlane.errors import ConfirmationRequired, ParamError, RunRefused
+from runlane.errors import ConfirmationRequired, InvalidArgument, ParamError, RunRefused
 from runlane.ports import RunLog
 
 if TYPE_CHECKING:
@@ -120,6 +121,8 @@ def prepare_run(
             f"the CLI, confirm equal to {job.name!r} through the API or MCP"
         )
     check_param_text(job.name, request.params or {})
+    if request.dedupe_key and (problem := retry_key_problem(request.dedupe_key)) is not None:
+        raise InvalidArgument(f"job {job.name!r}: {problem}")
     params: dict[str, Any] = coerce_params(
         job.params,
         request.params or {},
