@@ -497,3 +497,17 @@ async def test_short_ids_are_found_in_id_order_from_the_whole_table(harness: Sto
             ids if impossible == "" else []
         )
     assert await store.run_ids_by_prefix("abcdef", limit=0) == []
+
+
+async def test_bounds_before_the_year_1000_compare_as_times(harness: StoreHarness) -> None:
+    """SQLite keeps times as fixed-width text, compared as text: a year below 1000 must be
+    written with four digits too, or `999-…` sorts after `2031-…` and a since of the year 999
+    finds nothing (until: everything), where PostgreSQL finds every run (nothing)."""
+    _, store, _ = await pinned(harness)
+    run = (await store.accept(new_run("nightly"))).run
+    early = datetime(999, 12, 31, 23, 59, 59, tzinfo=UTC)
+    assert [r.id for r in await store.list_runs(RunFilter(since=early))] == [run.id]
+    assert await store.list_runs(RunFilter(until=early)) == []
+    assert [
+        r.id for r in await store.list_runs(RunFilter(before=(early.replace(year=9), "")))
+    ] == []

@@ -34,8 +34,9 @@ DictRow = dict[str, object]
 
 
 def format_time(value: datetime) -> str:
-    """Fixed-width UTC text: text comparison in SQL is then time comparison."""
-    return aware_utc(value).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """Fixed-width UTC text: text comparison in SQL is then time comparison. (isoformat, not
+    strftime: `%Y` writes the year 999 as `999`, which sorts after `2031`.)"""
+    return aware_utc(value).replace(tzinfo=None).isoformat(timespec="microseconds") + "Z"
 
 
 def _opt_time(value: datetime | None) -> str | None:
