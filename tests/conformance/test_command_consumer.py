@@ -16,7 +16,7 @@ from typing import Any
 
 from runlane.catalog import parse_catalog_text
 from runlane.core.runs import AcceptResult, RunStatus
-from runlane.ports import Delivery, OutboxMessage, Store
+from runlane.ports import Delivery, OutboxMessage, RunFilter, Store
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.launcher.bus_loops import CommandConsumer
 from tests.conformance.conftest import StoreHarness
@@ -191,3 +191,44 @@ async def test_a_command_cannot_take_the_dedupe_key_of_a_retry(harness: StoreHar
     assert await store.run_by_dedupe_key("build-7#2") is None
     assert await store.run_by_dedupe_key("bus:c3#2") is None
     assert await store.run_by_dedupe_key("build#7a") is not None
+
+
+async def test_a_command_with_text_no_store_can_keep_is_dead_lettered_on_each(
+    harness: StoreHarness,
+) -> None:
+    """A NUL (PostgreSQL refuses it) or a lone surrogate (no UTF-8 form: JSON's `\\udcff`) in a
+    command's `requested_by` or `dedupe_key` is refused the same on each store
+    (`invalid_argument`, dead-lettered): SQLite took the NUL and raised a foreign error for
+    the surrogate, out of the consumer."""
+    store = harness.store
+    catalog = parse_catalog_text(
+        "version: 1\ndefaults: {executor: inline}\njobs:\n"
+        "  nightly: {command: ['true'], overlap: allow}\n"
+    )
+    bus = ScriptedBus()
+    consumer = CommandConsumer(
+        store=store,
+        bus=bus,  # type: ignore[arg-type]
+        catalog=catalog,
+        accept=functools.partial(accept_run, store, catalog),
+        free_slots=lambda: 16,
+        wake=lambda: None,
+    )
+    bus.inbox = [
+        command("nul-by", '{"run_id": "c1", "job": "nightly", "requested_by": "a\\u0000b"}'),
+        command("nul-key", '{"run_id": "c2", "job": "nightly", "dedupe_key": "k\\u0000"}'),
+        command("surrogate-by", '{"run_id": "c3", "job": "nightly", "requested_by": "\\udcff"}'),
+        command("surrogate-key", '{"run_id": "c4", "job": "nightly", "dedupe_key": "\\ud800"}'),
+        command("fine", {"run_id": "c5", "job": "nightly", "requested_by": "billing"}),
+    ]
+    await consumer.consume_once()
+    assert bus.acked == ["fine"]
+    assert [message_id for message_id, _ in bus.dead] == [
+        "nul-by",
+        "nul-key",
+        "surrogate-by",
+        "surrogate-key",
+    ]
+    for _, reason in bus.dead:
+        assert reason.startswith("invalid_argument: ")
+    assert [r.requested_by for r in await store.list_runs(RunFilter())] == ["billing"]

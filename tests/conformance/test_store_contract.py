@@ -19,7 +19,14 @@ from runlane.core.runs import (
     RunStatus,
     Trigger,
 )
-from runlane.errors import InvalidTransition, LeaseLost, NotFound, OverlapRefused, StoreError
+from runlane.errors import (
+    InvalidArgument,
+    InvalidTransition,
+    LeaseLost,
+    NotFound,
+    OverlapRefused,
+    StoreError,
+)
 from runlane.ports import FinishRequest, Heartbeat, RunFilter, Store
 from runlane.testing.clock import FixedClock
 from tests.support.waiting import eventually
@@ -715,6 +722,23 @@ async def test_list_runs_filters_newest_first(harness: StoreHarness) -> None:
     failed = await store.list_runs(RunFilter(status=RunStatus.FAILURE))
     assert [r.id for r in failed] == [c.id]
     assert await store.count_queued() == 2
+
+
+async def test_text_no_utf8_can_carry_is_an_invalid_argument_with_nothing_written(
+    harness: StoreHarness,
+) -> None:
+    """A lone surrogate (how Python carries bytes that were not UTF-8, or JSON's `\\udcff`) has
+    no UTF-8 form: each store refuses it as `invalid_argument`, never a foreign error (SQLite's
+    driver raised UnicodeEncodeError, which no caller of a store expects)."""
+    store = harness.store
+    with pytest.raises(InvalidArgument, match="cannot be stored"):
+        await store.accept(new_run(requested_by="x\udcffy"))
+    with pytest.raises(InvalidArgument, match="cannot be stored"):
+        await store.accept(new_run(dedupe_key="k\ud800"))
+    with pytest.raises(InvalidArgument, match="cannot be stored"):
+        await store.set_override("nightly", paused_until=None, reason="\udcff", by="ops")
+    assert await store.list_runs(RunFilter()) == []
+    assert await store.overrides() == {}
 
 
 async def test_corrupt_params_are_kept_and_never_crash_reads(harness: StoreHarness) -> None:

@@ -121,6 +121,10 @@ def prepare_run(
             f"the CLI, confirm equal to {job.name!r} through the API or MCP"
         )
     check_param_text(job.name, request.params or {})
+    for what, text in (("requested_by", request.requested_by), ("dedupe key", request.dedupe_key)):
+        # Refused here, the same on each store (SQLite would keep a NUL PostgreSQL refuses).
+        if text is not None and (problem := text_problem(text)) is not None:
+            raise InvalidArgument(f"job {job.name!r}: {what} {text!r} {problem}")
     if request.dedupe_key and (problem := retry_key_problem(request.dedupe_key)) is not None:
         raise InvalidArgument(f"job {job.name!r}: {problem}")
     params: dict[str, Any] = coerce_params(

@@ -17,7 +17,7 @@ from typing import TypeVar
 from runlane.adapters.sql.base import SqlStoreBase, wait_for_event
 from runlane.adapters.sql.rows import Row, RowReader, aware_utc
 from runlane.adapters.sqlite.statements import CONNECTION_PRAGMAS, Q
-from runlane.errors import DatabaseUnavailable, StoreError
+from runlane.errors import DatabaseUnavailable, InvalidArgument, StoreError
 from runlane.ports.clock import Clock, SystemClock
 
 T = TypeVar("T")
@@ -225,6 +225,11 @@ class SqliteConnection(SqlStoreBase):
                         f"SQLite database at {self.path} cannot be written: {exc}"
                     ) from exc
                 raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
+            except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 encoding exists
+                # Refused as PostgreSQL refuses it; the transaction was rolled back (`_write`).
+                raise InvalidArgument(
+                    f"a value cannot be stored in the database: {str(exc)[:200]}"
+                ) from exc
 
         return await asyncio.get_running_loop().run_in_executor(executor, guarded)
 
