@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import secrets
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -17,7 +18,7 @@ from typing import Any
 from runlane.catalog import parse_catalog_text
 from runlane.core.runs import AcceptResult, RunStatus
 from runlane.ports import Delivery, OutboxMessage, RunFilter, Store
-from runlane.service.accept import RunRequest, accept_run
+from runlane.service.accept import MAX_KEY_BYTES, RunRequest, accept_run
 from runlane.service.launcher.bus_loops import CommandConsumer
 from tests.conformance.conftest import StoreHarness
 from tests.conformance.test_store_contract import claim_all, new_run
@@ -232,3 +233,40 @@ async def test_a_command_with_text_no_store_can_keep_is_dead_lettered_on_each(
     for _, reason in bus.dead:
         assert reason.startswith("invalid_argument: ")
     assert [r.requested_by for r in await store.list_runs(RunFilter())] == ["billing"]
+
+
+async def test_a_command_with_a_key_or_requester_too_long_to_index_is_refused_on_each(
+    harness: StoreHarness,
+) -> None:
+    """PostgreSQL cannot index a `dedupe_key` or `requested_by` of a few KB that does not
+    compress, and SQLite took any length: a command's was queued on one store and dead-lettered
+    on the other. Past `MAX_KEY_BYTES` each refuses it (`invalid_argument`); at it, each takes it."""
+    store = harness.store
+    catalog = parse_catalog_text(
+        "version: 1\ndefaults: {executor: inline}\njobs:\n"
+        "  nightly: {command: ['true'], overlap: allow}\n"
+    )
+    bus = ScriptedBus()
+    consumer = CommandConsumer(
+        store=store,
+        bus=bus,  # type: ignore[arg-type]
+        catalog=catalog,
+        accept=functools.partial(accept_run, store, catalog),
+        free_slots=lambda: 16,
+        wake=lambda: None,
+    )
+    long_text = secrets.token_hex(2000)  # 4000 bytes that do not compress
+    at_limit = secrets.token_hex(MAX_KEY_BYTES // 2)
+    bus.inbox = [
+        command("long-key", {"run_id": "c1", "job": "nightly", "dedupe_key": long_text}),
+        command("long-by", {"run_id": "c2", "job": "nightly", "requested_by": long_text}),
+        command("long-id", {"run_id": long_text, "job": "nightly"}),
+        command("at-limit", {"run_id": "c4", "job": "nightly", "dedupe_key": at_limit}),
+    ]
+    await consumer.consume_once()
+    assert bus.acked == ["at-limit"]
+    assert [message_id for message_id, _ in bus.dead] == ["long-key", "long-by", "long-id"]
+    for _, reason in bus.dead:
+        assert reason.startswith("invalid_argument: ")
+        assert f"at most {MAX_KEY_BYTES} bytes" in reason
+    assert await store.run_by_dedupe_key(at_limit) is not None

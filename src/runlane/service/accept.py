@@ -30,6 +30,10 @@ if TYPE_CHECKING:
     from runlane.catalog import Catalog, ResolvedJob
 
 PERSON_TRIGGERS = frozenset({Trigger.MANUAL, Trigger.CLI, Trigger.MCP})
+# The longest dedupe key or requested_by a run is written with, in UTF-8 bytes: PostgreSQL
+# indexes both, and refuses an index entry past ~2.7 KB once compressed (SQLite takes any), so
+# one limit, well inside it, makes both stores take and refuse the same.
+MAX_KEY_BYTES = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +128,13 @@ def prepare_run(
     for what, text in (("requested_by", request.requested_by), ("dedupe key", request.dedupe_key)):
         # Refused here, the same on each store (SQLite would keep a NUL PostgreSQL refuses).
         if text is not None and (problem := text_problem(text)) is not None:
-            raise InvalidArgument(f"job {job.name!r}: {what} {text!r} {problem}")
+            raise InvalidArgument(f"job {job.name!r}: {what} {text[:80]!r} {problem}")
+        # (A character is at most 4 bytes: the common short text is never encoded.)
+        if text is not None and len(text) * 4 > MAX_KEY_BYTES < (size := len(text.encode())):
+            raise InvalidArgument(
+                f"job {job.name!r}: {what} {text[:40]!r}… is {size} bytes as UTF-8; "
+                f"at most {MAX_KEY_BYTES} bytes"
+            )
     if request.dedupe_key and (problem := retry_key_problem(request.dedupe_key)) is not None:
         raise InvalidArgument(f"job {job.name!r}: {problem}")
     params: dict[str, Any] = coerce_params(
