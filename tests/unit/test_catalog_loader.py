@@ -164,6 +164,27 @@ def test_deeply_nested_document_is_a_plain_problem() -> None:
     assert len(problems) == 1
 
 
+def _long_chain(steps: int, *, closed: bool) -> str:
+    """A chain of `steps` steps listed from the last to run to the first (each runs after the
+    one listed below it); `closed`: the first also runs after the last, a cycle."""
+    lines = ["version: 1", "jobs:", "  j: {command: [echo]}", "chains:", "  c:", "    steps:"]
+    for i in range(steps - 1):
+        lines.append(f"      s{i}: {{job: j, after: [{{step: s{i + 1}}}]}}")
+    last = "{job: j, after: [{step: s0}]}" if closed else "{job: j}"
+    lines.append(f"      s{steps - 1}: {last}")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_long_chain_listed_last_step_first_loads() -> None:
+    """The cycle check walks the steps without recursion: a chain of thousands of steps is a
+    good catalog (not "nested too deeply"), and a cycle through all of them is still found."""
+    catalog = parse_catalog_text(_long_chain(3000, closed=False))
+    assert len(catalog.chains["c"].steps) == 3000
+    problems = _problems(_long_chain(3000, closed=True))
+    assert len(problems) == 1, problems[:3]
+    assert "chain 'c' has a dependency cycle: s0 → s2999 → s2998" in problems[0]
+
+
 def test_yaml_1_1_pitfalls_are_avoided() -> None:
     catalog = parse_catalog_text(
         """

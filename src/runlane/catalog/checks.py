@@ -342,11 +342,20 @@ def find_cycles(parents: Mapping[str, list[str]]) -> list[list[str]]:
     state: dict[str, int] = {}  # 1 = on the current path, 2 = done
     path: list[str] = []
 
-    def visit(step: str) -> None:
-        state[step] = 1
-        path.append(step)
-        for parent in parents.get(step, []):
-            if state.get(parent) == 1:
+    # Depth-first with an explicit stack, not recursion: a long chain listed from its last step
+    # to its first would otherwise go a frame deeper per step, past Python's recursion limit.
+    for root in parents:
+        if root in state:
+            continue
+        state[root] = 1
+        path.append(root)
+        stack = [iter(parents.get(root, []))]
+        while stack:
+            parent = next(stack[-1], None)
+            if parent is None:
+                stack.pop()
+                state[path.pop()] = 2
+            elif state.get(parent) == 1:
                 # path walks child → parent, so the run order is the reverse.
                 run_order = list(reversed(path[path.index(parent) :]))
                 start = min(range(len(run_order)), key=lambda k: order.get(run_order[k], 0))
@@ -356,11 +365,7 @@ def find_cycles(parents: Mapping[str, list[str]]) -> list[list[str]]:
                     seen.add(edges)
                     cycles.append([*run_order, run_order[0]])
             elif parent not in state:
-                visit(parent)
-        path.pop()
-        state[step] = 2
-
-    for step in parents:
-        if step not in state:
-            visit(step)
+                state[parent] = 1
+                path.append(parent)
+                stack.append(iter(parents.get(parent, [])))
     return cycles
