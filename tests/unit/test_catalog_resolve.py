@@ -150,3 +150,16 @@ def test_seasons_are_inclusive_windows() -> None:
     assert season.contains(date(2026, 9, 1))
     assert season.contains(date(2026, 12, 31))
     assert not season.contains(date(2027, 1, 1))
+
+
+@pytest.mark.parametrize("value", ["0", "86400", "20270105", "1.5", "'86400'"])
+def test_a_season_date_written_as_a_number_is_refused(value: str) -> None:
+    """pydantic reads a number as seconds since 1970; a season date is only YYYY-MM-DD."""
+    from runlane.errors import CatalogError
+
+    text = f"version: 1\nglobal:\n  seasons: {{s: {{start: 2026-09-01, end: {value}}}}}\n"
+    with pytest.raises(CatalogError) as info:
+        parse_catalog_text(text)
+    assert info.value.problems == [
+        f"catalog.yaml:3:41: global.seasons.s.end: expected a date as YYYY-MM-DD, got {value}"
+    ]

@@ -180,11 +180,25 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
+_SECONDS_TEXT = re.compile(r"[-+]?[0-9]+(\.[0-9]*)?")
+
+
+def _season_date(value: object) -> object:
+    # pydantic would read a number (or its text) as seconds since 1970: `end: 86400` is 1970-01-02.
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if number or (isinstance(value, str) and _SECONDS_TEXT.fullmatch(value)):
+        raise ValueError(f"expected a date as YYYY-MM-DD, got {value!r}")
+    return value
+
+
+SeasonDate = Annotated[date, BeforeValidator(_season_date)]
+
+
 class Season(_Model):
     """A window of dates (inclusive) in which season-restricted schedules fire."""
 
-    start: date
-    end: date
+    start: SeasonDate
+    end: SeasonDate
 
     @model_validator(mode="after")
     def _ordered(self) -> Season:
