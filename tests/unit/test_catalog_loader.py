@@ -128,7 +128,11 @@ def test_filename_appears_in_every_problem() -> None:
         ("version: true\n", "catalog.yaml:1:10: version must be the number 1, got true"),
         ("version: 1\n---\nversion: 1\n", "catalog.yaml:2:1: YAML syntax error"),
         ("version: 1\nx: !!python/object:os.system {}\n", "catalog.yaml:2:4: unsupported YAML tag"),
-        ("version: 1\nx: 2026-13-45\n", "catalog.yaml:2:4: cannot read this value"),
+        ("version: 1\nx: 2026-13-45\n", "catalog.yaml:2:4: x: cannot read this value"),
+        (
+            "version: 1\nglobal:\n  seasons: {s: {start: 2026-02-30, end: 2026-03-01}}\n",
+            "catalog.yaml:3:24: global.seasons.s.start: cannot read this value: day is out of range",
+        ),
         ("version: 1\na: &a [*a]\n", "recursive alias"),
         (
             "version: 1\njobs:\n  a: {command: [echo], params: [week]}\n",

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from yaml.tokens import ScalarToken
 
-from runlane.catalog.problems import Loc, Position, ProblemReport, number_too_large
+from runlane.catalog.problems import Loc, Position, ProblemReport, dotted, number_too_large
 
 # Aliases can make a small file expand enormously ("billion laughs"); no real catalog is near this.
 _MAX_EXPANDED_NODES = 200_000
@@ -166,7 +166,7 @@ class _Builder:
                 self.report.unreadable(loc, number_too_large(loc, digits, negative=negative))
                 return None
             reason = getattr(exc, "problem", None) or str(exc)
-            self.report.unreadable(loc, f"cannot read this value: {reason}")
+            self.report.unreadable(loc, f"{dotted(loc)}: cannot read this value: {reason}")
             return None
         if node.tag == _INT_TAG and not _printable_int(value):
             # `0x…` of thousands of digits reads, but no message could show it.
