@@ -133,3 +133,30 @@ async def test_an_event_id_that_would_give_a_retrys_dedupe_key_is_refused(store:
         await store.get_event("e1#2")
     emitted = await emit_event(store, catalog, accept, "k.p", event_id="e1#2b")
     assert [link.started for link in emitted.links if link.job == "awake"] == [True]
+
+
+async def test_windows_shorter_than_a_second_each_start_their_own_run(
+    store: Store, clock: FixedClock
+) -> None:
+    """`debounce: 500ms`: the windows of one second are two, each its own run (the dedupe key
+    keeps the window start's fraction of a second)."""
+    catalog = parse_catalog_text(
+        "version: 1\ndefaults: {executor: inline, overlap: allow, deadline: 1m}\njobs:\n"
+        '  quick: {command: ["true"], on_event: [{key: k.q, debounce: 500ms}]}\n'
+    )
+
+    async def accept(request: RunRequest) -> Any:
+        return await accept_run(store, catalog, request)
+
+    clock.advance(1.1)  # 14:30:00.100: the window from 14:30:00.000
+    first = await emit_event(store, catalog, accept, "k.q", event_id="q1")
+    clock.advance(0.2)  # 14:30:00.300: the same window, folded into its run
+    folded = await emit_event(store, catalog, accept, "k.q", event_id="q2")
+    clock.advance(0.4)  # 14:30:00.700: the window from 14:30:00.500, a run of its own
+    second = await emit_event(store, catalog, accept, "k.q", event_id="q3")
+    assert [link.started for link in first.links] == [True]
+    assert folded.runs[0].run.id == first.runs[0].run.id
+    assert [link.started for link in folded.links] == [False]
+    assert second.runs[0].run.id != first.runs[0].run.id
+    assert [link.started for link in second.links] == [True]
+    assert second.runs[0].run.status is RunStatus.QUEUED

@@ -297,7 +297,13 @@ def chain_dedupe_key(job: str, chain_root_id: str) -> str:
 
 
 def event_dedupe_key(job: str, key: str, window_start_utc: datetime) -> str:
-    return f"{job}@{key}@{window_start_utc.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+    # A window that starts within a second (`debounce: 500ms`) keeps its fraction: cut to the
+    # second, the two windows of one second would share a key and the second start nothing.
+    # Windows of whole seconds keep the key they always had.
+    stamp = window_start_utc.strftime("%Y-%m-%dT%H:%M:%S")
+    if window_start_utc.microsecond:
+        stamp += f".{window_start_utc.microsecond:06d}"
+    return f"{job}@{key}@{stamp}Z"
 
 
 def should_retry(outcome: Outcome, attempt: int, max_attempts: int) -> bool:
