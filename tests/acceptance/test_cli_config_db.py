@@ -299,3 +299,19 @@ def test_status_and_doctor_show_a_dead_launcher_as_stale_without_its_counts(
     for doctor in (runlane("doctor", env=env).stdout, runlane("doctor", "--json", env=env).stdout):
         assert "+00:00" not in doctor
         assert re.search(r"launcher dead:1 is stale: last seen 5m\d*s? ago \([\dT:.-]+Z\)", doctor)
+
+
+# --- 6. a RUNLANE_SLURM that is neither on nor off ------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [["doctor"], ["serve"]])
+def test_a_mistyped_runlane_slurm_is_one_error_not_taken_for_unset(
+    env: dict[str, str], command: list[str]
+) -> None:
+    """`RUNLANE_SLURM=enabled` was read as unset: without slurm.conf, Slurm jobs ran inline."""
+    assert runlane("db", "upgrade", env=env).returncode == 0
+    env["RUNLANE_SLURM"] = "enabled"
+    env["RUNLANE_HTTP_ADDR"] = "off"
+    proc = runlane(*command, env=env, timeout=30)
+    assert proc.returncode == 1
+    assert one_clean_line(proc).startswith("error: RUNLANE_SLURM='enabled': expected on or off")

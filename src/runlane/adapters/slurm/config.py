@@ -16,19 +16,30 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from runlane.core.durations import env_duration
+from runlane.errors import ConfigError
 
 DEFAULT_CONF = "/etc/slurm/slurm.conf"
 DEFAULT_POLL_INTERVAL = 5.0
+_ON = ("on", "1", "true", "yes")
+_OFF = ("off", "0", "false", "no")
 
 
 def slurm_configured(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether Slurm is used here; ConfigError for a `RUNLANE_SLURM` that is neither on nor off
+    (a typo taken for "unset" would run Slurm jobs inline without a word)."""
     env = os.environ if environ is None else environ
-    switch = (env.get("RUNLANE_SLURM") or "").strip().lower()
-    if switch in ("off", "0", "false", "no"):
+    raw = env.get("RUNLANE_SLURM") or ""
+    switch = raw.strip().lower()
+    if switch and switch not in _ON + _OFF:
+        raise ConfigError(
+            f"RUNLANE_SLURM={raw[:60]!r}: expected on or off (unset: Slurm where sbatch and its "
+            "configuration are found)"
+        )
+    if switch in _OFF:
         return False
     if shutil.which("sbatch", path=env.get("PATH")) is None:
         return False
-    if switch in ("on", "1", "true", "yes"):
+    if switch in _ON:
         return True
     conf = env.get("SLURM_CONF")
     return Path(conf).is_file() if conf else Path(DEFAULT_CONF).is_file()
