@@ -123,6 +123,9 @@ def test_filename_appears_in_every_problem() -> None:
     [
         ("", "catalog.yaml:1:1: the catalog is empty; it needs at least `version: 1`"),
         ("# just a comment\n", "catalog.yaml:1:1: the catalog is empty"),
+        ("---\n", "catalog.yaml:1:1: the catalog is empty"),
+        ("# only a comment\n---\n...\n", "catalog.yaml:1:1: the catalog is empty"),
+        ("~\n", "catalog.yaml:1:1: the catalog is empty"),
         ("- 1\n- 2\n", "catalog.yaml:1:1: the catalog must be a mapping"),
         ("version: 1\njobs: [a, b]\n", "catalog.yaml:2:7: jobs: expected a mapping of job names"),
         ("version: true\n", "catalog.yaml:1:10: version must be the number 1, got true"),

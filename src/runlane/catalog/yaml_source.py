@@ -102,6 +102,7 @@ def _mark_position(mark: yaml.Mark | None) -> Position:
 
 
 _INT_TAG = "tag:yaml.org,2002:int"
+_NULL_TAG = "tag:yaml.org,2002:null"
 _PLAIN_COLLECTION_TAGS = frozenset({"tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"})
 
 
@@ -248,7 +249,8 @@ def read_yaml(text: str, report: ProblemReport) -> Any:
     try:
         loader = _CatalogYamlLoader(text)  # the reader refuses control characters right here
         node = loader.get_single_node()
-        if node is None:
+        if node is None or (isinstance(node, yaml.ScalarNode) and node.tag == _NULL_TAG):
+            # No document, or one that says nothing (`---` alone, `~`): the same for a person.
             report.add_at((1, 1), "the catalog is empty; it needs at least `version: 1`")
             return None
         report.positions[()] = _mark_position(node.start_mark)
