@@ -163,3 +163,22 @@ def test_a_season_date_written_as_a_number_is_refused(value: str) -> None:
     assert info.value.problems == [
         f"catalog.yaml:3:41: global.seasons.s.end: expected a date as YYYY-MM-DD, got {value}"
     ]
+
+
+def test_the_hosts_localtime_is_not_a_catalog_time_zone() -> None:
+    """`localtime` is a file in the zone database linking to the host's own zone: two launchers
+    on differently set hosts would fire one schedule at two instants."""
+    from runlane.errors import CatalogError
+
+    text = (
+        "version: 1\nglobal: {timezone: localtime}\njobs:\n"
+        "  a: {command: [echo], schedules: [{cron: '@daily', tz: localtime}]}\n"
+    )
+    with pytest.raises(CatalogError) as info:
+        parse_catalog_text(text)
+    assert [p.split(": ", 1)[1] for p in info.value.problems] == [
+        "global.timezone: time zone 'localtime' is whatever the host is set to, which differs "
+        "between hosts and containers; name the zone, e.g. Europe/Berlin or UTC",
+        "jobs.a.schedules[0].tz: time zone 'localtime' is whatever the host is set to, which "
+        "differs between hosts and containers; name the zone, e.g. Europe/Berlin or UTC",
+    ]

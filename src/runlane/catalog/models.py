@@ -150,6 +150,13 @@ ParamSpecField = Annotated[
 
 
 def _check_zone(name: str) -> str:
+    if name == "localtime":
+        # A link to the host's /etc/localtime: launchers on hosts (or in containers) set to other
+        # zones would put the same schedule's slots at other instants, each a run of its own.
+        raise ValueError(
+            "time zone 'localtime' is whatever the host is set to, which differs between hosts "
+            "and containers; name the zone, e.g. Europe/Berlin or UTC"
+        )
     try:
         zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
