@@ -162,8 +162,9 @@ async def test_an_unknown_run_id_goes_to_the_accept_path(harness: StoreHarness) 
 
 async def test_a_command_cannot_take_the_dedupe_key_of_a_retry(harness: StoreHarness) -> None:
     """Attempt n of a run is written under `<first key>#n`: a command whose dedupe key (given,
-    or `bus:<run id>`) ends that way is refused (dead-lettered `invalid_argument`), so it can
-    neither take a retry's row nor be answered with one; a `#` elsewhere is still a key's own."""
+    or `bus:<run id>`) ends that way is written with a `~` after it, so it can neither take a
+    retry's row nor be answered with one; it is still one run however often it comes. A `#`
+    elsewhere is a key's own."""
     store = harness.store
     catalog = parse_catalog_text(
         "version: 1\ndefaults: {executor: inline}\njobs:\n  nightly: {command: ['true'], overlap: allow}\n"
@@ -180,18 +181,26 @@ async def test_a_command_cannot_take_the_dedupe_key_of_a_retry(harness: StoreHar
     bus.inbox = [
         command("first", {"run_id": "c1", "job": "nightly", "dedupe_key": "build-7"}),
         command("forged", {"run_id": "c2", "job": "nightly", "dedupe_key": "build-7#2"}),
+        command("again", {"run_id": "c2", "job": "nightly", "dedupe_key": "build-7#2"}),
         command("by-id", {"run_id": "c3#2", "job": "nightly"}),
         command("own-hash", {"run_id": "c4", "job": "nightly", "dedupe_key": "build#7a"}),
+        command("tilde", {"run_id": "c5", "job": "nightly", "dedupe_key": "build-7#2~"}),
     ]
     await consumer.consume_once()
-    assert sorted(bus.acked) == ["first", "own-hash"]
-    assert [message_id for message_id, _ in bus.dead] == ["forged", "by-id"]
-    for _, reason in bus.dead:
-        assert reason.startswith("invalid_argument: ")
-        assert "retries" in reason
-    assert await store.run_by_dedupe_key("build-7#2") is None
+    assert sorted(bus.acked) == ["again", "by-id", "first", "forged", "own-hash", "tilde"]
+    assert bus.dead == []
+    assert await store.run_by_dedupe_key("build-7#2") is None  # the retry's, still free
     assert await store.run_by_dedupe_key("bus:c3#2") is None
+    forged = await store.run_by_dedupe_key("build-7#2~")
+    assert forged is not None
+    assert await store.run_by_dedupe_key("bus:c3#2~") is not None
     assert await store.run_by_dedupe_key("build#7a") is not None
+    # `build-7#2~` given is not `build-7#2` given: each is its own run.
+    tilde = await store.run_by_dedupe_key("build-7#2~~")
+    assert tilde is not None
+    assert tilde.id != forged.id
+    runs = await store.list_runs(RunFilter(job="nightly"))
+    assert len(runs) == 5  # the repeated command is the same run
 
 
 async def test_a_command_with_text_no_store_can_keep_is_dead_lettered_on_each(

@@ -15,10 +15,9 @@ from runlane.adapters.postgres import PostgresStore
 from runlane.adapters.sqlite import SqliteStore
 from runlane.catalog import Catalog, parse_catalog_text
 from runlane.core.runs import RunStatus
-from runlane.errors import NotFound
 from runlane.ports import Store
 from runlane.service.accept import RunRequest, accept_run
-from runlane.service.events import BadEvent, emit_event
+from runlane.service.events import emit_event
 from runlane.testing.clock import FixedClock
 
 CATALOG = """
@@ -116,23 +115,27 @@ async def test_a_snoozed_jobs_event_runs_are_skipped_until_the_snooze_runs_out(
     assert outcome(later)["windowed"] == (False, RunStatus.SKIPPED, "paused")
 
 
-async def test_an_event_id_that_would_give_a_retrys_dedupe_key_is_refused(store: Store) -> None:
+async def test_an_event_id_in_a_retrys_form_cannot_take_a_retrys_key(store: Store) -> None:
     """An undebounced listener's run is keyed `job@key@<event id>` and its retries
-    `job@key@<event id>#<attempt>`: an event id ending in `#` and digits would take a retry's row
-    of another event's run (the retry then lost) or be answered with it. It is refused before
-    anything is recorded; a `#` elsewhere in an id is the id's own."""
+    `job@key@<event id>#<attempt>`: the run of an event id ending in `#` and digits is keyed with
+    a `~` after it, so it can take no retry's row of another event's run (the retry then lost)
+    nor be answered with one; the same id again is the same run."""
     catalog = parse_catalog_text(PAUSABLE, "catalog.yaml")
 
     async def accept(request: RunRequest) -> Any:
         return await accept_run(store, catalog, request)
 
-    with pytest.raises(BadEvent, match=r"event id 'e1#2' ends in '#2'.*retr"):
-        await emit_event(store, catalog, accept, "k.p", event_id="e1#2")
-    assert await store.run_by_dedupe_key("awake@k.p@e1#2") is None
-    with pytest.raises(NotFound):
-        await store.get_event("e1#2")
-    emitted = await emit_event(store, catalog, accept, "k.p", event_id="e1#2b")
-    assert [link.started for link in emitted.links if link.job == "awake"] == [True]
+    emitted = await emit_event(store, catalog, accept, "k.p", event_id="e1#2")
+    [started] = [link for link in emitted.links if link.job == "awake"]
+    assert started.started
+    assert await store.run_by_dedupe_key("awake@k.p@e1#2") is None  # e1's second attempt's
+    run = await store.run_by_dedupe_key("awake@k.p@e1#2~")
+    assert run is not None
+    again = await emit_event(store, catalog, accept, "k.p", event_id="e1#2")
+    assert [r.run.id for r in again.runs if r.run.job == "awake"] == [run.id]
+    own = await emit_event(store, catalog, accept, "k.p", event_id="e1#2b")
+    assert [link.started for link in own.links if link.job == "awake"] == [True]
+    assert await store.run_by_dedupe_key("awake@k.p@e1#2b") is not None
 
 
 async def test_windows_shorter_than_a_second_each_start_their_own_run(

@@ -271,21 +271,17 @@ def retry_dedupe_key(first_key: str, attempt: int) -> str:
     return f"{first_key}#{attempt}"
 
 
-_RETRY_SUFFIX = re.compile(r"#[0-9]+\Z")
+_RETRY_FORM = re.compile(r"(#[0-9]+|~)\Z")
 
 
-def retry_key_problem(key: str, what: str = "dedupe key") -> str | None:
-    """Why a dedupe key given from outside (a bus command's, an event id in one) cannot be a
-    first attempt's, or None: one that ends in `#<digits>` could be a retry's
-    (`retry_dedupe_key`), and would take that retry's row (the retry then lost) or be answered
-    with it."""
-    found = _RETRY_SUFFIX.search(key)
-    if found is None:
-        return None
-    return (
-        f"{what} {key!r} ends in {found.group()!r}, which runlane keeps for the dedupe keys of "
-        f"retries; use another {what}, one that does not end in '#' and digits"
-    )
+def first_attempt_key(key: str) -> str:
+    """The key a first attempt is written under, for a dedupe key given from outside (a bus
+    command's, an event id in one): the key itself, unless it ends in `#<digits>` (a retry's
+    form, `retry_dedupe_key`) or in `~`; then with a `~` after it. Such a key would otherwise
+    take a retry's row (the retry then lost) or be answered with it: `build#2` of one event and
+    the second attempt of `build`'s. The mapping is one to one (a key given twice is the same
+    run), and no key it writes ends in `#<digits>`."""
+    return f"{key}~" if _RETRY_FORM.search(key) else key
 
 
 def schedule_dedupe_key(job: str, slot_utc: datetime) -> str:

@@ -21,7 +21,7 @@ from runlane.core.runs import (
     OverlapAction,
     RunStatus,
     Trigger,
-    retry_key_problem,
+    first_attempt_key,
 )
 from runlane.errors import ConfirmationRequired, InvalidArgument, ParamError, RunRefused
 from runlane.ports import RunLog
@@ -135,8 +135,6 @@ def prepare_run(
                 f"job {job.name!r}: {what} {text[:40]!r}… is {size} bytes as UTF-8; "
                 f"at most {MAX_KEY_BYTES} bytes"
             )
-    if request.dedupe_key and (problem := retry_key_problem(request.dedupe_key)) is not None:
-        raise InvalidArgument(f"job {job.name!r}: {problem}")
     params: dict[str, Any] = coerce_params(
         job.params,
         request.params or {},
@@ -151,7 +149,10 @@ def prepare_run(
         id=str(uuid.uuid4()),
         job=job.name,
         trigger=request.trigger,
-        dedupe_key=request.dedupe_key or str(uuid.uuid4()),
+        # A key in a retry's form gets a terminator: no first attempt can take a retry's key.
+        dedupe_key=first_attempt_key(request.dedupe_key)
+        if request.dedupe_key
+        else str(uuid.uuid4()),
         executor=executor,
         overlap=job.overlap,
         params=params,

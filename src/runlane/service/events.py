@@ -22,13 +22,7 @@ import structlog
 
 from runlane.catalog import Catalog
 from runlane.catalog.params import MAX_PARAMS_BYTES
-from runlane.core.runs import (
-    AcceptResult,
-    RunStatus,
-    Trigger,
-    event_dedupe_key,
-    retry_key_problem,
-)
+from runlane.core.runs import AcceptResult, RunStatus, Trigger, event_dedupe_key
 from runlane.core.trace import child_traceparent
 from runlane.errors import ConfigError, ConfirmationRequired, EventIdTaken
 from runlane.ports import Event, EventFact, EventLink, EventStore
@@ -84,9 +78,6 @@ def check_event(key: str, event_id: str | None, data: Mapping[str, Any]) -> None
             )
     if event_id is not None and not event_id.strip():
         raise BadEvent("the event id is empty")
-    if event_id is not None and (problem := retry_key_problem(event_id, "event id")) is not None:
-        # An undebounced listener's run is keyed `job@key@<event id>`, its retries' keys `#n` on.
-        raise BadEvent(problem)
     # Iterative, so deep nesting is reported rather than overflowing the stack.
     stack: list[tuple[str, object, int]] = [("data", dict(data), 1)]
     while stack:
