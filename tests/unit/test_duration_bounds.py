@@ -188,3 +188,20 @@ def test_format_duration_never_raises_on_non_finite_numbers() -> None:
     assert format_duration(math.inf) == "inf"
     assert format_duration(math.nan) == "nan"
     assert format_duration(MAX_DURATION_SECONDS) == "36500d"
+
+
+# --- ASCII digits only --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["\u0663s", "\u0663", "1\u0660m", "\uff11h", "1.\u0665s"])
+def test_a_duration_of_digits_that_are_not_ascii_is_refused_as_the_schema_refuses_it(
+    value: str,
+) -> None:
+    # docs/catalog.schema.json's pattern (`\d` in JSON Schema is 0-9) refuses these: the
+    # catalog must too, or a catalog an editor marks wrong loads, and means what Python reads.
+    assert _problems(f'version: 1\nglobal: {{kill_grace: "{value}"}}\n') == [
+        "catalog.yaml:2:22: global.kill_grace: expected a duration such as 30s, 10m, 2h or 1d, "
+        f"got {value!r}"
+    ]
+    with pytest.raises(ValueError, match="expected a duration"):
+        parse_duration(value)

@@ -9,8 +9,10 @@ from collections.abc import Mapping
 from runlane.errors import ConfigError
 
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
-_WHOLE = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|s|m|h|d|w))+$")
+# ASCII digits only, as the catalog's JSON Schema has it (`\d` there is 0-9; Python's `\d` and
+# float() also read other scripts' digits, `٣s`).
+_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d|w)")
+_WHOLE = re.compile(r"^(?:[0-9]+(?:\.[0-9]+)?(?:ms|s|m|h|d|w))+$")
 
 MAX_DURATION_DAYS = 36_500
 MAX_DURATION_SECONDS = MAX_DURATION_DAYS * 86400.0
@@ -44,7 +46,7 @@ def parse_duration(text: str | int | float, *, maximum: float | None = None) -> 
         seconds = _as_float(text)
     else:
         s = text.strip().lower().replace(" ", "")
-        if re.fullmatch(r"\d+(?:\.\d+)?", s):
+        if re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", s):
             seconds = float(s)
         elif not s or not _WHOLE.match(s):
             raise ValueError(f"{_EXPECTED}, got {text!r}")
