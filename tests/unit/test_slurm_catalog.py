@@ -76,3 +76,30 @@ def test_bad_values_are_refused() -> None:
     problems = "\n".join(err.value.problems)
     assert "profiles.hpc.slurm.memory" in problems
     assert "jobs.report.slurm.cpus" in problems
+
+
+@pytest.mark.parametrize(
+    ("nodes", "message"),
+    [
+        # sbatch refuses a minimum above the maximum only when the run is submitted.
+        ("2-1", "a node range is MIN-MAX with MIN at most MAX, got '2-1'"),
+        # Digits of other scripts: Python and the schema's regex engine count them as digits.
+        ('"\u0663"', "which does not match"),
+        ('"1-\u0661"', "which does not match"),
+    ],
+)
+def test_a_node_count_sbatch_would_refuse_is_a_catalog_error(nodes: str, message: str) -> None:
+    text = CATALOG.replace("nodes: 1}", f"nodes: {nodes}}}")
+    with pytest.raises(CatalogError) as err:
+        parse_catalog_text(text)
+    [problem] = err.value.problems
+    assert problem.startswith("catalog.yaml:20:"), problem
+    assert "jobs.plain.slurm.nodes" in problem, problem
+    assert message in problem, problem
+
+
+def test_a_node_range_in_order_is_accepted() -> None:
+    text = CATALOG.replace("nodes: 1}", "nodes: 1-4}")
+    spec = parse_catalog_text(text).resolve("plain").profile_spec
+    assert spec is not None
+    assert slurm_options(spec.model_dump()) == ["--partition=long", "--nodes=1-4"]

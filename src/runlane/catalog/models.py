@@ -371,16 +371,30 @@ class SlurmSpec(_Model):
     account: str | None = Field(None, pattern=_NO_CONTROL)
     qos: str | None = Field(None, pattern=_NO_CONTROL)
     cpus: StrictInt | None = Field(None, ge=1, description="CPUs per task (--cpus-per-task).")
+    # [0-9], not \d: the pattern engine counts other scripts' digits (`٣`), which sbatch does not.
     memory: ScalarStr | None = Field(
-        None, pattern=r"^\d+[KMGT]?$", description="Memory per node (--mem), e.g. 4G or 512M."
+        None, pattern=r"^[0-9]+[KMGT]?$", description="Memory per node (--mem), e.g. 4G or 512M."
     )
     gres: str | None = Field(None, pattern=_NO_CONTROL, description="e.g. gpu:1")
-    nodes: ScalarStr | None = Field(None, pattern=r"^\d+(-\d+)?$")
+    nodes: ScalarStr | None = Field(
+        None, pattern=r"^[0-9]+(-[0-9]+)?$", description="A node count (2) or range (MIN-MAX)."
+    )
     constraint: str | None = Field(None, pattern=_NO_CONTROL)
     workdir: str | None = Field(None, pattern=_NO_CONTROL, description="The job's directory.")
     extra_args: list[SbatchArg] | None = Field(
         None, description="More sbatch options, from an allowlist (docs/slurm.md)."
     )
+
+    @field_validator("nodes")
+    @classmethod
+    def _node_range_in_order(cls, value: str | None) -> str | None:
+        # sbatch refuses `--nodes=2-1` only when the run is submitted: a failed run, not a
+        # catalog error.
+        if value is not None and "-" in value:
+            low, high = value.split("-")
+            if int(low) > int(high):
+                raise ValueError(f"a node range is MIN-MAX with MIN at most MAX, got {value!r}")
+        return value
 
 
 class Profile(_Model):
