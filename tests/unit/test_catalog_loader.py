@@ -348,3 +348,27 @@ def test_random_structures_in_sections_never_crash(value: object, section: str) 
 
     text = f"version: 1\n{section}: {json.dumps(value)}\n"
     _assert_catalog_or_error(text)
+
+
+def test_a_nul_byte_in_a_command_or_env_is_a_catalog_error() -> None:
+    # No process can be given a NUL in an argument or the environment: each run of such a job
+    # used to fail at launch (a permanent executor error) after the catalog passed its check.
+    text = (
+        "version: 1\n"
+        "profiles:\n"
+        '  p: {env: {PROFILE_VAR: "a\\0b"}}\n'
+        "jobs:\n"
+        "  a:\n"
+        '    command: [echo, "a\\0b"]\n'
+        '    env: {GOOD: ok, BAD: "x\\0y", SURROGATE: "\\ud800"}\n'
+    )
+    assert _problems(text) == [
+        "catalog.yaml:3:26: profiles.p.env.PROFILE_VAR: a NUL byte (\\0) cannot be passed to a "
+        "process, got 'a\\x00b'",
+        "catalog.yaml:6:21: jobs.a.command[1]: a NUL byte (\\0) cannot be passed to a process, "
+        "got 'a\\x00b'",
+        "catalog.yaml:7:26: jobs.a.env.BAD: a NUL byte (\\0) cannot be passed to a process, "
+        "got 'x\\x00y'",
+        "catalog.yaml:7:45: jobs.a.env.SURROGATE: a lone surrogate ('\\ud800') cannot be passed "
+        "to a process, got '\\ud800'",
+    ]

@@ -13,6 +13,7 @@ from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -133,6 +134,26 @@ ScalarStr = Annotated[
     str,
     BeforeValidator(_scalar_to_str, json_schema_input_type=str | int | float),
 ]
+
+
+def _passable(value: str) -> str:
+    # What exec and the environment cannot carry: each run would fail at launch (a permanent
+    # `invalid_spec`) after the catalog passed its check.
+    if "\x00" in value:
+        raise ValueError(f"a NUL byte (\\0) cannot be passed to a process, got {value!r}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"a lone surrogate ({value[exc.start]!r}) cannot be passed to a process, got {value!r}"
+        ) from None
+    return value
+
+
+ProcessStr = Annotated[str, AfterValidator(_passable)]
+"""A command argument or an environment value: no NUL byte, no lone surrogate."""
+
+EnvValue = Annotated[ScalarStr, AfterValidator(_passable)]
 
 ParamSpecField = Annotated[
     ParamSpec,
@@ -408,7 +429,7 @@ class Profile(_Model):
     node_selector: dict[str, ScalarStr] = Field(default_factory=dict, alias="nodeSelector")
     tolerations: list[dict[str, Any]] = Field(default_factory=list)
     namespace: str | None = None
-    env: dict[Annotated[str, Field(pattern=ENV_NAME_PATTERN)], ScalarStr] = Field(
+    env: dict[Annotated[str, Field(pattern=ENV_NAME_PATTERN)], EnvValue] = Field(
         default_factory=dict
     )
     slurm: SlurmSpec | None = None
@@ -487,7 +508,7 @@ class _Reserved(_Model):
 class Job(_Reserved):
     """One runnable job. Fields left out come from `defaults` (and `global`)."""
 
-    command: Annotated[list[str], BeforeValidator(_command)] = Field(min_length=1)
+    command: Annotated[list[ProcessStr], BeforeValidator(_command)] = Field(min_length=1)
     profile: str | None = None
     description: str | None = None
     params: dict[str, ParamSpecField] = Field(default_factory=dict)
@@ -501,7 +522,7 @@ class Job(_Reserved):
     overlap: OverlapPolicy | None = None
     kill_grace: Duration | None = None
     log_max_bytes: LogSize | None = None
-    env: dict[Annotated[str, Field(pattern=ENV_NAME_PATTERN)], ScalarStr] = Field(
+    env: dict[Annotated[str, Field(pattern=ENV_NAME_PATTERN)], EnvValue] = Field(
         default_factory=dict
     )
     slurm: SlurmSpec | None = Field(None, description="Slurm options on top of the profile's.")
