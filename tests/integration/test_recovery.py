@@ -401,6 +401,26 @@ async def test_corrupt_state_is_kept_for_repair_and_listed_by_doctor(
     assert {gone, bad} <= flagged
 
 
+async def test_doctor_warns_of_an_orphan_after_the_configured_orphan_grace(
+    store: Store, catalog: Catalog, settings: Settings
+) -> None:
+    # `runlane doctor` used a fixed 10 minutes, whatever RUNLANE_ORPHAN_GRACE (which the
+    # launcher's orphan sweep uses) said.
+    run_id = await accept(store, catalog, "slow")  # deadline: 1s
+    await store.claim(
+        "dead-launcher", limit=1, lease_ttl=3600, executors=["inline"], executor_caps={}
+    )
+    quick = replace(settings, orphan_grace=0.2)
+
+    async def orphan_warned() -> bool:
+        return any(
+            f.check == "orphans" and f.level == "warning" and f.run_id == run_id
+            for f in await diagnose(quick, store)
+        )
+
+    await eventually(orphan_warned, "doctor's orphan warning", within=10)
+
+
 # ------------------------------------------------------------------------ PostgreSQL only
 
 

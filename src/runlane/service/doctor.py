@@ -34,7 +34,6 @@ from runlane.service.wiring import (
 Level = Literal["ok", "warning", "error"]
 
 REPAIR_CODES = frozenset({"unknown_job", "corrupt_params"})
-ORPHAN_GRACE = timedelta(minutes=10)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +168,8 @@ async def diagnose(settings: Settings, store: Store) -> list[Finding]:
         if (
             run.status is RunStatus.RUNNING
             and run.deadline_at is not None
-            and now > run.deadline_at + ORPHAN_GRACE
+            # The launcher's orphan sweep waits as long (RUNLANE_ORPHAN_GRACE).
+            and now > run.deadline_at + timedelta(seconds=settings.orphan_grace)
         ):
             findings.append(
                 Finding(
