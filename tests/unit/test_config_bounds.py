@@ -238,3 +238,23 @@ def test_runlane_event_loop_picks_serves_loop_and_refuses_anything_else(
         event_loop_factory("uvloop")
     assert str(info.value).startswith("RUNLANE_EVENT_LOOP='uvloop': uvloop is not installed")
     assert "RUNLANE_EVENT_LOOP=asyncio" in str(info.value)
+
+
+@pytest.mark.parametrize("value", ["1ms", "999ms", "0.5"])
+def test_a_lease_ttl_under_a_second_is_refused(value: str) -> None:
+    # Every lease would run out between two renewals (or before a claim's commit): runs taken
+    # over and re-run again and again.
+    assert _refused({"RUNLANE_LEASE_TTL": value}) == (
+        f"RUNLANE_LEASE_TTL={value!r}: cannot be shorter than 1s "
+        "(a lease must outlast a renewal's round trip to the database)"
+    )
+
+
+def test_a_one_second_lease_ttl_is_accepted_and_its_renewal_must_be_shorter() -> None:
+    settings = Settings.from_env({"RUNLANE_LEASE_TTL": "1s"})
+    assert (settings.lease_ttl, round(settings.lease_renew_interval, 3)) == (1.0, 0.333)
+    for renew in ("1s", "2s"):
+        assert _refused({"RUNLANE_LEASE_TTL": "1s", "RUNLANE_LEASE_RENEW_INTERVAL": renew}) == (
+            f"RUNLANE_LEASE_RENEW_INTERVAL ({renew[:-1]}s) must be shorter than "
+            "RUNLANE_LEASE_TTL (1s); a third of it is the default"
+        )

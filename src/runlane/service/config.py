@@ -35,6 +35,10 @@ EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 # RUNLANE_DB_TIMEOUT: shorter than a second cuts ordinary statements short on a busy server
 # (PostgreSQL gets a quarter of it for a lock); longer than five minutes bounds nothing useful.
 MIN_DB_TIMEOUT = 1.0
+# RUNLANE_LEASE_TTL: shorter, a lease runs out between two renewals (or before a claim commits)
+# and its run is taken over and run again, over and over.
+MIN_LEASE_TTL = 1.0
+_LEASE_TTL_WHY = "a lease must outlast a renewal's round trip to the database"
 MAX_DB_TIMEOUT = 300.0
 DEFAULT_DB_TIMEOUT = 10.0
 
@@ -284,7 +288,7 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         e = os.environ if env is None else env
-        ttl = _env_duration(e, "RUNLANE_LEASE_TTL", 30.0)
+        ttl = env_duration(e, "RUNLANE_LEASE_TTL", 30.0, minimum=MIN_LEASE_TTL, why=_LEASE_TTL_WHY)
         settings = cls(
             database_url=e.get("RUNLANE_DATABASE_URL") or "sqlite:///runlane.db",
             catalog_path=e.get("RUNLANE_CATALOG") or "catalog.yaml",
@@ -352,6 +356,11 @@ class Settings:
         return max(PRUNE_LAUNCHERS_AFTER, 10 * self.heartbeat_interval)
 
     def validate(self) -> None:
+        if self.lease_ttl < MIN_LEASE_TTL:
+            raise ConfigError(
+                f"RUNLANE_LEASE_TTL ({self.lease_ttl:g}s): cannot be shorter than 1s "
+                f"({_LEASE_TTL_WHY})"
+            )
         if self.lease_renew_interval >= self.lease_ttl:
             raise ConfigError(
                 f"RUNLANE_LEASE_RENEW_INTERVAL ({self.lease_renew_interval:g}s) must be shorter "
