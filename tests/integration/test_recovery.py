@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -288,6 +289,48 @@ async def test_every_outcome_of_an_outage_is_journaled_not_only_the_first_batch(
         for r in await store.list_runs(RunFilter(job="gated"))
     )
     assert attempts == ["a1", "b1", "c1", "c2"]  # the failure's retry, and nothing run again
+
+
+def _write_journal(log_dir: Path, run_id: str, **fields: object) -> Path:
+    """An outcome journal file as a dead launcher `dead-launcher` left it for attempt 1."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    journal = log_dir / f"{run_id}.1.outcome.json"
+    record = {"run_id": run_id, "attempt": 1, "launcher": "dead-launcher", **fields}
+    journal.write_text(json.dumps(record))
+    return journal
+
+
+async def test_a_journal_with_a_status_no_run_can_end_in_is_set_aside_not_retried_forever(
+    store: Store,
+    catalog: Catalog,
+    settings: Settings,
+    start_launcher: Callable[..., Running],
+) -> None:
+    # A journal file saying `running` (hand-edited, or corrupt): its outcome can never be
+    # recorded. Read as it was, every takeover failed to finish the run, which stayed running
+    # and was taken over again every lease TTL. It is set aside, as an unreadable journal is.
+    run_id = await accept(store, catalog, "hello")
+    await store.claim(
+        "dead-launcher", limit=1, lease_ttl=0.0, executors=["inline"], executor_caps={}
+    )
+    journal = _write_journal(
+        Path(settings.log_dir),
+        run_id,
+        status="running",
+        end_reason="exit",
+        exit_code=0,
+        ended_at="2026-01-01T00:00:00+00:00",
+    )
+    with capture_logs() as logged:
+        launcher = start_launcher()
+        await launcher.events.wait("finished", run_id, within=15)
+    run = await store.get_run(run_id)
+    assert (run.status, run.end_reason) == (RunStatus.FAILURE, "launcher_lost")
+    assert not journal.exists()
+    assert journal.with_name(journal.name + ".corrupt").exists()
+    [unreadable] = [e for e in logged if e["event"] == "run.journal_unreadable"]
+    assert unreadable["run_id"] == run_id
+    assert "running" in unreadable["error"]
 
 
 async def open_gate_until_finished(test_dir: Path, events: Events, run_id: str) -> None:

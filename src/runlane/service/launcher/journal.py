@@ -3,6 +3,7 @@ database is down, so that the launcher that takes a run over records how it real
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import structlog
 
-from runlane.core.runs import Outcome, Run, RunStatus
+from runlane.core.runs import Outcome, Run, RunStatus, can_transition
 
 log = structlog.get_logger("runlane.launcher")
 
@@ -70,8 +71,18 @@ class OutcomeJournal:
             tmp.replace(path)
         except OSError as exc:
             log.error("run.journal_failed", run_id=run.id, error=str(exc))
+            # A disk that is full (or failing) would otherwise keep the partial file for good.
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
             return
         self._kept[run.id] = path
+        try:
+            # The rename is durable only once the directory is: without this, a power cut soon
+            # after could lose the journal, and the run be recorded `launcher_lost` (and run
+            # again). The file itself is in place; only its durability is in doubt.
+            _fsync_directory(self._log_dir)
+        except OSError as exc:
+            log.error("run.journal_failed", run_id=run.id, error=str(exc))
 
     def read(self, run: Run) -> tuple[Outcome, float] | None:
         """How an inline run ended, from the journal of the launcher that ran it, if any, with
@@ -79,8 +90,13 @@ class OutcomeJournal:
         path = self.path(run.id, run.attempt)
         try:
             record = json.loads(path.read_text(encoding="utf-8"))
+            status = RunStatus(record["status"])
+            if not status.is_final or not can_transition(RunStatus.RUNNING, status):
+                # Never written by a launcher (hand-edited, corrupt): recording it would fail
+                # on every takeover, and the run be taken over again every lease TTL.
+                raise ValueError(f"a running run cannot end as {status.value!r}")
             outcome = Outcome(
-                RunStatus(record["status"]),
+                status,
                 str(record["end_reason"]),
                 exit_code=record.get("exit_code"),
                 error_code=record.get("error_code"),
@@ -92,8 +108,33 @@ class OutcomeJournal:
             )
         except FileNotFoundError:
             return None
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except OSError as exc:
             log.error("run.journal_unreadable", run_id=run.id, path=str(path), error=str(exc))
+            return None
+        except (ValueError, KeyError, TypeError) as exc:
+            # Set aside (kept for a person to look at), so that it is not read again.
+            aside = path.with_name(f"{path.name}.corrupt")
+            log.error(
+                "run.journal_unreadable",
+                run_id=run.id,
+                path=str(path),
+                error=str(exc),
+                set_aside=str(aside),
+            )
+            with contextlib.suppress(OSError):
+                path.replace(aside)
             return None
         self._kept[run.id] = path  # removed once this outcome is recorded
         return outcome, time.monotonic() - seconds_since_wall(record.get("ended_at"))
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make the entries of `directory` (a rename into it) durable. (Where a directory cannot be
+    opened, Windows, a rename is made durable by the file system itself.)"""
+    if not hasattr(os, "O_DIRECTORY"):
+        return
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
