@@ -128,3 +128,88 @@ def test_over_https_the_session_cookie_is_a_host_cookie(behind_tls: ApiServer) -
         assert "secure" in cleared.lower()
         again = {**HTTPS, "Cookie": f"__Host-runlane_session={secret}"}
         assert client.get("/jobs", headers=again).status_code == 303
+
+
+def https_session(server: ApiServer, role: str, proto: str = "https") -> tuple[str, str]:
+    """A session opened over HTTPS (`proto` as the proxy says it): its secret and a CSRF
+    token of a page. The Cookie header is written by hand: httpx sends no Secure cookie to an
+    http:// URL."""
+    headers = {"X-Forwarded-Proto": proto}
+    with browser(server) as client:
+        form = client.get("/login", headers=headers)
+        login_cookie = form.headers["set-cookie"].split(";")[0]
+        answer = client.post(
+            "/login",
+            data={"token": server.tokens[role], "csrf_token": csrf_of(form.text)},
+            headers={**headers, "Cookie": login_cookie},
+        )
+        assert answer.status_code == 303, answer.text
+        (cookie,) = [
+            c
+            for c in answer.headers.get_list("set-cookie")
+            if c.startswith("__Host-runlane_session=")
+        ]
+        secret = cookie.partition("=")[2].split(";")[0]
+        page = client.get(
+            "/jobs/single",
+            headers={**headers, "Cookie": f"__Host-runlane_session={secret}"},
+        )
+        assert page.status_code == 200, page.text
+        return secret, csrf_of(page.text)
+
+
+def test_over_https_the_flash_cookie_is_a_secure_host_cookie(behind_tls: ApiServer) -> None:
+    # The flash message of a form's answer rides in a cookie: over HTTPS it must be Secure
+    # (and `__Host-`, as the session's is), or a plain-HTTP hop could read or plant it.
+    secret, csrf = https_session(behind_tls, "operator")
+    session = f"__Host-runlane_session={secret}"
+    with browser(behind_tls) as client:
+        paused = client.post(
+            "/jobs/single/pause",
+            data={"csrf_token": csrf, "reason": "upgrade"},
+            headers={**HTTPS, "Cookie": session},
+        )
+        assert paused.status_code == 303, paused.text
+        (flash,) = [c for c in paused.headers.get_list("set-cookie") if "runlane_flash=" in c]
+        name, _, rest = flash.partition("=")
+        assert name == "__Host-runlane_flash"
+        flags = {part.strip().lower() for part in rest.split(";")[1:]}
+        assert {"secure", "httponly", "samesite=strict", "path=/"} <= flags
+        value = rest.split(";")[0]
+        page = client.get(
+            "/jobs/single", headers={**HTTPS, "Cookie": f"{session}; __Host-runlane_flash={value}"}
+        )
+        assert "Paused" in page.text  # the flash, read under its HTTPS name
+        (cleared,) = [c for c in page.headers.get_list("set-cookie") if "runlane_flash=" in c]
+        assert cleared.startswith("__Host-runlane_flash=")
+        assert "max-age=0" in cleared.lower()
+        assert "secure" in cleared.lower()  # else a browser refuses to clear a __Host- cookie
+        # Over HTTPS a flash cookie without the prefix (another host's) is not shown.
+        planted = client.get(
+            "/jobs/single", headers={**HTTPS, "Cookie": f"{session}; runlane_flash=Planted"}
+        )
+        assert "Planted" not in planted.text
+    with browser(behind_tls) as client:
+        client.post(
+            "/jobs/single/resume", data={"csrf_token": csrf}, headers={**HTTPS, "Cookie": session}
+        )
+
+
+def test_a_proxy_chains_forwarded_proto_list_is_read_by_its_first_element(
+    behind_tls: ApiServer,
+) -> None:
+    # Behind two proxies X-Forwarded-Proto is a list, the client's scheme first: `https, http`
+    # is a browser on HTTPS, and its cookies must be Secure.
+    with browser(behind_tls) as client:
+        form = client.get("/login", headers={"X-Forwarded-Proto": "https, http"})
+        assert "secure" in form.headers["set-cookie"].lower()
+        plain = client.get("/login", headers={"X-Forwarded-Proto": "http, https"})
+        assert "secure" not in plain.headers["set-cookie"].lower()
+    secret, _ = https_session(behind_tls, "viewer", proto="HTTPS ,http")
+    assert secret
+
+
+def test_a_forwarded_proto_list_from_an_untrusted_peer_is_ignored(web: ApiServer) -> None:
+    with browser(web) as client:
+        form = client.get("/login", headers={"X-Forwarded-Proto": "https, http"})
+        assert "secure" not in form.headers["set-cookie"].lower()

@@ -358,7 +358,8 @@ def page(
     html = templates.get_template(template).render(page_context(request, **context))
     response = HTMLResponse(html, status_code=status, headers={**PAGE_HEADERS, **(headers or {})})
     for cookie in getattr(request.state, "clear_cookies", ()):
-        response.delete_cookie(cookie, path="/")
+        # A browser takes a `__Host-` cookie's removal only when it is Secure too.
+        response.delete_cookie(cookie, path="/", secure=cookie.startswith("__Host-"))
     return response
 
 

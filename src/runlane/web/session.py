@@ -36,6 +36,9 @@ SESSION_COOKIE = "runlane_session"
 # Over HTTPS only this name is read: a cookie without the prefix may have come from anywhere.
 HOST_SESSION_COOKIE = "__Host-" + SESSION_COOKIE
 FLASH_COOKIE = "runlane_flash"
+# The flash message's cookie over HTTPS: Secure, and `__Host-` for the session cookie's reasons
+# (no other host plants a message of its own; over HTTPS only this name is read).
+HOST_FLASH_COOKIE = "__Host-" + FLASH_COOKIE
 MAX_FLASH_CHARS = 300
 log = structlog.get_logger("runlane.web")
 
@@ -61,12 +64,14 @@ WebRuntime = Annotated[Runtime, Depends(runtime_of)]
 
 def is_https(request: Request) -> bool:
     """Whether the browser reached us over HTTPS: the request's scheme, or X-Forwarded-Proto
-    when it comes from a trusted proxy (from anyone else the header is ignored)."""
+    when it comes from a trusted proxy (from anyone else the header is ignored). Behind a chain
+    of proxies the header is a list, the scheme the client used first (`https, http`)."""
     if request.url.scheme == "https":
         return True
     trusts: Callable[[Request], bool] | None = getattr(request.app.state, "proxy_trusted", None)
     if trusts is not None and trusts(request):
-        return request.headers.get("x-forwarded-proto", "").strip().lower() == "https"
+        first = request.headers.get("x-forwarded-proto", "").split(",")[0]
+        return first.strip().lower() == "https"
     return False
 
 
@@ -121,26 +126,34 @@ def safe_next(path: str | None) -> str:
     return path
 
 
-def redirect(url: str, *, flash: str | None = None) -> RedirectResponse:
+def redirect(request: Request, url: str, *, flash: str | None = None) -> RedirectResponse:
     """303 to `url` (a POST's answer: the browser then GETs it), with a message for the next
-    page when `flash` is given."""
+    page when `flash` is given: its cookie is Secure and named `__Host-runlane_flash` when
+    `request` came over HTTPS, as the session cookie is."""
     response = RedirectResponse(url, status_code=303)
     if flash:
         response.set_cookie(
-            FLASH_COOKIE,
+            flash_cookie_name(request),
             urllib.parse.quote(flash[:MAX_FLASH_CHARS]),
             path="/",
             httponly=True,
             samesite="strict",
+            secure=is_https(request),
         )
     return response
 
 
+def flash_cookie_name(request: Request) -> str:
+    """The flash cookie's name for `request`: `__Host-runlane_flash` over HTTPS."""
+    return HOST_FLASH_COOKIE if is_https(request) else FLASH_COOKIE
+
+
 def _take_flash(request: Request) -> None:
-    text = request.cookies.get(FLASH_COOKIE)
+    name = flash_cookie_name(request)
+    text = request.cookies.get(name)
     if text:
         request.state.flash = (urllib.parse.unquote(text)[:MAX_FLASH_CHARS],)
-        request.state.clear_cookies = (FLASH_COOKIE,)
+        request.state.clear_cookies = (name,)
 
 
 async def _identify(request: Request, rt: Runtime) -> Requester:

@@ -105,7 +105,9 @@ async def run_chain(request: Request, rt: WebRuntime, who: WebOperator, chain: s
             raise
         return await _chains_page(request, rt, who, status=exc.http_status, error=exc)
     run_id = started.view.run.id
-    return redirect(f"/chain-runs/{run_id}", flash=f"Chain run {run_id[:8]} of {chain} started")
+    return redirect(
+        request, f"/chain-runs/{run_id}", flash=f"Chain run {run_id[:8]} of {chain} started"
+    )
 
 
 @router.get("/chain-runs/{chain_run_id}")

@@ -265,7 +265,7 @@ async def run_job(request: Request, rt: WebRuntime, who: WebOperator, job: str) 
             request, rt, who, info.name, status=exc.http_status, error=exc, values=values
         )
     return redirect(
-        f"/runs/{queued.run.id}", flash=f"Run {queued.run.id[:8]} of {info.name} queued"
+        request, f"/runs/{queued.run.id}", flash=f"Run {queued.run.id[:8]} of {info.name} queued"
     )
 
 
@@ -293,7 +293,9 @@ async def pause_job(request: Request, rt: WebRuntime, who: WebOperator, job: str
         )
     except InvalidArgument as exc:
         return await _job_page(request, rt, who, job, status=exc.http_status, error=exc)
-    return redirect(f"/jobs/{urllib.parse.quote(job)}", flash="Snoozed" if until_text else "Paused")
+    return redirect(
+        request, f"/jobs/{urllib.parse.quote(job)}", flash="Snoozed" if until_text else "Paused"
+    )
 
 
 @router.post("/jobs/{job}/resume")
@@ -308,4 +310,4 @@ async def resume_job(request: Request, rt: WebRuntime, who: WebOperator, job: st
         call=lambda: operations.resume_job(rt, job, requester=who),
     )
     message = "Resumed" if resumed.was_paused else "The job was not paused"
-    return redirect(f"/jobs/{urllib.parse.quote(job)}", flash=message)
+    return redirect(request, f"/jobs/{urllib.parse.quote(job)}", flash=message)

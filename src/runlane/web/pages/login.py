@@ -125,6 +125,6 @@ async def login(
 async def logout(request: Request, rt: WebRuntime, _who: WebOperator) -> Response:
     """End the session (its row is deleted) and go to the login page."""
     await web_sessions.close_session(rt, getattr(request.state, "session_secret", None))
-    response = redirect("/login?" + urllib.parse.urlencode({"next": "/jobs"}))
+    response = redirect(request, "/login?" + urllib.parse.urlencode({"next": "/jobs"}))
     clear_session_cookie(response, request)
     return response

@@ -214,7 +214,9 @@ async def cancel_run(request: Request, rt: WebRuntime, who: WebOperator, run_id:
         )
     except NotCancellable as exc:
         return await _run_page(request, rt, who, run.id, status=exc.http_status, error=exc)
-    return redirect(f"/runs/{run.id}", flash=f"Run {run.id[:8]} cancelled (or asked to stop)")
+    return redirect(
+        request, f"/runs/{run.id}", flash=f"Run {run.id[:8]} cancelled (or asked to stop)"
+    )
 
 
 def run_times(run: Run) -> list[tuple[str, Any]]:

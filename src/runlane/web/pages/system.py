@@ -129,6 +129,7 @@ async def emit_event(request: Request, rt: WebRuntime, who: WebOperator) -> Resp
     joined = len(emitted.links) - started
     said = "recorded" if emitted.created else "already recorded"
     return redirect(
+        request,
         "/events?" + urllib.parse.urlencode({"key": key}),
         flash=f"Event {emitted.event.id[:8]} {said}: {started} run(s) started, {joined} joined",
     )
