@@ -118,27 +118,35 @@ async def test_the_audit_log_pages_newest_first(h_clean: StoreHarness) -> None:
 
 async def test_an_idempotency_key_is_reserved_once(h_clean: StoreHarness) -> None:
     store, clock = await clocked(h_clean)
-    assert await store.reserve_key("ci", "k1", "fp-a", ttl=DAY, abandoned=HOUR) is None
-    held = await store.reserve_key("ci", "k1", "fp-b", ttl=DAY, abandoned=HOUR)
+    assert (
+        await store.reserve_key("ci", "k1", "fp-a", reservation="r", ttl=DAY, abandoned=HOUR)
+        is None
+    )
+    held = await store.reserve_key("ci", "k1", "fp-b", reservation="r", ttl=DAY, abandoned=HOUR)
     assert held is not None
     assert held.fingerprint == "fp-a"
     assert held.status is None
     assert (
-        await store.reserve_key("other", "k1", "fp-b", ttl=DAY, abandoned=HOUR) is None
+        await store.reserve_key("other", "k1", "fp-b", reservation="r", ttl=DAY, abandoned=HOUR)
+        is None
     )  # per owner
-    await store.complete_key("ci", "k1", 201, '{"id": "x"}')
-    done = await store.reserve_key("ci", "k1", "fp-a", ttl=DAY, abandoned=HOUR)
+    assert await store.complete_key("ci", "k1", 201, '{"id": "x"}', reservation="r")
+    done = await store.reserve_key("ci", "k1", "fp-a", reservation="r", ttl=DAY, abandoned=HOUR)
     assert done is not None
     assert done.status == 201
     assert done.body is not None
     assert done.body.replace(" ", "") == '{"id":"x"}'
-    await store.release_key("ci", "k1")  # a completed key is kept
-    assert await store.reserve_key("ci", "k1", "fp-a", ttl=DAY, abandoned=HOUR) is not None
+    assert not await store.release_key("ci", "k1", reservation="r")  # a completed key is kept
+    assert (
+        await store.reserve_key("ci", "k1", "fp-a", reservation="r", ttl=DAY, abandoned=HOUR)
+        is not None
+    )
     clock.advance(86401)
     assert (
-        await store.reserve_key("ci", "k1", "fp-c", ttl=DAY, abandoned=HOUR) is None
+        await store.reserve_key("ci", "k1", "fp-c", reservation="r", ttl=DAY, abandoned=HOUR)
+        is None
     )  # stale: taken over
-    fresh = await store.reserve_key("ci", "k1", "fp-a", ttl=DAY, abandoned=HOUR)
+    fresh = await store.reserve_key("ci", "k1", "fp-a", reservation="r", ttl=DAY, abandoned=HOUR)
     assert fresh is not None
     assert fresh.fingerprint == "fp-c"
     assert fresh.status is None
@@ -146,42 +154,99 @@ async def test_an_idempotency_key_is_reserved_once(h_clean: StoreHarness) -> Non
 
 async def test_a_reservation_left_in_flight_is_taken_over(h_clean: StoreHarness) -> None:
     store, clock = await clocked(h_clean)
-    assert await store.reserve_key("ci", "lost", "fp-a", ttl=DAY, abandoned=HOUR) is None
-    assert await store.reserve_key("ci", "done", "fp-a", ttl=DAY, abandoned=HOUR) is None
-    await store.complete_key("ci", "done", 201, "{}")
+    assert (
+        await store.reserve_key("ci", "lost", "fp-a", reservation="r", ttl=DAY, abandoned=HOUR)
+        is None
+    )
+    assert (
+        await store.reserve_key("ci", "done", "fp-a", reservation="r", ttl=DAY, abandoned=HOUR)
+        is None
+    )
+    assert await store.complete_key("ci", "done", 201, "{}", reservation="r")
     clock.advance(HOUR - 1)
-    assert await store.reserve_key("ci", "lost", "fp-b", ttl=DAY, abandoned=HOUR) is not None
+    assert (
+        await store.reserve_key("ci", "lost", "fp-b", reservation="r", ttl=DAY, abandoned=HOUR)
+        is not None
+    )
     clock.advance(2)
-    assert await store.reserve_key("ci", "lost", "fp-b", ttl=DAY, abandoned=HOUR) is None
-    done = await store.reserve_key("ci", "done", "fp-a", ttl=DAY, abandoned=HOUR)
+    assert (
+        await store.reserve_key("ci", "lost", "fp-b", reservation="r", ttl=DAY, abandoned=HOUR)
+        is None
+    )
+    done = await store.reserve_key("ci", "done", "fp-a", reservation="r", ttl=DAY, abandoned=HOUR)
     assert done is not None  # a completed key is kept for the whole ttl
     assert done.status == 201
 
 
+async def test_only_the_request_holding_a_reservation_completes_or_releases_it(
+    h_clean: StoreHarness,
+) -> None:
+    """A request slower than the takeover window (`abandoned`) finds its key taken over by a
+    retry: its answer must not overwrite the retry's reservation, nor its failure delete it
+    (a third request would then run while the retry still does)."""
+    store, clock = await clocked(h_clean)
+    assert (
+        await store.reserve_key("ci", "k", "fp", reservation="slow", ttl=DAY, abandoned=HOUR)
+        is None
+    )
+    clock.advance(HOUR + 1)
+    assert (
+        await store.reserve_key("ci", "k", "fp", reservation="retry", ttl=DAY, abandoned=HOUR)
+        is None
+    )
+    # The slow request fails now: the retry's reservation stays in flight.
+    assert not await store.release_key("ci", "k", reservation="slow")
+    held = await store.reserve_key("ci", "k", "fp", reservation="third", ttl=DAY, abandoned=HOUR)
+    assert held is not None
+    assert held.status is None
+    # Or it succeeds now: its answer is not kept over the retry's reservation.
+    assert not await store.complete_key("ci", "k", 201, '{"by": "slow"}', reservation="slow")
+    held = await store.reserve_key("ci", "k", "fp", reservation="third", ttl=DAY, abandoned=HOUR)
+    assert held is not None
+    assert held.status is None
+    assert await store.complete_key("ci", "k", 201, '{"by": "retry"}', reservation="retry")
+    done = await store.reserve_key("ci", "k", "fp", reservation="third", ttl=DAY, abandoned=HOUR)
+    assert done is not None
+    assert done.body is not None
+    assert done.body.replace(" ", "") == '{"by":"retry"}'
+
+
 async def test_a_released_key_may_be_reserved_again(h_clean: StoreHarness) -> None:
     store = h_clean.store
-    assert await store.reserve_key("ci", "k1", "fp", ttl=DAY, abandoned=HOUR) is None
-    await store.release_key("ci", "k1")
-    assert await store.reserve_key("ci", "k1", "fp", ttl=DAY, abandoned=HOUR) is None
+    assert (
+        await store.reserve_key("ci", "k1", "fp", reservation="r", ttl=DAY, abandoned=HOUR) is None
+    )
+    assert await store.release_key("ci", "k1", reservation="r")
+    assert (
+        await store.reserve_key("ci", "k1", "fp", reservation="r", ttl=DAY, abandoned=HOUR) is None
+    )
 
 
 async def test_concurrent_reservations_have_one_winner(h_clean: StoreHarness) -> None:
     other = await h_clean.make_store()
     stores = [h_clean.store, other] * 4
     results = await asyncio.gather(
-        *(s.reserve_key("ci", "race", "fp", ttl=DAY, abandoned=HOUR) for s in stores)
+        *(
+            s.reserve_key("ci", "race", "fp", reservation="r", ttl=DAY, abandoned=HOUR)
+            for s in stores
+        )
     )
     assert sum(r is None for r in results) == 1
 
 
 async def test_prune_deletes_old_keys_only(h_clean: StoreHarness) -> None:
     store, clock = await clocked(h_clean)
-    await store.reserve_key("ci", "old", "fp", ttl=DAY, abandoned=HOUR)
+    await store.reserve_key("ci", "old", "fp", reservation="r", ttl=DAY, abandoned=HOUR)
     clock.advance(7200)
-    await store.reserve_key("ci", "new", "fp", ttl=DAY, abandoned=HOUR)
+    await store.reserve_key("ci", "new", "fp", reservation="r", ttl=DAY, abandoned=HOUR)
     assert await store.prune_keys(3600) == 1
-    assert await store.reserve_key("ci", "new", "fp", ttl=DAY, abandoned=HOUR) is not None
-    assert await store.reserve_key("ci", "old", "fp", ttl=DAY, abandoned=HOUR) is None
+    assert (
+        await store.reserve_key("ci", "new", "fp", reservation="r", ttl=DAY, abandoned=HOUR)
+        is not None
+    )
+    assert (
+        await store.reserve_key("ci", "old", "fp", reservation="r", ttl=DAY, abandoned=HOUR) is None
+    )
 
 
 @pytest.fixture

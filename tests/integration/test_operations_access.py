@@ -365,11 +365,71 @@ async def test_a_key_left_in_flight_by_a_dead_process_is_taken_over(
     # A reservation its process never completed nor released, from long enough ago.
     store_now = await store.now()
     store_pinned = await _pinned_store(rt, store_now - timedelta(hours=2))
-    assert await store_pinned.reserve_key("o", "k", "f", ttl=86400, abandoned=60) is None
+    assert (
+        await store_pinned.reserve_key("o", "k", "f", reservation="dead", ttl=86400, abandoned=60)
+        is None
+    )
     await store_pinned.close()
     done = await operations.idempotent(rt, owner="o", key="k", fingerprint="f", action=works)
     assert done.replayed is False
     assert done.status == 201
+
+
+async def test_a_slow_request_leaves_alone_the_key_its_retry_took_over(
+    rt: Runtime, store: Store
+) -> None:
+    """The first request runs past the takeover window (its reservation made two hours ago,
+    by its store's clock); its retry takes the key over. When the first then fails, it must
+    not release the retry's reservation: a third request would run while the retry does."""
+    past = await _pinned_store(rt, (await store.now()) - timedelta(hours=2))
+    slow_rt = Runtime(settings=rt.settings, store=past, catalog=rt.catalog)
+    retry_inside = asyncio.Event()
+    retry_go = asyncio.Event()
+    ran: list[str] = []
+
+    async def retry_action() -> tuple[int, dict[str, Any]]:
+        ran.append("retry")
+        retry_inside.set()
+        await retry_go.wait()
+        return 201, {"by": "retry"}
+
+    async def third_action() -> tuple[int, dict[str, Any]]:
+        ran.append("third")
+        return 201, {"by": "third"}
+
+    retry: list[asyncio.Task[operations.Replayable]] = []
+
+    async def slow_action() -> tuple[int, dict[str, Any]]:
+        ran.append("slow")
+        retry.append(
+            asyncio.create_task(
+                operations.idempotent(rt, owner="o", key="k", fingerprint="f", action=retry_action)
+            )
+        )
+        await retry_inside.wait()
+        raise InvalidArgument("the slow request fails at last")
+
+    try:
+        async with asyncio.timeout(10):
+            with pytest.raises(InvalidArgument):
+                await operations.idempotent(
+                    slow_rt, owner="o", key="k", fingerprint="f", action=slow_action
+                )
+            with pytest.raises(IdempotencyKeyInFlight):
+                await operations.idempotent(
+                    rt, owner="o", key="k", fingerprint="f", action=third_action
+                )
+            retry_go.set()
+            done = await retry[0]
+            replay = await operations.idempotent(
+                rt, owner="o", key="k", fingerprint="f", action=third_action
+            )
+    finally:
+        retry_go.set()
+        await past.close()
+    assert ran == ["slow", "retry"]
+    assert (done.status, done.body, done.replayed) == (201, {"by": "retry"}, False)
+    assert (replay.body, replay.replayed) == ({"by": "retry"}, True)
 
 
 async def _pinned_store(rt: Runtime, at: datetime) -> Store:

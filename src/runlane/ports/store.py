@@ -623,22 +623,36 @@ class Idempotency(Protocol):
     `service.operations.idempotency.idempotent`."""
 
     async def reserve_key(
-        self, owner: str, key: str, fingerprint: str, *, ttl: float, abandoned: float
+        self,
+        owner: str,
+        key: str,
+        fingerprint: str,
+        *,
+        reservation: str,
+        ttl: float,
+        abandoned: float,
     ) -> IdempotencyRecord | None:
         """Reserve (owner, key) for a request with `fingerprint`, in flight from now: None when
         this call reserved it, else the row that holds it (in flight when its `status` is
         None). A row older than `ttl` seconds, or still in flight after `abandoned` seconds
         (its process died before completing or releasing it), is replaced as if absent: a stale
-        key is never replayed. Atomic: of concurrent callers exactly one gets None."""
+        key is never replayed. Atomic: of concurrent callers exactly one gets None.
+        `reservation`: the request's own random name for its reservation, which completing or
+        releasing it must give."""
         ...
 
-    async def complete_key(self, owner: str, key: str, status: int, body: str) -> None:
-        """Store the response (`status`, `body` as JSON text) of the reserved request."""
+    async def complete_key(
+        self, owner: str, key: str, status: int, body: str, *, reservation: str
+    ) -> bool:
+        """Store the response (`status`, `body` as JSON text) of the reserved request, while
+        the key is still in flight under `reservation`; False (nothing written) when it is not:
+        a request slower than `abandoned` whose key another request took over."""
         ...
 
-    async def release_key(self, owner: str, key: str) -> None:
+    async def release_key(self, owner: str, key: str, *, reservation: str) -> bool:
         """Delete the reservation of a request that failed and saved nothing (a completed key
-        is kept), so the same key may be tried again."""
+        is kept), so the same key may be tried again; only while the key is in flight under
+        `reservation` (never another request's that took it over). Whether it was deleted."""
         ...
 
     async def prune_keys(self, older_than: float) -> int:

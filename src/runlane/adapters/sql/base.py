@@ -708,7 +708,14 @@ class SqlStoreBase:
         return [self._read.audit_entry(r) for r in rows]
 
     async def reserve_key(
-        self, owner: str, key: str, fingerprint: str, *, ttl: float, abandoned: float
+        self,
+        owner: str,
+        key: str,
+        fingerprint: str,
+        *,
+        reservation: str,
+        ttl: float,
+        abandoned: float,
     ) -> IdempotencyRecord | None:
         # Two statements, no transaction: when the insert loses to another reservation, the row
         # read next is that one (or, were it released in between, none: then try once more).
@@ -717,6 +724,7 @@ class SqlStoreBase:
             params = {
                 **names,
                 "fingerprint": fingerprint,
+                "reservation": reservation,
                 **self._ago(ttl),
                 "abandoned_seconds": abandoned,
                 "abandoned_since": self._param_since(abandoned),
@@ -728,12 +736,21 @@ class SqlStoreBase:
                 return self._read.idempotency(row)
         raise StoreError(f"idempotency key {key!r} could not be reserved")
 
-    async def complete_key(self, owner: str, key: str, status: int, body: str) -> None:
-        params = {"owner": owner, "key": key, "status": status, "body": body}
-        await self._execute("complete_key", params)
+    async def complete_key(
+        self, owner: str, key: str, status: int, body: str, *, reservation: str
+    ) -> bool:
+        params = {
+            "owner": owner,
+            "key": key,
+            "status": status,
+            "body": body,
+            "reservation": reservation,
+        }
+        return await self._write_one("complete_key", params) is not None
 
-    async def release_key(self, owner: str, key: str) -> None:
-        await self._execute("release_key", {"owner": owner, "key": key})
+    async def release_key(self, owner: str, key: str, *, reservation: str) -> bool:
+        params = {"owner": owner, "key": key, "reservation": reservation}
+        return await self._write_one("release_key", params) is not None
 
     async def prune_keys(self, older_than: float) -> int:
         return len(await self._write_all("prune_keys", self._ago(older_than)))

@@ -45,4 +45,7 @@ SELECT * FROM api_tokens ORDER BY name
 SELECT * FROM idempotency_keys WHERE owner = :owner AND key = :key
 
 -- name: release_key
-DELETE FROM idempotency_keys WHERE owner = :owner AND key = :key AND status IS NULL
+-- Only the request's own reservation: a slow request's key may have been taken over since.
+DELETE FROM idempotency_keys
+WHERE owner = :owner AND key = :key AND status IS NULL AND reservation = :reservation
+RETURNING owner

@@ -7,6 +7,8 @@ fingerprint of the request; when it succeeds its status and body are kept for 24
 request with the same key and fingerprint gets them back (`replayed`). The same key with
 another request is refused (`idempotency_key_reused`), and while the first is still running
 (`idempotency_key_in_flight`). A request that fails saves no answer: the key may be used again.
+A reservation is the request's own (a random name it gives it): a request so slow that its key
+was taken over as abandoned neither keeps its answer over the new reservation nor releases it.
 
 The key and the effect are made atomic by the effect itself, not by this table: a write that
 creates a run or a chain run writes it under `idempotency_dedupe_key(owner, key, fingerprint)`
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -143,8 +146,14 @@ async def idempotent(
     await _prune_now_and_then(rt)
     # The HTTP settings come with the API's configuration; until then, its default timeout.
     timeout = rt.settings.http_request_timeout
+    reservation = secrets.token_hex(16)
     held = await rt.store.reserve_key(
-        owner, key, fingerprint, ttl=KEY_TTL, abandoned=timeout + ABANDONED_AFTER_TIMEOUT
+        owner,
+        key,
+        fingerprint,
+        reservation=reservation,
+        ttl=KEY_TTL,
+        abandoned=timeout + ABANDONED_AFTER_TIMEOUT,
     )
     if held is not None:
         if held.fingerprint != fingerprint:
@@ -163,27 +172,34 @@ async def idempotent(
     except BaseException:
         # Nothing was saved (a refusal), or we cannot know (a cancellation): a retry may run
         # it. Released even when cancelled, or the key would stay in flight until abandoned.
-        await _release(rt, owner, key)
+        await _release(rt, owner, key, reservation)
         raise
     if 200 <= status < 300:
+        text = json.dumps(body, separators=(",", ":"))
         try:
-            await rt.store.complete_key(owner, key, status, json.dumps(body, separators=(",", ":")))
+            kept = await rt.store.complete_key(owner, key, status, text, reservation=reservation)
         except StoreError as exc:
             # The effect is written and this is its answer: the client gets it. Unkept, the
             # key is released rather than left in flight until abandoned; a retry runs
             # `action` again, which finds what it wrote (its dedupe key) and answers alike.
             log.warning("idempotency.complete_failed", owner=owner, error=exc.code)
-            await _release(rt, owner, key)
+            await _release(rt, owner, key, reservation)
+        else:
+            if not kept:
+                # Slower than the takeover window: the key is another request's now, whose
+                # answer (the same effect, by its dedupe key) is the one kept.
+                log.warning("idempotency.reservation_lost", owner=owner)
     else:
-        await _release(rt, owner, key)
+        await _release(rt, owner, key, reservation)
     return Replayable(status, body, replayed=False)
 
 
-async def _release(rt: Runtime, owner: str, key: str) -> None:
-    """Release a reservation; a database that fails here leaves it to be taken over once
+async def _release(rt: Runtime, owner: str, key: str, reservation: str) -> None:
+    """Release a reservation (this request's own only: a key taken over since is left to the
+    request that holds it); a database that fails here leaves it to be taken over once
     abandoned, and the caller's own outcome (the refusal it is raising) reaches the client."""
     try:
-        await rt.store.release_key(owner, key)
+        await rt.store.release_key(owner, key, reservation=reservation)
     except StoreError as exc:
         log.warning("idempotency.release_failed", owner=owner, error=exc.code)
 

@@ -760,11 +760,13 @@ RETURNING *
 -- name: reserve_key
 -- A row older than `seconds` is stale, and one still in flight for `abandoned_seconds` was left
 -- by a process that died: either is taken over as if absent (never replayed).
-INSERT INTO idempotency_keys (owner, key, fingerprint, created_at)
-VALUES (%(owner)s, %(key)s, %(fingerprint)s, coalesce(%(now)s::timestamptz, clock_timestamp()))
+INSERT INTO idempotency_keys (owner, key, fingerprint, created_at, reservation)
+VALUES (%(owner)s, %(key)s, %(fingerprint)s, coalesce(%(now)s::timestamptz, clock_timestamp()),
+        %(reservation)s)
 ON CONFLICT (owner, key) DO UPDATE SET
     fingerprint = excluded.fingerprint,
     created_at = excluded.created_at,
+    reservation = excluded.reservation,
     status = NULL,
     body = NULL
 WHERE idempotency_keys.created_at < excluded.created_at - make_interval(secs => %(seconds)s)
@@ -774,8 +776,11 @@ WHERE idempotency_keys.created_at < excluded.created_at - make_interval(secs => 
 RETURNING owner
 
 -- name: complete_key
+-- Only while the key is still this request's reservation, in flight: one slower than the
+-- takeover window may find it another request's now.
 UPDATE idempotency_keys SET status = %(status)s, body = %(body)s::jsonb
-WHERE owner = %(owner)s AND key = %(key)s
+WHERE owner = %(owner)s AND key = %(key)s AND status IS NULL AND reservation = %(reservation)s
+RETURNING owner
 
 -- name: prune_keys
 DELETE FROM idempotency_keys

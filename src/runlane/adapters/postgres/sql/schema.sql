@@ -194,6 +194,8 @@ CREATE TABLE audit_log (
 );
 
 -- idempotency_keys: status NULL while the first request is in flight; body is its response.
+-- reservation (migration 0015): the in-flight request's own name for its reservation, which
+-- completing or releasing it must give.
 CREATE TABLE idempotency_keys (
     owner       text        NOT NULL,
     key         text        NOT NULL,
@@ -201,6 +203,7 @@ CREATE TABLE idempotency_keys (
     created_at  timestamptz NOT NULL,
     status      integer,
     body        jsonb,
+    reservation text,
     PRIMARY KEY (owner, key)
 );
 

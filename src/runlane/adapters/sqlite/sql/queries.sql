@@ -528,11 +528,12 @@ RETURNING *
 -- name: reserve_key
 -- A row older than :since is stale, and one still in flight since before :abandoned_since was
 -- left by a process that died: either is taken over as if absent (never replayed).
-INSERT INTO idempotency_keys (owner, key, fingerprint, created_at)
-VALUES (:owner, :key, :fingerprint, :now)
+INSERT INTO idempotency_keys (owner, key, fingerprint, created_at, reservation)
+VALUES (:owner, :key, :fingerprint, :now, :reservation)
 ON CONFLICT (owner, key) DO UPDATE SET
     fingerprint = excluded.fingerprint,
     created_at = excluded.created_at,
+    reservation = excluded.reservation,
     status = NULL,
     body = NULL
 WHERE idempotency_keys.created_at < :since
@@ -540,7 +541,11 @@ WHERE idempotency_keys.created_at < :since
 RETURNING owner
 
 -- name: complete_key
-UPDATE idempotency_keys SET status = :status, body = :body WHERE owner = :owner AND key = :key
+-- Only while the key is still this request's reservation, in flight: one slower than the
+-- takeover window may find it another request's now.
+UPDATE idempotency_keys SET status = :status, body = :body
+WHERE owner = :owner AND key = :key AND status IS NULL AND reservation = :reservation
+RETURNING owner
 
 -- name: prune_keys
 DELETE FROM idempotency_keys WHERE created_at < :since RETURNING owner

@@ -183,13 +183,16 @@ CREATE TABLE audit_log (
 );
 
 -- idempotency_keys: status NULL while the first request is in flight; body is its response.
+-- reservation (migration 0014): the in-flight request's own name for its reservation, which
+-- completing or releasing it must give; written as SQLite's ALTER TABLE ADD COLUMN leaves the
+-- stored table text.
 CREATE TABLE idempotency_keys (
     owner        TEXT NOT NULL,
     key          TEXT NOT NULL,
     fingerprint  TEXT NOT NULL,
     created_at   TEXT NOT NULL,
     status       INTEGER,
-    body         TEXT,
+    body         TEXT, reservation TEXT,
     PRIMARY KEY (owner, key)
 );
 
