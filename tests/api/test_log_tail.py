@@ -32,6 +32,24 @@ def data_events(stream: str) -> list[tuple[str | None, str]]:
     return found
 
 
+def test_a_whole_log_is_streamed_byte_for_byte(api: ApiServer) -> None:
+    # The log file was read whole into memory before the answer: with log_max_bytes up to
+    # 1 TiB, any viewer could make the server hold a huge buffer. It is streamed as it is read
+    # (chunked, no Content-Length), its bytes as they are (the last ones not UTF-8).
+    data = "output € line\n".encode() * (6 * 1024 * 1024 // 16) + b"caf\xe9 at the end"
+    run_id, _ = run_with_log(api, data)
+    with api.client("viewer") as c:
+        with c.stream("GET", f"/api/v1/runs/{run_id}/logs") as r:
+            body = r.read()
+        problem_of(c.get("/api/v1/runs/" + "f" * 32 + "/logs"), 404, "unknown_run")
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "text/plain; charset=utf-8"
+    assert r.headers.get("transfer-encoding") == "chunked"
+    assert "content-length" not in r.headers
+    assert r.headers["cache-control"] == "no-store"
+    assert body == data
+
+
 def test_a_tail_is_the_last_lines_with_their_offsets(api: ApiServer) -> None:
     data = b"".join(b"line %d\n" % i for i in range(1, 101))
     run_id, _ = run_with_log(api, data)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -184,6 +184,57 @@ async def test_only_an_answer_that_streams_events_is_exempt_from_the_timeout() -
         await RequestTimeout(slow, seconds=0.05)(asks_to_stream, no_body, sent)
     assert sent.status == 503
     assert sent.body["code"] == "request_timeout"
+
+
+def asgi_scope(path: str = "/api/v1/runs/abc/logs") -> dict[str, Any]:
+    # ASGI 2.4: a StreamingResponse sends its body without listening for a disconnect.
+    return scope(path, asgi={"version": "3.0", "spec_version": "2.4"})
+
+
+async def test_a_log_streamed_whole_is_bounded_by_its_pauses_not_its_length() -> None:
+    """A run's log downloaded whole (`GET /runs/{id}/logs`) is streamed as it is read: a big
+    file takes longer than the request timeout. The timeout then bounds each piece (the wait
+    for it and its send), not the whole: a download that keeps moving is not cut, one that
+    stalls is (and without its last message, so the client sees it incomplete)."""
+    from runlane.api.routes.logs import LogDownload
+
+    async def moving() -> AsyncIterator[bytes]:
+        for number in range(8):
+            await asyncio.sleep(0.02)  # 0.16 s in all, past the 0.05 s timeout (not a wait)
+            yield b"piece %d\n" % number
+
+    sent = Recorder()
+    await RequestTimeout(LogDownload(moving()), seconds=0.05)(asgi_scope(), no_body, sent)
+    assert sent.status == 200
+    assert b"".join(m.get("body", b"") for m in sent.messages[1:]) == b"".join(
+        b"piece %d\n" % n for n in range(8)
+    )
+    assert sent.messages[-1]["more_body"] is False
+    assert all(set(m) <= {"type", "status", "headers", "body", "more_body"} for m in sent.messages)
+
+    never = asyncio.Event()
+
+    async def stalled() -> AsyncIterator[bytes]:
+        yield b"piece 0\n"
+        await never.wait()
+        yield b"never sent"
+
+    sent = Recorder()
+    async with asyncio.timeout(5):  # exempt from every bound, it would wait for ever
+        await RequestTimeout(LogDownload(stalled()), seconds=0.05)(asgi_scope(), no_body, sent)
+    assert [m.get("body") for m in sent.messages[1:]] == [b"piece 0\n"]  # cut, not ended
+
+    # Any other answer that has started is still bounded as a whole.
+    async def plain_stream(_scope: Any, _receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        for _ in range(8):
+            await asyncio.sleep(0.02)
+            await send({"type": "http.response.body", "body": b"x", "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    sent = Recorder()
+    await RequestTimeout(plain_stream, seconds=0.05)(asgi_scope(), no_body, sent)
+    assert sent.messages[-1].get("more_body") is True  # cut at the timeout
 
 
 async def test_a_streamed_body_past_the_limit_is_413_before_the_app_answers() -> None:

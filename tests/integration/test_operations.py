@@ -503,6 +503,36 @@ async def test_follow_and_read_the_output_of_a_run(rt: Runtime, start_launcher: 
     assert [type(i) for i in again] == [OutputText, RunEnded]
 
 
+async def test_a_big_log_file_is_read_in_pieces_never_whole(rt: Runtime) -> None:
+    """`runlane logs` and `GET /runs/{id}/logs` read the log file whole: with log_max_bytes up
+    to 1 TiB, a viewer could make the server hold a log of any size in memory. It is read in
+    pieces, byte for byte, each ending at a character's end (so each decodes on its own)."""
+    import hashlib
+    import tracemalloc
+
+    queued = await operations.run_job(rt, "hello", requester=ALICE)
+    path = Path(rt.settings.log_dir) / f"{queued.run.id}.{queued.run.attempt}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = "a line of output with € and é, not ASCII\n".encode()  # pieces cut characters
+    data = line * (16 * 1024 * 1024 // len(line)) + b"no newline at the end"
+    path.write_bytes(data)
+    digest = hashlib.sha256()
+    pieces = 0
+    tracemalloc.start()
+    try:
+        async for item in operations.run_output(rt, queued.run.id):
+            assert isinstance(item, OutputBytes)
+            item.data.decode("utf-8")  # a whole piece of text: raises when it cuts a character
+            digest.update(item.data)
+            pieces += 1
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert digest.hexdigest() == hashlib.sha256(data).hexdigest()
+    assert pieces > 1
+    assert peak < len(data) // 8, f"{peak} bytes held at once for a log of {len(data)}"
+
+
 async def test_output_of_a_run_that_never_started_says_how_it_ended(rt: Runtime) -> None:
     queued = await operations.run_job(rt, "hello", requester=ALICE)
     (waiting,) = [item async for item in operations.run_output(rt, queued.run.id)]

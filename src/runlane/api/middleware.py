@@ -12,10 +12,14 @@ import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+import structlog
+
 from runlane.api.headers import SECURITY_HEADERS
 from runlane.api.problems import PROBLEM_MEDIA_TYPE, problem_bytes
 from runlane.catalog.params import MAX_PARAMS_BYTES
 from runlane.errors import PayloadTooLarge
+
+log = structlog.get_logger("runlane.api")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -126,14 +130,29 @@ def is_event_stream(message: Message) -> bool:
     )
 
 
+# The key of a response's start message by which a route says its body is long and streamed
+# as it is read (a run's log file whole): the request's bound then applies to each piece of the
+# body, not to the whole. Taken out of the message before it goes on to the server.
+STREAMED_BODY = "runlane.streamed_body"
+
+
+def mark_streamed_body(message: Message) -> Message:
+    """`message`, a response's start, saying that its body is streamed (`STREAMED_BODY`)."""
+    return {**message, STREAMED_BODY: True}
+
+
 class RequestTimeout:
     """Bound each request to `seconds`: past it, 503 `request_timeout` (the work is cancelled;
     a write that had committed stays written, which an Idempotency-Key makes safe to retry).
 
     A response that starts as server-sent events is exempt from then on: the route decided to
-    stream (after it had checked the request and found the run, inside the bound). What the
-    request says (its path, its `follow`, its Accept) decides nothing here, so no other request
-    can spell its way out of the bound."""
+    stream (after it had checked the request and found the run, inside the bound). A response
+    that starts marked `STREAMED_BODY` (a log file downloaded whole, which may take longer
+    than the bound) is bounded piece by piece from then on: each part of its body must come,
+    and be sent, within `seconds` of the one before, or the response is cut there, without
+    its last message (a chunked body then lacks its last chunk: the client sees it is
+    incomplete). What the request says (its path, its `follow`, its Accept) decides nothing
+    here, so no other request can spell its way out of the bound."""
 
     def __init__(self, app: ASGIApp, seconds: float) -> None:
         self.app = app
@@ -144,16 +163,27 @@ class RequestTimeout:
             await self.app(scope, receive, send)
             return
         tracked = _Tracked(send)
+        loop = asyncio.get_running_loop()
+        piece_by_piece = False
         try:
             async with asyncio.timeout(self.seconds) as bound:
 
                 async def exempting(message: Message) -> None:
-                    if message["type"] == "http.response.start" and is_event_stream(message):
-                        bound.reschedule(None)
+                    nonlocal piece_by_piece
+                    if message["type"] == "http.response.start":
+                        if is_event_stream(message):
+                            bound.reschedule(None)
+                        elif message.get(STREAMED_BODY):
+                            message = {k: v for k, v in message.items() if k != STREAMED_BODY}
+                            piece_by_piece = True
+                    if piece_by_piece:
+                        bound.reschedule(loop.time() + self.seconds)
                     await tracked(message)
 
                 await self.app(scope, receive, exempting)
         except TimeoutError:
+            if piece_by_piece:
+                log.info("http.stream_stalled", path=scope.get("path"), seconds=self.seconds)
             if not tracked.started:
                 await send_problem(
                     send,

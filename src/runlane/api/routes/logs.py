@@ -10,7 +10,9 @@ start again and the bytes before the offset are skipped, so nothing is lost or r
 the run's own log file holds the offset, it is read from there, not from its start). `?after=`
 says the same for the first request of an EventSource, which cannot set the header: the web UI
 follows a run from the end of the tail its page shows. `?tail=N` reads the log from its end
-(`run_output_tail`), at most MAX_TAIL_BYTES, and says which bytes it is in headers.
+(`run_output_tail`), at most MAX_TAIL_BYTES, and says which bytes it is in headers. Without
+either, the log is streamed as the operations layer reads it, piece by piece (`LogDownload`):
+a log file may be as large as log_max_bytes, and is never held whole.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import asyncio
 import contextlib
 import json
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any
 
 import structlog
@@ -28,6 +30,7 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from runlane.api.auth import ProxyAuth, Viewer, bearer_secret
 from runlane.api.deps import RuntimeDep
+from runlane.api.middleware import mark_streamed_body
 from runlane.api.problems import PROBLEM_MEDIA_TYPE, problem_responses
 from runlane.core.runs import Trigger
 from runlane.errors import InvalidArgument, MalformedRequest, RunlaneError, TooManyStreams
@@ -202,8 +205,47 @@ async def run_logs(
                 "Log-End-Offset": str(end.end_offset),
             },
         )
-    body = b"".join([_plain_text(item) async for item in run_output(rt, run_id)])
-    return PlainTextResponse(body, media_type="text/plain; charset=utf-8")
+    items = run_output(rt, run_id)
+    # The run is found and its log opened (404, 422; a pod run's `not_found`) before the
+    # answer starts: from then on it is the log, streamed as it is read.
+    first = await anext(items, None)
+    return LogDownload(_plain_pieces(first, items))
+
+
+async def _plain_pieces(
+    first: OutputItem | None, items: AsyncIterator[OutputItem]
+) -> AsyncGenerator[bytes, None]:
+    try:
+        if first is not None and (piece := _plain_text(first)):
+            yield piece
+        async for item in items:
+            if piece := _plain_text(item):
+                yield piece
+    finally:
+        if isinstance(items, AsyncGenerator):
+            await items.aclose()  # the log file is closed, however the answer ends
+
+
+class LogDownload(StreamingResponse):
+    """A run's log as text, streamed piece by piece as it is read (chunked: its length is not
+    known before its end). It starts marked `STREAMED_BODY`, so the request's timeout bounds
+    each piece, not the whole: a big log takes as long as it takes to send, a stalled one is
+    cut (middleware.RequestTimeout)."""
+
+    def __init__(self, content: AsyncGenerator[bytes, None]) -> None:
+        super().__init__(content, media_type="text/plain; charset=utf-8")
+        self._pieces = content
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        async def marked(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message = mark_streamed_body(message)
+            await send(message)
+
+        try:
+            await super().__call__(scope, receive, marked)
+        finally:
+            await self._pieces.aclose()
 
 
 class _StreamSlots:

@@ -12,7 +12,7 @@ import contextlib
 import io
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePath
 from typing import BinaryIO
@@ -37,6 +37,9 @@ FOLLOW_POLL_SECONDS = 0.2
 ABANDONED_CHECK_SECONDS = 5.0
 # How much of a log file one read takes while a tail looks backwards for its first line.
 TAIL_BLOCK_BYTES = 64 * 1024
+# How much of a log file one read takes when it is read whole (`run_output`): it comes in pieces
+# of this size, never all at once (a log may be as large as log_max_bytes, up to 1 TiB).
+READ_BLOCK_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +56,9 @@ class OutputText:
 
 @dataclass(frozen=True, slots=True)
 class OutputBytes:
-    """The run's whole log file, byte for byte (`runlane logs` without `--follow`)."""
+    """A piece of the run's log file, byte for byte (`runlane logs` without `--follow`): the
+    file comes in pieces one after another, each ending at a character's end (a piece of
+    UTF-8 text decodes on its own)."""
 
     data: bytes
 
@@ -226,8 +231,8 @@ async def follow_run(
 async def run_output(
     rt: Runtime, run_id: str, *, follow: bool = False, start: int = 0
 ) -> AsyncIterator[OutputItem]:
-    """A run's output by id or unique prefix (`unknown_run`, `ambiguous_id`): the log file whole,
-    or followed to the end (`follow`; `no_launcher` first for a queued run, else it waits in
+    """A run's output by id or unique prefix (`unknown_run`, `ambiguous_id`): the log file whole
+    (in pieces: `OutputBytes`), or followed to the end (`follow`; `no_launcher` first for a queued run, else it waits in
     silence; `start` as `follow_run` takes it). A pod run's log comes from the cluster
     (`not_found` when there is no pod to read and no saved tail). Without output, an `info`
     notice says why."""
@@ -254,14 +259,47 @@ async def run_output(
         return
     path = await rt.find_log(run)
     if path.is_file():  # not whatever took its place (a directory: no file was written)
-        data = path.read_bytes()
-        yield OutputBytes(data)
-        line_open = bool(data) and not data.endswith(b"\n")
-        marker = incomplete_log(run, path, size=len(data), line_open=line_open)
+        size = 0
+        line_open = False
+        with path.open("rb") as fh:
+            for piece in _pieces(fh):
+                size += len(piece)
+                line_open = not piece.endswith(b"\n")
+                yield OutputBytes(piece)
+        marker = incomplete_log(run, path, size=size, line_open=line_open)
         if marker is not None:
             yield marker
     else:
         yield _without_log_file(run, path)
+
+
+def _pieces(fh: BinaryIO) -> Iterator[bytes]:
+    """The file `fh` from where it is to its end, in pieces of about READ_BLOCK_BYTES (never
+    empty), each cut after a character's last byte: a character whose bytes straddle two
+    reads goes with the second piece."""
+    held = b""
+    while block := fh.read(READ_BLOCK_BYTES):
+        data = held + block
+        cut = _character_end(data)
+        held = data[cut:]
+        if cut:
+            yield data[:cut]
+    if held:
+        yield held  # the file ends mid-character (or is not UTF-8): its bytes as they are
+
+
+def _character_end(data: bytes) -> int:
+    """Where the last whole UTF-8 character of `data` ends: before an unfinished multi-byte
+    sequence at its end (at most 3 bytes), else its length. Bytes that are not UTF-8 at all
+    end where they are."""
+    for back in range(1, min(len(data), 4) + 1):
+        byte = data[-back]
+        if byte < 0x80:
+            return len(data)  # ASCII: nothing unfinished after it
+        if byte >= 0xC0:  # a sequence's first byte: 2, 3 or 4 bytes long
+            length = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return len(data) - back if back < length else len(data)
+    return len(data)  # continuation bytes only: not a sequence this could finish
 
 
 def _without_log_file(run: Run, path: Path) -> LogIncomplete | OutputText | Notice:
