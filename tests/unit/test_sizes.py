@@ -40,6 +40,8 @@ def test_parse_size(text: str | int | float, size: int) -> None:
         (True, "expected a size"),
         (float("nan"), "expected a size"),
         (-1, "a size cannot be negative, got -1"),
+        ("\u0663MiB", "expected a size"),  # Arabic-Indic three: the JSON Schema refuses it too
+        ("1.\u0665GiB", "expected a size"),
     ],
 )
 def test_bad_sizes_say_what_is_expected(text: str | int | float, message: str) -> None:

@@ -19,7 +19,8 @@ _UNIT_BYTES = {
     "gi": 1024**3,
     "ti": 1024**4,
 }
-_SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([kmgt]i?)?b?$", re.IGNORECASE)
+# ASCII digits only (`\d` takes any script's, which int() reads too), as the JSON Schema has it.
+_SIZE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([kmgt]i?)?b?$", re.IGNORECASE)
 
 _EXPECTED = "expected a size such as 512KiB, 10MiB, 100MB or 1GiB (or a number of bytes)"
 
