@@ -126,6 +126,40 @@ def test_init_writes_a_valid_starter(env: dict[str, str], tmp_path: Path) -> Non
     assert "already exists" in again.stderr
 
 
+def test_init_into_a_directory_says_to_change_into_it(env: dict[str, str], tmp_path: Path) -> None:
+    # `runlane init DIR` from elsewhere: the next steps it prints must work as typed.
+    env = {k: v for k, v in env.items() if k != "RUNLANE_CATALOG"}
+    proc = runlane("init", "my jobs", env=env, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    steps = proc.stdout.splitlines()[-1]
+    assert steps.startswith("next: cd 'my jobs' && runlane catalog check"), steps
+    shell = subprocess.run(
+        [
+            "sh",
+            "-c",
+            steps.removeprefix("next: ")
+            .split(" && runlane db upgrade")[0]
+            .replace("runlane", f"{sys.executable} -m runlane"),
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert shell.returncode == 0, shell.stderr
+    here = runlane("init", "--force", env=env, cwd=tmp_path / "my jobs")
+    assert here.stdout.splitlines()[-1] == (
+        "next: runlane catalog check && runlane db upgrade && runlane serve"
+    )
+    odd = runlane("init", "[b]x", env=env, cwd=tmp_path)  # printed as typed, not as markup
+    assert odd.stdout.splitlines() == [
+        "wrote [b]x/catalog.yaml",
+        "next: cd '[b]x' && runlane catalog check && runlane db upgrade && runlane serve",
+    ]
+
+
 def test_serve_refuses_a_database_that_is_not_upgraded(env: dict[str, str]) -> None:
     proc = runlane("serve", env=env, timeout=30)
     no_traceback(proc)

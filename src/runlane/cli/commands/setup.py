@@ -4,10 +4,12 @@ launcher (`serve`)."""
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from runlane import __version__
 from runlane.cli import output
@@ -43,8 +45,11 @@ def init(
         target.write_text(files("runlane.catalog").joinpath("starter.yaml").read_text())
     except OSError as exc:
         raise fail(f"cannot write {target}: {exc.strerror or exc}") from None
-    out.print(f"wrote {target}")
-    out.print("next: runlane catalog check && runlane db upgrade && runlane serve")
+    out.print(f"wrote {escape(str(target))}")
+    # The commands find catalog.yaml in the current directory: from elsewhere, go there first.
+    here = directory.resolve() == Path.cwd().resolve()
+    cd = "" if here else f"cd {shlex.quote(str(directory))} && "
+    out.print(f"next: {escape(cd)}runlane catalog check && runlane db upgrade && runlane serve")
 
 
 def plural(count: int, noun: str) -> str:
