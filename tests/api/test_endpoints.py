@@ -174,6 +174,27 @@ def test_a_body_that_is_not_json_is_400_and_a_bad_field_422(api: ApiServer) -> N
     assert {e["pointer"] for e in body["errors"]} == {"/params", "/confirmd"}
 
 
+def test_a_run_without_a_body_is_a_run_without_params(api: ApiServer) -> None:
+    # As for a chain run or a pause: `curl -X POST .../jobs/hello/runs` needs no `{}`.
+    with api.client("operator") as c:
+        r = c.post("/api/v1/jobs/hello/runs")
+        assert r.status_code == 201, r.text
+        assert (r.json()["job"], r.json()["params"]) == ("hello", {})
+        problem_of(c.post("/api/v1/jobs/typed/runs"), 422, "param_invalid")
+
+
+def test_a_json_body_sent_as_a_form_is_400_saying_which_content_type(api: ApiServer) -> None:
+    # `curl -d '{...}'` without -H 'Content-Type: application/json' sends a form.
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    with api.client("operator") as c:
+        for path in ("/api/v1/jobs/hello/runs", "/api/v1/jobs/hello/pause", "/api/v1/events"):
+            r = c.post(path, content=b'{"key": "greet"}', headers=form)
+            body = problem_of(r, 400, "malformed_request")
+            assert "Content-Type: application/json" in body["detail"], body
+            assert "application/x-www-form-urlencoded" in body["detail"], body
+    assert api.call(lambda rt: operations.show_job(rt, "hello")).pause is None
+
+
 def test_acts_jobs_need_confirm_equal_to_the_job_name(api: ApiServer) -> None:
     with api.client("operator") as c:
         problem_of(c.post("/api/v1/jobs/careful/runs", json={}), 422, "confirmation_required")

@@ -218,6 +218,17 @@ def _is_json_error(errors: Sequence[Any]) -> bool:
     return any(isinstance(e, Mapping) and e.get("type") == "json_invalid" for e in errors)
 
 
+def _is_unread_body(errors: Sequence[Any]) -> bool:
+    """A body FastAPI left as bytes: sent with a Content-Type that is not JSON (`curl -d`
+    sends a form), so it was never parsed."""
+    return any(
+        isinstance(e, Mapping)
+        and tuple(e.get("loc", ())) == ("body",)
+        and isinstance(e.get("input"), bytes)
+        for e in errors
+    )
+
+
 async def _runlane_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RunlaneError)
     return problem(exc, instance=request.url.path)
@@ -230,6 +241,13 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         return problem(
             MalformedRequest("the request body is not valid JSON"), instance=request.url.path
         )
+    if _is_unread_body(errors):
+        sent = request.headers.get("content-type", "")
+        message = (
+            f"the request body was sent as {sent[:100]!r}, not JSON: "
+            "send it with the header Content-Type: application/json"
+        )
+        return problem(MalformedRequest(message), instance=request.url.path)
     listed = [
         {"pointer": _pointer(tuple(e.get("loc", ()))), "detail": str(e.get("msg", "invalid"))}
         for e in errors

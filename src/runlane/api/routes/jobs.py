@@ -58,17 +58,18 @@ async def show_job(job: JobName, rt: RuntimeDep, _who: Viewer) -> JSONResponse:
 )
 async def run_job(
     job: JobName,
-    body: RunCreate,
     request: Request,
     rt: RuntimeDep,
     who: Operator,
+    body: RunCreate | None = None,
     idempotency_key: IdempotencyKey = None,
     traceparent: Traceparent = None,
 ) -> JSONResponse:
     """Queue a run of `job` now (trigger `manual`, `requested_by` the caller). A job with
     `acts: true` needs `confirm` equal to its name (422 `confirmation_required`). With an
     `Idempotency-Key` header a retry returns the first run (header `Idempotency-Replayed:
-    true`); the key with another body is 422 `idempotency_key_reused`."""
+    true`); the key with another body is 422 `idempotency_key_reused`. No body: no params."""
+    wanted = body or RunCreate()
 
     async def allowed() -> None:
         await operations.authorize_run_job(rt, job, requester=who)
@@ -78,8 +79,8 @@ async def run_job(
             rt,
             job,
             requester=who,
-            params=body.params,
-            confirm=body.confirm,
+            params=wanted.params,
+            confirm=wanted.confirm,
             dedupe_key=dedupe_key,
             traceparent=traceparent,
         )
@@ -92,7 +93,7 @@ async def run_job(
         action="run_job",
         target=job,
         key=idempotency_key,
-        body=body,
+        body=wanted,
         allowed=allowed,
         make=queue,
         location="/api/v1/runs/{id}",
