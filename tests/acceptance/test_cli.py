@@ -160,6 +160,35 @@ def test_init_into_a_directory_says_to_change_into_it(env: dict[str, str], tmp_p
     ]
 
 
+def test_jobs_table_piped_at_80_columns_keeps_the_pause_state_whole(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    # The README's catalog: `runlane jobs | grep paused` must find the paused job.
+    catalog = tmp_path / "readme.yaml"
+    catalog.write_text(
+        "version: 1\n"
+        "defaults: {executor: inline, overlap: forbid, max_attempts: 1, deadline: 1h}\n"
+        "jobs:\n"
+        "  lineup-optimizer:\n"
+        "    command: [python, -m, app.lineup]\n"
+        "    params: {week: int?, dry_run: bool?}\n"
+        "    max_attempts: 3\n"
+        "  nightly-sync:\n"
+        "    command: [python, -m, app.sync]\n"
+        '    schedules: [{cron: "45 21 * * *", tz: America/Chicago, catch_up: 1h}]\n'
+    )
+    env = {**env, "RUNLANE_CATALOG": str(catalog), "COLUMNS": "80"}
+    assert runlane("db", "upgrade", env=env).returncode == 0
+    assert runlane("pause", "nightly-sync", "--reason", "db move", env=env).returncode == 0
+    table = runlane("jobs", env=env)
+    assert table.returncode == 0, table.stderr
+    rows = {line.split()[0]: line for line in table.stdout.splitlines() if line[:1].isalpha()}
+    assert " paused" in rows["nightly-sync"], table.stdout
+    assert " active" in rows["lineup-optimizer"], table.stdout
+    assert "…" not in table.stdout, table.stdout
+    assert max(map(len, table.stdout.splitlines())) <= 80, table.stdout
+
+
 def test_serve_refuses_a_database_that_is_not_upgraded(env: dict[str, str]) -> None:
     proc = runlane("serve", env=env, timeout=30)
     no_traceback(proc)

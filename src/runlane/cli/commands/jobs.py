@@ -81,11 +81,20 @@ def jobs_cmd(
         if as_json:
             print_json(rows)
             return
+        from rich import box
         from rich.table import Table
 
         from runlane.core.durations import format_duration
 
-        table = Table(header_style="bold")
+        # Laid out as the runs table is (no outer edge, one space between columns), so that
+        # 80 columns or a pipe leave room for what wraps.
+        table = Table(
+            header_style="bold",
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            pad_edge=False,
+            collapse_padding=True,
+        )
         for col in (
             "job",
             "executor",
@@ -96,8 +105,12 @@ def jobs_cmd(
             "params",
             "state",
         ):
-            # Names and settings stay on one line; only schedules, params and state wrap.
-            table.add_column(col, no_wrap=col not in ("schedules", "params", "state"))
+            # Names and settings stay on one line; only schedules, params and state wrap, and
+            # are folded rather than cut, so a narrow or piped table still says `paused`.
+            if col in ("schedules", "params", "state"):
+                table.add_column(col, overflow="fold", min_width=6 if col == "state" else None)
+            else:
+                table.add_column(col, no_wrap=True)
         for r in rows:
             table.add_row(
                 output.escape(r["job"]),
