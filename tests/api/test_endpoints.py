@@ -336,6 +336,16 @@ def test_no_or_a_bad_token_is_401_with_www_authenticate(
     assert r.headers["www-authenticate"] == 'Bearer realm="runlane"'
 
 
+def test_the_probes_answer_head_as_get(api: ApiServer) -> None:
+    # Uptime monitors and load balancers often probe with HEAD (`curl -I`).
+    with api.client(None) as c:
+        for path in ("/healthz", "/readyz"):
+            head, get = c.head(path), c.get(path)
+            assert (head.status_code, get.status_code) == (200, 200), (path, head.text)
+            assert head.content == b""
+            assert head.headers["content-type"] == get.headers["content-type"]
+
+
 def test_the_probes_need_no_token_and_everything_else_does(api: ApiServer) -> None:
     with api.client(None) as c:
         assert c.get("/healthz").status_code == 200

@@ -20,6 +20,9 @@ router = APIRouter(tags=["health"])
 READY_CHECK_SECONDS = 2.0
 
 
+# HEAD as well (uptime monitors and load balancers often probe with it), kept out of the
+# OpenAPI document: the same answer without its body.
+@router.head("/healthz", include_in_schema=False)
 @router.get("/healthz", summary="Liveness: the process is serving")
 async def healthz() -> dict[str, str]:
     """Always 200 while the process serves HTTP; reads no database (a database outage must not
@@ -37,6 +40,7 @@ async def _bounded(what: str, call: Any) -> Any:
         ) from None
 
 
+@router.head("/readyz", include_in_schema=False)
 @router.get(
     "/readyz",
     summary="Readiness: the database answers and its schema is current",
