@@ -317,6 +317,9 @@ def test_end_to_end_with_a_real_launcher(
     status = json.loads(runlane("status", "--json", env=env).stdout)
     assert len(status["launchers"]) == 1
     assert status["launchers"][0]["stale"] is False
+    # For people: the running counts in words, not a Python dict (`running {}`).
+    (line,) = [ln for ln in runlane("status", env=env).stdout.splitlines() if "launcher" in ln]
+    assert " running 0 catalog " in line, line
 
     launcher.send_signal(signal.SIGTERM)
     assert launcher.wait(timeout=30) == 0

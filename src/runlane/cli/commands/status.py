@@ -60,8 +60,10 @@ def status_cmd(
             if entry["stale"]:
                 out.print(f"{name} [red]stale[/]: last seen {ago}")
             else:
+                running = entry["running"] or {}
+                counts = ", ".join(f"{output.escape(k)} {n}" for k, n in sorted(running.items()))
                 out.print(
-                    f"{name} beat {ago} running {entry['running']} "
+                    f"{name} beat {ago} running {counts or 0} "
                     f"catalog {short_digest(entry['catalog_digest'])}"
                 )
         if (queues := report.bus_queues) is not None:
