@@ -186,10 +186,10 @@ def check_limit(limit: int) -> int:
 def check_days(days: float) -> float:
     """`schedule --days`: a finite number of days above zero, at most MAX_SCHEDULE_DAYS."""
     if not math.isfinite(days) or days <= 0:
-        raise InvalidArgument(f"--days {days!r}: expected a number of days greater than zero")
+        raise InvalidArgument(f"--days {days:g}: expected a number of days greater than zero")
     if days > MAX_SCHEDULE_DAYS:
         raise InvalidArgument(
-            f"--days {days!r}: at most {MAX_SCHEDULE_DAYS:g} days (ten years) at once"
+            f"--days {days:g}: at most {MAX_SCHEDULE_DAYS:g} days (ten years) at once"
         )
     return days
 
