@@ -256,6 +256,21 @@ async def test_an_id_no_database_can_parse_is_an_unknown_run(rt: Runtime) -> Non
             await operations.show_chain_run(rt, odd)
 
 
+async def test_a_chain_run_id_given_for_a_run_says_it_is_a_chain_run(
+    rt: Runtime, store: Store
+) -> None:
+    chain_run_id = "c4a1e5aa-0000-5000-8000-000000000000"
+    await store.create_chain_run(
+        NewChainRun(id=chain_run_id, chain="pair", dedupe_key=chain_run_id, trigger="cli")
+    )
+    for given in (chain_run_id, "C4A1E5AA"):
+        with pytest.raises(UnknownRun) as refused:
+            await operations.show_run(rt, given)
+        assert refused.value.code == "unknown_run"
+        assert refused.value.message.startswith(f"no run with id {given!r}: it is a chain run's")
+        assert "chain show" in refused.value.message
+
+
 async def test_a_chain_run_prefix_is_matched_over_every_chain_run(
     rt: Runtime, store: Store
 ) -> None:

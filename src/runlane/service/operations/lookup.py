@@ -39,6 +39,15 @@ async def resolve_run(rt: Runtime, run_id: str) -> Run:
     if isinstance(found, list):
         raise AmbiguousId(f"run id prefix {typed!r} is ambiguous ({_how_many(found, 'runs')})")
     if found is None:
+        # (One more lookup, on the refusal's path only: a chain run's id is a common slip.)
+        chain = await _resolve(
+            run_id_prefix(run_id), store.get_chain_run, store.chain_run_ids_by_prefix
+        )
+        if isinstance(chain, ChainRun):
+            raise UnknownRun(
+                f"no run with id {typed!r}: it is a chain run's (`runlane chain show` on the "
+                "CLI, /api/v1/chain-runs/ID on the API, get_chain_run over MCP)"
+            )
         raise UnknownRun(f"no run with id {typed!r}")
     return found
 
