@@ -26,10 +26,10 @@ def demo(
     ] = "127.0.0.1:8080",
 ) -> None:
     """A guided tour on a throwaway SQLite database (a few seconds; nothing else needed)."""
+    from runlane.cli.commands.setup import flag_http_addr
     from runlane.cli.demo import run_demo
-    from runlane.service.config import parse_http_addr
 
-    listen = parse_http_addr(http_addr, name="--http-addr") if serve else None
+    listen = flag_http_addr(http_addr) if serve else None
     if serve and listen is None:
         raise typer.BadParameter("--serve needs an address, not off", param_hint="--http-addr")
     raise typer.Exit(run_demo(keep=keep, serve=listen))

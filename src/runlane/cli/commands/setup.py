@@ -206,14 +206,24 @@ HttpAddrOpt = Annotated[
 ]
 
 
+def flag_http_addr(text: str) -> tuple[str, int] | None:
+    """`--http-addr`'s value, read as RUNLANE_HTTP_ADDR is; a bad one is a bad flag (exit 2,
+    `invalid_argument`, the flag named), not a bad configuration (exit 1)."""
+    from runlane.errors import ConfigError
+    from runlane.service.config import parse_http_addr
+
+    try:
+        return parse_http_addr(text, name="--http-addr")
+    except ConfigError as exc:
+        raise InvalidArgument(exc.message) from None
+
+
 def http_settings(
     catalog: str | None, database: str | None, http_addr: str | None
 ) -> tuple[Settings, tuple[str, int] | None]:
     """The settings, with `--http-addr` over RUNLANE_HTTP_ADDR, and where to listen (None: off)."""
-    from runlane.service.config import parse_http_addr
-
     if http_addr is not None:
-        parse_http_addr(http_addr, name="--http-addr")  # its own name in the message
+        flag_http_addr(http_addr)
     settings = Settings.from_env(catalog_path=catalog, database_url=database, http_addr=http_addr)
     return settings, settings.http_listen
 
