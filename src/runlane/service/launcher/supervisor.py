@@ -10,7 +10,7 @@ from collections.abc import Mapping, MutableMapping
 import structlog
 
 from runlane.catalog import Catalog
-from runlane.core.runs import Claimed, EndReason, Outcome, RunStatus, joined_notes
+from runlane.core.runs import Claimed, EndReason, Outcome, Run, RunStatus, joined_notes
 from runlane.core.trace import trace_id_of
 from runlane.errors import (
     LeaseLost,
@@ -34,6 +34,22 @@ log = structlog.get_logger("runlane.launcher")
 # A run of a job this launcher does not know, when another live launcher does: due again this
 # soon, for that one to take (each claim of it here gives it back again).
 UNKNOWN_JOB_HANDOFF_SECONDS = 2.0
+
+
+def lost_outcome(run: Run) -> Outcome:
+    """How a run taken over from a launcher that stopped renewing its lease ends, when nothing
+    of its execution is left to follow."""
+    return Outcome(
+        RunStatus.FAILURE,
+        EndReason.LAUNCHER_LOST,
+        error_code="launcher_lost",
+        # What is known: the lease expired without renewal. Its launcher died (and its guardian
+        # ended the process), or was paused or cut off from the database for longer than the
+        # lease; then the process may have run on.
+        note=f"the launcher supervising attempt {run.attempt} stopped renewing its lease (it "
+        "stopped, or was paused or cut off from the database for longer than the lease); the "
+        "attempt is not supervised any more",
+    )
 
 
 class Supervisor:
@@ -169,6 +185,11 @@ class Supervisor:
                 run.job, JobPlan.of(self._catalog.resolve(run.job))
             )
         except UnknownJob:
+            if recovered and sup.executor.name == "inline":
+                # Taken over from a launcher that stopped: its process ended with it, and it
+                # ran. Given back to the queue, it would start again as the same attempt (its
+                # start forgotten); it is lost as any other run of a launcher that stopped.
+                return self._journaled(sup) or lost_outcome(run)
             await self._keep_for_repair(
                 sup, "unknown_job", f"job {run.job!r} is not in the catalog; kept for repair"
             )
@@ -179,10 +200,9 @@ class Supervisor:
             )
             return None
         if recovered and sup.executor.name == "inline":
-            journaled = self._journal.read(run)
+            journaled = self._journaled(sup)
             if journaled is not None:
-                journaled_outcome, sup.ended_monotonic = journaled
-                return journaled_outcome
+                return journaled
         spec = execution_spec(run, plan, claimed.db_now, self._run_database_url)
         if spec.deadline_seconds <= 0:
             return Outcome(
@@ -231,17 +251,7 @@ class Supervisor:
                 )
             execution = None
         if execution is None:  # (only a reattach finds nothing)
-            return Outcome(
-                RunStatus.FAILURE,
-                EndReason.LAUNCHER_LOST,
-                error_code="launcher_lost",
-                # What is known: the lease expired without renewal. Its launcher died (and
-                # its guardian ended the process), or was paused or cut off from the
-                # database for longer than the lease; then the process may have run on.
-                note=f"the launcher supervising attempt {run.attempt} stopped renewing its "
-                "lease (it stopped, or was paused or cut off from the database for longer "
-                "than the lease); the attempt is not supervised any more",
-            )
+            return lost_outcome(run)
         sup.execution = execution
         started_late = loop_time() - sup.claimed_at > spec.deadline_seconds
         if started_late and not recovered:
@@ -293,6 +303,14 @@ class Supervisor:
                 log_tail=outcome.log_tail,
                 note=joined_notes("the launcher shut down before the run finished", outcome.note),
             )
+        return outcome
+
+    def _journaled(self, sup: Supervised) -> Outcome | None:
+        """The outcome this launcher journaled for the run before it restarted, if any."""
+        journaled = self._journal.read(sup.claimed.run)
+        if journaled is None:
+            return None
+        outcome, sup.ended_monotonic = journaled
         return outcome
 
     async def _keep_for_repair(self, sup: Supervised, error_code: str, note: str) -> None:
