@@ -465,6 +465,13 @@ async def test_a_chain_the_launcher_does_not_know_waits_for_one_that_does(
     assert await status(old.id) == ("failure", "unknown_chain")
     assert await status(late.id) == ("failure", "unknown_chain")
     assert await status(run.id) == ("running", None)  # within its grace period
+    # An ended chain run starts nothing more: its step still queued is cancelled, saying why
+    # (as a cancelled chain run's are; a step already running finishes as it would).
+    [first] = await store.list_runs(RunFilter(chain_root_id=old.id))
+    assert (first.status, first.end_reason) == (RunStatus.CANCELLED, "cancelled")
+    assert first.note is not None
+    assert "unknown_chain" in first.note
+    assert (await steps_of(cli, run.id))["first"][0] == "queued"  # the waiting run's, kept
 
 
 async def test_a_tick_advances_chain_runs_past_the_first_page(

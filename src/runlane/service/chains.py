@@ -30,7 +30,7 @@ from runlane.core.chains import (
     step_of,
 )
 from runlane.core.durations import format_duration
-from runlane.core.runs import AcceptResult, Outcome, Run, RunStatus, Trigger
+from runlane.core.runs import AcceptResult, EndReason, Outcome, Run, RunStatus, Trigger
 from runlane.core.schedule import wall_instant
 from runlane.core.trace import child_traceparent
 from runlane.errors import (
@@ -412,6 +412,21 @@ class ChainRunner:
                     else "no launcher that knows the chain advanced it in time"
                 ),
             )
+            # An ended chain run starts nothing more: its steps still queued are cancelled (as
+            # a cancelled chain run's are); one running finishes as it would.
+            note = (
+                f"cancelled: its chain run {run.id} ended `unknown_chain` (chain {run.chain!r} "
+                "is in no live launcher's catalog)"
+            )
+            steps = await self.store.list_runs(RunFilter(chain_root_id=run.id, limit=10_000))
+            for step in steps:
+                if step.status is RunStatus.QUEUED:
+                    with contextlib.suppress(InvalidTransition):  # claimed or ended meanwhile
+                        await self.store.finish_unleased(
+                            step.id,
+                            RunStatus.QUEUED,
+                            Outcome(RunStatus.CANCELLED, EndReason.CANCELLED, note=note),
+                        )
             if self.hook is not None:
                 self.hook("chain_finished", run.id)
 
