@@ -35,7 +35,7 @@ from runlane.adapters.local.pdeathsig import (
 from runlane.adapters.local.process import Child
 from runlane.adapters.local.remote import RemoteChild
 from runlane.core.runs import Outcome, RunStatus
-from runlane.errors import PermanentExecutorError
+from runlane.errors import PermanentExecutorError, TemporaryExecutorError
 from runlane.ports import Execution, ExecutionSpec
 from tests.support.scripts import launched
 from tests.support.waiting import eventually, eventually_sync
@@ -246,6 +246,28 @@ async def test_command_not_found_is_permanent(executor: InlineExecutor, command:
         await executor.start(make_spec(command))
     assert info.value.code == "command_not_found"
     assert command[0] in str(info.value)
+    assert executor.running_count() == 0
+
+
+@pytest.mark.parametrize("kind", ["component-is-a-file", "symlink-loop", "name-too-long"])
+async def test_a_command_path_that_can_name_no_file_is_permanent(
+    executor: InlineExecutor, tmp_path: Path, kind: str
+) -> None:
+    """ENOTDIR, ELOOP and ENAMETOOLONG from exec are a command that cannot be found, for good:
+    not a temporary `spawn_failed` the launcher would retry every few seconds until the run's
+    queue TTL."""
+    if kind == "component-is-a-file":
+        (tmp_path / "tool").write_text("")
+        program = str(tmp_path / "tool" / "bin")
+    elif kind == "symlink-loop":
+        (tmp_path / "loop").symlink_to("loop")
+        program = str(tmp_path / "loop")
+    else:
+        program = str(tmp_path / ("x" * 300))
+    with pytest.raises(PermanentExecutorError) as info:
+        await executor.start(make_spec([program]))
+    assert info.value.code == "command_not_found"
+    assert program in str(info.value)
     assert executor.running_count() == 0
 
 
@@ -930,6 +952,39 @@ async def test_prepare_at_the_descriptor_limit_logs_it_and_leaks_no_descriptor(
         ex.prepare()  # the limit gone: both start
         assert len(ex.spawner_pids) == 2
         assert ex.guardian_pid is not None
+    finally:
+        await asyncio.wait_for(ex.shutdown(grace=0), 10)
+        ex.close()
+
+
+@pytest.mark.parametrize("mode", ["loop", "thread", "auto"])
+async def test_a_start_at_the_descriptor_limit_is_a_temporary_spawn_failure(
+    log_dir: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """The output pipe failing (EMFILE) is a start to try again later (`spawn_failed`), as the
+    spawn itself failing is: not a bare OSError that crashes the run's supervisor and leaves
+    the run `running` until its lease expires. Nothing is leaked, and the next start works."""
+    if mode == "auto":
+        ex = InlineExecutor(log_dir)  # an idle executor's run: spawned on the loop
+    else:
+        ex = InlineExecutor(log_dir, spawn_off_loop=mode == "thread")
+    try:
+        ex.prepare()
+        await finish(ex, await ex.start(make_spec(["true"])))
+        before = open_fds()
+
+        def pipe2_fails(flags: int) -> tuple[int, int]:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+        monkeypatch.setattr(os, "pipe2", pipe2_fails)
+        with pytest.raises(TemporaryExecutorError) as info:
+            await ex.start(make_spec(["true"]))
+        monkeypatch.undo()
+        assert info.value.code == "spawn_failed"
+        assert "Too many open files" in str(info.value)
+        assert ex.running_count() == 0
+        assert open_fds() == before
+        assert (await finish(ex, await ex.start(make_spec(["true"])))).status is RunStatus.SUCCESS
     finally:
         await asyncio.wait_for(ex.shutdown(grace=0), 10)
         ex.close()

@@ -28,6 +28,7 @@ from runlane.errors import PermanentExecutorError, TemporaryExecutorError
 from runlane.ports import ExecutionSpec
 
 _TEMPORARY_SPAWN_ERRNOS = frozenset({errno.EAGAIN, errno.EMFILE, errno.ENFILE, errno.ENOMEM})
+_UNRESOLVABLE_PATH_ERRNOS = frozenset({errno.ENOTDIR, errno.ELOOP, errno.ENAMETOOLONG})
 
 
 def signal_error_code(signum: int) -> str:
@@ -452,7 +453,11 @@ class Spawner:
     ) -> tuple[int, Process, BoundedLog]:
         """Open the log, make the output pipe and spawn; blocking, so maybe on a worker thread.
         `log_max_bytes` is the run's cap on its log file (default: the spawner's)."""
-        read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+        program = argv[0] if self.setpriv is None else argv[4]
+        try:
+            read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+        except OSError as exc:  # EMFILE/ENFILE at the descriptor limit: temporary
+            raise spawn_error(program, exc) from exc
         try:
             log = BoundedLog(log_path, log_max_bytes or self.log_max_bytes, self.tail_bytes)
         except OSError as exc:
@@ -480,7 +485,7 @@ class Spawner:
         except OSError as exc:
             os.close(read_fd)
             log.close()
-            raise spawn_error(argv[0] if self.setpriv is None else argv[4], exc) from exc
+            raise spawn_error(program, exc) from exc
         except ValueError as exc:  # a NUL byte, or (UnicodeEncodeError) an unpaired surrogate
             os.close(read_fd)
             log.close()
@@ -554,6 +559,13 @@ def spawn_error(program: str, exc: OSError) -> Exception:
     if exc.errno == errno.ENOENT:
         return PermanentExecutorError(
             f"command {program!r} not found", error_code="command_not_found"
+        )
+    if exc.errno in _UNRESOLVABLE_PATH_ERRNOS:
+        # A path that can name no file (a component that is a file, a symlink loop, a name too
+        # long): as permanent as a missing one, not a start to try again every few seconds.
+        return PermanentExecutorError(
+            f"command {program!r} not found ({errno.errorcode[exc.errno]}: {exc.strerror})",
+            error_code="command_not_found",
         )
     if exc.errno in (errno.EACCES, errno.EPERM):
         return PermanentExecutorError(
