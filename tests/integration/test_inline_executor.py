@@ -9,6 +9,7 @@ import dataclasses
 import errno
 import gc
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -985,6 +986,39 @@ async def test_a_start_at_the_descriptor_limit_is_a_temporary_spawn_failure(
         assert ex.running_count() == 0
         assert open_fds() == before
         assert (await finish(ex, await ex.start(make_spec(["true"])))).status is RunStatus.SUCCESS
+    finally:
+        await asyncio.wait_for(ex.shutdown(grace=0), 10)
+        ex.close()
+
+
+@pytest.mark.parametrize("mode", ["loop", "auto"])
+async def test_a_first_run_at_the_descriptor_limit_is_not_left_unwatched(
+    log_dir: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    """The epoll set that watches the runs is made at the first one: failing there (EMFILE) is
+    a temporary `spawn_failed` before any process starts, not a bare OSError with the process
+    left live and unwatched (never ended at its deadline, hanging the shutdown)."""
+    if mode == "auto":
+        ex = InlineExecutor(log_dir)  # an idle executor's run: spawned and watched on the loop
+    else:
+        ex = InlineExecutor(log_dir, spawn_off_loop=False)
+    try:
+        ex.prepare()
+
+        def epoll_fails(*args: object) -> object:
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+        monkeypatch.setattr(select, "epoll", epoll_fails)
+        spec = make_spec(["sleep", "60"])
+        with pytest.raises(TemporaryExecutorError) as info:
+            await ex.start(spec)
+        monkeypatch.undo()
+        assert info.value.code == "spawn_failed"
+        assert "Too many open files" in str(info.value)
+        assert ex.running_count() == 0
+        assert await ex.reattach(spec) is None
+        outcome = await finish(ex, await ex.start(make_spec(["true"])))
+        assert outcome.status is RunStatus.SUCCESS
     finally:
         await asyncio.wait_for(ex.shutdown(grace=0), 10)
         ex.close()

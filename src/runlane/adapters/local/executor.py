@@ -309,6 +309,14 @@ class InlineExecutor:
             write_params_dir(Path(params_dir), spilled)
         if remote is not None and guardian is None:
             return await self._start_remote(remote, spec, key, run_env, params_dir, spilled)
+        try:
+            self.watcher.ensure()  # the epoll set (made at the first run) before any process
+        except OSError as exc:
+            if spilled:
+                shutil.rmtree(params_dir, ignore_errors=True)
+            raise TemporaryExecutorError(
+                f"cannot watch a new run: {exc.strerror}", error_code="spawn_failed"
+            ) from exc
         env = {**self._base_env, **run_env}
         program = spec.command[0]
         if self._setpriv is not None:

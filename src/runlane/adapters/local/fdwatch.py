@@ -37,6 +37,15 @@ class FdWatcher:
         assert self._epoll is not None
         self._epoll.register(fd, select.EPOLLIN)
 
+    def ensure(self) -> None:
+        """Make the epoll set and hand it to the running loop now, if not done yet: raises what
+        making it raises (EMFILE at the descriptor limit) before a run is spawned, not once its
+        process runs with nothing to watch it."""
+        if _HAS_EPOLL:
+            loop = asyncio.get_running_loop()
+            if self._loop is not loop:
+                self._attach(loop)
+
     def remove(self, fd: int) -> None:
         """Stop watching `fd`; call before closing it."""
         if self._callbacks.pop(fd, None) is None:
