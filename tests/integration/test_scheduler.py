@@ -17,7 +17,7 @@ from runlane.adapters.sqlite import SqliteStore
 from runlane.catalog import Catalog, parse_catalog_text
 from runlane.core.runs import RunStatus
 from runlane.errors import DatabaseUnavailable
-from runlane.ports import RunFilter, Store
+from runlane.ports import Heartbeat, RunFilter, Store
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.config import Settings
 from runlane.service.launcher import Launcher
@@ -265,6 +265,63 @@ async def test_a_cron_edited_and_edited_back_starts_again_from_now(
     # any launcher could see, and the schedule catches up as usual.
     await serve(a, 4 * 3600 + 600)
     assert len(await slots()) == 8 + 59  # every `*/10` slot of the ten minutes down
+
+
+async def test_a_launcher_on_an_older_catalog_keeps_a_newer_catalogs_schedule_state(
+    make_store: Callable[..., object],
+) -> None:
+    """A rolling restart: launcher `new` runs a catalog with `minutely` (catch_up: 1h), launcher
+    `old` one without it. `old` forgot `minutely`'s state as it started and every minute; `new`
+    restarting then saw the schedule for the first time and the slots owed meanwhile were lost,
+    not even recorded `missed`. A state is forgotten only while no live launcher runs another
+    catalog (one that may have the schedule); once the fleet agrees, it is."""
+    clock = FixedClock(T0)
+    store = await make_store(clock)  # type: ignore[misc]
+    newer, older = catalog_with("minutely", "hourly"), catalog_with("hourly")
+
+    def launcher(name: str, catalog: Catalog) -> Scheduler:
+        async def accept(request: RunRequest) -> object:
+            return await accept_run(store, catalog, request)
+
+        return Scheduler(
+            store,  # type: ignore[arg-type]
+            catalog,
+            accept,
+            launcher_id=name,
+            catalog_digest=f"sha256:{name}",
+            stale_after=45.0,
+        )
+
+    async def beat(name: str) -> None:
+        await store.beat(  # type: ignore[attr-defined]
+            Heartbeat(
+                launcher_id=name,
+                host="h",
+                pid=1,
+                version="test",
+                started_at=T0,
+                catalog_digest=f"sha256:{name}",
+                heartbeat_interval=15.0,
+            )
+        )
+
+    await beat("new")
+    await launcher("new", newer).tick()  # 10:00 fires
+    clock.at = T0 + timedelta(seconds=30)
+    await beat("old")
+    await launcher("old", older).tick()  # `new` is live: its schedule's state stays
+    assert "job:minutely|* * * * *|UTC" in await store.schedule_states()  # type: ignore[attr-defined]
+    clock.at = T0 + timedelta(seconds=40)
+    await beat("new")  # (restarting: its row still live)
+    clock.at = T0 + timedelta(minutes=5)
+    await launcher("new", newer).tick()  # the new process catches up 10:01 … 10:05
+    assert len(await rows(store, "minutely")) == 6
+
+    # `new` gone for good (its heartbeat stale): `old` forgets the state it does not run.
+    clock.at = T0 + timedelta(minutes=10)
+    await beat("old")
+    await launcher("old", older).tick()
+    assert set(await store.schedule_states()) == {"job:hourly|0 * * * *|Europe/Berlin"}  # type: ignore[attr-defined]
 
 
 async def test_a_slot_whose_accept_fails_on_the_database_is_planned_again(

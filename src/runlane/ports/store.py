@@ -663,7 +663,7 @@ class Idempotency(Protocol):
 # --- the whole store and the combined roles services take -------------------------------------
 
 
-class SchedulerStore(Schedules, Overrides, RunLog, Protocol):
+class SchedulerStore(Schedules, Overrides, RunLog, Launchers, Protocol):
     """What `service.scheduler.Scheduler` needs."""
 
 

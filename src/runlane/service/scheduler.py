@@ -34,6 +34,7 @@ from runlane.core.schedule import (
 from runlane.errors import DatabaseConflict, DatabaseUnavailable, NotFound, RunlaneError
 from runlane.ports import ExplainStore, Override, SchedulerStore
 from runlane.service.accept import RunRequest
+from runlane.service.catalog_stamp import live_launchers
 
 log = structlog.get_logger("runlane.scheduler")
 
@@ -108,6 +109,12 @@ class Scheduler:
     start_chain: ChainStarter | None = None
     hook: Hook | None = None
     interval: float = 1.0
+    # The launcher this runs in and the digest of its catalog (`service.catalog_stamp`): with
+    # them, the state of a schedule this catalog lacks is kept while another live launcher runs
+    # another catalog, which may have it (`_forget_others`). Without (a tool), as if alone.
+    launcher_id: str | None = None
+    catalog_digest: str | None = None
+    stale_after: float = 45.0
 
     def __post_init__(self) -> None:
         self.specs = schedule_specs(self.catalog)
@@ -139,12 +146,28 @@ class Scheduler:
         cron or zone was edited (its key changed). Kept, it would be the anchor of that schedule
         when it comes back (an edit undone, a job restored), which would then replay or record
         as missed its slots of the time it was gone. A launcher still on an older catalog keeps
-        planning from the state it holds in memory, and writes it back as it advances."""
+        planning from the state it holds in memory, and writes it back as it advances.
+
+        Nothing is forgotten while another live launcher runs another catalog (a rolling
+        restart): the schedule may be its, and forgotten, the slots owed to it when its launcher
+        restarts would be lost. Once every live launcher runs this catalog, it is."""
         own = {spec.key for spec in self.specs}
         gone = sorted(key for key in stored if key not in own)
+        if gone and await self._another_catalog_is_live():
+            return
         if gone:
             await self.store.forget_schedules(gone)
             log.info("schedule.forgotten", schedules=gone, note="not in this launcher's catalog")
+
+    async def _another_catalog_is_live(self) -> bool:
+        if self.launcher_id is None:
+            return False
+        now = await self.store.now()
+        return any(
+            h.launcher_id != self.launcher_id
+            and (h.catalog_digest is None or h.catalog_digest != self.catalog_digest)
+            for h in live_launchers(await self.store.launchers(), now, self.stale_after)
+        )
 
     def _due(self, spec: ScheduleSpec, state: dict[str, datetime], now: datetime) -> bool:
         key = spec.key

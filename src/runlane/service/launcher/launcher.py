@@ -365,6 +365,9 @@ class Launcher:
             chains.start_scheduled,
             self.hook,
             self.trigger_interval,
+            launcher_id=self.owner,
+            catalog_digest=chains.catalog_digest,
+            stale_after=self.settings.launcher_stale_after,
         )
         return [
             self._background("scheduler", partial(scheduler.run, self._stopping)),
