@@ -1,7 +1,7 @@
 """Text the run log cannot store, refused where it enters the API: U+0000 (PostgreSQL refuses it
 in text) and lone surrogates (JSON's `\\ud800`; no UTF-8 encoding exists), in the query, the
 path and the body's text fields, as a 422 `invalid_argument` naming the field; and the caps on
-the body's free texts (a pause reason, an event's key and id)."""
+a pause reason (an event's key and id are `emit`'s to check: `bad_event`)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from runlane.service.operations import text_problem
 from runlane.service.operations.arguments import MAX_REASON_CHARS
 
 # The caps are the operations' (`pause_job`, `emit`), which enforce them for every face; the
-# body's schema repeats them so that the OpenAPI document says so.
+# body's schema repeats them so that the OpenAPI document says so (an event's key and id are
+# left to `emit`, whose code, `bad_event`, is not the schema's `invalid_argument`).
 __all__ = ["MAX_EVENT_TEXT_CHARS", "MAX_REASON_CHARS"]
 
 
@@ -33,8 +34,10 @@ StoredText = Annotated[str, AfterValidator(storable)]
 """A body's text field that is written to the database as it is."""
 
 Reason = Annotated[str, Field(max_length=MAX_REASON_CHARS), AfterValidator(storable)]
+# An event's key and id: `emit` checks them (`bad_event`, as on the CLI and over MCP); the
+# schema only says what it takes.
 EventText = Annotated[
-    str, Field(min_length=1, max_length=MAX_EVENT_TEXT_CHARS), AfterValidator(storable)
+    str, Field(json_schema_extra={"minLength": 1, "maxLength": MAX_EVENT_TEXT_CHARS})
 ]
 
 
