@@ -379,6 +379,9 @@ def test_catalog_check_of_a_missing_file_is_one_line(env: dict[str, str], tmp_pa
         (["chain", "run", "nosuch", "--json"], 2, "unknown_chain"),
         (["emit", "k", "--data", "[]", "--json"], 2, "invalid_argument"),
         (["emit", "two words", "--json"], 2, "bad_event"),
+        # Data that cannot be recorded is `bad_event`, as the API and MCP say of it.
+        (["emit", "k", "--data", '{"a": NaN}', "--json"], 2, "bad_event"),
+        (["emit", "k", "--data", nested(64), "--json"], 2, "bad_event"),
         (["schedule", "--days", "0", "--json"], 2, "invalid_argument"),
         (["explain", "nosuch", "--json"], 2, "unknown_job"),
         (["jobs", "--json", "--catalog", "/nonexistent/c.yaml"], 1, "catalog_invalid"),

@@ -54,6 +54,11 @@ def test_emit_event_for_an_operator_and_its_confirmation(seeded: Seeded) -> None
         assert bad.status_code == 422
         assert "invalid_argument" in bad.text
         assert "data is not JSON" in bad.text
+        # What no event can record is `bad_event`, as the API, MCP and the CLI say.
+        for form in ({"key": " "}, {"key": "greet", "data": '{"a": NaN}'}):
+            unrecordable = c.post("/events", data={"csrf_token": token, **form})
+            assert unrecordable.status_code == 422
+            assert "bad_event" in unrecordable.text, form
         asked = c.post("/events", data={"csrf_token": token, "key": "launch.now"})
         assert asked.status_code == 200
         assert "Type the event's key" in asked.text

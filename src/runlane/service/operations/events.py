@@ -15,6 +15,7 @@ from runlane.core.runs import AcceptResult
 from runlane.errors import Forbidden, InvalidArgument
 from runlane.ports import Event, EventLink
 from runlane.service.accept import PERSON_TRIGGERS
+from runlane.service.events import BadEvent
 from runlane.service.operations.arguments import (
     Requester,
     check_limit,
@@ -131,30 +132,37 @@ async def list_events(
     return tuple([RecentEvent(e, tuple(await rt.store.event_links(e.id))) for e in events])
 
 
+class _NotJsonConstant(ValueError):
+    """NaN or Infinity in typed data: data no event can record (`bad_event`), not bad JSON."""
+
+
 def _no_constants(name: str) -> Any:
-    raise ValueError(f"{name} is not allowed (JSON has no NaN or Infinity)")
+    raise _NotJsonConstant(f"{name} is not allowed (JSON has no NaN or Infinity)")
 
 
 def parse_event_data(text: str, name: str = "--data") -> dict[str, Any]:
     """An event's data as a person types it (`emit --data`, the web UI's emit form; `name`
     names the field in the messages): a JSON object of at most MAX_DATA_BYTES, nested at most
-    MAX_DATA_DEPTH deep, without NaN or Infinity. `invalid_argument` otherwise."""
+    MAX_DATA_DEPTH deep, without NaN or Infinity: `bad_event` otherwise, as `emit` refuses such
+    data from every face; `invalid_argument` for text that is not a JSON object."""
     size = len(text.encode("utf-8", "surrogateescape"))
     if size > MAX_DATA_BYTES:
-        raise InvalidArgument(
+        raise BadEvent(
             f"{name} is {size} bytes; the limit is {MAX_DATA_BYTES} bytes (1 MiB)"
         )
     depth = _nesting(text) if text.count("[") + text.count("{") > MAX_DATA_DEPTH else 0
     if depth > MAX_DATA_DEPTH:
-        raise InvalidArgument(
+        raise BadEvent(
             f"{name} is nested {depth} levels deep; the limit is {MAX_DATA_DEPTH}"
         )
     try:
         parsed = json.loads(text, parse_constant=_no_constants)
     except RecursionError:  # pragma: no cover - _nesting catches this first
-        raise InvalidArgument(
+        raise BadEvent(
             f"{name} is nested too deeply; the limit is {MAX_DATA_DEPTH}"
         ) from None
+    except _NotJsonConstant as exc:
+        raise BadEvent(f"{name}: {exc}") from None
     except ValueError as exc:
         if "integer string conversion" in str(exc):  # Python's own advice is no use here
             raise InvalidArgument(

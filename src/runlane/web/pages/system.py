@@ -17,7 +17,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request, Response
 
 from runlane.core.access import Role
-from runlane.errors import ConfirmationRequired, Forbidden, InvalidArgument, RunlaneError
+from runlane.errors import ConfirmationRequired, Forbidden, RunlaneError
 from runlane.service import operations
 from runlane.service.operations import Requester
 from runlane.service.runtime import Runtime
@@ -100,8 +100,6 @@ async def emit_event(request: Request, rt: WebRuntime, who: WebOperator) -> Resp
     typed = text["confirm"] if isinstance(fields["confirm"], str) else None
     shown = {"key": key, "data": text["data"]}
     try:
-        if not key:
-            raise InvalidArgument("key: give the event's key (e.g. rumor.signal_created)")
         data = operations.parse_event_data(text["data"], "data") if text["data"].strip() else {}
         emitted = await operations.audited(
             rt,
