@@ -227,6 +227,14 @@ def test_a_user_name_that_is_not_utf8_is_recorded_with_escapes(env: dict[str, st
     assert json.loads(proc.stdout)["requested_by"] == "jos\\xe9"
 
 
+def test_a_chain_run_is_requested_by_the_user_as_a_run_is(env: dict[str, str]) -> None:
+    """`$USER` names who asks, for `chain run` as for `run` (docs/architecture.md)."""
+    started = runlane("chain", "run", "pair", "--json", env={**env, "USER": "alice"})
+    assert started.returncode == 0, started.stderr
+    listed = runlane("runs", "--job", "ok", "--json", env=env)
+    assert [r["requested_by"] for r in json.loads(listed.stdout)] == ["alice"]
+
+
 # ------------------------------------------------------------------ files
 
 

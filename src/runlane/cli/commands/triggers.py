@@ -12,6 +12,7 @@ from runlane.cli.options import (
     DatabaseOpt,
     JsonOpt,
     TraceparentOpt,
+    cli_requester,
     run_async,
     settings_from,
     with_runtime,
@@ -153,7 +154,7 @@ def chain_run_cmd(
         started = await operations.run_chain(
             rt,
             name,
-            requester=operations.Requester("cli", Trigger.CLI),
+            requester=cli_requester(login_name=True),  # `$USER`, as `run` records it
             confirmed=yes,
             traceparent=traceparent,
         )
