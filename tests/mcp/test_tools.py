@@ -529,3 +529,16 @@ async def test_a_run_without_output_says_so(connect: Connect, rt: Runtime) -> No
     assert tail["cut_bytes"] == 0
     assert tail["notice"]
     assert "no output" in tail["notice"]
+
+
+async def test_a_job_name_no_catalog_has_is_unknown_job_however_long(
+    connect: Connect, rt: Runtime
+) -> None:
+    """As the API and the CLI answer it: the catalog decides, not a cap of the tool's own."""
+    name = "x" * 201
+    async with connect("operator") as client:
+        codes = [
+            refusal(await client.call_tool(tool, {"job": name}))[0]
+            for tool in ("describe_job", "run_job", "pause_job", "resume_job", "explain")
+        ]
+    assert codes == ["unknown_job"] * 5

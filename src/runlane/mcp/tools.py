@@ -68,7 +68,7 @@ RESUME = ToolAnnotations(
     read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False
 )
 
-JobArg = Annotated[str, Field(description="The job's name in the catalog", max_length=200)]
+JobArg = Annotated[str, Field(description="The job's name in the catalog")]
 RunIdArg = Annotated[
     str, Field(description="A run's id, or a unique prefix of it (at least 6 characters)")
 ]
