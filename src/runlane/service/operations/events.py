@@ -147,20 +147,14 @@ def parse_event_data(text: str, name: str = "--data") -> dict[str, Any]:
     data from every face; `invalid_argument` for text that is not a JSON object."""
     size = len(text.encode("utf-8", "surrogateescape"))
     if size > MAX_DATA_BYTES:
-        raise BadEvent(
-            f"{name} is {size} bytes; the limit is {MAX_DATA_BYTES} bytes (1 MiB)"
-        )
+        raise BadEvent(f"{name} is {size} bytes; the limit is {MAX_DATA_BYTES} bytes (1 MiB)")
     depth = _nesting(text) if text.count("[") + text.count("{") > MAX_DATA_DEPTH else 0
     if depth > MAX_DATA_DEPTH:
-        raise BadEvent(
-            f"{name} is nested {depth} levels deep; the limit is {MAX_DATA_DEPTH}"
-        )
+        raise BadEvent(f"{name} is nested {depth} levels deep; the limit is {MAX_DATA_DEPTH}")
     try:
         parsed = json.loads(text, parse_constant=_no_constants)
     except RecursionError:  # pragma: no cover - _nesting catches this first
-        raise BadEvent(
-            f"{name} is nested too deeply; the limit is {MAX_DATA_DEPTH}"
-        ) from None
+        raise BadEvent(f"{name} is nested too deeply; the limit is {MAX_DATA_DEPTH}") from None
     except _NotJsonConstant as exc:
         raise BadEvent(f"{name}: {exc}") from None
     except ValueError as exc:
