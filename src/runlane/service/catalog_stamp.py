@@ -90,6 +90,25 @@ def live_launchers(
     ]
 
 
+def on_other_catalogs(
+    launchers: Sequence[Heartbeat],
+    now: datetime,
+    stale_after: float,
+    *,
+    launcher_id: str | None,
+    catalog_digest: str | None,
+) -> list[Heartbeat]:
+    """The live launchers other than `launcher_id` that run another catalog than
+    `catalog_digest`, or do not say which (an older runlane): those that may have a job, chain
+    or schedule this one lacks."""
+    return [
+        h
+        for h in live_launchers(launchers, now, stale_after)
+        if h.launcher_id != launcher_id
+        and (h.catalog_digest is None or h.catalog_digest != catalog_digest)
+    ]
+
+
 def catalog_state(launcher: Heartbeat, file_digest: str | None) -> CatalogState:
     """`current` when the launcher runs the catalog the file holds now, `changed` when the
     file changed after it loaded it, `unknown` when either side has no digest (an unreadable

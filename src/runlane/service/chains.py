@@ -44,7 +44,7 @@ from runlane.errors import (
 )
 from runlane.ports import ChainLog, ChainRun, ChainStore, NewChainRun, RunFilter, RunLog
 from runlane.service.accept import PERSON_TRIGGERS, RunRequest
-from runlane.service.catalog_stamp import live_launchers
+from runlane.service.catalog_stamp import on_other_catalogs
 from runlane.service.scheduler import pause_of
 
 log = structlog.get_logger("runlane.chains")
@@ -434,12 +434,13 @@ class ChainRunner:
         """True when another live launcher has the chain (its heartbeat lists its chains), or
         may have it: one that does not list its chains (an older runlane), runs a different
         catalog (or does not say which) and has every job the run's steps ran."""
-        others = [
-            h
-            for h in live_launchers(await self.store.launchers(), now, self.stale_after)
-            if h.launcher_id != self.launcher_id
-            and (h.catalog_digest is None or h.catalog_digest != self.catalog_digest)
-        ]
+        others = on_other_catalogs(
+            await self.store.launchers(),
+            now,
+            self.stale_after,
+            launcher_id=self.launcher_id,
+            catalog_digest=self.catalog_digest,
+        )
         if any(h.catalog_chains is not None and run.chain in h.catalog_chains for h in others):
             return True
         unlisted = [h for h in others if h.catalog_chains is None]

@@ -34,7 +34,7 @@ from runlane.core.schedule import (
 from runlane.errors import DatabaseConflict, DatabaseUnavailable, NotFound, RunlaneError
 from runlane.ports import ExplainStore, Override, SchedulerStore
 from runlane.service.accept import RunRequest
-from runlane.service.catalog_stamp import live_launchers
+from runlane.service.catalog_stamp import on_other_catalogs
 
 log = structlog.get_logger("runlane.scheduler")
 
@@ -162,12 +162,14 @@ class Scheduler:
     async def _another_catalog_is_live(self) -> bool:
         if self.launcher_id is None:
             return False
-        now = await self.store.now()
-        return any(
-            h.launcher_id != self.launcher_id
-            and (h.catalog_digest is None or h.catalog_digest != self.catalog_digest)
-            for h in live_launchers(await self.store.launchers(), now, self.stale_after)
+        others = on_other_catalogs(
+            await self.store.launchers(),
+            await self.store.now(),
+            self.stale_after,
+            launcher_id=self.launcher_id,
+            catalog_digest=self.catalog_digest,
         )
+        return bool(others)
 
     def _due(self, spec: ScheduleSpec, state: dict[str, datetime], now: datetime) -> bool:
         key = spec.key
