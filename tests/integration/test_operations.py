@@ -215,6 +215,38 @@ async def test_an_ambiguous_prefix_is_refused(rt: Runtime, store: Store, catalog
     assert (await operations.show_run(rt, "abcdef02")).id.startswith("abcdef02")
 
 
+async def test_a_cancel_by_a_prefix_of_several_runs_is_refused_not_taken_for_a_chain_run(
+    rt: Runtime, store: Store, catalog: Catalog
+) -> None:
+    """`AmbiguousId` is a `NotFound`: `cancel` took a prefix of two runs for "no run" and went
+    on to the chain runs, cancelling the one chain run the prefix also begins."""
+    for run_id in ("abcdef01-0000-4000-8000-000000000000", "abcdef02-0000-4000-8000-000000000000"):
+        new, _ = prepare_run(catalog, RunRequest(job="hello", trigger=Trigger.CLI))
+        await store.accept(replace(new, id=run_id), overlap_action="none")
+    chain_run_id = "abcdef03-0000-5000-8000-000000000000"
+    await store.create_chain_run(
+        NewChainRun(id=chain_run_id, chain="pair", dedupe_key=chain_run_id, trigger="cli")
+    )
+    with pytest.raises(AmbiguousId) as ambiguous:
+        await operations.cancel(rt, "abcdef", requester=ALICE)
+    assert ambiguous.value.message == "run id prefix 'abcdef' is ambiguous (2 runs)"
+    assert (await store.get_chain_run(chain_run_id)).status == "running"
+    assert {r.status for r in await store.list_runs(RunFilter(job="hello"))} == {RunStatus.QUEUED}
+    # The chain run by a prefix only it begins is still cancelled.
+    ended = await operations.cancel(rt, "abcdef03", requester=ALICE)
+    assert (await store.get_chain_run(chain_run_id)).status == "failure"
+    assert ended is not None
+    # No run, two chain runs: the chain run prefix is the ambiguous one, not "no run".
+    for n in (4, 5):
+        other = f"abcde1f{n}-0000-5000-8000-000000000000"
+        await store.create_chain_run(
+            NewChainRun(id=other, chain="pair", dedupe_key=other, trigger="cli")
+        )
+    with pytest.raises(AmbiguousId) as chains:
+        await operations.cancel(rt, "abcde1f", requester=ALICE)
+    assert chains.value.message == "chain run id prefix 'abcde1f' is ambiguous (2 chain runs)"
+
+
 async def test_a_prefix_finds_a_run_however_old_and_counts_every_match(
     rt: Runtime, store: Store, catalog: Catalog
 ) -> None:

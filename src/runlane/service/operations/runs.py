@@ -12,7 +12,13 @@ from typing import Any, Literal, get_args
 
 from runlane.core.access import Role
 from runlane.core.runs import Run, RunStatus, Trigger
-from runlane.errors import InvalidArgument, InvalidTransition, NotCancellable, NotFound
+from runlane.errors import (
+    AmbiguousId,
+    InvalidArgument,
+    InvalidTransition,
+    NotCancellable,
+    NotFound,
+)
 from runlane.ports import ChainRun, RunFilter
 from runlane.service.accept import RunRequest
 from runlane.service.operations.arguments import (
@@ -400,9 +406,13 @@ async def cancel(
     requester.require(Role.OPERATOR, action="cancel")
     try:
         run = await resolve_run(rt, run_id)
+    except AmbiguousId:
+        raise  # several runs begin so: give more of the id (it is no chain run's to cancel)
     except NotFound:
         try:
             found = await resolve_chain_run(rt, run_id)
+        except AmbiguousId:
+            raise  # no run, several chain runs: give more of the id
         except NotFound:
             found = None
         if found is None:
