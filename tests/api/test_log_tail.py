@@ -4,7 +4,10 @@ the real server on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+
+import pytest
 
 from runlane.service import operations
 from tests.api.conftest import CLI, ApiServer
@@ -48,6 +51,40 @@ def test_a_whole_log_is_streamed_byte_for_byte(api: ApiServer) -> None:
     assert "content-length" not in r.headers
     assert r.headers["cache-control"] == "no-store"
     assert body == data
+
+
+def test_a_download_held_open_takes_one_of_the_requesters_download_slots(
+    api: ApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A slow reader holds its download's file and task for as long as it reads: downloads
+    # count against the requester, apart from its followed logs (MAX_STREAMS_PER_REQUESTER of
+    # each; one here).
+    from runlane.api.routes import logs
+
+    monkeypatch.setattr(logs, "MAX_STREAMS_PER_REQUESTER", 1)
+    data = b"x" * (64 * 1024 * 1024)  # far past the sockets' buffers: the server waits
+    run_id, _ = run_with_log(api, data)
+    url = f"/api/v1/runs/{run_id}/logs"
+    with api.client("viewer") as c, api.client("viewer") as d:
+        with c.stream("GET", url) as held:
+            assert held.status_code == 200
+            pieces = held.iter_raw()  # (kept: a dropped iterator closes the response)
+            first = next(pieces)  # then the reader stalls
+            second = d.get(url)
+            assert second.status_code == 429  # (not the 64 MiB in the failure's message)
+            refused = problem_of(second, 429, "too_many_streams")
+            assert "log downloads" in refused["detail"], refused
+            assert d.get(url, params={"tail": 1}).status_code == 200  # not a download
+            assert len(first) + sum(len(p) for p in pieces) == len(data)  # read on: all of it
+        # Ended: its slot is given back (at the server's end of the answer, just after).
+        deadline = time.monotonic() + 10
+        while True:
+            with d.stream("GET", url) as again:
+                status = again.status_code
+            if status == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)  # polling for the condition, bounded by the deadline
+        assert status == 200
 
 
 def test_a_tail_is_the_last_lines_with_their_offsets(api: ApiServer) -> None:

@@ -204,7 +204,9 @@ async def test_a_log_streamed_whole_is_bounded_by_its_pauses_not_its_length() ->
             yield b"piece %d\n" % number
 
     sent = Recorder()
-    await RequestTimeout(LogDownload(moving()), seconds=0.05)(asgi_scope(), no_body, sent)
+    await RequestTimeout(LogDownload(moving(), release=lambda: None), seconds=0.05)(
+        asgi_scope(), no_body, sent
+    )
     assert sent.status == 200
     assert b"".join(m.get("body", b"") for m in sent.messages[1:]) == b"".join(
         b"piece %d\n" % n for n in range(8)
@@ -221,7 +223,9 @@ async def test_a_log_streamed_whole_is_bounded_by_its_pauses_not_its_length() ->
 
     sent = Recorder()
     async with asyncio.timeout(5):  # exempt from every bound, it would wait for ever
-        await RequestTimeout(LogDownload(stalled()), seconds=0.05)(asgi_scope(), no_body, sent)
+        await RequestTimeout(LogDownload(stalled(), release=lambda: None), seconds=0.05)(
+            asgi_scope(), no_body, sent
+        )
     assert [m.get("body") for m in sent.messages[1:]] == [b"piece 0\n"]  # cut, not ended
 
     # Any other answer that has started is still bounded as a whole.

@@ -115,7 +115,8 @@ def _incomplete_text(item: LogIncomplete) -> str:
         **problem_responses(400, 403, 404),
         429: {
             "description": f"With `follow=true`: the requester has {MAX_STREAMS_PER_REQUESTER} "
-            "followed logs open already (`too_many_streams`)",
+            "followed logs open already; without `follow` or `tail`, as many logs downloading "
+            "(`too_many_streams`)",
             "content": {PROBLEM_MEDIA_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}},
         },
         200: {
@@ -205,11 +206,21 @@ async def run_logs(
                 "Log-End-Offset": str(end.end_offset),
             },
         )
+    # A download takes one of the requester's download slots while it lasts (as a followed log
+    # takes a stream slot): a slow reader holds its file and a task, so one token cannot hold
+    # many.
+    holder, _ = _stream_owner(request, rt, _reader)
+    slots = _slots(request, "downloads")
+    slots.take(holder)
     items = run_output(rt, run_id)
-    # The run is found and its log opened (404, 422; a pod run's `not_found`) before the
-    # answer starts: from then on it is the log, streamed as it is read.
-    first = await anext(items, None)
-    return LogDownload(_plain_pieces(first, items))
+    try:
+        # The run is found and its log opened (404, 422; a pod run's `not_found`) before the
+        # answer starts: from then on it is the log, streamed as it is read.
+        first = await anext(items, None)
+    except BaseException:
+        slots.give(holder)
+        raise
+    return LogDownload(_plain_pieces(first, items), release=lambda: slots.give(holder))
 
 
 async def _plain_pieces(
@@ -232,9 +243,12 @@ class LogDownload(StreamingResponse):
     each piece, not the whole: a big log takes as long as it takes to send, a stalled one is
     cut (middleware.RequestTimeout)."""
 
-    def __init__(self, content: AsyncGenerator[bytes, None]) -> None:
+    def __init__(
+        self, content: AsyncGenerator[bytes, None], *, release: Callable[[], None]
+    ) -> None:
         super().__init__(content, media_type="text/plain; charset=utf-8")
         self._pieces = content
+        self._release = release  # the requester's download slot, given back once, at the end
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         async def marked(message: Any) -> None:
@@ -245,20 +259,23 @@ class LogDownload(StreamingResponse):
         try:
             await super().__call__(scope, receive, marked)
         finally:
+            self._release()
             await self._pieces.aclose()
 
 
 class _StreamSlots:
-    """The followed logs each requester has open (the app's; one server process), so that one
-    token cannot hold the database with a poll per stream without end."""
+    """The followed logs (or, a second count, the logs downloaded whole) each requester has
+    open (the app's; one server process), so that one token cannot hold the database with a
+    poll per stream, or files and tasks with slow downloads, without end."""
 
-    def __init__(self) -> None:
+    def __init__(self, what: str) -> None:
+        self.what = what
         self.open: dict[str, int] = {}
 
     def take(self, holder: str) -> None:
         if self.open.get(holder, 0) >= MAX_STREAMS_PER_REQUESTER:
             raise TooManyStreams(
-                f"{MAX_STREAMS_PER_REQUESTER} followed logs are open for this requester "
+                f"{MAX_STREAMS_PER_REQUESTER} {self.what} are open for this requester "
                 "already: close one (or let one end) and try again"
             )
         self.open[holder] = self.open.get(holder, 0) + 1
@@ -271,10 +288,13 @@ class _StreamSlots:
             self.open.pop(holder, None)
 
 
-def _slots(request: Request) -> _StreamSlots:
-    slots: _StreamSlots | None = getattr(request.app.state, "log_streams", None)
+def _slots(request: Request, kind: str = "streams") -> _StreamSlots:
+    """The app's slots of `kind`: `streams` (followed logs) or `downloads` (logs read whole)."""
+    name = f"log_{kind}"
+    slots: _StreamSlots | None = getattr(request.app.state, name, None)
     if slots is None:
-        slots = request.app.state.log_streams = _StreamSlots()
+        slots = _StreamSlots("followed logs" if kind == "streams" else "log downloads")
+        setattr(request.app.state, name, slots)
     return slots
 
 
