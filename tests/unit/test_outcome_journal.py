@@ -74,3 +74,25 @@ def test_a_failed_write_is_reported_and_leaves_no_partial_file(
     assert os.strerror(code) in logged[0]["error"]
     assert RUN.id not in journal  # not kept: nothing to remove once recorded
     assert list(tmp_path.iterdir()) == []  # no `r1.1.outcome.tmp` left behind
+
+
+def test_a_directory_that_cannot_be_synced_leaves_the_journal_in_place(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The file is written, fsynced and renamed; only the directory's fsync fails. The journal
+    # is there for a takeover to find: a warning says its durability is in doubt, not that
+    # it failed.
+    journal = OutcomeJournal(tmp_path, "L1")
+    real_fsync = os.fsync
+
+    def directory_fails(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", directory_fails)
+    with capture_logs() as logged:
+        journal.keep(RUN, OUTCOME, None)
+    assert [(e["event"], e["log_level"]) for e in logged] == [("run.journal_not_synced", "warning")]
+    assert RUN.id in journal
+    assert journal.read(RUN) is not None

@@ -82,7 +82,8 @@ class OutcomeJournal:
             # again). The file itself is in place; only its durability is in doubt.
             _fsync_directory(self._log_dir)
         except OSError as exc:
-            log.error("run.journal_failed", run_id=run.id, error=str(exc))
+            # The journal is in place (a takeover here finds it); only a power cut could lose it.
+            log.warning("run.journal_not_synced", run_id=run.id, error=str(exc))
 
     def read(self, run: Run) -> tuple[Outcome, float] | None:
         """How an inline run ended, from the journal of the launcher that ran it, if any, with
