@@ -93,3 +93,44 @@ async def test_a_loop_that_keeps_failing_waits_longer_each_time(
     count = len(starts)
     await asyncio.sleep(0.3)
     assert len(starts) == count
+
+
+async def test_an_sdk_scope_swept_as_an_orphan_is_counted_under_one_job_label(
+    start_launcher: Callable[..., Running], store: Store
+) -> None:
+    # An SDK child scope's name (any string a job's code passes to run_scope(), such as one per
+    # item) became the `job` label of runlane_runs_finished_total when the orphan sweep ended
+    # its row: a series per name, without bound. Names outside the catalog share one label now.
+    import uuid
+
+    from runlane.core.runs import NewRun, RunStatus, Trigger
+    from runlane.service.metrics import OTHER_JOB
+
+    names = [f"load[item-{i}]" for i in range(3)]
+    for name in names:
+        await store.accept(
+            NewRun(
+                id=str(uuid.uuid4()),
+                job=name,
+                trigger=Trigger.MANUAL,
+                dedupe_key=f"scope:{name}",
+                executor="scope",
+                overlap="allow",
+                status=RunStatus.RUNNING,
+                deadline_seconds=0.05,
+            )
+        )
+    running = start_launcher(orphan_grace=0.0, orphan_check_interval=0.1)
+    metrics = running.launcher.metrics
+
+    def swept() -> int:
+        return sum(n for k, n in metrics.finished.items() if k[2] == "scope")
+
+    await eventually(lambda: swept() == len(names))
+    scrape = (await Exporter(store, launcher=metrics).scrape()).decode()
+    assert not any(name in scrape for name in names)
+    assert (
+        f'runlane_runs_finished_total{{executor="scope",job="{OTHER_JOB}",status="timeout",'
+        'trigger="manual"} 3.0' in scrape
+    )
+    await running.stop()

@@ -12,7 +12,8 @@ outbox's oldest unpublished row, the heartbeat table), cached for `GAUGE_CACHE_S
 scrapes in quick succession cost one set of queries.
 
 Labels are the run log's column names (`job`, `trigger`, `executor`, `status`); no label takes
-a value per run (no run id), so the series are bounded by the catalog.
+a value per run (no run id), and a job name not in the catalog (an SDK child scope's) is counted
+as `OTHER_JOB`, so the series are bounded by the catalog.
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ GAUGE_CACHE_SECONDS = 2.0
 # happens (a series each for every job and trigger would be most of a large catalog's scrape).
 PRIMED_STATUSES = (RunStatus.SUCCESS.value, RunStatus.FAILURE.value, RunStatus.TIMEOUT.value)
 PERSON_TRIGGERS = (Trigger.MANUAL.value, Trigger.CLI.value, Trigger.MCP.value)
+# The `job` label of a run whose job is not in the catalog the launcher primed on: an SDK child
+# scope's row (its name is whatever the job's code passed to `run_scope()`, one per item, say),
+# or a job since removed. One value for them all keeps the series bounded by the catalog; no
+# catalog job can be named so (names start with a letter or digit).
+OTHER_JOB = "_other"
 
 
 class Histogram:
@@ -130,12 +136,14 @@ class LauncherMetrics:
         self.alerts: AlertCounters | None = None
         self.launcher_id: str | None = None
         self.executors: tuple[str, ...] = ("inline",)
+        self.jobs: frozenset[str] | None = None  # the catalog's (None: not primed, any name)
 
     def prime(self, catalog: Catalog, executors: Collection[str], launcher_id: str) -> None:
         """Series at zero for every job of `catalog`, with each trigger that can start it and
         the executor its runs use here (`inline` for a pod job on a host without a cluster)."""
         self.launcher_id = launcher_id
         self.executors = tuple(executors)
+        self.jobs = frozenset(catalog.job_names())
         scheduled_chain_jobs: set[str] = set()
         chain_jobs: set[str] = set()
         for chain in catalog.chains.values():
@@ -166,6 +174,10 @@ class LauncherMetrics:
             self.pickup.prime((executor,))
         self.claims.prime(())
 
+    def _job(self, run: Run) -> str:
+        """`run`'s `job` label: its job, or `OTHER_JOB` for a name not in the catalog."""
+        return run.job if self.jobs is None or run.job in self.jobs else OTHER_JOB
+
     # ------------------------------------------------------------------ the launcher's hooks
 
     def claim_took(self, seconds: float) -> None:
@@ -179,23 +191,24 @@ class LauncherMetrics:
         self.pickup.observe((run.executor,), max(0.0, (db_now - due).total_seconds()))
         if run.scheduled_for is not None and run.trigger == "schedule":
             lag = max(0.0, (db_now - run.scheduled_for).total_seconds())
-            self.schedule_lag.observe((run.job,), lag)
+            self.schedule_lag.observe((self._job(run),), lag)
 
     def run_started(self, run: Run) -> None:
         """A run's execution started (a reattach is not a start)."""
-        key = (run.job, run.trigger, run.executor)
+        key = (self._job(run), run.trigger, run.executor)
         self.started[key] = self.started.get(key, 0) + 1
 
     def run_finished(self, run: Run, status: str, duration: float | None = None) -> None:
         """This launcher ended `run` as `status` (its outcome saved, its queue TTL expired, an
         orphan swept, a slot recorded skipped); `duration`: its execution's, when it ran."""
-        key = (run.job, run.trigger, run.executor, status)
+        job = self._job(run)
+        key = (job, run.trigger, run.executor, status)
         self.finished[key] = self.finished.get(key, 0) + 1
         if duration is not None:
-            self.duration.observe((run.job, run.executor, status), max(0.0, duration))
+            self.duration.observe((job, run.executor, status), max(0.0, duration))
 
     def lease_lost(self, run: Run) -> None:
-        key = (run.job, run.executor)
+        key = (self._job(run), run.executor)
         self.lease_losses[key] = self.lease_losses.get(key, 0) + 1
 
     def executor_error(self, executor: str, code: str) -> None:
