@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from runlane.core.runs import RunStatus
+from runlane.core.runs import EndReason, Outcome, RunStatus
 from runlane.service import operations
 from runlane.service.runtime import Runtime
 from tests.mcp.conftest import CLI, Connect, refusal, structured
@@ -518,6 +518,38 @@ async def test_a_10_mb_log_comes_back_as_a_bounded_tail(connect: Connect, rt: Ru
     assert too_many[0] == "invalid_argument"
     assert too_big[0] == "invalid_argument"
     assert unknown[0] == "unknown_run"
+
+
+async def test_a_saved_tail_is_bounded_in_bytes_and_lines(connect: Connect, rt: Runtime) -> None:
+    # The log file could not be written whole (a full disk): the tail saved with the run
+    # follows it. It was cut by characters (up to four bytes each) and not by lines:
+    # `max_bytes` 1000 gave ~4,000 bytes.
+    queued = await operations.run_job(rt, "hello", requester=CLI)
+    saved = "".join(f"line {n} " + "€" * 30 + "\n" for n in range(500))  # ~97 bytes a line
+    note = (
+        f"the log file /var/log/runlane/{queued.run.id}.1.log is incomplete: writing it failed "
+        "(No space left on device); the tail here is complete"
+    )
+    await rt.store.finish_unleased(
+        queued.run.id,
+        RunStatus.QUEUED,
+        Outcome(RunStatus.CANCELLED, EndReason.CANCELLED, log_tail=saved, note=note),
+    )
+    async with connect("viewer") as client:
+        result = structured(
+            await client.call_tool(
+                "get_run_logs", {"run_id": queued.run.id, "lines": 3, "max_bytes": 1000}
+            )
+        )
+        small = structured(
+            await client.call_tool(
+                "get_run_logs", {"run_id": queued.run.id, "lines": 2000, "max_bytes": 1000}
+            )
+        )
+    assert result["saved_tail"].splitlines() == saved.splitlines()[-3:]
+    assert len(small["saved_tail"].encode()) <= 1000
+    assert saved.endswith(small["saved_tail"])
+    assert small["saved_tail"].startswith("line ")  # whole lines only
 
 
 async def test_a_run_without_output_says_so(connect: Connect, rt: Runtime) -> None:

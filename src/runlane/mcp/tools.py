@@ -373,7 +373,7 @@ def build_server(runtime_of: RuntimeOf, caller_of: CallerOf) -> RunlaneServer:
             return error_result(exc)
         data = log_tail_dict(tail)
         if data["saved_tail"] is not None:  # saved with the run: bounded there, and here too
-            data["saved_tail"] = data["saved_tail"][-max_bytes:]
+            data["saved_tail"] = _last_lines(data["saved_tail"], lines, max_bytes)
         return ok(data, () if tail.notice is None else (tail.notice,))
 
     @server.tool(annotations=READ)
@@ -590,6 +590,23 @@ async def ask_run_job(
         f"{list(resolved.command)} with params {json.dumps(params or {})}.",
         Confirmation,
     )
+
+
+def _last_lines(text: str, lines: int, max_bytes: int) -> str:
+    """The last `lines` lines of `text`, whole lines only within `max_bytes` bytes of UTF-8 (as
+    the log file's tail is read), or the last `max_bytes` bytes of its last line when even that
+    one is longer (cut at a character's start)."""
+    kept: list[str] = []
+    size = 0
+    for line in reversed(text.splitlines(keepends=True)[-lines:]):
+        length = len(line.encode())
+        if size + length > max_bytes:
+            if not kept:  # one line longer than the bound: its end
+                return line.encode()[-max_bytes:].decode("utf-8", errors="ignore")
+            break
+        kept.append(line)
+        size += length
+    return "".join(reversed(kept))
 
 
 async def ask_run_chain(
