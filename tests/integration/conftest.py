@@ -4,6 +4,7 @@ launcher running in the background whose hook turns events into awaitables (no s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import uuid
 from collections import defaultdict
@@ -195,30 +196,40 @@ async def start_launcher(
             await r.stop()
 
 
-async def run_to_end(
-    store: Any, catalog: Catalog, settings: Settings, requests: list[RunRequest]
-) -> list[str]:
-    """Start a launcher, accept `requests`, wait until each run's supervision is over, stop the
-    launcher; the run ids, in order. `store` may wrap a real one."""
+@contextlib.asynccontextmanager
+async def running_launcher(
+    store: Any, catalog: Catalog, settings: Settings, executors: dict[str, Any] | None = None
+) -> AsyncIterator[Events]:
+    """A launcher running on `store` (its executors: `settings`' by default, retries 50 ms
+    apart) for the block; its hook's events. Stopped, and waited for, at the block's end."""
     events = Events()
     launcher = Launcher(
         store=store,
         catalog=catalog,
-        executors=build_executors(settings),
+        executors=build_executors(settings) if executors is None else executors,
         settings=settings,
         hook=events,
         retry_base_seconds=0.05,
     )
     task = asyncio.create_task(launcher.run())
     try:
-        ids = [(await accept_run(store, catalog, r)).run.id for r in requests]
-        for run_id in ids:
-            await events.wait("finished", run_id)
-        return ids
+        yield events
     finally:
         launcher.stop()
         async with asyncio.timeout(30):
             await task
+
+
+async def run_to_end(
+    store: Any, catalog: Catalog, settings: Settings, requests: list[RunRequest]
+) -> list[str]:
+    """Start a launcher, accept `requests`, wait until each run's supervision is over, stop the
+    launcher; the run ids, in order. `store` may wrap a real one."""
+    async with running_launcher(store, catalog, settings) as events:
+        ids = [(await accept_run(store, catalog, r)).run.id for r in requests]
+        for run_id in ids:
+            await events.wait("finished", run_id)
+        return ids
 
 
 # The suites of the inline executor (every spawn mode) and of its spawner processes run on

@@ -3,19 +3,13 @@ edited one, end the runs of the old one clearly. SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-
 from runlane.catalog import Catalog, parse_catalog_text
 from runlane.core.runs import RunStatus, Trigger
 from runlane.ports import RunFilter, Store
 from runlane.service.accept import RunRequest, accept_run
 from runlane.service.config import Settings
-from runlane.service.launcher import Launcher
-from runlane.service.wiring import build_executors
 
-from .conftest import CATALOG, Events
+from .conftest import CATALOG, running_launcher
 
 
 def catalog_without(job: str) -> Catalog:
@@ -33,26 +27,6 @@ def catalog_without(job: str) -> Catalog:
     return parse_catalog_text("".join(kept))
 
 
-@asynccontextmanager
-async def launcher_on(store: Store, catalog: Catalog, settings: Settings) -> AsyncIterator[Events]:
-    events = Events()
-    launcher = Launcher(
-        store=store,
-        catalog=catalog,
-        executors=build_executors(settings),
-        settings=settings,
-        hook=events,
-        retry_base_seconds=0.05,
-    )
-    task = asyncio.create_task(launcher.run())
-    try:
-        yield events
-    finally:
-        launcher.stop()
-        async with asyncio.timeout(30):
-            await task
-
-
 async def test_a_run_taken_over_for_a_job_the_catalog_lost_ends_launcher_lost_not_requeued(
     store: Store, catalog: Catalog, settings: Settings
 ) -> None:
@@ -63,7 +37,7 @@ async def test_a_run_taken_over_for_a_job_the_catalog_lost_ends_launcher_lost_no
         "dead-launcher", limit=1, lease_ttl=0.0, executors=["inline"], executor_caps={}
     )
     assert claimed.run.id == run_id
-    async with launcher_on(store, catalog_without("long"), settings) as events:
+    async with running_launcher(store, catalog_without("long"), settings) as events:
         await events.wait("finished", run_id, within=10)
     run = await store.get_run(run_id)
     # It ran: it is not queued again as the same attempt (with its start forgotten), to run a

@@ -220,26 +220,14 @@ async def launcher_with_pods(
     kube: KubeFake, store: Any, catalog: Any, settings: Any, **kw: Any
 ) -> AsyncIterator[Any]:
     from runlane.adapters.local.executor import InlineExecutor
-    from runlane.service.launcher import Launcher
-    from tests.integration.conftest import Events
+    from tests.integration.conftest import running_launcher
 
     pod = make_executor(kube, **kw)
-    events = Events()
-    launcher = Launcher(
-        store=store,
-        catalog=catalog,
-        executors={"inline": InlineExecutor(settings.log_dir), "pod": pod},
-        settings=settings,
-        hook=events,
-        retry_base_seconds=0.05,
-    )
-    task = asyncio.create_task(launcher.run())
+    executors = {"inline": InlineExecutor(settings.log_dir), "pod": pod}
     try:
-        yield events
+        async with running_launcher(store, catalog, settings, executors) as events:
+            yield events
     finally:
-        launcher.stop()
-        async with asyncio.timeout(30):
-            await task
         await pod.aclose()
 
 
