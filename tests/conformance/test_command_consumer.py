@@ -160,14 +160,12 @@ async def test_an_unknown_run_id_goes_to_the_accept_path(harness: StoreHarness) 
     assert consumer.stats.accepted == 2
 
 
-async def test_a_command_cannot_take_the_dedupe_key_of_a_retry(harness: StoreHarness) -> None:
-    """Attempt n of a run is written under `<first key>#n`: a command whose dedupe key (given,
-    or `bus:<run id>`) ends that way is written with a `~` after it, so it can neither take a
-    retry's row nor be answered with one; it is still one run however often it comes. A `#`
-    elsewhere is a key's own."""
-    store = harness.store
+def nightly_consumer(store: Store) -> tuple[ScriptedBus, CommandConsumer]:
+    """A consumer of a scripted bus accepting through the one accept path, with a catalog of
+    one job, `nightly` (`overlap: allow`)."""
     catalog = parse_catalog_text(
-        "version: 1\ndefaults: {executor: inline}\njobs:\n  nightly: {command: ['true'], overlap: allow}\n"
+        "version: 1\ndefaults: {executor: inline}\njobs:\n"
+        "  nightly: {command: ['true'], overlap: allow}\n"
     )
     bus = ScriptedBus()
     consumer = CommandConsumer(
@@ -178,6 +176,16 @@ async def test_a_command_cannot_take_the_dedupe_key_of_a_retry(harness: StoreHar
         free_slots=lambda: 16,
         wake=lambda: None,
     )
+    return bus, consumer
+
+
+async def test_a_command_cannot_take_the_dedupe_key_of_a_retry(harness: StoreHarness) -> None:
+    """Attempt n of a run is written under `<first key>#n`: a command whose dedupe key (given,
+    or `bus:<run id>`) ends that way is written with a `~` after it, so it can neither take a
+    retry's row nor be answered with one; it is still one run however often it comes. A `#`
+    elsewhere is a key's own."""
+    store = harness.store
+    bus, consumer = nightly_consumer(store)
     bus.inbox = [
         command("first", {"run_id": "c1", "job": "nightly", "dedupe_key": "build-7"}),
         command("forged", {"run_id": "c2", "job": "nightly", "dedupe_key": "build-7#2"}),
@@ -211,19 +219,7 @@ async def test_a_command_with_text_no_store_can_keep_is_dead_lettered_on_each(
     (`invalid_argument`, dead-lettered): SQLite took the NUL and raised a foreign error for
     the surrogate, out of the consumer."""
     store = harness.store
-    catalog = parse_catalog_text(
-        "version: 1\ndefaults: {executor: inline}\njobs:\n"
-        "  nightly: {command: ['true'], overlap: allow}\n"
-    )
-    bus = ScriptedBus()
-    consumer = CommandConsumer(
-        store=store,
-        bus=bus,  # type: ignore[arg-type]
-        catalog=catalog,
-        accept=functools.partial(accept_run, store, catalog),
-        free_slots=lambda: 16,
-        wake=lambda: None,
-    )
+    bus, consumer = nightly_consumer(store)
     bus.inbox = [
         command("nul-by", '{"run_id": "c1", "job": "nightly", "requested_by": "a\\u0000b"}'),
         command("nul-key", '{"run_id": "c2", "job": "nightly", "dedupe_key": "k\\u0000"}'),
@@ -251,19 +247,7 @@ async def test_a_command_with_a_key_or_requester_too_long_to_index_is_refused_on
     compress, and SQLite took any length: a command's was queued on one store and dead-lettered
     on the other. Past `MAX_KEY_BYTES` each refuses it (`invalid_argument`); at it, each takes it."""
     store = harness.store
-    catalog = parse_catalog_text(
-        "version: 1\ndefaults: {executor: inline}\njobs:\n"
-        "  nightly: {command: ['true'], overlap: allow}\n"
-    )
-    bus = ScriptedBus()
-    consumer = CommandConsumer(
-        store=store,
-        bus=bus,  # type: ignore[arg-type]
-        catalog=catalog,
-        accept=functools.partial(accept_run, store, catalog),
-        free_slots=lambda: 16,
-        wake=lambda: None,
-    )
+    bus, consumer = nightly_consumer(store)
     long_text = secrets.token_hex(2000)  # 4000 bytes that do not compress
     at_limit = secrets.token_hex(MAX_KEY_BYTES // 2)
     bus.inbox = [
