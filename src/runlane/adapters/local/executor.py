@@ -312,10 +312,8 @@ class InlineExecutor:
         try:
             self.watcher.ensure()  # the epoll set (made at the first run) before any process
         except OSError as exc:
-            if spilled:
-                shutil.rmtree(params_dir, ignore_errors=True)
-            raise TemporaryExecutorError(
-                f"cannot watch a new run: {exc.strerror}", error_code="spawn_failed"
+            raise _not_started(
+                f"cannot watch a new run: {exc.strerror}", params_dir, spilled
             ) from exc
         env = {**self._base_env, **run_env}
         program = spec.command[0]
@@ -424,11 +422,7 @@ class InlineExecutor:
         try:
             remote.ensure()  # started lazily; replaced here if it died
         except SpawnerError as exc:
-            if spilled:
-                shutil.rmtree(params_dir, ignore_errors=True)
-            raise TemporaryExecutorError(
-                f"cannot start the run: {exc}", error_code="spawn_failed"
-            ) from exc
+            raise _not_started(f"cannot start the run: {exc}", params_dir, spilled) from exc
         child = RemoteChild(
             self, remote, spec, f"{self._log_prefix}{spec.run_id}.{spec.attempt}.log"
         )
@@ -705,3 +699,11 @@ def _child_of(execution: Execution) -> Child | RemoteChild:
             error_code="invalid_spec",
         )
     return child
+
+
+def _not_started(why: str, params_dir: str, spilled: object) -> TemporaryExecutorError:
+    """A start that failed before any process: its spilled params directory removed, and the
+    temporary `spawn_failed` it is (the run is tried again)."""
+    if spilled:
+        shutil.rmtree(params_dir, ignore_errors=True)
+    return TemporaryExecutorError(why, error_code="spawn_failed")
